@@ -1,0 +1,1 @@
+"""A Redis backend for statekeeper (work in progress)."""

@@ -1,0 +1,99 @@
+"""Developer sessions. ``uv run --frozen nox`` runs the default set (what CI runs).
+
+Every session installs the locked environment (``uv.lock``) into its own virtualenv
+with ``uv sync --frozen``, so nothing installed by hand leaks into a run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "typecheck", "tests", "docs", "reliability", "redis"]
+
+PYTHON = os.environ.get("STATEKEEPER_NOX_PYTHON", "3.11")
+
+
+def _sync(session: nox.Session, *extra: str) -> None:
+    session.run_install(
+        "uv",
+        "sync",
+        "--frozen",
+        "--all-extras",
+        "--group",
+        "dev",
+        *extra,
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        silent=True,
+    )
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over everything."""
+    _sync(session)
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    _sync(session)
+    session.run("mypy", "--strict", "src/statekeeper")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite, including the conformance kit on every built-in backend."""
+    _sync(session)
+    session.run(
+        "pytest", "tests", "-p", "no:cacheprovider", "-m", "not reliability", *session.posargs
+    )
+
+
+@nox.session(python=PYTHON)
+def conformance_long(session: nox.Session) -> None:
+    """The conformance kit with 10x the state-machine examples."""
+    _sync(session)
+    session.run(
+        "pytest",
+        "tests",
+        "-k",
+        "Conformance or conformance",
+        "--statekeeper-examples-scale=10",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Run every Python code block in README.md and docs/ as a test."""
+    _sync(session)
+    session.run("pytest", "docs", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def reliability(session: nox.Session) -> None:
+    """Crash, fault-injection, concurrency and hostile-input suite (--long for deeper runs)."""
+    _sync(session)
+    args = list(session.posargs)
+    session.run("pytest", "tests", "-m", "reliability", "-p", "no:cacheprovider", *args)
+
+
+@nox.session(python=PYTHON)
+def redis(session: nox.Session) -> None:
+    """The statekeeper-redis distribution, installed beside the core, against real Redis."""
+    _sync(session, "--package", "statekeeper-redis")
+    session.run("pytest", "backends/statekeeper-redis/tests", "-p", "no:cacheprovider")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks against the peers (``-- --quick`` for a few-minute run)."""
+    _sync(session, "--group", "bench")
+    session.run("python", "benchmarks/run.py", *session.posargs)

@@ -1,0 +1,41 @@
+"""statekeeper: durable checkpoints behind one honest async contract.
+
+Open a store by URL, then save after each step and resume from the latest::
+
+    import statekeeper as sk
+
+    async with sk.open_store("sqlite:///state.db") as store:
+        await store.save("order-42", {"step": 1})
+        latest = await store.get_latest("order-42")
+
+See ``docs/`` for the user guide and the backend author guide.
+"""
+
+from . import errors
+from ._protocol import BaseCheckpointStore, CheckpointStore, ScanQuery, StoreIdentity, StoreInfo
+from ._registry import available_backends, open_store, register_backend
+from ._url import StoreURL
+from .config import Capabilities, StoreOptions
+from .models import Checkpoint, CheckpointHeader, Page, Skipped
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BaseCheckpointStore",
+    "Capabilities",
+    "Checkpoint",
+    "CheckpointHeader",
+    "CheckpointStore",
+    "Page",
+    "ScanQuery",
+    "Skipped",
+    "StoreIdentity",
+    "StoreInfo",
+    "StoreOptions",
+    "StoreURL",
+    "__version__",
+    "available_backends",
+    "errors",
+    "open_store",
+    "register_backend",
+]

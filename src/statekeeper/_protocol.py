@@ -1,0 +1,833 @@
+"""The contract: ``CheckpointStore`` (what applications type against) and
+``BaseCheckpointStore`` (what backend authors subclass).
+
+``BaseCheckpointStore`` implements every public method once: argument validation,
+the codec, TTL arithmetic, cursors and paging. A backend implements a handful of
+primitives over :class:`~statekeeper.record.StoredRecord` values. That split is
+what makes every backend behave the same: a backend cannot accept state another
+would refuse, or page differently, because it never sees those decisions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+
+from .codec import Codec, CodecLimits
+from .config import Capabilities, StoreOptions, validate_options
+from .cursor import CursorSigner, query_fingerprint
+from .errors import (
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    InvalidQuery,
+    StoreClosed,
+)
+from .models import Checkpoint, CheckpointHeader, Page, Skipped
+from .record import NewRecord, StoredRecord
+
+if TYPE_CHECKING:
+    from ._url import StoreURL
+
+__all__ = [
+    "BaseCheckpointStore",
+    "CheckpointStore",
+    "Order",
+    "ScanQuery",
+    "StoreIdentity",
+    "StoreInfo",
+]
+
+Order = Literal["asc", "desc"]
+TTL = int | float | timedelta
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+MAX_STREAM_LEN = 512
+MAX_TAG_KEY_LEN = 128
+MAX_TAG_VALUE_LEN = 1024
+MAX_TAGS = 64
+MAX_LIMIT = 1000
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """What applications type against. See :class:`BaseCheckpointStore` for the contract."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    async def save(
+        self,
+        stream: str,
+        state: Any,
+        *,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+        ttl: TTL | None = None,
+        id: str | None = None,  # noqa: A002
+    ) -> Checkpoint: ...
+    async def get_latest(self, stream: str) -> Checkpoint | None: ...
+    async def load(self, id: str) -> Checkpoint: ...  # noqa: A002
+    async def list(
+        self,
+        stream: str | None = None,
+        *,
+        limit: int = 20,
+        order: Order = "desc",
+        after: str | None = None,
+        before: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        include_state: bool = True,
+    ) -> Page: ...
+    async def update(
+        self,
+        id: str,  # noqa: A002
+        state: Any,
+        *,
+        if_match: str | None = None,
+    ) -> Checkpoint: ...
+    async def delete(self, id: str, *, if_match: str | None = None) -> bool: ...  # noqa: A002
+    async def delete_stream(self, stream: str) -> int: ...
+    async def list_streams(self) -> list[str]: ...
+    async def prune(self, stream: str, *, keep_last: int) -> int: ...
+    async def purge_expired(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIdentity:
+    """What ``_open`` returns: the persisted store id, cursor key and format version."""
+
+    store_id: str
+    cursor_key: bytes
+    format_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScanQuery:
+    """One direction of a keyset scan, as the base class asks a backend for it.
+
+    Return up to ``limit`` live (not expired at ``now``) candidates of ``stream``
+    (every stream when ``None``) whose tags include ``tags``, in ``order`` of
+    sequence, strictly beyond ``bound`` (``> bound`` for ``asc``, ``< bound`` for
+    ``desc``; no bound when ``None``).
+    """
+
+    stream: str | None
+    order: Order
+    bound: int | None
+    limit: int
+    tags: Mapping[str, str]
+    now: datetime
+    include_state: bool = True
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What ``info()`` reports about a store (for tools such as ``statekeeper info``)."""
+
+    backend: str
+    url: str
+    store_id: str
+    format_version: int | None
+    capabilities: Capabilities
+    checkpoints: int | None = None
+    streams: int | None = None
+    high_water_mark: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class BaseCheckpointStore(ABC):
+    """Base class for backends: implement the ``_`` primitives, inherit the contract.
+
+    **The contract** (SPEC S1-S12), which the public methods here enforce for every
+    backend:
+
+    - *Strict reads.* :meth:`get_latest` and :meth:`load` return the newest / the
+      requested checkpoint decoded, or raise :class:`CheckpointDecodeError`. They
+      never fall back to an older checkpoint.
+    - *Tolerant listing.* :meth:`list` leaves an unreadable checkpoint out of
+      ``items`` and reports it in ``page.skipped``.
+    - *Order* is the store-wide creation ``sequence``, never a timestamp.
+    - *Symmetry.* :meth:`save` and :meth:`update` refuse, with
+      :class:`CheckpointEncodeError` and nothing written, any state that
+      :meth:`load` under the same configuration would refuse.
+    - *Concurrency.* Every method is safe to call concurrently from many tasks;
+      what holds across processes and hosts is declared in :attr:`capabilities`.
+
+    **Subclassing.** Set :attr:`Options` to a frozen :class:`StoreOptions` subclass
+    and :attr:`capabilities`, and implement ``_open``, ``_close``, ``_insert``,
+    ``_update``, ``_get``, ``_scan``, ``_delete`` and ``_list_streams``. The other
+    primitives have defaults built on those; override them where the backend can
+    do better or must be atomic (the defaults' notes say where they are racy).
+    Run :class:`statekeeper.testing.CheckpointStoreTests` against the result.
+    """
+
+    #: The options model of this backend (frozen, unknown options are errors).
+    Options: ClassVar[type[StoreOptions]] = StoreOptions
+    #: What this backend guarantees; the conformance kit reads it.
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: A short backend name for messages and ``info()``.
+    backend_name: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        **options: Any,
+    ) -> None:
+        self.options = validate_options(self.Options, options)
+        limits = CodecLimits(
+            max_depth=self.options.max_depth,
+            max_bytes=self.options.max_bytes,
+            max_int_digits=self.options.max_int_digits,
+            allow_nan=self.options.allow_nan,
+        )
+        try:
+            self.codec = Codec(allowed_types=self.options.allowed_types, limits=limits)
+        except ValueError as exc:
+            from .errors import InvalidOptions
+
+            if isinstance(exc, InvalidOptions):
+                raise
+            raise InvalidOptions(str(exc)) from exc
+        self._clock = clock or _utcnow
+        self._identity: StoreIdentity | None = None
+        self._signer: CursorSigner | None = None
+
+    # -- construction -----------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: StoreURL, **options: Any) -> Self:
+        """Build an unopened store from a parsed URL plus keyword options.
+
+        The default takes the URL's query parameters as options; backends that read
+        a path or host from the URL override this.
+        """
+        return cls(**_merge_options(url, options))
+
+    def describe(self) -> str:
+        """Where this store lives, safe to print (no credentials)."""
+        return f"{self.backend_name}://"
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._identity is not None
+
+    @property
+    def store_id(self) -> str:
+        """The persisted store id (raises :class:`StoreClosed` before :meth:`open`)."""
+        return self._require_open().store_id
+
+    async def open(self) -> None:
+        """Open (create if needed) the store. Opening an open store does nothing."""
+        if self._identity is None:
+            identity = await self._open()
+            self._signer = CursorSigner(identity.cursor_key)
+            self._identity = identity
+
+    async def close(self) -> None:
+        """Close the store. Closing a closed store does nothing; reopening is allowed."""
+        if self._identity is not None:
+            self._identity = None
+            self._signer = None
+            await self._close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _require_open(self) -> StoreIdentity:
+        identity = self._identity
+        if identity is None:
+            raise StoreClosed(
+                f"{self.describe()} is not open; use 'async with store:' or 'await store.open()'"
+            )
+        return identity
+
+    def now(self) -> datetime:
+        """The store's clock: timezone-aware UTC (injectable for tests via ``clock=``)."""
+        return self._clock()
+
+    # -- the public API ---------------------------------------------------------------
+
+    async def save(
+        self,
+        stream: str,
+        state: Any,
+        *,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+        ttl: TTL | None = None,
+        id: str | None = None,  # noqa: A002
+    ) -> Checkpoint:
+        """Save a new checkpoint at the end of ``stream`` and return it.
+
+        The checkpoint gets a ``sequence`` greater than any this store ever assigned
+        (S1). ``id`` is store-assigned unless given; a given id must match
+        ``[A-Za-z0-9._:-]{1,200}`` and saving an id that is live raises
+        :class:`PreconditionFailed`. ``ttl`` (seconds or a ``timedelta``) makes the
+        checkpoint expire, and slides on every update.
+
+        Strict: state that this store could not load raises
+        :class:`CheckpointEncodeError` and nothing is written. Bad arguments raise
+        :class:`InvalidQuery`. The returned ``state`` is the object you passed.
+        Concurrent saves, from tasks or (where declared) processes, get distinct
+        sequences in commit order.
+        """
+        self._require_open()
+        check_stream(stream)
+        if id is not None:
+            check_id(id, what="id")
+        if parent_id is not None:
+            check_id(parent_id, what="parent_id")
+        clean_tags = check_tags(tags)
+        ttl_s = self._check_ttl(ttl)
+        clean_meta = self.codec.check_metadata(dict(metadata) if metadata is not None else {})
+        state_bytes = self.codec.encode(state)
+        now = self.now()
+        record = NewRecord(
+            id=id or new_id(),
+            stream=stream,
+            state=state_bytes,
+            codec=self.codec.name,
+            created_at=now,
+            updated_at=now,
+            etag=new_etag(),
+            parent_id=parent_id,
+            tags=clean_tags,
+            metadata=clean_meta,
+            ttl=ttl_s,
+            expires_at=now + timedelta(seconds=ttl_s) if ttl_s is not None else None,
+        )
+        header = await self._insert(record)
+        return _with_state(header, state)
+
+    async def import_checkpoint(self, checkpoint: CheckpointHeader, state: Any) -> Checkpoint:
+        """Insert a checkpoint copied from another store, keeping its id, timestamps,
+        etag, parent link, tags, metadata and expiry; it gets a new sequence here.
+
+        Used by ``statekeeper copy``. Raises :class:`PreconditionFailed` if the id is
+        live. The same validation as :meth:`save` applies.
+        """
+        self._require_open()
+        check_stream(checkpoint.stream)
+        check_id(checkpoint.id, what="id")
+        if checkpoint.parent_id is not None:
+            check_id(checkpoint.parent_id, what="parent_id")
+        clean_tags = check_tags(checkpoint.tags)
+        clean_meta = self.codec.check_metadata(dict(checkpoint.metadata))
+        state_bytes = self.codec.encode(state)
+        ttl_s = None
+        if checkpoint.expires_at is not None:
+            ttl_s = max((checkpoint.expires_at - checkpoint.updated_at).total_seconds(), 1e-6)
+        record = NewRecord(
+            id=checkpoint.id,
+            stream=checkpoint.stream,
+            state=state_bytes,
+            codec=self.codec.name,
+            created_at=checkpoint.created_at,
+            updated_at=checkpoint.updated_at,
+            etag=checkpoint.etag,
+            parent_id=checkpoint.parent_id,
+            tags=clean_tags,
+            metadata=clean_meta,
+            ttl=ttl_s,
+            expires_at=checkpoint.expires_at,
+        )
+        header = await self._insert(record)
+        return _with_state(header, state)
+
+    async def get_latest(self, stream: str) -> Checkpoint | None:
+        """The live checkpoint of ``stream`` with the highest sequence, or ``None``.
+
+        Strict: if that checkpoint cannot be read or decoded this raises
+        :class:`CheckpointDecodeError` naming it; it never returns an older one.
+        Only the winner is decoded. If concurrent writers keep disturbing the read,
+        the backend retries a bounded number of times, then raises
+        :class:`~statekeeper.errors.ConcurrentModificationError`.
+        """
+        self._require_open()
+        check_stream(stream)
+        record = await self._latest(stream, self.now())
+        return None if record is None else self._decode_strict(record)
+
+    async def load(self, id: str) -> Checkpoint:  # noqa: A002
+        """The live checkpoint ``id``, decoded.
+
+        Raises :class:`CheckpointNotFound` if there is none (never existed, deleted,
+        expired) and :class:`CheckpointDecodeError` if it cannot be decoded.
+        """
+        self._require_open()
+        check_id(id, what="id")
+        record = await self._get(id, self.now())
+        if record is None:
+            raise CheckpointNotFound(id)
+        return self._decode_strict(record)
+
+    async def list(
+        self,
+        stream: str | None = None,
+        *,
+        limit: int = 20,
+        order: Order = "desc",
+        after: str | None = None,
+        before: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        include_state: bool = True,
+    ) -> Page:
+        """One page of checkpoints of ``stream`` (of every stream when ``None``).
+
+        Tolerant: a checkpoint that cannot be read or decoded is left out of
+        ``items`` and reported in ``page.skipped``. It still uses a slot of the page,
+        so a page can be short while ``has_more`` is true.
+
+        Order is by sequence, ``"desc"`` (newest first, the default) or ``"asc"``.
+        ``after=page.next_cursor`` continues in that order; ``before=page.prev_cursor``
+        gives the adjacent preceding page, still in the requested order. Cursors
+        mark positions, not items, so they survive deletion, expiry and tag
+        filtering of their item; they are bound to this store and to
+        ``(stream, order, tags)`` and raise :class:`InvalidCursor` elsewhere.
+        ``limit`` is 1..1000. With ``include_state=False`` states are not decoded
+        and items carry ``state=None``. A page costs O(limit), whatever its offset.
+        """
+        self._require_open()
+        if stream is not None:
+            check_stream(stream)
+        check_limit(limit)
+        if order not in ("asc", "desc"):
+            raise InvalidQuery(f"order must be 'asc' or 'desc', got {order!r}")
+        clean_tags = check_tags(tags)
+        if after is not None and before is not None:
+            raise InvalidQuery("pass at most one of after= and before=")
+        assert self._signer is not None
+        signer = self._signer
+        fp = query_fingerprint(stream, order, clean_tags)
+        now = self.now()
+        back: Order = "desc" if order == "asc" else "asc"
+        step = 1 if order == "asc" else -1
+
+        def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
+            return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state)
+
+        def pos(entry: StoredRecord | Skipped) -> int:
+            seq = entry.sequence
+            assert seq is not None, "_scan must report the sequence of every entry"
+            return seq
+
+        async def exists(direction: Order, bound: int) -> bool:
+            return bool(await self._scan(query(direction, bound, 1)))
+
+        if before is None:
+            bound = signer.position(after, fp) if after is not None else None
+            entries = await self._scan(query(order, bound, limit + 1))
+            more = len(entries) > limit
+            entries = entries[:limit]
+            next_pos = pos(entries[-1]) if more else None
+            prev_pos: int | None = None
+            if bound is not None:
+                edge = pos(entries[0]) if entries else bound + step
+                if await exists(back, edge):
+                    prev_pos = edge
+        else:
+            bound = signer.position(before, fp)
+            entries = await self._scan(query(back, bound, limit + 1))
+            earlier = len(entries) > limit
+            entries = entries[:limit]
+            entries.reverse()
+            prev_pos = pos(entries[0]) if earlier else None
+            edge = pos(entries[-1]) if entries else bound - step
+            next_pos = edge if await exists(order, edge) else None
+
+        items: list[Checkpoint] = []
+        skipped: list[Skipped] = []
+        for entry in entries:
+            if isinstance(entry, Skipped):
+                skipped.append(entry)
+            elif not include_state:
+                items.append(_with_state(entry.header, None))
+            else:
+                try:
+                    items.append(self._decode_strict(entry))
+                except CheckpointDecodeError as exc:
+                    skipped.append(skipped_from(exc, entry.id, entry.sequence))
+        return Page.model_construct(
+            items=items,
+            skipped=skipped,
+            next_cursor=signer.make(next_pos, fp) if next_pos is not None else None,
+            prev_cursor=signer.make(prev_pos, fp) if prev_pos is not None else None,
+            has_more=next_pos is not None,
+        )
+
+    async def update(
+        self,
+        id: str,  # noqa: A002
+        state: Any,
+        *,
+        if_match: str | None = None,
+    ) -> Checkpoint:
+        """Replace the state of checkpoint ``id``.
+
+        Keeps ``id``, ``sequence`` and ``created_at``; changes ``etag`` and
+        ``updated_at``; a TTL slides. With ``if_match`` this is a true
+        compare-and-set: it raises :class:`PreconditionFailed` unless the current
+        etag equals ``if_match``. Raises :class:`CheckpointNotFound` if ``id`` is not
+        live and :class:`CheckpointEncodeError` (nothing written) for state this
+        store could not load.
+        """
+        self._require_open()
+        check_id(id, what="id")
+        if if_match is not None and not isinstance(if_match, str):
+            raise InvalidQuery("if_match must be an etag string or None")
+        state_bytes = self.codec.encode(state)
+        header = await self._update(
+            id, state=state_bytes, if_match=if_match, now=self.now(), etag=new_etag()
+        )
+        return _with_state(header, state)
+
+    async def delete(self, id: str, *, if_match: str | None = None) -> bool:  # noqa: A002
+        """Delete checkpoint ``id``; return whether anything was removed.
+
+        Idempotent: deleting a missing or expired checkpoint returns ``False``. With
+        ``if_match``, a live checkpoint whose etag differs raises
+        :class:`PreconditionFailed`. The sequence is never reused.
+        """
+        self._require_open()
+        check_id(id, what="id")
+        if if_match is not None and not isinstance(if_match, str):
+            raise InvalidQuery("if_match must be an etag string or None")
+        return await self._delete(id, if_match=if_match, now=self.now())
+
+    async def delete_stream(self, stream: str) -> int:
+        """Delete every checkpoint of ``stream``; return how many. Other streams are untouched."""
+        self._require_open()
+        check_stream(stream)
+        return await self._delete_stream(stream, self.now())
+
+    async def list_streams(self) -> list[str]:
+        """The names of the streams that have a live checkpoint, sorted."""
+        self._require_open()
+        return sorted(await self._list_streams(self.now()))
+
+    async def prune(self, stream: str, *, keep_last: int) -> int:
+        """Delete all but the ``keep_last`` newest checkpoints of ``stream``; return how many."""
+        self._require_open()
+        check_stream(stream)
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+            raise InvalidQuery(f"keep_last must be an int >= 0, got {keep_last!r}")
+        return await self._prune(stream, keep_last, self.now())
+
+    async def purge_expired(self) -> int:
+        """Remove expired checkpoints for good and reclaim their space; return how many."""
+        self._require_open()
+        return await self._purge_expired(self.now())
+
+    async def info(self) -> StoreInfo:
+        """Backend, format version, store id, counts and the sequence high-water mark."""
+        identity = self._require_open()
+        extra = await self._info()
+        return StoreInfo(
+            backend=self.backend_name,
+            url=self.describe(),
+            store_id=identity.store_id,
+            format_version=identity.format_version,
+            capabilities=self.capabilities,
+            checkpoints=extra.pop("checkpoints", None),
+            streams=extra.pop("streams", None),
+            high_water_mark=extra.pop("high_water_mark", None),
+            extra=extra,
+        )
+
+    # -- the backdoor (conformance kit and repair tools only) ------------------------
+
+    async def backdoor_read_raw(self, id: str) -> bytes:  # noqa: A002
+        """The stored envelope bytes of ``id``, bypassing decoding. For the test kit.
+
+        Backends that declare ``capabilities.raw_access`` implement this and
+        :meth:`backdoor_write_raw`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
+
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:  # noqa: A002
+        """Overwrite the stored bytes of ``id`` without validation. For the test kit."""
+        raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
+
+    # -- helpers for subclasses ------------------------------------------------------
+
+    def _decode_strict(self, record: StoredRecord) -> Checkpoint:
+        """Decode a record's state, or raise :class:`CheckpointDecodeError` naming it."""
+        if record.codec != self.codec.name:
+            raise CheckpointDecodeError(
+                f"unknown codec {record.codec!r}", id=record.id, sequence=record.sequence
+            )
+        try:
+            state = self.codec.decode(record.state)
+        except CheckpointDecodeError as exc:
+            raise CheckpointDecodeError(
+                exc.reason, id=record.id, location=exc.location, sequence=record.sequence
+            ) from exc
+        return _with_state(record.header, state)
+
+    def _check_ttl(self, ttl: TTL | None) -> float | None:
+        if ttl is None:
+            return None
+        if not self.capabilities.ttl:
+            raise InvalidQuery(f"the {self.backend_name} backend does not support ttl")
+        seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
+            raise InvalidQuery(f"ttl must be a positive number of seconds or timedelta, got {ttl!r}")
+        return float(seconds)
+
+    # -- primitives: the abstract core ------------------------------------------------
+
+    @abstractmethod
+    async def _open(self) -> StoreIdentity:
+        """Open or create the underlying storage; return its persisted identity.
+
+        Create a random store id and a random cursor key (at least 16 bytes) on
+        first open and persist them; raise :class:`StoreFormatError` for storage
+        that is not a store or has a newer format.
+        """
+
+    @abstractmethod
+    async def _close(self) -> None:
+        """Release connections, handles and locks."""
+
+    @abstractmethod
+    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        """Atomically assign the next sequence and persist ``record.seal(sequence)``.
+
+        The sequence must exceed every sequence this store ever assigned (keep a
+        persisted high-water mark; ``max(existing) + 1`` is wrong) and sequence order
+        must equal commit order. Raise :class:`PreconditionFailed` if a live
+        checkpoint has ``record.id`` (an expired one may be replaced).
+        """
+
+    @abstractmethod
+    async def _update(
+        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str  # noqa: A002
+    ) -> CheckpointHeader:
+        """Atomically replace the state of live checkpoint ``id``.
+
+        Read the current record, raise :class:`CheckpointNotFound` if it is not live,
+        :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
+        then persist ``current.updated(state, now=now, etag=etag)``. The read and the
+        write form one compare-and-set.
+        """
+
+    @abstractmethod
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:  # noqa: A002
+        """The live record ``id`` (``None`` if missing or expired at ``now``).
+
+        Raise :class:`CheckpointDecodeError` if it exists but its bytes are unreadable.
+        """
+
+    @abstractmethod
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        """Keyset scan; see :class:`ScanQuery`. Cost must be O(limit), not O(offset).
+
+        A record whose bytes cannot be read is returned as a :class:`Skipped` whose
+        ``sequence`` is set (the position must be known for cursors). Use
+        :func:`skipped_from` to build it from a :class:`CheckpointDecodeError`.
+        """
+
+    @abstractmethod
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:  # noqa: A002
+        """Atomically delete live ``id``; ``False`` if missing or expired.
+
+        With ``if_match``, raise :class:`PreconditionFailed` if the etag differs.
+        """
+
+    @abstractmethod
+    async def _list_streams(self, now: datetime) -> list[str]:
+        """Names of streams with at least one live checkpoint (any order)."""
+
+    # -- primitives with defaults ----------------------------------------------------
+
+    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        """The live record of ``stream`` with the highest sequence.
+
+        The default is a one-item descending scan: correct and O(1) for backends
+        whose scan is keyset-indexed. If the winner is unreadable it raises rather
+        than falling back. Note for implementers: a backend whose scan is not
+        atomic with respect to writers must retry here and finally raise
+        :class:`~statekeeper.errors.ConcurrentModificationError`.
+        """
+        entries = await self._scan(ScanQuery(stream, "desc", None, 1, {}, now))
+        if not entries:
+            return None
+        top = entries[0]
+        if isinstance(top, Skipped):
+            raise CheckpointDecodeError(
+                top.reason, id=top.id, location=top.location, sequence=top.sequence
+            )
+        return top
+
+    async def _delete_stream(self, stream: str, now: datetime) -> int:
+        """Delete all of ``stream``. Note for implementers: the default deletes page by
+        page through ``_scan``/``_delete``, so a save that commits meanwhile may
+        survive; override with one atomic statement where the backend can."""
+        removed = 0
+        bound: int | None = None
+        while True:
+            batch = await self._scan(ScanQuery(stream, "asc", bound, 500, {}, now, False))
+            if not batch:
+                return removed
+            for entry in batch:
+                if entry.id is not None:
+                    removed += await self._delete(entry.id, if_match=None, now=now)
+            bound = batch[-1].sequence
+
+    async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        """Delete all but the newest ``keep_last`` of ``stream``. Same note as
+        ``_delete_stream``."""
+        removed = 0
+        bound: int | None = None
+        if keep_last:
+            kept = await self._scan(ScanQuery(stream, "desc", None, keep_last, {}, now, False))
+            if len(kept) < keep_last:
+                return 0
+            bound = kept[-1].sequence
+        while True:
+            batch = await self._scan(ScanQuery(stream, "desc", bound, 500, {}, now, False))
+            if not batch:
+                return removed
+            for entry in batch:
+                if entry.id is not None:
+                    removed += await self._delete(entry.id, if_match=None, now=now)
+            bound = batch[-1].sequence
+
+    async def _purge_expired(self, now: datetime) -> int:
+        """Remove records expired at ``now``; backends with ``capabilities.ttl`` override."""
+        return 0
+
+    async def _info(self) -> dict[str, Any]:
+        """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
+        ``high_water_mark`` and any backend-specific extras."""
+        return {}
+
+
+# -- validation shared by every backend ----------------------------------------------
+
+
+def check_stream(stream: object) -> None:
+    """Raise :class:`InvalidQuery` unless ``stream`` is a valid stream name."""
+    if not isinstance(stream, str) or not stream:
+        raise InvalidQuery(f"stream must be a non-empty string, got {stream!r}")
+    if len(stream) > MAX_STREAM_LEN:
+        raise InvalidQuery(f"stream names are at most {MAX_STREAM_LEN} characters")
+    if "\x00" in stream:
+        raise InvalidQuery("stream names must not contain NUL")
+    _check_utf8(stream, "stream")
+
+
+def check_id(value: object, *, what: str) -> None:
+    """Raise :class:`InvalidQuery` unless ``value`` matches ``[A-Za-z0-9._:-]{1,200}``."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise InvalidQuery(f"{what} must match [A-Za-z0-9._:-]{{1,200}}, got {value!r}")
+
+
+def check_limit(limit: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidQuery(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}")
+
+
+def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
+    """Validate tags (str -> str, no NUL, bounded) and return a plain dict copy."""
+    if tags is None:
+        return {}
+    if not isinstance(tags, Mapping):
+        raise InvalidQuery(f"tags must be a mapping of str to str, got {type(tags).__name__}")
+    if len(tags) > MAX_TAGS:
+        raise InvalidQuery(f"at most {MAX_TAGS} tags are allowed")
+    clean: dict[str, str] = {}
+    for key, value in tags.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidQuery(f"tags must map str to str, got {key!r}: {value!r}")
+        if not key or len(key) > MAX_TAG_KEY_LEN or len(value) > MAX_TAG_VALUE_LEN:
+            raise InvalidQuery(
+                f"tag keys are 1..{MAX_TAG_KEY_LEN} characters and values at most "
+                f"{MAX_TAG_VALUE_LEN}, got {key[:40]!r}"
+            )
+        if "\x00" in key or "\x00" in value:
+            raise InvalidQuery(f"tag {key[:40]!r} contains NUL, which no backend can store")
+        _check_utf8(key, "tag key")
+        _check_utf8(value, "tag value")
+        clean[key] = value
+    return clean
+
+
+def _check_utf8(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidQuery(f"{what} is not valid Unicode (lone surrogate)") from None
+
+
+def new_id() -> str:
+    """A fresh opaque checkpoint id."""
+    return secrets.token_hex(16)
+
+
+def new_etag() -> str:
+    """A fresh etag."""
+    return secrets.token_hex(8)
+
+
+def skipped_from(exc: CheckpointDecodeError, id: str | None, sequence: int | None) -> Skipped:  # noqa: A002
+    """The :class:`Skipped` entry a tolerant listing reports for ``exc``."""
+    return Skipped.model_construct(
+        id=exc.id if exc.id is not None else id,
+        sequence=exc.sequence if exc.sequence is not None else sequence,
+        location=exc.location or (f"id {id}" if id else "unknown"),
+        reason=exc.reason,
+        error=type(exc).__name__,
+    )
+
+
+def _with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
+    values = {name: getattr(header, name) for name in CheckpointHeader.model_fields}
+    return Checkpoint.model_construct(**values, state=state)
+
+
+def _merge_options(url: StoreURL, options: Mapping[str, Any]) -> dict[str, Any]:
+    """URL query options plus keyword options; the same option twice is an error."""
+    from .errors import InvalidOptions
+
+    both = set(url.query) & set(options)
+    if both:
+        raise InvalidOptions(f"options given both in the URL and as keywords: {sorted(both)}")
+    return {**url.query, **options}
+

@@ -1,0 +1,279 @@
+"""``memory://``: the in-memory backend, and the official fake for application tests.
+
+Data lives in a :class:`MemoryStorage` owned by the store instance, never in a
+module global, so two stores never see each other's data. Pass the same
+``storage=`` to a second store to simulate a restart of the same process.
+
+It is faithful rather than lenient: states go through the same codec and the same
+record envelope as the persistent backends, so a test that passes here does not
+fail in production because of state production cannot store.
+
+Costs: ``get_latest`` is O(1) amortised, a page is O(log n + page), ``save`` is
+O(1) amortised, ``delete`` is O(n) in the worst case (a list removal).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
+
+from .._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
+from ..config import Capabilities
+from ..errors import (
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    PreconditionFailed,
+)
+from ..models import CheckpointHeader, Skipped
+from ..record import NewRecord, StoredRecord
+
+__all__ = ["MemoryCheckpointStore", "MemoryStorage"]
+
+
+@dataclass(slots=True)
+class _Entry:
+    sequence: int
+    stream: str
+    blob: bytes
+    tags: dict[str, str]
+    expires_at: datetime | None
+
+    def live(self, now: datetime) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+@dataclass
+class MemoryStorage:
+    """The data of one in-memory store. Share it between instances to simulate reopen."""
+
+    store_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    cursor_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    high_water_mark: int = 0
+    by_id: dict[str, _Entry] = field(default_factory=dict)
+    by_seq: dict[int, str] = field(default_factory=dict)
+    all_seqs: list[int] = field(default_factory=list)
+    stream_seqs: dict[str, list[int]] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+
+class MemoryCheckpointStore(BaseCheckpointStore):
+    """A :class:`~statekeeper.CheckpointStore` held in process memory.
+
+    Not durable and not shared across processes (see :attr:`capabilities`). All
+    operations are atomic with respect to each other, across tasks and threads.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=False, cross_process=False, power_loss_durable=False, ttl=True, raw_access=True
+    )
+    backend_name: ClassVar[str] = "memory"
+
+    def __init__(self, *, storage: MemoryStorage | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        self.storage = storage if storage is not None else MemoryStorage()
+
+    async def _open(self) -> StoreIdentity:
+        return StoreIdentity(self.storage.store_id, self.storage.cursor_key, 1)
+
+    async def _close(self) -> None:
+        return None
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _location(self, entry: _Entry) -> str:
+        return f"memory:seq={entry.sequence}"
+
+    def _parse(self, id: str, entry: _Entry) -> StoredRecord:  # noqa: A002
+        return StoredRecord.from_bytes(
+            entry.blob,
+            location=self._location(entry),
+            expect_store_id=self.storage.store_id,
+            expect_id=id,
+            expect_sequence=entry.sequence,
+        )
+
+    def _live_entry(self, id: str, now: datetime) -> _Entry | None:  # noqa: A002
+        entry = self.storage.by_id.get(id)
+        return entry if entry is not None and entry.live(now) else None
+
+    def _unlink(self, id: str, entry: _Entry) -> None:  # noqa: A002
+        data = self.storage
+        del data.by_id[id]
+        del data.by_seq[entry.sequence]
+        _remove_sorted(data.all_seqs, entry.sequence)
+        seqs = data.stream_seqs[entry.stream]
+        _remove_sorted(seqs, entry.sequence)
+        if not seqs:
+            del data.stream_seqs[entry.stream]
+
+    # -- primitives ------------------------------------------------------------------
+
+    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        data = self.storage
+        with data.lock:
+            existing = data.by_id.get(record.id)
+            if existing is not None:
+                if existing.live(record.created_at):
+                    raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+                self._unlink(record.id, existing)
+            data.high_water_mark += 1
+            seq = data.high_water_mark
+            stored = record.seal(seq)
+            entry = _Entry(
+                seq, record.stream, stored.to_bytes(data.store_id), record.tags, record.expires_at
+            )
+            data.by_id[record.id] = entry
+            data.by_seq[seq] = record.id
+            data.all_seqs.append(seq)
+            data.stream_seqs.setdefault(record.stream, []).append(seq)
+            return stored.header
+
+    async def _update(
+        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str  # noqa: A002
+    ) -> CheckpointHeader:
+        data = self.storage
+        with data.lock:
+            entry = self._live_entry(id, now)
+            if entry is None:
+                raise CheckpointNotFound(id)
+            current = self._parse(id, entry)
+            if if_match is not None and current.header.etag != if_match:
+                raise PreconditionFailed(
+                    f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
+                )
+            new = current.updated(state, now=now, etag=etag)
+            entry.blob = new.to_bytes(data.store_id)
+            entry.expires_at = new.header.expires_at
+            return new.header
+
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:  # noqa: A002
+        with self.storage.lock:
+            entry = self._live_entry(id, now)
+            return None if entry is None else self._parse(id, entry)
+
+    def _iter(self, query: ScanQuery) -> Iterator[tuple[str, _Entry]]:
+        data = self.storage
+        seqs = data.all_seqs if query.stream is None else data.stream_seqs.get(query.stream, [])
+        if query.order == "asc":
+            start = 0 if query.bound is None else bisect_right(seqs, query.bound)
+            indices: range = range(start, len(seqs))
+        else:
+            stop = len(seqs) if query.bound is None else bisect_left(seqs, query.bound)
+            indices = range(stop - 1, -1, -1)
+        for i in indices:
+            rid = data.by_seq[seqs[i]]
+            yield rid, data.by_id[rid]
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        out: list[StoredRecord | Skipped] = []
+        with self.storage.lock:
+            for rid, entry in self._iter(query):
+                if not entry.live(query.now):
+                    continue
+                if query.tags and any(entry.tags.get(k) != v for k, v in query.tags.items()):
+                    continue
+                try:
+                    out.append(self._parse(rid, entry))
+                except CheckpointDecodeError as exc:
+                    out.append(skipped_from(exc, rid, entry.sequence))
+                if len(out) >= query.limit:
+                    break
+        return out
+
+    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        with self.storage.lock:
+            for rid, entry in self._iter(ScanQuery(stream, "desc", None, 1, {}, now)):
+                if entry.live(now):
+                    return self._parse(rid, entry)
+        return None
+
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:  # noqa: A002
+        data = self.storage
+        with data.lock:
+            entry = self._live_entry(id, now)
+            if entry is None:
+                return False
+            if if_match is not None:
+                current = self._parse(id, entry)
+                if current.header.etag != if_match:
+                    raise PreconditionFailed(
+                        f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
+                    )
+            self._unlink(id, entry)
+            return True
+
+    async def _delete_stream(self, stream: str, now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            seqs = list(data.stream_seqs.get(stream, []))
+            removed = 0
+            for seq in seqs:
+                rid = data.by_seq[seq]
+                entry = data.by_id[rid]
+                removed += entry.live(now)
+                self._unlink(rid, entry)
+            return removed
+
+    async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            seqs = data.stream_seqs.get(stream, [])
+            live = [s for s in seqs if data.by_id[data.by_seq[s]].live(now)]
+            doomed = live[: max(len(live) - keep_last, 0)]
+            for seq in doomed:
+                rid = data.by_seq[seq]
+                self._unlink(rid, data.by_id[rid])
+            return len(doomed)
+
+    async def _purge_expired(self, now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            doomed = [(rid, e) for rid, e in data.by_id.items() if not e.live(now)]
+            for rid, entry in doomed:
+                self._unlink(rid, entry)
+            return len(doomed)
+
+    async def _list_streams(self, now: datetime) -> list[str]:
+        data = self.storage
+        with data.lock:
+            return [
+                name
+                for name, seqs in data.stream_seqs.items()
+                if any(data.by_id[data.by_seq[s]].live(now) for s in reversed(seqs))
+            ]
+
+    async def _info(self) -> dict[str, Any]:
+        data = self.storage
+        with data.lock:
+            return {
+                "checkpoints": len(data.by_id),
+                "streams": len(data.stream_seqs),
+                "high_water_mark": data.high_water_mark,
+            }
+
+    # -- backdoor --------------------------------------------------------------------
+
+    async def backdoor_read_raw(self, id: str) -> bytes:  # noqa: A002
+        with self.storage.lock:
+            entry = self.storage.by_id.get(id)
+            if entry is None:
+                raise CheckpointNotFound(id)
+            return entry.blob
+
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:  # noqa: A002
+        with self.storage.lock:
+            entry = self.storage.by_id.get(id)
+            if entry is None:
+                raise CheckpointNotFound(id)
+            entry.blob = bytes(data)
+
+
+def _remove_sorted(seqs: list[int], value: int) -> None:
+    i = bisect_left(seqs, value)
+    if i < len(seqs) and seqs[i] == value:
+        del seqs[i]

@@ -1,0 +1,81 @@
+"""Options every backend takes, and the capabilities a backend declares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InvalidOptions
+
+__all__ = ["Capabilities", "StoreOptions", "validate_options"]
+
+
+class StoreOptions(BaseModel):
+    """Options that every backend accepts. Backends subclass this model.
+
+    The model is frozen and forbids unknown fields: an option that no backend reads
+    is an error, never silently ignored. Values may come from URL query parameters
+    (strings), which are converted where the conversion is unambiguous.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    #: Classes (or ``"module:Qualname"`` strings) the codec may encode and decode
+    #: beyond the built-in safe types. Anything else is refused both ways (S5, S11).
+    allowed_types: tuple[type | str, ...] = ()
+    #: ``"full"``: an acknowledged save survives power loss (fsync, synchronous=FULL).
+    #: ``"fast"``: it survives a process crash but may be lost on power loss.
+    durability: Literal["full", "fast"] = "full"
+    #: Codec limits; see :class:`statekeeper.codec.CodecLimits`.
+    max_depth: int = Field(default=100, ge=1, le=10_000)
+    max_bytes: int = Field(default=16 * 1024 * 1024, ge=64)
+    max_int_digits: int = Field(default=4300, ge=1)
+    allow_nan: bool = False
+
+    @field_validator("allowed_types", mode="before")
+    @classmethod
+    def _split_types(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, type):
+            return (value,)
+        return value
+
+
+def validate_options(model: type[StoreOptions], values: dict[str, Any]) -> StoreOptions:
+    """Build ``model`` from ``values``, turning validation errors into :class:`InvalidOptions`."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        allowed = ", ".join(sorted(model.model_fields))
+        raise InvalidOptions(
+            f"invalid options for {model.__name__}: {problems} (accepted options: {allowed})"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend guarantees, declared by the backend and never guessed.
+
+    The conformance kit skips the tests of a capability a backend does not declare.
+    """
+
+    #: Data survives closing and reopening the store (and a process restart).
+    persistent: bool = False
+    #: Several processes on one host may share the store.
+    cross_process: bool = False
+    #: Several hosts may share the store.
+    cross_host: bool = False
+    #: With ``durability="full"`` an acknowledged save survives power loss.
+    power_loss_durable: bool = False
+    #: ``ttl=`` is supported (saves may expire).
+    ttl: bool = True
+    #: The store implements the raw-record backdoor used by the conformance kit
+    #: (:meth:`BaseCheckpointStore.backdoor_read_raw` / ``backdoor_write_raw``).
+    raw_access: bool = False

@@ -1,0 +1,151 @@
+"""The exceptions statekeeper raises.
+
+Every error derives from one root, so ``except StatekeeperError`` catches all of
+them. Where a builtin is what callers already catch, the error inherits it too.
+
+::
+
+    StatekeeperError
+    ├── CheckpointNotFound            (also KeyError)      no live checkpoint has that id
+    ├── CheckpointDecodeError                               a stored record cannot be read or decoded
+    ├── CheckpointEncodeError         (also ValueError)    state that this store could never load
+    ├── PreconditionFailed                                  etag mismatch, or the id already exists
+    ├── ConcurrentModificationError                         a concurrent writer disturbed a read (retryable)
+    ├── InvalidQuery                  (also ValueError)    bad stream, id, limit, order or tags
+    │   └── InvalidCursor             (also ValueError)    forged, foreign or mismatched cursor
+    ├── InvalidURL                    (also ValueError)    a store URL that cannot be parsed
+    ├── InvalidOptions                (also ValueError)    unknown or invalid backend options
+    ├── BackendNotFound               (also LookupError)   no backend is installed for a scheme
+    ├── StoreFormatError                                    not a store, or an unsupported format version
+    ├── StoreClosed                                         the store is not open
+    └── BackendError                                        the storage itself failed; ``.orig`` keeps the cause
+        └── StoreTimeout                                    a lock or busy timeout ran out
+
+Messages say what happened, to what, and what to do about it. Errors that wrap a
+driver or OS error keep it in ``.orig`` and are raised ``from`` it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendNotFound",
+    "CheckpointDecodeError",
+    "CheckpointEncodeError",
+    "CheckpointNotFound",
+    "ConcurrentModificationError",
+    "InvalidCursor",
+    "InvalidOptions",
+    "InvalidQuery",
+    "InvalidURL",
+    "PreconditionFailed",
+    "StatekeeperError",
+    "StoreClosed",
+    "StoreFormatError",
+    "StoreTimeout",
+]
+
+
+class StatekeeperError(Exception):
+    """Root of every error statekeeper raises."""
+
+    #: Whether simply retrying the same call may succeed.
+    retryable: bool = False
+
+
+class CheckpointNotFound(StatekeeperError, KeyError):
+    """No live checkpoint has the requested id (it never existed, was deleted or expired)."""
+
+    def __init__(self, checkpoint_id: str) -> None:
+        self.id = checkpoint_id
+        super().__init__(f"no live checkpoint with id {checkpoint_id!r}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class CheckpointDecodeError(StatekeeperError):
+    """A stored checkpoint exists but cannot be read or decoded.
+
+    ``id`` is the checkpoint id when it is known, ``location`` says where the record
+    lives (a path, a row key), and ``reason`` is a human sentence.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        id: str | None = None,  # noqa: A002 - the contract names it id
+        location: str | None = None,
+        sequence: int | None = None,
+    ) -> None:
+        self.id = id
+        self.location = location
+        self.sequence = sequence
+        self.reason = reason
+        where = []
+        if id is not None:
+            where.append(f"checkpoint {id!r}")
+        if location is not None:
+            where.append(f"at {location}")
+        prefix = " ".join(where) or "a record"
+        super().__init__(f"{prefix} cannot be decoded: {reason}")
+
+
+class CheckpointEncodeError(StatekeeperError, ValueError):
+    """The state (or metadata) cannot be stored, because this store could never load it.
+
+    Nothing was written.
+    """
+
+
+class PreconditionFailed(StatekeeperError):
+    """An ``if_match`` etag did not match, or a caller-chosen id is already live."""
+
+
+class ConcurrentModificationError(StatekeeperError):
+    """A concurrent writer kept disturbing a read; retrying the call may succeed."""
+
+    retryable = True
+
+
+class InvalidQuery(StatekeeperError, ValueError):
+    """An argument is out of its documented domain: stream, id, limit, order, tags."""
+
+
+class InvalidCursor(InvalidQuery):
+    """A cursor is malformed, forged, from another store, or from a different query."""
+
+
+class InvalidURL(StatekeeperError, ValueError):
+    """A store URL cannot be parsed."""
+
+
+class InvalidOptions(StatekeeperError, ValueError):
+    """Backend options are unknown or invalid."""
+
+
+class BackendNotFound(StatekeeperError, LookupError):
+    """No backend is registered or installed for a URL scheme."""
+
+
+class StoreFormatError(StatekeeperError):
+    """The target is not a statekeeper store, or uses a format version this code can't read."""
+
+
+class StoreClosed(StatekeeperError):
+    """The store is not open (never opened, or already closed)."""
+
+
+class BackendError(StatekeeperError):
+    """The storage failed (OS error, driver error). ``orig`` keeps the underlying exception."""
+
+    def __init__(self, message: str, *, orig: BaseException | None = None) -> None:
+        self.orig = orig
+        super().__init__(message)
+
+
+class StoreTimeout(BackendError):
+    """A lock wait, busy timeout or statement timeout ran out."""
+
+    retryable = True

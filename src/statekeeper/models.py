@@ -1,0 +1,96 @@
+"""The frozen value types that every store returns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["Checkpoint", "CheckpointHeader", "JSONValue", "Page", "Skipped"]
+
+#: Plain JSON: what ``metadata`` values may hold.
+JSONValue = Any
+
+
+def _require_utc(value: datetime | None) -> datetime | None:
+    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+        raise ValueError("timestamps must be timezone-aware")
+    return value
+
+
+class CheckpointHeader(BaseModel):
+    """Everything about a checkpoint except its state.
+
+    ``sequence`` is the store-wide creation order: larger means created later, it is
+    never reused, and ``update`` keeps it. Timestamps are timezone-aware UTC with
+    microseconds and are informational only; order never comes from them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    stream: str
+    sequence: int = Field(ge=1)
+    created_at: datetime
+    updated_at: datetime
+    etag: str
+    parent_id: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, JSONValue] = Field(default_factory=dict)
+    expires_at: datetime | None = None
+
+    _tz = field_validator("created_at", "updated_at", "expires_at")(_require_utc)
+
+    def header(self) -> CheckpointHeader:
+        """This checkpoint's header alone (a ``Checkpoint`` without its state)."""
+        if type(self) is CheckpointHeader:
+            return self
+        return CheckpointHeader.model_validate(
+            {name: getattr(self, name) for name in CheckpointHeader.model_fields}
+        )
+
+
+class Checkpoint(CheckpointHeader):
+    """A checkpoint with its decoded state."""
+
+    state: Any = None
+
+
+class Skipped(BaseModel):
+    """A record that a tolerant listing left out, and why.
+
+    ``id`` and ``sequence`` are ``None`` when the record is too damaged to tell.
+    ``location`` is where it lives (a path, a row key), ``reason`` a human sentence,
+    ``error`` the name of the exception class that a strict read would raise.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str | None
+    sequence: int | None
+    location: str
+    reason: str
+    error: str
+
+
+class Page(BaseModel):
+    """One page of a tolerant listing.
+
+    ``items`` are in the requested order. ``skipped`` lists every record in the
+    page's range that could not be read. ``next_cursor`` feeds ``after=`` and
+    ``prev_cursor`` feeds ``before=``; each is ``None`` at its end, and
+    ``has_more`` is true exactly when ``next_cursor`` is not ``None``.
+
+    A page covers ``limit`` candidate records; a record that was skipped still uses
+    its slot, so a page can hold fewer than ``limit`` items while ``has_more`` is
+    true.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[Checkpoint] = Field(default_factory=list)
+    skipped: list[Skipped] = Field(default_factory=list)
+    next_cursor: str | None = None
+    prev_cursor: str | None = None
+    has_more: bool = False

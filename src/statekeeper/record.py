@@ -1,0 +1,219 @@
+"""The record envelope: one checkpoint as checksummed bytes.
+
+Backends persist a checkpoint as one opaque ``bytes`` value made by
+:meth:`StoredRecord.to_bytes`, plus whatever index columns they need (stream,
+sequence, id, tags, expiry). Reading goes through :meth:`StoredRecord.from_bytes`,
+which verifies the length and checksum, so a torn or truncated record is a
+:class:`~statekeeper.errors.CheckpointDecodeError`, never valid data.
+
+Layout (format 1)::
+
+    SK1 <header_len> <state_len> <crc32 hex>\\n
+    <header JSON, header_len bytes>
+    <state bytes, state_len bytes>
+
+``crc32`` covers the header and the state. The header JSON holds the format
+version, store id, id, stream, sequence, timestamps, etag, parent id, tags,
+metadata, expiry, the TTL that slides on update, and the codec name. The state
+bytes are the codec's output and are decoded only when asked for.
+
+This module is public for backend authors: a third-party backend should store
+these bytes rather than invent its own envelope.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from .errors import CheckpointDecodeError
+from .models import CheckpointHeader
+
+__all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "StoredRecord"]
+
+MAGIC = b"SK1 "
+FORMAT_VERSION = 1
+_MAX_PREFIX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """A checkpoint that is about to be inserted; the backend supplies the sequence.
+
+    Backends call :meth:`seal` inside the critical section that assigns the sequence.
+    """
+
+    id: str
+    stream: str
+    state: bytes
+    codec: str
+    created_at: datetime
+    updated_at: datetime
+    etag: str
+    parent_id: str | None
+    tags: dict[str, str]
+    metadata: dict[str, Any]
+    ttl: float | None
+    expires_at: datetime | None
+
+    def seal(self, sequence: int) -> StoredRecord:
+        """The stored form of this record at ``sequence``."""
+        header = CheckpointHeader.model_construct(
+            id=self.id,
+            stream=self.stream,
+            sequence=sequence,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            etag=self.etag,
+            parent_id=self.parent_id,
+            tags=self.tags,
+            metadata=self.metadata,
+            expires_at=self.expires_at,
+        )
+        return StoredRecord(header=header, state=self.state, codec=self.codec, ttl=self.ttl)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A checkpoint as stored: its header, its encoded state and its TTL."""
+
+    header: CheckpointHeader
+    state: bytes
+    codec: str
+    ttl: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.header.id
+
+    @property
+    def sequence(self) -> int:
+        return self.header.sequence
+
+    @property
+    def stream(self) -> str:
+        return self.header.stream
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether this record has expired at ``now`` (it then behaves as deleted)."""
+        expires = self.header.expires_at
+        return expires is not None and expires <= now
+
+    def updated(self, state: bytes, *, now: datetime, etag: str) -> StoredRecord:
+        """This record with a new state: same id, sequence and created_at; TTL slides."""
+        expires_at = now + timedelta(seconds=self.ttl) if self.ttl is not None else None
+        header = self.header.model_copy(
+            update={"updated_at": now, "etag": etag, "expires_at": expires_at}
+        )
+        return replace(self, header=header, state=state)
+
+    def to_bytes(self, store_id: str) -> bytes:
+        """The envelope bytes, with length and checksum."""
+        h = self.header
+        head = json.dumps(
+            {
+                "v": FORMAT_VERSION,
+                "store": store_id,
+                "id": h.id,
+                "stream": h.stream,
+                "seq": h.sequence,
+                "created": h.created_at.isoformat(),
+                "updated": h.updated_at.isoformat(),
+                "etag": h.etag,
+                "parent": h.parent_id,
+                "tags": h.tags,
+                "meta": h.metadata,
+                "expires": h.expires_at.isoformat() if h.expires_at else None,
+                "ttl": self.ttl,
+                "codec": self.codec,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+            allow_nan=False,
+        ).encode("utf-8")
+        crc = zlib.crc32(self.state, zlib.crc32(head))
+        prefix = b"%s%d %d %08x\n" % (MAGIC, len(head), len(self.state), crc)
+        return prefix + head + self.state
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        *,
+        location: str,
+        expect_store_id: str | None = None,
+        expect_id: str | None = None,
+        expect_sequence: int | None = None,
+    ) -> StoredRecord:
+        """Parse and verify envelope bytes.
+
+        Raises :class:`CheckpointDecodeError` (with ``location`` and whatever id and
+        sequence are known) if the bytes are torn, truncated, fail the checksum,
+        carry an unknown format version, or disagree with the expected store id,
+        id or sequence (for example a file whose name says sequence 10 but whose
+        content says 1).
+        """
+
+        def fail(reason: str, rid: str | None = expect_id) -> CheckpointDecodeError:
+            return CheckpointDecodeError(
+                reason, id=rid, location=location, sequence=expect_sequence
+            )
+
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise fail(f"record is {type(data).__name__}, not bytes")
+        data = bytes(data)
+        newline = data.find(b"\n", 0, _MAX_PREFIX)
+        if not data.startswith(MAGIC) or newline < 0:
+            raise fail("not a statekeeper record (bad magic or header line)")
+        try:
+            hlen_s, slen_s, crc_s = data[len(MAGIC) : newline].split(b" ")
+            hlen, slen, crc = int(hlen_s), int(slen_s), int(crc_s, 16)
+        except ValueError:
+            raise fail("malformed record prefix") from None
+        body = memoryview(data)[newline + 1 :]
+        if len(body) != hlen + slen:
+            raise fail(
+                f"record is {len(body)} bytes long but its prefix says {hlen + slen} "
+                "(torn or truncated write)"
+            )
+        head, state = body[:hlen], bytes(body[hlen:])
+        if zlib.crc32(state, zlib.crc32(head)) != crc:
+            raise fail("checksum mismatch (the record is corrupt)")
+        try:
+            h = json.loads(bytes(head))
+            if h["v"] != FORMAT_VERSION:
+                raise fail(f"unsupported record format version {h['v']!r}")
+            expires = h["expires"]
+            header = CheckpointHeader.model_validate(
+                {
+                    "id": h["id"],
+                    "stream": h["stream"],
+                    "sequence": h["seq"],
+                    "created_at": datetime.fromisoformat(h["created"]),
+                    "updated_at": datetime.fromisoformat(h["updated"]),
+                    "etag": h["etag"],
+                    "parent_id": h["parent"],
+                    "tags": h["tags"],
+                    "metadata": h["meta"],
+                    "expires_at": datetime.fromisoformat(expires) if expires else None,
+                }
+            )
+            store_id, codec, ttl = h["store"], h["codec"], h["ttl"]
+        except CheckpointDecodeError:
+            raise
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise fail(f"malformed record header: {exc}") from None
+        if expect_store_id is not None and store_id != expect_store_id:
+            raise fail(f"record belongs to another store ({store_id!r})", header.id)
+        if expect_id is not None and header.id != expect_id:
+            raise fail(f"record says its id is {header.id!r}", expect_id)
+        if expect_sequence is not None and header.sequence != expect_sequence:
+            raise fail(
+                f"record says its sequence is {header.sequence}, "
+                f"but it is stored at sequence {expect_sequence}",
+                header.id,
+            )
+        return cls(header=header, state=state, codec=codec, ttl=ttl)

@@ -1,0 +1,169 @@
+"""A blocking facade for callers without an event loop (scripts, WSGI apps, the CLI).
+
+::
+
+    from statekeeper.sync import open_store
+
+    with open_store("sqlite:///state.db") as store:
+        store.save("job-1", {"step": 1})
+        print(store.get_latest("job-1"))
+
+Each :class:`SyncCheckpointStore` runs its async store on a private event loop in
+a daemon thread; every method blocks until the call finishes there. The methods
+have the same names, arguments, results, errors and contract as
+:class:`statekeeper.CheckpointStore`. It is safe to call from several threads
+(calls are serialised through the one loop). Do not call it from inside a running
+event loop's thread: use the async store there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Mapping
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from ._protocol import TTL, BaseCheckpointStore, Order, StoreInfo
+from ._registry import open_store as _open_async
+from ._url import StoreURL
+from .models import Checkpoint, Page
+
+__all__ = ["SyncCheckpointStore", "open_store"]
+
+T = TypeVar("T")
+
+
+def open_store(
+    url_or_config: str | StoreURL | Mapping[str, Any] | None = None, **options: Any
+) -> SyncCheckpointStore:
+    """Like :func:`statekeeper.open_store`, but blocking. The store is not yet open."""
+    return SyncCheckpointStore(_open_async(url_or_config, **options))
+
+
+class SyncCheckpointStore:
+    """Blocking wrapper around one async store. See the module docstring."""
+
+    def __init__(self, store: BaseCheckpointStore) -> None:
+        self.store = store
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._guard:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="statekeeper-sync", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._ensure_loop()
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("SyncCheckpointStore called from its own event loop thread")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    # lifecycle
+
+    def open(self) -> None:
+        self._run(self.store.open())
+
+    def close(self) -> None:
+        """Close the store and stop the private loop thread."""
+        try:
+            if self._loop is not None:
+                self._run(self.store.close())
+        finally:
+            with self._guard:
+                loop, thread = self._loop, self._thread
+                self._loop = self._thread = None
+            if loop is not None and thread is not None:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join()
+                loop.close()
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # the API
+
+    def save(
+        self,
+        stream: str,
+        state: Any,
+        *,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+        ttl: TTL | None = None,
+        id: str | None = None,  # noqa: A002
+    ) -> Checkpoint:
+        return self._run(
+            self.store.save(
+                stream, state, tags=tags, metadata=metadata, parent_id=parent_id, ttl=ttl, id=id
+            )
+        )
+
+    def get_latest(self, stream: str) -> Checkpoint | None:
+        return self._run(self.store.get_latest(stream))
+
+    def load(self, id: str) -> Checkpoint:  # noqa: A002
+        return self._run(self.store.load(id))
+
+    def list(
+        self,
+        stream: str | None = None,
+        *,
+        limit: int = 20,
+        order: Order = "desc",
+        after: str | None = None,
+        before: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        include_state: bool = True,
+    ) -> Page:
+        return self._run(
+            self.store.list(
+                stream,
+                limit=limit,
+                order=order,
+                after=after,
+                before=before,
+                tags=tags,
+                include_state=include_state,
+            )
+        )
+
+    def update(self, id: str, state: Any, *, if_match: str | None = None) -> Checkpoint:  # noqa: A002
+        return self._run(self.store.update(id, state, if_match=if_match))
+
+    def delete(self, id: str, *, if_match: str | None = None) -> bool:  # noqa: A002
+        return self._run(self.store.delete(id, if_match=if_match))
+
+    def delete_stream(self, stream: str) -> int:
+        return self._run(self.store.delete_stream(stream))
+
+    def list_streams(self) -> list[str]:
+        return self._run(self.store.list_streams())
+
+    def prune(self, stream: str, *, keep_last: int) -> int:
+        return self._run(self.store.prune(stream, keep_last=keep_last))
+
+    def purge_expired(self) -> int:
+        return self._run(self.store.purge_expired())
+
+    def info(self) -> StoreInfo:
+        return self._run(self.store.info())
