@@ -95,5 +95,7 @@ def redis(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks against the peers (``-- --quick`` for a few-minute run)."""
-    _sync(session, "--group", "bench")
+    _sync(session)
+    # the peers are pinned in benchmarks/requirements.txt and live only in this env
+    session.install("-r", "benchmarks/requirements.txt")
     session.run("python", "benchmarks/run.py", *session.posargs)
