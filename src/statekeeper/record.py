@@ -24,6 +24,7 @@ these bytes rather than invent its own envelope.
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -37,6 +38,9 @@ __all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "StoredRecord"]
 MAGIC = b"SK1 "
 FORMAT_VERSION = 1
 _MAX_PREFIX = 64
+# strict: decimal lengths without signs or spaces, lowercase hex, so no two spellings
+# of a prefix mean the same thing and every flipped byte is caught
+_PREFIX = re.compile(rb"SK1 (0|[1-9][0-9]{0,11}) (0|[1-9][0-9]{0,11}) ([0-9a-f]{8})\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +169,13 @@ class StoredRecord:
         if not isinstance(data, bytes | bytearray | memoryview):
             raise fail(f"record is {type(data).__name__}, not bytes")
         data = bytes(data)
-        newline = data.find(b"\n", 0, _MAX_PREFIX)
-        if not data.startswith(MAGIC) or newline < 0:
-            raise fail("not a statekeeper record (bad magic or header line)")
-        try:
-            hlen_s, slen_s, crc_s = data[len(MAGIC) : newline].split(b" ")
-            hlen, slen, crc = int(hlen_s), int(slen_s), int(crc_s, 16)
-        except ValueError:
-            raise fail("malformed record prefix") from None
-        body = memoryview(data)[newline + 1 :]
+        prefix = _PREFIX.match(data, 0, _MAX_PREFIX)
+        if prefix is None:
+            if not data.startswith(MAGIC):
+                raise fail("not a statekeeper record (bad magic)")
+            raise fail("malformed record prefix")
+        hlen, slen, crc = int(prefix[1]), int(prefix[2]), int(prefix[3], 16)
+        body = memoryview(data)[prefix.end() :]
         if len(body) != hlen + slen:
             raise fail(
                 f"record is {len(body)} bytes long but its prefix says {hlen + slen} "

@@ -1,0 +1,89 @@
+"""The record envelope: torn, truncated or mismatched bytes are never valid data."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from statekeeper.errors import CheckpointDecodeError
+from statekeeper.record import NewRecord, StoredRecord
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def _record(state: bytes = b'{"step":10}', seq: int = 7) -> StoredRecord:
+    return NewRecord(
+        id="cp-1",
+        stream="s/ü",
+        state=state,
+        codec="sk-json/1",
+        created_at=NOW,
+        updated_at=NOW,
+        etag="e1",
+        parent_id=None,
+        tags={"k": "v'%_"},
+        metadata={"note": [1, 2.5, None]},
+        ttl=30.0,
+        expires_at=NOW,
+    ).seal(seq)
+
+
+def test_round_trip_keeps_every_field() -> None:
+    rec = _record()
+    back = StoredRecord.from_bytes(rec.to_bytes("store-1"), location="t", expect_store_id="store-1")
+    assert back == rec
+    assert back.header.created_at == NOW and back.header.created_at.tzinfo is not None
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 20])
+def test_every_truncation_is_detected(cut: int) -> None:
+    data = _record().to_bytes("s")
+    with pytest.raises(CheckpointDecodeError):
+        StoredRecord.from_bytes(data[:-cut], location="t")
+
+
+def test_truncated_ten_never_parses_as_one() -> None:
+    data = _record(b"10").to_bytes("s")
+    with pytest.raises(CheckpointDecodeError, match="torn or truncated"):
+        StoredRecord.from_bytes(data[:-1], location="t")
+
+
+def test_every_single_byte_flip_is_detected() -> None:
+    data = _record().to_bytes("s")
+    for i in range(len(data)):
+        corrupt = bytearray(data)
+        corrupt[i] ^= 0x20
+        with pytest.raises(CheckpointDecodeError):
+            StoredRecord.from_bytes(bytes(corrupt), location="t")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"expect_store_id": "other"}, "another store"),
+        ({"expect_id": "cp-2"}, "id is"),
+        ({"expect_sequence": 70}, "stored at sequence 70"),
+    ],
+)
+def test_mismatch_with_where_it_is_stored_is_an_error(kwargs: dict[str, object], match: str) -> None:
+    data = _record().to_bytes("s")
+    with pytest.raises(CheckpointDecodeError, match=match) as info:
+        StoredRecord.from_bytes(data, location="file.rec", **kwargs)  # type: ignore[arg-type]
+    assert info.value.location == "file.rec"
+
+
+@pytest.mark.parametrize("junk", [b"", b"SK1 ", b"SK1 a b c\n", b"\x00" * 100, b"SK1 1 1 0\n{"])
+def test_junk_is_a_decode_error(junk: bytes) -> None:
+    with pytest.raises(CheckpointDecodeError):
+        StoredRecord.from_bytes(junk, location="t")
+
+
+def test_update_keeps_identity_and_slides_ttl() -> None:
+    rec = _record()
+    later = datetime(2026, 1, 3, tzinfo=UTC)
+    new = rec.updated(b"2", now=later, etag="e2")
+    assert (new.id, new.sequence, new.header.created_at) == (rec.id, rec.sequence, NOW)
+    assert new.header.updated_at == later and new.header.etag == "e2"
+    assert new.header.expires_at is not None
+    assert (new.header.expires_at - later).total_seconds() == 30.0
