@@ -1,0 +1,95 @@
+"""The statekeeper conformance kit: prove that a backend keeps the contract.
+
+Every backend, built-in or third-party, runs the same kit with a three-line
+subclass of :class:`CheckpointStoreTests` that provides one fixture,
+``store_factory``::
+
+    import pytest
+    from statekeeper.testing import CheckpointStoreTests
+
+    class TestMyStoreConformance(CheckpointStoreTests):
+        @pytest.fixture
+        def store_factory(self, tmp_path):
+            return lambda **options: MyCheckpointStore(tmp_path / "store", **options)
+
+``store_factory`` returns a function ``(**options) -> store`` that builds a *new,
+unopened* store over the *same* data on every call (same directory, database,
+table or key prefix), with fresh data for every test. The kit opens and closes
+stores itself, simulates a restart by calling the factory again, and passes
+options such as ``clock=`` and ``allowed_types=`` through it.
+
+The kit reads the backend's declared :class:`~statekeeper.Capabilities` and skips,
+with a reason, what is not declared: the TTL tests need ``ttl``, and the tests that
+corrupt or plant records need ``raw_access`` (the *backdoor*: implement
+:meth:`~statekeeper.BaseCheckpointStore.backdoor_read_raw` and
+:meth:`~statekeeper.BaseCheckpointStore.backdoor_write_raw` to read and overwrite a
+record's stored envelope bytes without going through the store's own methods).
+
+Besides the named tests, the kit runs a Hypothesis state machine
+(:class:`~statekeeper.testing.stateful.CheckpointStoreStateMachine`) that drives the
+backend in lockstep with a reference model. Its size is set per backend with the
+class attributes ``state_machine_examples``, ``state_machine_steps`` and
+``examples_scale``, and per run with ``pytest --statekeeper-examples-scale=N``
+(the option comes from this package's pytest plugin, which also registers the
+``conformance`` marker that every kit test carries).
+
+:func:`service_url` gives tests the URL of a real database server, or skips.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .services import service_url
+
+# The kit's assertions are its findings, so pytest must rewrite them to show the
+# values; this has to happen before the kit modules are first imported.
+pytest.register_assert_rewrite(
+    "statekeeper.testing.kit",
+    "statekeeper.testing.stateful",
+    "statekeeper.testing._base",
+    "statekeeper.testing._core_tests",
+    "statekeeper.testing._read_tests",
+    "statekeeper.testing._list_tests",
+)
+
+if TYPE_CHECKING:
+    from ._base import FakeClock, KitModel, KitRecord, StoreFactory
+    from .kit import CheckpointStoreTests
+    from .stateful import CheckpointStoreStateMachine, build_state_machine
+
+__all__ = [
+    "CheckpointStoreStateMachine",
+    "CheckpointStoreTests",
+    "FakeClock",
+    "KitModel",
+    "KitRecord",
+    "StoreFactory",
+    "build_state_machine",
+    "service_url",
+]
+
+# Imported lazily so that the pytest plugin (a submodule of this package, loaded in
+# every pytest run) does not import the kit, Hypothesis and the store core.
+_LAZY = {
+    "CheckpointStoreTests": "kit",
+    "CheckpointStoreStateMachine": "stateful",
+    "build_state_machine": "stateful",
+    "FakeClock": "_base",
+    "KitModel": "_base",
+    "KitRecord": "_base",
+    "StoreFactory": "_base",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
