@@ -66,7 +66,9 @@ def test_every_single_byte_flip_is_detected() -> None:
         ({"expect_sequence": 70}, "stored at sequence 70"),
     ],
 )
-def test_mismatch_with_where_it_is_stored_is_an_error(kwargs: dict[str, object], match: str) -> None:
+def test_mismatch_with_where_it_is_stored_is_an_error(
+    kwargs: dict[str, object], match: str
+) -> None:
     data = _record().to_bytes("s")
     with pytest.raises(CheckpointDecodeError, match=match) as info:
         StoredRecord.from_bytes(data, location="file.rec", **kwargs)  # type: ignore[arg-type]

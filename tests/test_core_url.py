@@ -8,7 +8,11 @@ from statekeeper.errors import InvalidURL
 
 def test_parses_scheme_driver_credentials_host_port_path_and_query() -> None:
     url = StoreURL.parse("postgresql+asyncpg://alice:s3cr%40t@db.example:6543/app?pool_size=5")
-    assert (url.scheme, url.driver, url.full_scheme) == ("postgresql", "asyncpg", "postgresql+asyncpg")
+    assert (url.scheme, url.driver, url.full_scheme) == (
+        "postgresql",
+        "asyncpg",
+        "postgresql+asyncpg",
+    )
     assert (url.username, url.password) == ("alice", "s3cr@t")
     assert (url.host, url.port, url.path) == ("db.example", 6543, "/app")
     assert dict(url.query) == {"pool_size": "5"}

@@ -20,7 +20,9 @@ FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _blocks(path: Path) -> list[str]:
-    return [b for b in FENCE.findall(path.read_text("utf-8")) if not b.startswith("# doctest: skip")]
+    return [
+        b for b in FENCE.findall(path.read_text("utf-8")) if not b.startswith("# doctest: skip")
+    ]
 
 
 @pytest.mark.parametrize("path", [p for p in DOCS if _blocks(p)], ids=lambda p: p.name)
@@ -32,5 +34,5 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, module.__name__, module)
     for number, block in enumerate(_blocks(path), start=1):
         code = compile(block, f"{path.name}[block {number}]", "exec")
-        exec(code, module.__dict__)  # noqa: S102 - running our own documentation is the point
+        exec(code, module.__dict__)
     assert os.getcwd() == str(tmp_path)

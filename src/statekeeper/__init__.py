@@ -12,7 +12,14 @@ See ``docs/`` for the user guide and the backend author guide.
 """
 
 from . import errors
-from ._protocol import BaseCheckpointStore, CheckpointStore, ScanQuery, StoreIdentity, StoreInfo
+from ._protocol import (
+    BaseCheckpointStore,
+    CheckpointStore,
+    ScanQuery,
+    StoreIdentity,
+    StoreInfo,
+    skipped_from,
+)
 from ._registry import available_backends, open_store, register_backend
 from ._url import StoreURL
 from .config import Capabilities, StoreOptions
@@ -38,4 +45,5 @@ __all__ = [
     "errors",
     "open_store",
     "register_backend",
+    "skipped_from",
 ]

@@ -10,6 +10,7 @@ would refuse, or page differently, because it never sees those decisions.
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 import secrets
@@ -77,10 +78,10 @@ class CheckpointStore(Protocol):
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
         ttl: TTL | None = None,
-        id: str | None = None,  # noqa: A002
+        id: str | None = None,
     ) -> Checkpoint: ...
     async def get_latest(self, stream: str) -> Checkpoint | None: ...
-    async def load(self, id: str) -> Checkpoint: ...  # noqa: A002
+    async def load(self, id: str) -> Checkpoint: ...
     async def list(
         self,
         stream: str | None = None,
@@ -94,14 +95,14 @@ class CheckpointStore(Protocol):
     ) -> Page: ...
     async def update(
         self,
-        id: str,  # noqa: A002
+        id: str,
         state: Any,
         *,
         if_match: str | None = None,
     ) -> Checkpoint: ...
-    async def delete(self, id: str, *, if_match: str | None = None) -> bool: ...  # noqa: A002
+    async def delete(self, id: str, *, if_match: str | None = None) -> bool: ...
     async def delete_stream(self, stream: str) -> int: ...
-    async def list_streams(self) -> list[str]: ...
+    async def list_streams(self) -> builtins.list[str]: ...
     async def prune(self, stream: str, *, keep_last: int) -> int: ...
     async def purge_expired(self) -> int: ...
 
@@ -286,7 +287,7 @@ class BaseCheckpointStore(ABC):
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
         ttl: TTL | None = None,
-        id: str | None = None,  # noqa: A002
+        id: str | None = None,
     ) -> Checkpoint:
         """Save a new checkpoint at the end of ``stream`` and return it.
 
@@ -379,7 +380,7 @@ class BaseCheckpointStore(ABC):
         record = await self._latest(stream, self.now())
         return None if record is None else self._decode_strict(record)
 
-    async def load(self, id: str) -> Checkpoint:  # noqa: A002
+    async def load(self, id: str) -> Checkpoint:
         """The live checkpoint ``id``, decoded.
 
         Raises :class:`CheckpointNotFound` if there is none (never existed, deleted,
@@ -466,8 +467,8 @@ class BaseCheckpointStore(ABC):
             edge = pos(entries[-1]) if entries else bound - step
             next_pos = edge if await exists(order, edge) else None
 
-        items: list[Checkpoint] = []
-        skipped: list[Skipped] = []
+        items: builtins.list[Checkpoint] = []
+        skipped: builtins.list[Skipped] = []
         for entry in entries:
             if isinstance(entry, Skipped):
                 skipped.append(entry)
@@ -488,7 +489,7 @@ class BaseCheckpointStore(ABC):
 
     async def update(
         self,
-        id: str,  # noqa: A002
+        id: str,
         state: Any,
         *,
         if_match: str | None = None,
@@ -512,7 +513,7 @@ class BaseCheckpointStore(ABC):
         )
         return _with_state(header, state)
 
-    async def delete(self, id: str, *, if_match: str | None = None) -> bool:  # noqa: A002
+    async def delete(self, id: str, *, if_match: str | None = None) -> bool:
         """Delete checkpoint ``id``; return whether anything was removed.
 
         Idempotent: deleting a missing or expired checkpoint returns ``False``. With
@@ -531,7 +532,7 @@ class BaseCheckpointStore(ABC):
         check_stream(stream)
         return await self._delete_stream(stream, self.now())
 
-    async def list_streams(self) -> list[str]:
+    async def list_streams(self) -> builtins.list[str]:
         """The names of the streams that have a live checkpoint, sorted."""
         self._require_open()
         return sorted(await self._list_streams(self.now()))
@@ -567,7 +568,7 @@ class BaseCheckpointStore(ABC):
 
     # -- the backdoor (conformance kit and repair tools only) ------------------------
 
-    async def backdoor_read_raw(self, id: str) -> bytes:  # noqa: A002
+    async def backdoor_read_raw(self, id: str) -> bytes:
         """The stored envelope bytes of ``id``, bypassing decoding. For the test kit.
 
         Backends that declare ``capabilities.raw_access`` implement this and
@@ -575,7 +576,7 @@ class BaseCheckpointStore(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
 
-    async def backdoor_write_raw(self, id: str, data: bytes) -> None:  # noqa: A002
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:
         """Overwrite the stored bytes of ``id`` without validation. For the test kit."""
         raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
 
@@ -607,7 +608,9 @@ class BaseCheckpointStore(ABC):
             or not math.isfinite(seconds)
             or seconds <= 0
         ):
-            raise InvalidQuery(f"ttl must be a positive number of seconds or timedelta, got {ttl!r}")
+            raise InvalidQuery(
+                f"ttl must be a positive number of seconds or timedelta, got {ttl!r}"
+            )
         return float(seconds)
 
     # -- primitives: the abstract core ------------------------------------------------
@@ -637,7 +640,7 @@ class BaseCheckpointStore(ABC):
 
     @abstractmethod
     async def _update(
-        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str  # noqa: A002
+        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
     ) -> CheckpointHeader:
         """Atomically replace the state of live checkpoint ``id``.
 
@@ -648,14 +651,14 @@ class BaseCheckpointStore(ABC):
         """
 
     @abstractmethod
-    async def _get(self, id: str, now: datetime) -> StoredRecord | None:  # noqa: A002
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         """The live record ``id`` (``None`` if missing or expired at ``now``).
 
         Raise :class:`CheckpointDecodeError` if it exists but its bytes are unreadable.
         """
 
     @abstractmethod
-    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+    async def _scan(self, query: ScanQuery) -> builtins.list[StoredRecord | Skipped]:
         """Keyset scan; see :class:`ScanQuery`. Cost must be O(limit), not O(offset).
 
         A record whose bytes cannot be read is returned as a :class:`Skipped` whose
@@ -664,14 +667,14 @@ class BaseCheckpointStore(ABC):
         """
 
     @abstractmethod
-    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:  # noqa: A002
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
         """Atomically delete live ``id``; ``False`` if missing or expired.
 
         With ``if_match``, raise :class:`PreconditionFailed` if the etag differs.
         """
 
     @abstractmethod
-    async def _list_streams(self, now: datetime) -> list[str]:
+    async def _list_streams(self, now: datetime) -> builtins.list[str]:
         """Names of streams with at least one live checkpoint (any order)."""
 
     # -- primitives with defaults ----------------------------------------------------
@@ -806,7 +809,7 @@ def new_etag() -> str:
     return secrets.token_hex(8)
 
 
-def skipped_from(exc: CheckpointDecodeError, id: str | None, sequence: int | None) -> Skipped:  # noqa: A002
+def skipped_from(exc: CheckpointDecodeError, id: str | None, sequence: int | None) -> Skipped:
     """The :class:`Skipped` entry a tolerant listing reports for ``exc``."""
     return Skipped.model_construct(
         id=exc.id if exc.id is not None else id,
@@ -830,4 +833,3 @@ def _merge_options(url: StoreURL, options: Mapping[str, Any]) -> dict[str, Any]:
     if both:
         raise InvalidOptions(f"options given both in the URL and as keywords: {sorted(both)}")
     return {**url.query, **options}
-

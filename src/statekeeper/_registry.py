@@ -85,7 +85,9 @@ def _load(target: str, scheme: str) -> type[BaseCheckpointStore]:
             + (f"; install it with: {hint}" if hint else "")
         ) from exc
     except AttributeError as exc:
-        raise BackendNotFound(f"the backend for {scheme!r} ({target}) does not exist: {exc}") from exc
+        raise BackendNotFound(
+            f"the backend for {scheme!r} ({target}) does not exist: {exc}"
+        ) from exc
     if not (isinstance(obj, type) and issubclass(obj, BaseCheckpointStore)):
         raise BackendNotFound(f"{target} (for {scheme!r}) is not a BaseCheckpointStore subclass")
     return obj

@@ -6,20 +6,20 @@ them. Where a builtin is what callers already catch, the error inherits it too.
 ::
 
     StatekeeperError
-    ├── CheckpointNotFound            (also KeyError)      no live checkpoint has that id
-    ├── CheckpointDecodeError                               a stored record cannot be read or decoded
-    ├── CheckpointEncodeError         (also ValueError)    state that this store could never load
-    ├── PreconditionFailed                                  etag mismatch, or the id already exists
-    ├── ConcurrentModificationError                         a concurrent writer disturbed a read (retryable)
-    ├── InvalidQuery                  (also ValueError)    bad stream, id, limit, order or tags
-    │   └── InvalidCursor             (also ValueError)    forged, foreign or mismatched cursor
-    ├── InvalidURL                    (also ValueError)    a store URL that cannot be parsed
-    ├── InvalidOptions                (also ValueError)    unknown or invalid backend options
-    ├── BackendNotFound               (also LookupError)   no backend is installed for a scheme
-    ├── StoreFormatError                                    not a store, or an unsupported format version
-    ├── StoreClosed                                         the store is not open
-    └── BackendError                                        the storage itself failed; ``.orig`` keeps the cause
-        └── StoreTimeout                                    a lock or busy timeout ran out
+    ├── CheckpointNotFound (KeyError)          no live checkpoint has that id
+    ├── CheckpointDecodeError                  a stored record cannot be read or decoded
+    ├── CheckpointEncodeError (ValueError)     state this store could never load
+    ├── PreconditionFailed                     etag mismatch, or the id already exists
+    ├── ConcurrentModificationError            writers kept disturbing a read (retryable)
+    ├── InvalidQuery (ValueError)              bad stream, id, limit, order or tags
+    │   └── InvalidCursor                      forged, foreign or mismatched cursor
+    ├── InvalidURL (ValueError)                a store URL that cannot be parsed
+    ├── InvalidOptions (ValueError)            unknown or invalid backend options
+    ├── BackendNotFound (LookupError)          no backend is installed for a scheme
+    ├── StoreFormatError                       not a store, or an unsupported format
+    ├── StoreClosed                            the store is not open
+    └── BackendError                           the storage failed; ``.orig`` keeps the cause
+        └── StoreTimeout                       a lock or busy timeout ran out
 
 Messages say what happened, to what, and what to do about it. Errors that wrap a
 driver or OS error keep it in ``.orig`` and are raised ``from`` it.
@@ -75,7 +75,7 @@ class CheckpointDecodeError(StatekeeperError):
         self,
         reason: str,
         *,
-        id: str | None = None,  # noqa: A002 - the contract names it id
+        id: str | None = None,
         location: str | None = None,
         sequence: int | None = None,
     ) -> None:

@@ -19,6 +19,7 @@ event loop's thread: use the async store there.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import threading
 from collections.abc import Coroutine, Mapping
 from types import TracebackType
@@ -110,7 +111,7 @@ class SyncCheckpointStore:
         metadata: Mapping[str, Any] | None = None,
         parent_id: str | None = None,
         ttl: TTL | None = None,
-        id: str | None = None,  # noqa: A002
+        id: str | None = None,
     ) -> Checkpoint:
         return self._run(
             self.store.save(
@@ -121,7 +122,7 @@ class SyncCheckpointStore:
     def get_latest(self, stream: str) -> Checkpoint | None:
         return self._run(self.store.get_latest(stream))
 
-    def load(self, id: str) -> Checkpoint:  # noqa: A002
+    def load(self, id: str) -> Checkpoint:
         return self._run(self.store.load(id))
 
     def list(
@@ -147,16 +148,16 @@ class SyncCheckpointStore:
             )
         )
 
-    def update(self, id: str, state: Any, *, if_match: str | None = None) -> Checkpoint:  # noqa: A002
+    def update(self, id: str, state: Any, *, if_match: str | None = None) -> Checkpoint:
         return self._run(self.store.update(id, state, if_match=if_match))
 
-    def delete(self, id: str, *, if_match: str | None = None) -> bool:  # noqa: A002
+    def delete(self, id: str, *, if_match: str | None = None) -> bool:
         return self._run(self.store.delete(id, if_match=if_match))
 
     def delete_stream(self, stream: str) -> int:
         return self._run(self.store.delete_stream(stream))
 
-    def list_streams(self) -> list[str]:
+    def list_streams(self) -> builtins.list[str]:
         return self._run(self.store.list_streams())
 
     def prune(self, stream: str, *, keep_last: int) -> int:

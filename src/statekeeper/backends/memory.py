@@ -88,7 +88,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     def _location(self, entry: _Entry) -> str:
         return f"memory:seq={entry.sequence}"
 
-    def _parse(self, id: str, entry: _Entry) -> StoredRecord:  # noqa: A002
+    def _parse(self, id: str, entry: _Entry) -> StoredRecord:
         return StoredRecord.from_bytes(
             entry.blob,
             location=self._location(entry),
@@ -97,11 +97,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             expect_sequence=entry.sequence,
         )
 
-    def _live_entry(self, id: str, now: datetime) -> _Entry | None:  # noqa: A002
+    def _live_entry(self, id: str, now: datetime) -> _Entry | None:
         entry = self.storage.by_id.get(id)
         return entry if entry is not None and entry.live(now) else None
 
-    def _unlink(self, id: str, entry: _Entry) -> None:  # noqa: A002
+    def _unlink(self, id: str, entry: _Entry) -> None:
         data = self.storage
         del data.by_id[id]
         del data.by_seq[entry.sequence]
@@ -134,7 +134,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             return stored.header
 
     async def _update(
-        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str  # noqa: A002
+        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
     ) -> CheckpointHeader:
         data = self.storage
         with data.lock:
@@ -151,7 +151,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             entry.expires_at = new.header.expires_at
             return new.header
 
-    async def _get(self, id: str, now: datetime) -> StoredRecord | None:  # noqa: A002
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         with self.storage.lock:
             entry = self._live_entry(id, now)
             return None if entry is None else self._parse(id, entry)
@@ -192,7 +192,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                     return self._parse(rid, entry)
         return None
 
-    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:  # noqa: A002
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
         data = self.storage
         with data.lock:
             entry = self._live_entry(id, now)
@@ -258,14 +258,14 @@ class MemoryCheckpointStore(BaseCheckpointStore):
 
     # -- backdoor --------------------------------------------------------------------
 
-    async def backdoor_read_raw(self, id: str) -> bytes:  # noqa: A002
+    async def backdoor_read_raw(self, id: str) -> bytes:
         with self.storage.lock:
             entry = self.storage.by_id.get(id)
             if entry is None:
                 raise CheckpointNotFound(id)
             return entry.blob
 
-    async def backdoor_write_raw(self, id: str, data: bytes) -> None:  # noqa: A002
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:
         with self.storage.lock:
             entry = self.storage.by_id.get(id)
             if entry is None:
