@@ -1,0 +1,288 @@
+"""The long-running work behind ``statekeeper streams``, ``verify`` and ``copy``.
+
+These functions only use the public store API, so they work on every backend,
+plugins included. They report progress through a callback and return plain
+results; rendering is the command's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._protocol import BaseCheckpointStore
+from .errors import (
+    CheckpointDecodeError,
+    CheckpointEncodeError,
+    CheckpointNotFound,
+    PreconditionFailed,
+)
+from .models import Checkpoint, Skipped
+
+__all__ = [
+    "CopyResult",
+    "Problem",
+    "StreamSummary",
+    "VerifyResult",
+    "copy_store",
+    "summarise_stream",
+    "verify_store",
+]
+
+PAGE = 500
+Advance = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One record that a check could not read, or a copy could not place."""
+
+    check: str
+    id: str | None
+    sequence: int | None
+    location: str
+    reason: str
+    error: str
+    stream: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "id": self.id,
+            "stream": self.stream,
+            "sequence": self.sequence,
+            "location": self.location,
+            "reason": self.reason,
+            "error": self.error,
+        }
+
+
+def _from_skipped(check: str, entry: Skipped) -> Problem:
+    return Problem(check, entry.id, entry.sequence, entry.location, entry.reason, entry.error)
+
+
+def _from_decode(
+    check: str, exc: CheckpointDecodeError, stream: str | None, seq: int | None
+) -> Problem:
+    return Problem(
+        check,
+        exc.id,
+        exc.sequence if exc.sequence is not None else seq,
+        exc.location or (f"id {exc.id}" if exc.id else "unknown"),
+        exc.reason,
+        type(exc).__name__,
+        stream,
+    )
+
+
+# -- streams --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """Counts for one stream; ``exact`` is false when counting stopped at the cap."""
+
+    name: str
+    checkpoints: int
+    exact: bool
+    unreadable: int
+    latest_sequence: int | None
+    latest_created_at: str | None
+    latest_readable: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "checkpoints": self.checkpoints,
+            "checkpoints_exact": self.exact,
+            "unreadable": self.unreadable,
+            "latest_sequence": self.latest_sequence,
+            "latest_created_at": self.latest_created_at,
+            "latest_readable": self.latest_readable,
+        }
+
+
+async def summarise_stream(store: BaseCheckpointStore, name: str, cap: int) -> StreamSummary:
+    """Count the live checkpoints of ``name`` (up to ``cap``) and find its newest.
+
+    Reads headers only (``include_state=False``), newest first, page by page, so
+    the cost is bounded by ``cap`` whatever the stream's size.
+    """
+    count = unreadable = 0
+    newest: tuple[int, str | None, bool] | None = None
+    cursor: str | None = None
+    while True:
+        page = await store.list(
+            name,
+            limit=min(1000, max(cap - count, 1)),
+            order="desc",
+            after=cursor,
+            include_state=False,
+        )
+        if newest is None:
+            candidates: list[tuple[int, str | None, bool]] = [
+                (cp.sequence, cp.created_at.isoformat(), True) for cp in page.items[:1]
+            ]
+            candidates += [(s.sequence, None, False) for s in page.skipped if s.sequence]
+            newest = max(candidates, default=None, key=lambda c: c[0])
+        count += len(page.items) + len(page.skipped)
+        unreadable += len(page.skipped)
+        cursor = page.next_cursor
+        if cursor is None or count >= cap:
+            break
+    seq, created, readable = newest if newest is not None else (None, None, True)
+    return StreamSummary(name, count, cursor is None, unreadable, seq, created, readable)
+
+
+# -- verify ---------------------------------------------------------------------------
+
+
+@dataclass
+class VerifyResult:
+    checked: int = 0
+    streams: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+async def verify_store(store: BaseCheckpointStore, advance: Advance) -> VerifyResult:
+    """Read every record of every stream, tolerantly and strictly.
+
+    Three checks, so that each read path a backend has is exercised: a tolerant
+    listing of the whole store in global order (its ``skipped`` entries are
+    problems), a strict :meth:`load` of every record the listing could read, and a
+    strict :meth:`get_latest` of every stream. A record deleted or expired while
+    the check runs is not a problem. The same record is reported once.
+    """
+    result = VerifyResult()
+    seen: set[str] = set()
+
+    def add(problem: Problem) -> None:
+        key = problem.id or problem.location
+        if key not in seen:
+            seen.add(key)
+            result.problems.append(problem)
+
+    cursor: str | None = None
+    while True:
+        page = await store.list(None, limit=PAGE, order="asc", after=cursor)
+        for entry in page.skipped:
+            add(_from_skipped("list", entry))
+        for item in page.items:
+            try:
+                await store.load(item.id)
+            except CheckpointNotFound:
+                pass
+            except CheckpointDecodeError as exc:
+                add(_from_decode("load", exc, item.stream, item.sequence))
+        result.checked += len(page.items) + len(page.skipped)
+        advance(len(page.items) + len(page.skipped))
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    streams = await store.list_streams()
+    result.streams = len(streams)
+    for name in streams:
+        try:
+            await store.get_latest(name)
+        except CheckpointDecodeError as exc:
+            add(_from_decode("latest", exc, name, None))
+    return result
+
+
+# -- copy -----------------------------------------------------------------------------
+
+
+@dataclass
+class CopyResult:
+    seen: int = 0
+    copied: int = 0
+    already_present: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+async def copy_store(
+    source: BaseCheckpointStore, target: BaseCheckpointStore, advance: Advance
+) -> CopyResult:
+    """Copy every live checkpoint of ``source`` into ``target``, oldest first.
+
+    Each checkpoint keeps its id, stream, timestamps, etag, parent link, tags,
+    metadata and expiry (:meth:`BaseCheckpointStore.import_checkpoint`); it gets a
+    new sequence in ``target``, and because the source is read in ascending global
+    sequence order, relative order is kept within and across streams.
+
+    Idempotent: a checkpoint whose id is already live in ``target`` with the same
+    stream and etag was copied before and is counted in ``already_present``; one
+    with a different stream or etag is a conflict and is left alone. Records the
+    source cannot read and states the target refuses are reported, not copied.
+    """
+    result = CopyResult()
+    cursor: str | None = None
+    while True:
+        page = await source.list(None, limit=PAGE, order="asc", after=cursor)
+        # The page's items and skipped entries are in one sequence range; go
+        # through them in order so problems are reported where they occurred.
+        entries: list[Checkpoint | Skipped] = [*page.items, *page.skipped]
+        entries.sort(key=lambda e: e.sequence or 0)
+        for entry in entries:
+            result.seen += 1
+            if isinstance(entry, Skipped):
+                result.problems.append(_from_skipped("source", entry))
+            else:
+                await _copy_one(target, entry, result)
+        advance(len(entries))
+        cursor = page.next_cursor
+        if cursor is None:
+            return result
+
+
+async def _copy_one(target: BaseCheckpointStore, item: Checkpoint, result: CopyResult) -> None:
+    header = item.header()
+    where = f"source sequence {item.sequence}"
+    try:
+        await target.import_checkpoint(header, item.state)
+        result.copied += 1
+        return
+    except CheckpointEncodeError as exc:
+        reason = f"the destination refuses its state: {exc}"
+        result.problems.append(
+            Problem(
+                "destination",
+                item.id,
+                item.sequence,
+                where,
+                reason,
+                type(exc).__name__,
+                item.stream,
+            )
+        )
+        return
+    except PreconditionFailed:
+        pass
+    try:
+        existing = await target.load(item.id)
+    except CheckpointNotFound:
+        # It expired between the insert and this load; one more try settles it.
+        await target.import_checkpoint(header, item.state)
+        result.copied += 1
+        return
+    except CheckpointDecodeError as exc:
+        reason = f"the id exists in the destination but cannot be read there: {exc.reason}"
+        result.problems.append(
+            Problem(
+                "conflict", item.id, item.sequence, where, reason, type(exc).__name__, item.stream
+            )
+        )
+        return
+    if existing.etag == item.etag and existing.stream == item.stream:
+        result.already_present += 1
+        return
+    reason = (
+        f"the id exists in the destination as stream {existing.stream!r} etag {existing.etag}, "
+        f"the source has stream {item.stream!r} etag {item.etag}"
+    )
+    result.problems.append(
+        Problem(
+            "conflict", item.id, item.sequence, where, reason, "PreconditionFailed", item.stream
+        )
+    )

@@ -1,0 +1,229 @@
+"""What every ``statekeeper`` command shares: where the store URL comes from, how
+results are printed (rich for people, one JSON document for scripts), and how an
+error becomes one red line and an exit status.
+
+Exit statuses: 0 ok, 1 a problem was found in the data or the store (or nothing
+was found where something was asked for), 2 a usage error (bad argument, URL,
+option or cursor). Credentials never reach the terminal: every message passes
+through :meth:`Output.scrub`, which knows the passwords of the URLs in use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+from urllib.parse import quote, quote_plus
+
+from rich.console import Console
+from rich.text import Text
+
+from ._protocol import BaseCheckpointStore
+from ._registry import ENV_URL, open_store
+from ._url import StoreURL
+from .errors import (
+    BackendNotFound,
+    CheckpointDecodeError,
+    InvalidOptions,
+    InvalidQuery,
+    InvalidURL,
+    StatekeeperError,
+)
+from .models import CheckpointHeader, Skipped
+
+__all__ = [
+    "DEFAULT_URL",
+    "EXIT_OK",
+    "EXIT_PROBLEM",
+    "EXIT_USAGE",
+    "CliError",
+    "Output",
+    "header_json",
+    "skipped_json",
+    "state_json",
+    "when",
+]
+
+DEFAULT_URL = "sqlite:///./statekeeper.db"
+EXIT_OK = 0
+EXIT_PROBLEM = 1
+EXIT_USAGE = 2
+
+#: Errors that mean the command line itself was wrong, not the store.
+_USAGE_ERRORS = (InvalidURL, InvalidOptions, BackendNotFound, InvalidQuery)
+_URL_PASSWORD = re.compile(r"(//[^/\s:@]*:)[^@/\s]*@")
+
+
+class CliError(Exception):
+    """A failure the command already explained: a message and an exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_PROBLEM, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.details = details
+
+
+@dataclass
+class Output:
+    """Printing, URL resolution and error reporting for one command invocation."""
+
+    json: bool = False
+    debug: bool = False
+    stdout: Console = field(default_factory=lambda: Console(highlight=False))
+    stderr: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    #: The store URL this command resolved (with its password: never print it).
+    url: str | None = None
+    _secrets: set[str] = field(default_factory=set)
+
+    # -- URLs and stores -------------------------------------------------------------
+
+    def resolve_url(self, url: str | None) -> str:
+        """``--url``, then ``$STATEKEEPER_URL``, then the embedded SQLite default."""
+        chosen = url or os.environ.get(ENV_URL) or DEFAULT_URL
+        self.remember(chosen)
+        self.url = chosen
+        return chosen
+
+    def remember(self, url: str) -> None:
+        """Note the password of ``url`` so that no message can print it."""
+        try:
+            password = StoreURL.parse(url).password
+        except InvalidURL:
+            return
+        if password:
+            self._secrets.update({password, quote(password, safe=""), quote_plus(password)})
+
+    def safe_url(self, url: str) -> str:
+        """``url`` with its password hidden, fit to print."""
+        try:
+            return StoreURL.parse(url).render()
+        except InvalidURL:
+            return self.scrub(url)
+
+    def open(self, url: str) -> BaseCheckpointStore:
+        """An unopened store for ``url`` (the scheme and options are checked now)."""
+        self.remember(url)
+        return open_store(url)
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every known password, and anything shaped like one, hidden."""
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return _URL_PASSWORD.sub(r"\1***@", text)
+
+    # -- results ---------------------------------------------------------------------
+
+    def emit(self, doc: dict[str, Any]) -> None:
+        """Print ``doc`` as the one JSON document of this command (``--json``)."""
+        text = json.dumps(doc, indent=2, ensure_ascii=False, default=_json_default)
+        sys.stdout.write(self.scrub(text) + "\n")
+        sys.stdout.flush()
+
+    def say(self, *parts: Any) -> None:
+        """Print human output (ignored with ``--json``)."""
+        if not self.json:
+            self.stdout.print(*parts)
+
+    def line(self, text: str, style: str | None = None) -> None:
+        """Print one line of plain text, never parsed as rich markup."""
+        self.say(Text(self.scrub(text), style=style or ""))
+
+    def warn(self, text: str) -> None:
+        self.stderr.print(Text(self.scrub(text), style="yellow"))
+
+    # -- errors ----------------------------------------------------------------------
+
+    def fail(self, message: str, code: int = EXIT_PROBLEM, **details: Any) -> NoReturn:
+        raise CliError(message, code, **details)
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Turn any exception into one red line and an exit status.
+
+        With ``--debug`` the (scrubbed) traceback is printed first. ``SystemExit``
+        passes through, so commands can still exit with a status of their own.
+        """
+        try:
+            yield
+        except SystemExit:
+            raise
+        except KeyboardInterrupt:
+            self._report("interrupted", 130, "KeyboardInterrupt", {})
+        except CliError as exc:
+            self._report(exc.message, exc.code, "CliError", exc.details)
+        except StatekeeperError as exc:
+            code = EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_PROBLEM
+            details: dict[str, Any] = {}
+            if isinstance(exc, CheckpointDecodeError):
+                details = {"id": exc.id, "location": exc.location, "reason": exc.reason}
+            self._report(str(exc), code, type(exc).__name__, details)
+        except Exception as exc:
+            hint = "" if self.debug else " (run with --debug for the traceback)"
+            message = f"unexpected {type(exc).__name__}: {exc}{hint}"
+            self._report(message, EXIT_PROBLEM, type(exc).__name__, {})
+
+    def _report(self, message: str, code: int, kind: str, details: dict[str, Any]) -> NoReturn:
+        if self.debug:
+            self.stderr.print(Text(self.scrub(traceback.format_exc()), style="dim"))
+        # One line, whatever a driver put in its message.
+        one_line = " ".join(self.scrub(message).split())
+        if self.json:
+            error = {"type": kind, "message": one_line, "exit_code": code}
+            error.update({k: v for k, v in details.items() if v is not None})
+            self.emit({"error": error})
+        self.stderr.print(Text(f"error: {one_line}", style="bold red"), soft_wrap=True)
+        raise SystemExit(code)
+
+
+# -- JSON shapes shared by several commands -------------------------------------------
+
+
+def when(value: datetime | None) -> str:
+    """A timestamp for tables: UTC, to the microsecond."""
+    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def header_json(header: CheckpointHeader) -> dict[str, Any]:
+    """The header fields of a checkpoint as JSON (ISO 8601 UTC timestamps)."""
+    return {
+        "id": header.id,
+        "stream": header.stream,
+        "sequence": header.sequence,
+        "created_at": header.created_at.isoformat(),
+        "updated_at": header.updated_at.isoformat(),
+        "etag": header.etag,
+        "parent_id": header.parent_id,
+        "tags": dict(header.tags),
+        "metadata": dict(header.metadata),
+        "expires_at": header.expires_at.isoformat() if header.expires_at else None,
+    }
+
+
+def skipped_json(entry: Skipped) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "sequence": entry.sequence,
+        "location": entry.location,
+        "reason": entry.reason,
+        "error": entry.error,
+    }
+
+
+def state_json(store: BaseCheckpointStore, state: Any) -> Any:
+    """The state in the store codec's JSON form: plain JSON stays itself, other
+    values appear as the codec's tagged objects (``{"$sk": "datetime", ...}``)."""
+    return json.loads(store.codec.encode(state))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
