@@ -1,0 +1,296 @@
+"""The few things the SQL backend does differently per dialect.
+
+Everything else is dialect-neutral SQLAlchemy Core in :mod:`._sql_schema`. What
+differs:
+
+- taking the next sequence from the counter row (``UPDATE ... RETURNING`` on
+  PostgreSQL and SQLite, ``LAST_INSERT_ID(expr)`` on MySQL/MariaDB);
+- inserting a checkpoint whose id may be taken, without aborting the transaction
+  (``ON CONFLICT (id) DO NOTHING`` on PostgreSQL and SQLite; MySQL keeps the
+  transaction alive after a duplicate-key error);
+- the migration lock (SQLite's write lock, a PostgreSQL transaction-level advisory
+  lock, a MySQL ``GET_LOCK``) and "does this table exist";
+- connection settings (lock timeouts, synchronous commit) and error codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.sql import Executable
+
+from ..errors import (
+    BackendError,
+    ConcurrentModificationError,
+    StatekeeperError,
+    StoreFormatError,
+    StoreTimeout,
+)
+from ._sql_schema import Statements, Tables
+
+__all__ = [
+    "Family",
+    "Runtime",
+    "Session",
+    "insert_checkpoint",
+    "migration_lock",
+    "migration_unlock",
+    "next_sequence",
+    "table_exists",
+    "translate_error",
+]
+
+Family = Literal["sqlite", "postgresql", "mysql"]
+
+#: SQLite's UPDATE ... RETURNING arrived in 3.35.
+SQLITE_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+
+
+class Session(Protocol):
+    """One connection inside one transaction (or one autocommit read), synchronously.
+
+    The backend's operations are written once against this: on SQLite they run in
+    the connection's worker thread, on PostgreSQL and MySQL inside SQLAlchemy's
+    ``AsyncConnection.run_sync``.
+    """
+
+    family: Family
+    mariadb: bool
+
+    def rows(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Sequence[Any]]: ...
+    def first(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Any] | None: ...
+    def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> int: ...
+    def run_many(self, stmt: Executable, params: Sequence[Mapping[str, Any]]) -> None: ...
+    def lastrowid(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> int: ...
+    def ddl(self, element: Any) -> None: ...
+
+
+T = TypeVar("T")
+
+
+class Runtime(Protocol):
+    """Where a store's operations run: connections, threads or an async engine."""
+
+    async def start(self) -> None:
+        """Connect and prepare (raises if the database cannot be reached)."""
+
+    async def read(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` outside a transaction: each statement is its own snapshot."""
+
+    async def write(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one write transaction, committed if ``fn`` returns."""
+
+    async def reclaim(self) -> None:
+        """Return space freed by deletions to the OS where the dialect needs asking."""
+
+    async def close(self) -> None:
+        """Release every connection (and thread)."""
+
+
+# -- sequences and inserts ----------------------------------------------------------
+
+
+def next_sequence(s: Session, st: Statements) -> int:
+    """Bump the counter row and return the new high-water mark.
+
+    The row lock taken here is held until the transaction ends, so a second writer
+    waits for the first to commit before it gets the next sequence: sequence order
+    is commit order, and a reader that sees sequence n sees every committed n' < n.
+    """
+    if s.family == "mysql":
+        # LAST_INSERT_ID(expr) makes the server report expr as the statement's
+        # insert id, so the new value comes back in the same round trip.
+        value = s.lastrowid(st.bump_mysql)
+        if not value:
+            raise BackendError("the sequence counter row is missing; the store is damaged")
+        return int(value)
+    if s.family == "sqlite" and not SQLITE_HAS_RETURNING:
+        # Under BEGIN IMMEDIATE nobody else can write between the two statements.
+        if s.run(st.bump_no_returning) != 1:
+            raise BackendError("the sequence counter row is missing; the store is damaged")
+        row = s.first(st.read_hwm)
+    else:
+        row = s.first(st.bump)
+    if row is None:
+        raise BackendError("the sequence counter row is missing; the store is damaged")
+    return int(row[0])
+
+
+def _insert_or_skip(st: Statements, family: Family) -> Executable:
+    stmt = st.dialect_cache.get("insert_or_skip")
+    if stmt is None:
+        cp = st.t.checkpoints
+        make = postgresql.insert if family == "postgresql" else sqlite_dialect.insert
+        stmt = make(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
+        st.dialect_cache["insert_or_skip"] = stmt
+    return stmt
+
+
+def insert_checkpoint(s: Session, st: Statements, row: Mapping[str, Any]) -> bool:
+    """Insert a checkpoint row; ``False`` (transaction intact) if its id is taken."""
+    if s.family == "mysql":
+        try:
+            s.run(st.insert_cp, row)
+        except sa.exc.IntegrityError as exc:
+            # 1062: duplicate entry. InnoDB rolls back the statement only.
+            if _mysql_errno(exc.orig) == 1062 and s.first(st.raw_read, {"id": row["id"]}):
+                return False
+            raise
+        return True
+    return s.run(_insert_or_skip(st, s.family), row) == 1
+
+
+# -- migrations ----------------------------------------------------------------------
+
+
+def lock_key(tables: Tables) -> tuple[int, str]:
+    """A PostgreSQL advisory lock key and a MySQL lock name for one store."""
+    ident = f"statekeeper:{tables.metadata.schema or ''}:{tables.meta.name}"
+    digest = hashlib.blake2b(ident.encode("utf-8"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True), "statekeeper:" + digest.hexdigest()
+
+
+def migration_lock(s: Session, tables: Tables, timeout: float) -> None:
+    """Serialise migrations of one store across processes and hosts.
+
+    SQLite needs nothing: the migration transaction starts with ``BEGIN
+    IMMEDIATE``. PostgreSQL takes a transaction-level advisory lock, released by
+    the commit. MySQL takes a named session lock; call :func:`migration_unlock`.
+    """
+    key, name = lock_key(tables)
+    if s.family == "postgresql":
+        s.rows(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+        schema = tables.metadata.schema
+        if schema is not None:
+            s.ddl(sa.schema.CreateSchema(schema, if_not_exists=True))
+    elif s.family == "mysql":
+        row = s.first(
+            sa.text("SELECT GET_LOCK(:name, :timeout)"),
+            {"name": name, "timeout": max(1, math.ceil(timeout))},
+        )
+        if row is None or row[0] != 1:
+            raise StoreTimeout(
+                f"another process held the migration lock {name!r} for more than "
+                f"{timeout:g}s; retry, or raise busy_timeout"
+            )
+
+
+def migration_unlock(s: Session, tables: Tables) -> None:
+    if s.family == "mysql":
+        s.rows(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": lock_key(tables)[1]})
+
+
+_SQLITE_HAS_TABLE = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
+_PG_HAS_TABLE = sa.text("SELECT to_regclass(:name) IS NOT NULL")
+_MYSQL_HAS_TABLE = sa.text(
+    "SELECT 1 FROM information_schema.tables "
+    "WHERE table_schema = COALESCE(:schema, DATABASE()) AND table_name = :name"
+)
+_MYSQL_HAS_INDEX = sa.text(
+    "SELECT 1 FROM information_schema.statistics WHERE table_schema = "
+    "COALESCE(:schema, DATABASE()) AND table_name = :table AND index_name = :name LIMIT 1"
+)
+
+
+def table_exists(s: Session, table: sa.Table) -> bool:
+    if s.family == "sqlite":
+        return bool(s.rows(_SQLITE_HAS_TABLE, {"name": table.name}))
+    if s.family == "postgresql":
+        # Names are validated identifiers ([a-z_][a-z0-9_]*), so quoting is plain.
+        quoted = f'"{table.schema}"."{table.name}"' if table.schema else f'"{table.name}"'
+        row = s.first(_PG_HAS_TABLE, {"name": quoted})
+        return bool(row and row[0])
+    return bool(s.rows(_MYSQL_HAS_TABLE, {"schema": table.schema, "name": table.name}))
+
+
+def run_ddl(s: Session, element: Any) -> None:
+    """Run one DDL element; idempotent (``IF NOT EXISTS``) on every dialect."""
+    if s.family == "mysql" and not s.mariadb and isinstance(element, sa.schema.CreateIndex):
+        # MySQL (unlike MariaDB) has no CREATE INDEX IF NOT EXISTS.
+        index = element.element
+        table = index.table
+        assert table is not None
+        params = {"schema": table.schema, "table": table.name, "name": index.name}
+        if s.rows(_MYSQL_HAS_INDEX, params):
+            return
+        element = sa.schema.CreateIndex(index)
+    s.ddl(element)
+
+
+# -- errors ----------------------------------------------------------------------------
+
+_PG_TIMEOUT = {"55P03", "57014"}  # lock_not_available, query_canceled (statement_timeout)
+_PG_CONFLICT = {"40P01", "40001"}  # deadlock_detected, serialization_failure
+_MYSQL_TIMEOUT = {1205, 3024}  # lock wait timeout, max_execution_time exceeded
+_MYSQL_CONFLICT = {1213}  # deadlock
+_SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_SQLITE_NOTADB = 26
+
+
+def _mysql_errno(orig: BaseException | None) -> int | None:
+    args = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _pg_sqlstate(orig: BaseException | None) -> str | None:
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if state is None and orig is not None:
+        state = getattr(orig.__cause__, "sqlstate", None)
+    return state if isinstance(state, str) else None
+
+
+def translate_error(exc: BaseException, where: str, busy_timeout: float) -> StatekeeperError | None:
+    """The statekeeper error for a driver/SQLAlchemy/OS error, or ``None`` to re-raise.
+
+    Lock and busy timeouts become :class:`StoreTimeout`, deadlocks and serialization
+    failures :class:`ConcurrentModificationError`, a file that is not a database
+    :class:`StoreFormatError`, everything else :class:`BackendError` with the
+    driver's exception in ``.orig``.
+    """
+    if isinstance(exc, StatekeeperError):
+        return None
+    if isinstance(exc, sa.exc.TimeoutError):
+        return StoreTimeout(
+            f"no database connection became free in time for {where}; raise pool_size",
+            orig=exc,
+        )
+    orig: BaseException = exc
+    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        orig = exc.orig
+    elif not isinstance(exc, sa.exc.SQLAlchemyError | sqlite3.Error | OSError | ConnectionError):
+        return None
+    detail = str(orig).strip() or type(orig).__name__
+    if isinstance(orig, sqlite3.Error):
+        code = (getattr(orig, "sqlite_errorcode", 0) or 0) & 0xFF
+        if code in _SQLITE_BUSY:
+            return StoreTimeout(
+                f"{where} waited {busy_timeout:g}s (busy_timeout) for another writer to "
+                f"release the database lock ({detail}); retry, or raise busy_timeout",
+                orig=orig,
+            )
+        if code == _SQLITE_NOTADB:
+            return StoreFormatError(f"{where}: the file is not an SQLite database ({detail})")
+    state = _pg_sqlstate(orig)
+    errno = _mysql_errno(orig)
+    if state in _PG_TIMEOUT or errno in _MYSQL_TIMEOUT:
+        return StoreTimeout(
+            f"{where} waited longer than busy_timeout={busy_timeout:g}s for a lock held by "
+            f"another transaction ({detail}); retry, or raise busy_timeout",
+            orig=orig,
+        )
+    if state in _PG_CONFLICT or errno in _MYSQL_CONFLICT:
+        return ConcurrentModificationError(
+            f"{where} collided with a concurrent transaction ({detail}); retry the call"
+        )
+    return BackendError(f"{where} failed: {type(orig).__name__}: {detail}", orig=orig)

@@ -1,0 +1,394 @@
+"""The SQL backend's schema: tables, the statements run against them, and migrations.
+
+Every SQL statement the backend runs is built here, once, with SQLAlchemy Core and
+bound parameters; dialect differences are confined to column types (below) and to
+the few statements in :mod:`._sql_dialects`.
+
+Tables (``p`` is the table prefix, default ``statekeeper_``)::
+
+    p meta          name PK, value                  schema_version, store_id, cursor_key, ...
+    p counter       name PK, hwm                    one row: the sequence high-water mark
+    p checkpoints   seq PK, id UNIQUE, stream,      one row per checkpoint; ``record`` is the
+                    expires_at, record              checksummed envelope (record.py)
+                    INDEX (stream, seq), INDEX (expires_at)
+    p tags          seq FK CASCADE, key, vkey,      one row per tag of a checkpoint
+                    value, shash
+                    PK (seq, key), INDEX (key, vkey, shash, seq), INDEX (key, vkey, seq)
+
+``expires_at`` is microseconds since the Unix epoch (UTC), so expiry comparisons are
+exact integer comparisons on every dialect. ``vkey`` is the tag value, or a hash of
+it when the value is long, so that the tag indexes stay under every dialect's key
+size limit; ``shash`` is a 64-bit hash of the stream, so that a tag-filtered page of
+one stream is an index range too. Both are only index keys: every query rechecks
+the full ``value`` and ``stream``, so a hash collision costs a row visit, never a
+wrong answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.sql import Executable
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Migration",
+    "Statements",
+    "Tables",
+    "build_tables",
+    "expires_micros",
+    "stream_hash",
+    "tag_rows",
+    "to_micros",
+]
+
+#: The schema version this code writes. A store with a higher version is refused.
+SCHEMA_VERSION = 1
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+#: Tag values up to this many characters are their own index key.
+_VKEY_INLINE = 64
+
+
+class _Utf8Binary(TypeDecorator[str]):
+    """MySQL: text stored as UTF-8 bytes, compared byte for byte.
+
+    MySQL's text collations are case-insensitive or pad trailing spaces, so
+    ``"a"``, ``"A"`` and ``"a "`` would be one stream, one id or one tag value.
+    ``VARBINARY`` compares bytes, like PostgreSQL and SQLite compare text. Values
+    are bound as text (the connection is utf8mb4), which the server converts.
+    """
+
+    impl = mysql.VARBINARY
+    cache_ok = True
+
+    def bind_processor(self, dialect: sa.Dialect) -> None:
+        return None  # not VARBINARY's, which would call bytes(str)
+
+    def process_result_value(self, value: Any, dialect: sa.Dialect) -> str | None:
+        return None if value is None else bytes(value).decode("utf-8")
+
+
+class _Base64Blob(TypeDecorator[bytes]):
+    """MySQL: a ``LONGBLOB`` bound as base64 text and decoded by the server.
+
+    aiomysql 0.3 cannot bind ``bytes`` with PyMySQL >= 1.2.3 (aio-libs/aiomysql
+    #1080); text always binds, and base64 is smaller on the wire than the hex
+    literal PyMySQL itself would send.
+    """
+
+    impl = mysql.LONGBLOB
+    cache_ok = True
+
+    def bind_expression(self, bindvalue: Any) -> Any:
+        return sa.func.from_base64(bindvalue, type_=self)
+
+    def bind_processor(self, dialect: sa.Dialect) -> Callable[[bytes | None], str | None]:
+        def process(value: bytes | None) -> str | None:
+            return None if value is None else base64.b64encode(value).decode("ascii")
+
+        return process
+
+
+def _text(chars: int) -> sa.types.TypeEngine[str]:
+    """A string column of at most ``chars`` characters, byte-compared on every dialect."""
+    return sa.String(chars).with_variant(_Utf8Binary(4 * chars), "mysql", "mariadb")
+
+
+def _bigint() -> sa.types.TypeEngine[int]:
+    # SQLite makes "INTEGER PRIMARY KEY" (exactly that spelling) the rowid, so the
+    # checkpoints table is clustered on the sequence there, as InnoDB is on MySQL.
+    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _blob() -> sa.types.TypeEngine[bytes]:
+    # MySQL's plain BLOB stops at 64 KiB.
+    return sa.LargeBinary().with_variant(_Base64Blob(), "mysql", "mariadb")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The tables of one store (one prefix in one schema)."""
+
+    metadata: sa.MetaData
+    meta: sa.Table
+    counter: sa.Table
+    checkpoints: sa.Table
+    tags: sa.Table
+
+    @property
+    def all(self) -> tuple[sa.Table, ...]:
+        """In creation order (the tags table references the checkpoints table)."""
+        return (self.meta, self.counter, self.checkpoints, self.tags)
+
+
+def build_tables(prefix: str, schema: str | None) -> Tables:
+    """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema)."""
+    md = sa.MetaData(schema=schema)
+    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
+    meta = sa.Table(
+        f"{prefix}meta",
+        md,
+        sa.Column("name", _text(64), primary_key=True),
+        sa.Column("value", _text(255), nullable=False),
+        **opts,
+    )
+    counter = sa.Table(
+        f"{prefix}counter",
+        md,
+        sa.Column("name", _text(64), primary_key=True),
+        sa.Column("hwm", sa.BigInteger(), nullable=False),
+        **opts,
+    )
+    cp = sa.Table(
+        f"{prefix}checkpoints",
+        md,
+        sa.Column("seq", _bigint(), primary_key=True, autoincrement=False),
+        sa.Column("id", _text(200), nullable=False),
+        sa.Column("stream", _text(512), nullable=False),
+        sa.Column("expires_at", sa.BigInteger(), nullable=True),
+        sa.Column("record", _blob(), nullable=False),
+        **opts,
+    )
+    sa.Index(f"{prefix}checkpoints_id", cp.c.id, unique=True)
+    sa.Index(f"{prefix}checkpoints_stream_seq", cp.c.stream, cp.c.seq)
+    sa.Index(
+        f"{prefix}checkpoints_expires",
+        cp.c.expires_at,
+        postgresql_where=cp.c.expires_at.is_not(None),
+        sqlite_where=cp.c.expires_at.is_not(None),
+    )
+    tags = sa.Table(
+        f"{prefix}tags",
+        md,
+        sa.Column(
+            "seq",
+            _bigint(),
+            sa.ForeignKey(cp.c.seq, ondelete="CASCADE"),
+            primary_key=True,
+            autoincrement=False,
+        ),
+        sa.Column("key", _text(128), primary_key=True),
+        sa.Column("vkey", _text(_VKEY_INLINE), nullable=False),
+        sa.Column("value", _text(1024), nullable=False),
+        sa.Column("shash", sa.BigInteger(), nullable=False),
+        **opts,
+    )
+    sa.Index(f"{prefix}tags_stream", tags.c.key, tags.c.vkey, tags.c.shash, tags.c.seq)
+    sa.Index(f"{prefix}tags_global", tags.c.key, tags.c.vkey, tags.c.seq)
+    return Tables(md, meta, counter, cp, tags)
+
+
+# -- values -------------------------------------------------------------------------
+
+
+def to_micros(moment: datetime) -> int:
+    """``moment`` as integer microseconds since the Unix epoch (exact)."""
+    return (moment - _EPOCH) // _US
+
+
+def expires_micros(moment: datetime | None) -> int | None:
+    return None if moment is None else to_micros(moment)
+
+
+def stream_hash(stream: str) -> int:
+    """A stable signed 64-bit hash of a stream name (an index key, never trusted alone)."""
+    digest = hashlib.blake2b(stream.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def value_key(value: str) -> str:
+    if len(value) <= _VKEY_INLINE:
+        return value
+    # 64 hex digits: the same width as the longest inline key.
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def tag_rows(seq: int, stream: str, tags: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of the tags table for one checkpoint."""
+    shash = stream_hash(stream)
+    return [
+        {"seq": seq, "key": k, "vkey": value_key(v), "value": v, "shash": shash}
+        for k, v in tags.items()
+    ]
+
+
+def tag_params(tags: dict[str, str], stream: str | None) -> dict[str, Any]:
+    """Bound parameters for a tag-filtered scan (see :meth:`Statements.scan`)."""
+    params: dict[str, Any] = {}
+    for i, (k, v) in enumerate(tags.items()):
+        params[f"k{i}"] = k
+        params[f"vk{i}"] = value_key(v)
+        params[f"v{i}"] = v
+    if stream is not None and tags:
+        params["shash"] = stream_hash(stream)
+    return params
+
+
+# -- statements -----------------------------------------------------------------------
+
+COUNTER_NAME = "sequence"
+
+
+def _p(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=type_)
+
+
+class Statements:
+    """Every statement the backend runs, built once per store and cached by shape.
+
+    Statements are cached so that a dialect that compiles them itself (SQLite, see
+    :mod:`._sql_sqlite`) compiles each shape once, and SQLAlchemy's own compiled
+    cache hits for the others.
+    """
+
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+        cp, meta, counter, tags = tables.checkpoints, tables.meta, tables.counter, tables.tags
+        live = sa.or_(cp.c.expires_at.is_(None), cp.c.expires_at > _p("now"))
+        self.live = live
+        self.read_meta = sa.select(meta.c.name, meta.c.value)
+        self.insert_meta = meta.insert()
+        self.insert_counter = counter.insert().values(name=COUNTER_NAME, hwm=0)
+        self.read_hwm = sa.select(counter.c.hwm).where(counter.c.name == COUNTER_NAME)
+        self.bump = (
+            counter.update()
+            .where(counter.c.name == COUNTER_NAME)
+            .values(hwm=counter.c.hwm + 1)
+            .returning(counter.c.hwm)
+        )
+        self.bump_no_returning = (
+            counter.update().where(counter.c.name == COUNTER_NAME).values(hwm=counter.c.hwm + 1)
+        )
+        self.bump_mysql = (
+            counter.update()
+            .where(counter.c.name == COUNTER_NAME)
+            .values(hwm=sa.func.last_insert_id(counter.c.hwm + 1))
+        )
+        self.insert_cp = cp.insert()
+        self.insert_tag = tags.insert()
+        self.delete_expired_id = cp.delete().where(
+            cp.c.id == _p("id"), cp.c.expires_at.is_not(None), cp.c.expires_at <= _p("now")
+        )
+        self.get = sa.select(cp.c.seq, cp.c.record).where(cp.c.id == _p("id"), live)
+        self.get_for_update = (
+            sa.select(cp.c.seq, cp.c.record, cp.c.expires_at)
+            .where(cp.c.id == _p("id"))
+            .with_for_update()
+        )
+        # Parameters of UPDATE statements must not be named like columns.
+        self.set_record = (
+            cp.update()
+            .where(cp.c.seq == _p("at_seq"))
+            .values(record=_p("new_record"), expires_at=_p("new_expires_at"))
+        )
+        self.delete_seq = cp.delete().where(cp.c.seq == _p("seq"))
+        self.delete_live_id = cp.delete().where(cp.c.id == _p("id"), live)
+        self.latest = (
+            sa.select(cp.c.seq, cp.c.id, cp.c.record)
+            .where(cp.c.stream == _p("stream"), live)
+            .order_by(cp.c.seq.desc())
+            .limit(1)
+        )
+        self.delete_stream_live = cp.delete().where(cp.c.stream == _p("stream"), live)
+        self.delete_stream_all = cp.delete().where(cp.c.stream == _p("stream"))
+        self.prune_cutoff = (
+            sa.select(cp.c.seq)
+            .where(cp.c.stream == _p("stream"), live)
+            .order_by(cp.c.seq.desc())
+            .limit(1)
+            .offset(_p("skip", sa.Integer()))
+        )
+        self.prune_below = cp.delete().where(
+            cp.c.stream == _p("stream"), cp.c.seq < _p("cutoff"), live
+        )
+        self.purge = cp.delete().where(cp.c.expires_at.is_not(None), cp.c.expires_at <= _p("now"))
+        self.streams = sa.select(cp.c.stream).where(live).distinct()
+        self.count = sa.select(sa.func.count()).select_from(cp)
+        self.count_streams = sa.select(sa.func.count(sa.distinct(cp.c.stream)))
+        self.raw_read = sa.select(cp.c.record).where(cp.c.id == _p("id"))
+        self.raw_write = cp.update().where(cp.c.id == _p("at_id")).values(record=_p("new_record"))
+        self.scan = cache(self._scan)
+        #: Dialect-specific statements, built on first use by ``_sql_dialects``.
+        self.dialect_cache: dict[str, Executable] = {}
+
+    def _scan(
+        self,
+        has_stream: bool,
+        order: Literal["asc", "desc"],
+        has_bound: bool,
+        ntags: int,
+    ) -> Executable:
+        """A keyset page: live rows ``(seq, id, record)`` beyond ``:bound`` in ``order``.
+
+        With tags, the first tag drives the query through a tag index, which yields
+        rows already in sequence order (so the ``LIMIT`` stops early); the others
+        are checked per row through the tags primary key.
+        """
+        cp, tags = self.t.checkpoints, self.t.tags
+        cols = (cp.c.seq, cp.c.id, cp.c.record)
+        conds: list[sa.ColumnElement[bool]] = [self.live]
+        if ntags:
+            t0 = tags.alias("t0")
+            key_col = t0.c.seq
+            query = sa.select(*cols).select_from(t0.join(cp, cp.c.seq == t0.c.seq))
+            conds += [t0.c.key == _p("k0"), t0.c.vkey == _p("vk0"), t0.c.value == _p("v0")]
+            if has_stream:
+                conds.append(t0.c.shash == _p("shash"))
+            for i in range(1, ntags):
+                ti = tags.alias(f"t{i}")
+                conds.append(
+                    sa.exists()
+                    .where(ti.c.seq == cp.c.seq, ti.c.key == _p(f"k{i}"), ti.c.value == _p(f"v{i}"))
+                    .correlate(cp)
+                )
+        else:
+            key_col = cp.c.seq
+            query = sa.select(*cols)
+        if has_stream:
+            conds.append(cp.c.stream == _p("stream"))
+        if has_bound:
+            conds.append(key_col > _p("bound") if order == "asc" else key_col < _p("bound"))
+        ordering = key_col.asc() if order == "asc" else key_col.desc()
+        return query.where(*conds).order_by(ordering).limit(_p("limit", sa.Integer()))
+
+
+# -- migrations -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: run ``apply`` to go from ``version - 1`` to ``version``.
+
+    ``apply(create)`` receives a callable that executes one DDL element; it is run
+    inside the migration's transaction, under the migration lock (see
+    :mod:`._sql_dialects`).
+    """
+
+    version: int
+    description: str
+    apply: Callable[[Tables, Callable[[Any], None]], None]
+
+
+def _create_v1(tables: Tables, ddl: Callable[[Any], None]) -> None:
+    for table in tables.all:
+        ddl(sa.schema.CreateTable(table, if_not_exists=True))
+        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+            ddl(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
+#: Every migration, in order; the last one's version is :data:`SCHEMA_VERSION`.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "create the meta, counter, checkpoints and tags tables", _create_v1),
+)
+assert MIGRATIONS[-1].version == SCHEMA_VERSION

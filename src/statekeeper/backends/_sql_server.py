@@ -1,0 +1,169 @@
+"""PostgreSQL and MySQL/MariaDB execution: a SQLAlchemy async engine and ``run_sync``.
+
+Each operation is one checkout of a pooled connection and one ``run_sync`` call of
+the backend's synchronous operation, so the operation's statements are written
+once for every dialect. Writes run in ``engine.begin()`` (one transaction); reads
+on PostgreSQL run in autocommit, where every statement is its own snapshot and no
+``BEGIN``/``ROLLBACK`` round trips are spent.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.sql import Executable
+
+from .._url import StoreURL
+from ..errors import BackendNotFound
+from ._sql_dialects import Family
+
+__all__ = ["SaSession", "ServerRuntime", "check_driver", "server_connect_args", "server_url"]
+
+_DEFAULT_DRIVER = {"postgresql": "asyncpg", "mysql": "aiomysql"}
+_EXTRA = {"postgresql": "postgres", "mysql": "mysql"}
+
+T = TypeVar("T")
+
+
+class SaSession:
+    """:class:`~._sql_dialects.Session` over a SQLAlchemy (sync-facing) connection."""
+
+    def __init__(self, conn: sa.Connection, family: Family) -> None:
+        self.conn = conn
+        self.family = family
+        self.mariadb = bool(getattr(conn.dialect, "is_mariadb", False))
+
+    def rows(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Sequence[Any]]:
+        return self.conn.execute(stmt, dict(params or {})).all()
+
+    def first(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> Sequence[Any] | None:
+        return self.conn.execute(stmt, dict(params or {})).first()
+
+    def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> int:
+        return int(self.conn.execute(stmt, dict(params or {})).rowcount)
+
+    def run_many(self, stmt: Executable, params: Sequence[Mapping[str, Any]]) -> None:
+        self.conn.execute(stmt, [dict(p) for p in params])
+
+    def lastrowid(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> int:
+        return int(self.conn.execute(stmt, dict(params or {})).lastrowid or 0)
+
+    def ddl(self, element: Any) -> None:
+        self.conn.execute(element)
+
+
+def check_driver(url: StoreURL, family: Family) -> str:
+    """The driver module for ``url``; :class:`BackendNotFound` if it is not installed."""
+    driver = url.driver or _DEFAULT_DRIVER[family]
+    if importlib.util.find_spec(driver) is None:
+        raise BackendNotFound(
+            f"the {driver} driver for {url.scheme}:// is not installed; "
+            f"pip install 'statekeeper[{_EXTRA[family]}]'"
+        )
+    return driver
+
+
+def server_url(url: StoreURL, family: Family, driver: str) -> sa.URL:
+    """The SQLAlchemy URL (with the password) for a server store URL."""
+    return sa.URL.create(
+        f"{family}+{driver}",
+        username=url.username,
+        password=url.password,
+        host=url.host,
+        port=url.port,
+        database=url.path.lstrip("/") or None,
+        query={"charset": "utf8mb4"} if family == "mysql" else {},
+    )
+
+
+def server_connect_args(
+    family: Family, *, busy_timeout: float, fast: bool, extra: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Driver ``connect()`` arguments: lock timeout and commit durability, plus ``extra``."""
+    args = dict(extra)
+    if family == "postgresql":
+        settings = {"application_name": "statekeeper", "lock_timeout": f"{busy_timeout * 1000:.0f}"}
+        if fast:
+            # The commit returns before the WAL reaches disk: a crash of the client
+            # loses nothing, a crash of the server may lose the last transactions.
+            settings["synchronous_commit"] = "off"
+        settings.update(args.get("server_settings", {}))
+        args["server_settings"] = settings
+    else:
+        wait = max(1, math.ceil(busy_timeout))  # MySQL takes whole seconds
+        args.setdefault("init_command", f"SET SESSION innodb_lock_wait_timeout = {wait}")
+    return args
+
+
+class ServerRuntime:
+    """The async engine of one PostgreSQL or MySQL store, recreated after ``fork``."""
+
+    def __init__(
+        self,
+        url: sa.URL,
+        family: Family,
+        *,
+        pool_size: int,
+        echo: bool,
+        connect_args: dict[str, Any],
+    ) -> None:
+        self.family = family
+        self._url = url
+        self._kwargs: dict[str, Any] = {
+            "pool_size": pool_size,
+            "max_overflow": pool_size,
+            "echo": echo,
+            "connect_args": connect_args,
+            "pool_recycle": 1800,
+        }
+        self._pid = os.getpid()
+        self._engine: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
+
+    async def _engines(self) -> tuple[AsyncEngine, AsyncEngine]:
+        if self._engine is not None and self._pid != os.getpid():
+            # Forked: the pooled sockets belong to the parent; drop them unclosed.
+            await self._engine.dispose(close=False)
+            self._engine = self._reader = None
+        if self._engine is None or self._reader is None:
+            self._pid = os.getpid()
+            self._engine = create_async_engine(self._url, **self._kwargs)
+            self._reader = (
+                self._engine.execution_options(isolation_level="AUTOCOMMIT")
+                if self.family == "postgresql"
+                else self._engine
+            )
+        return self._engine, self._reader
+
+    async def start(self) -> None:
+        await self._engines()
+
+    async def reclaim(self) -> None:
+        """Nothing: autovacuum (PostgreSQL) and InnoDB reuse freed space themselves."""
+
+    async def read(self, fn: Callable[[SaSession], T]) -> T:
+        _, reader = await self._engines()
+        family = self.family
+        async with reader.connect() as conn:
+            return await conn.run_sync(lambda c: fn(SaSession(c, family)))
+
+    async def write(self, fn: Callable[[SaSession], T]) -> T:
+        engine, _ = await self._engines()
+        family = self.family
+        async with engine.begin() as conn:
+            return await conn.run_sync(lambda c: fn(SaSession(c, family)))
+
+    async def close(self) -> None:
+        engine, self._engine, self._reader = self._engine, None, None
+        if engine is not None:
+            await engine.dispose(close=self._pid == os.getpid())

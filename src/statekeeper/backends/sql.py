@@ -1,0 +1,647 @@
+"""``sqlite://``, ``postgresql://`` and ``mysql://``: the SQL backend, on SQLAlchemy Core.
+
+One :class:`SqlCheckpointStore` serves the three dialects. Every operation is
+written once, as a synchronous function over a :class:`~._sql_dialects.Session`;
+the dialect decides where it runs:
+
+- SQLite: on the connection's own worker thread, one thread hop per operation
+  (:mod:`._sql_schema` statements compiled for SQLite, stdlib ``sqlite3``);
+- PostgreSQL (asyncpg) and MySQL/MariaDB (aiomysql): inside
+  ``AsyncConnection.run_sync`` of a SQLAlchemy async engine.
+
+Ordering (S10): every save takes its sequence from a per-store counter row in the
+same transaction, so the row lock orders commits by sequence. See
+``docs/sql-backend.md`` for URLs, options, the schema, migrations and tuning.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self, TypeVar, cast
+
+import sqlalchemy as sa
+from pydantic import Field
+
+from .._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, _merge_options, skipped_from
+from .._url import StoreURL
+from ..config import Capabilities, StoreOptions
+from ..errors import (
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    InvalidOptions,
+    InvalidURL,
+    PreconditionFailed,
+    StoreClosed,
+    StoreFormatError,
+)
+from ..models import CheckpointHeader, Skipped
+from ..record import NewRecord, StoredRecord
+from . import _sql_dialects as dialects
+from ._sql_dialects import Family, Runtime, Session
+from ._sql_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+    Statements,
+    build_tables,
+    expires_micros,
+    tag_params,
+    tag_rows,
+    to_micros,
+)
+from ._sql_server import ServerRuntime, check_driver, server_connect_args, server_url
+from ._sql_sqlite import SqliteRuntime, sqlite_path
+
+__all__ = [
+    "MysqlCheckpointStore",
+    "PostgresCheckpointStore",
+    "SqlCheckpointStore",
+    "SqlOptions",
+    "SqliteCheckpointStore",
+]
+
+T = TypeVar("T")
+
+_IDENT = r"^[a-z_][a-z0-9_]{0,39}$"
+_FAMILIES: dict[str, Family] = {
+    "sqlite": "sqlite",
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+}
+_DRIVERS: dict[Family, tuple[str, ...]] = {
+    "sqlite": ("aiosqlite", "pysqlite"),
+    "postgresql": ("asyncpg",),
+    "mysql": ("aiomysql", "asyncmy"),
+}
+
+
+class SqlOptions(StoreOptions):
+    """Options of the SQL backend (plus those every backend takes).
+
+    Given as keywords or URL query parameters, e.g.
+    ``sqlite:///state.db?busy_timeout=10&table_prefix=jobs_``.
+    """
+
+    #: Prefix of this store's table and index names; two stores with different
+    #: prefixes share one database without seeing each other.
+    table_prefix: str = Field(default="statekeeper_", pattern=_IDENT)
+    #: PostgreSQL schema (created if missing) or MySQL database for the tables;
+    #: ``None`` uses the connection's default. Not available on SQLite.
+    db_schema: str | None = Field(default=None, alias="schema", pattern=_IDENT)
+    #: Seconds to wait for a lock held by another writer (SQLite busy timeout,
+    #: PostgreSQL ``lock_timeout``, MySQL ``innodb_lock_wait_timeout``) before
+    #: raising :class:`~statekeeper.errors.StoreTimeout`.
+    busy_timeout: float = Field(default=5.0, gt=0, le=3600)
+    #: Connections: SQLite reader threads (default 2; plus one writer), or the
+    #: server connection pool size (default 5, overflow as much again).
+    pool_size: int | None = Field(default=None, ge=1, le=64)
+    #: Log every SQL statement (logger ``sqlalchemy.engine`` / ``statekeeper.sql``).
+    echo: bool = False
+    #: Extra keyword arguments for the driver's ``connect()`` (e.g. ``ssl``);
+    #: keywords only, never from the URL.
+    connect_args: dict[str, Any] = Field(default_factory=dict)
+
+
+def _family(url: StoreURL) -> Family:
+    family = _FAMILIES.get(url.scheme)
+    if family is None:
+        raise InvalidURL(f"{url} is not an SQL store URL (sqlite, postgresql or mysql)")
+    if url.driver is not None and url.driver not in _DRIVERS[family]:
+        raise InvalidURL(
+            f"driver {url.driver!r} is not supported for {url.scheme}; use one of "
+            f"{', '.join(_DRIVERS[family])} (or none for the default)"
+        )
+    return family
+
+
+class SqlCheckpointStore(BaseCheckpointStore):
+    """A :class:`~statekeeper.CheckpointStore` in an SQL database.
+
+    ``SqlCheckpointStore(url, **options)`` returns the dialect's subclass
+    (:class:`SqliteCheckpointStore`, :class:`PostgresCheckpointStore` or
+    :class:`MysqlCheckpointStore`), which declares that dialect's capabilities.
+
+    Strict and tolerant reads are as the base contract says; a row whose record
+    cannot be decoded raises :class:`~statekeeper.errors.CheckpointDecodeError`
+    in ``get_latest``/``load`` and is reported in ``page.skipped`` by ``list``.
+    Every statement is a bound-parameter statement. Sequences come from a counter
+    row locked by each saving transaction, so sequence order is commit order
+    across processes and (PostgreSQL, MySQL) hosts; saves are serialised through
+    that row, which is the price of the guarantee (``docs/sql-backend.md``).
+    Driver errors raise :class:`~statekeeper.errors.BackendError` (``.orig`` is the
+    driver's exception) and lock timeouts :class:`~statekeeper.errors.StoreTimeout`.
+
+    A task cancelled while its save runs may or may not have saved: the
+    transaction runs to its end once it has started.
+    """
+
+    Options: ClassVar[type[StoreOptions]] = SqlOptions
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True, cross_process=True, power_loss_durable=True, ttl=True, raw_access=True
+    )
+    backend_name: ClassVar[str] = "sql"
+    options: SqlOptions
+
+    def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
+        target: type[SqlCheckpointStore] = cls
+        if cls is SqlCheckpointStore:
+            target = _STORE_CLASSES[_family(StoreURL.parse(url))]
+        return cast(Self, super().__new__(target))
+
+    def __init__(self, url: str | StoreURL, **options: Any) -> None:
+        super().__init__(**options)
+        self.url = StoreURL.parse(url)
+        self.family: Family = _family(self.url)
+        if set(self.url.query):
+            raise InvalidOptions(
+                f"{type(self).__name__}(url) takes options as keywords; use "
+                "statekeeper.open_store() or from_url() for options in the URL"
+            )
+        self.table_prefix = self.options.table_prefix
+        self.tables = build_tables(self.table_prefix, self.options.db_schema)
+        self._st = Statements(self.tables)
+        self._store_id = ""
+        self._runtime: Runtime | None = None
+
+    @classmethod
+    def from_url(cls, url: StoreURL, **options: Any) -> Self:
+        """Build an unopened store; URL query parameters are options."""
+        return cls(url.with_(query={}), **_merge_options(url, options))
+
+    def describe(self) -> str:
+        where = self.url.with_(password=None, query={}).render()
+        if self.table_prefix != "statekeeper_" or self.options.db_schema:
+            schema = f"{self.options.db_schema}." if self.options.db_schema else ""
+            where += f" (tables {schema}{self.table_prefix}*)"
+        return where
+
+    # -- execution: dialect subclasses provide these -------------------------------
+
+    def _make_runtime(self) -> Runtime:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        runtime = self._make_runtime()
+        try:
+            await self._guard("opening", runtime.start())
+        except BaseException:
+            await runtime.close()
+            raise
+        self._runtime = runtime
+
+    async def _stop(self) -> None:
+        runtime, self._runtime = self._runtime, None
+        if runtime is not None:
+            await runtime.close()
+
+    def _rt(self) -> Runtime:
+        if self._runtime is None:
+            raise StoreClosed(f"{self.describe()} is not open")
+        return self._runtime
+
+    async def _read(self, fn: Callable[[Session], T]) -> T:
+        return await self._rt().read(fn)
+
+    async def _write(self, fn: Callable[[Session], T]) -> T:
+        return await self._rt().write(fn)
+
+    async def _guard(self, what: str, call: Awaitable[T]) -> T:
+        """Await ``call``, turning driver errors into statekeeper errors."""
+        try:
+            return await call
+        except BaseException as exc:
+            err = dialects.translate_error(
+                exc, f"{what} on {self.describe()}", self.options.busy_timeout
+            )
+            if err is None:
+                raise
+            raise err from exc
+
+    # -- open, migrations ----------------------------------------------------------
+
+    async def _open(self) -> StoreIdentity:
+        await self._start()
+        try:
+            meta = await self._guard("reading the schema version", self._read(self._op_meta))
+            version = _version(meta, self.describe())
+            if version is None or version < SCHEMA_VERSION:
+                for migration in MIGRATIONS:
+                    if migration.version > (version or 0):
+                        await self._migrate(migration)
+                meta = await self._guard("reading the store identity", self._read(self._op_meta))
+                version = _version(meta, self.describe())
+            assert meta is not None and version is not None
+            if version > SCHEMA_VERSION:
+                raise StoreFormatError(
+                    f"{self.describe()} has schema version {version}, but this statekeeper "
+                    f"reads versions up to {SCHEMA_VERSION}; upgrade statekeeper"
+                )
+            try:
+                store_id, key = meta["store_id"], bytes.fromhex(meta["cursor_key"])
+            except (KeyError, ValueError) as exc:
+                raise StoreFormatError(
+                    f"{self.describe()}: the meta table lacks a valid store id or cursor key"
+                ) from exc
+        except BaseException:
+            await self._stop()
+            raise
+        self._store_id = store_id
+        return StoreIdentity(store_id, key, version)
+
+    async def _close(self) -> None:
+        await self._stop()
+
+    def _op_meta(self, s: Session) -> dict[str, str] | None:
+        if not dialects.table_exists(s, self.tables.meta):
+            return None
+        return {str(name): str(value) for name, value in s.rows(self._st.read_meta)}
+
+    async def _migrate(self, migration: Migration) -> None:
+        what = f"migrating to schema version {migration.version}"
+        await self._guard(what, self._write(lambda s: self._op_migrate(s, migration)))
+
+    def _op_migrate(self, s: Session, migration: Migration) -> None:
+        """One migration, in its own transaction, under the store's migration lock."""
+        tables = self.tables
+        dialects.migration_lock(s, tables, self.options.busy_timeout)
+        try:
+            current = _version(self._op_meta(s), self.describe())
+            if current is not None and current >= migration.version:
+                return  # another process got here first
+            if current is None:
+                taken = [t.name for t in tables.all if dialects.table_exists(s, t)]
+                if taken:
+                    raise StoreFormatError(
+                        f"{self.describe()}: table(s) {', '.join(taken)} exist but are not a "
+                        "statekeeper store (no meta table); choose another table_prefix"
+                    )
+            if (current or 0) != migration.version - 1:
+                raise StoreFormatError(
+                    f"{self.describe()}: cannot migrate from version {current} "
+                    f"to {migration.version}"
+                )
+            migration.apply(tables, lambda element: dialects.run_ddl(s, element))
+            if migration.version == 1:
+                now = datetime.now(UTC).isoformat()
+                s.run_many(
+                    self._st.insert_meta,
+                    [
+                        {"name": "schema_version", "value": "1"},
+                        {"name": "store_id", "value": secrets.token_hex(16)},
+                        {"name": "cursor_key", "value": secrets.token_hex(32)},
+                        {"name": "created_at", "value": now},
+                    ],
+                )
+                s.run(self._st.insert_counter)
+            else:
+                s.run(
+                    tables.meta.update()
+                    .where(tables.meta.c.name == "schema_version")
+                    .values(value=str(migration.version))
+                )
+        finally:
+            dialects.migration_unlock(s, tables)
+
+    # -- record helpers --------------------------------------------------------------
+
+    def _location(self, seq: int) -> str:
+        return f"{self.tables.checkpoints.name}[seq={seq}]"
+
+    def _parse(self, blob: bytes, id: str, seq: int) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            blob,
+            location=self._location(seq),
+            expect_store_id=self._store_id,
+            expect_id=id,
+            expect_sequence=seq,
+        )
+
+    # -- primitives --------------------------------------------------------------------
+
+    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        return await self._guard("saving", self._write(lambda s: self._op_insert(s, record)))
+
+    def _op_insert(self, s: Session, record: NewRecord) -> CheckpointHeader:
+        st = self._st
+        seq = dialects.next_sequence(s, st)
+        stored = record.seal(seq)
+        row = {
+            "seq": seq,
+            "id": record.id,
+            "stream": record.stream,
+            "expires_at": expires_micros(record.expires_at),
+            "record": stored.to_bytes(self._store_id),
+        }
+        if not dialects.insert_checkpoint(s, st, row):
+            # The id is taken; an expired checkpoint may be replaced, a live one not.
+            now = to_micros(record.created_at)
+            if not s.run(st.delete_expired_id, {"id": record.id, "now": now}) or (
+                not dialects.insert_checkpoint(s, st, row)
+            ):
+                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+        if record.tags:
+            s.run_many(st.insert_tag, tag_rows(seq, record.stream, record.tags))
+        return stored.header
+
+    async def _update(
+        self,
+        id: str,
+        *,
+        state: bytes,
+        if_match: str | None,
+        now: datetime,
+        etag: str,
+    ) -> CheckpointHeader:
+        def op(s: Session) -> CheckpointHeader:
+            seq, current = self._locked_live(s, id, now)
+            _check_etag(current, if_match)
+            new = current.updated(state, now=now, etag=etag)
+            params = {
+                "at_seq": seq,
+                "new_record": new.to_bytes(self._store_id),
+                "new_expires_at": expires_micros(new.header.expires_at),
+            }
+            s.run(self._st.set_record, params)
+            return new.header
+
+        return await self._guard("updating", self._write(op))
+
+    def _locked_live(self, s: Session, id: str, now: datetime) -> tuple[int, StoredRecord]:
+        """The live record ``id``, row-locked for the rest of the transaction."""
+        row = s.first(self._st.get_for_update, {"id": id})
+        if row is None or (row[2] is not None and row[2] <= to_micros(now)):
+            raise CheckpointNotFound(id)
+        return int(row[0]), self._parse(row[1], id, int(row[0]))
+
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        def op(s: Session) -> StoredRecord | None:
+            row = s.first(self._st.get, {"id": id, "now": to_micros(now)})
+            return None if row is None else self._parse(row[1], id, int(row[0]))
+
+        return await self._guard("loading", self._read(op))
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        tags = dict(query.tags)
+        stmt = self._st.scan(
+            query.stream is not None, query.order, query.bound is not None, len(tags)
+        )
+        params = tag_params(tags, query.stream)
+        params.update(
+            stream=query.stream, bound=query.bound, limit=query.limit, now=to_micros(query.now)
+        )
+
+        def op(s: Session) -> list[StoredRecord | Skipped]:
+            out: list[StoredRecord | Skipped] = []
+            for seq, rid, blob in s.rows(stmt, params):
+                try:
+                    out.append(self._parse(blob, rid, seq))
+                except CheckpointDecodeError as exc:
+                    out.append(skipped_from(exc, rid, seq))
+            return out
+
+        return await self._guard("listing", self._read(op))
+
+    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        def op(s: Session) -> StoredRecord | None:
+            row = s.first(self._st.latest, {"stream": stream, "now": to_micros(now)})
+            return None if row is None else self._parse(row[2], row[1], int(row[0]))
+
+        return await self._guard("reading the latest checkpoint", self._read(op))
+
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
+        def op(s: Session) -> bool:
+            if if_match is None:
+                return s.run(self._st.delete_live_id, {"id": id, "now": to_micros(now)}) > 0
+            try:
+                seq, current = self._locked_live(s, id, now)
+            except CheckpointNotFound:
+                return False
+            _check_etag(current, if_match)
+            return s.run(self._st.delete_seq, {"seq": seq}) > 0
+
+        return await self._guard("deleting", self._write(op))
+
+    async def _delete_stream(self, stream: str, now: datetime) -> int:
+        def op(s: Session) -> int:
+            live = s.run(self._st.delete_stream_live, {"stream": stream, "now": to_micros(now)})
+            s.run(self._st.delete_stream_all, {"stream": stream})
+            return live
+
+        return await self._guard("deleting a stream", self._write(op))
+
+    async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        def op(s: Session) -> int:
+            base = {"stream": stream, "now": to_micros(now)}
+            if keep_last == 0:
+                return s.run(self._st.delete_stream_live, base)
+            row = s.first(self._st.prune_cutoff, {**base, "skip": keep_last - 1})
+            if row is None:
+                return 0
+            return s.run(self._st.prune_below, {**base, "cutoff": row[0]})
+
+        return await self._guard("pruning", self._write(op))
+
+    async def _purge_expired(self, now: datetime) -> int:
+        def op(s: Session) -> int:
+            return s.run(self._st.purge, {"now": to_micros(now)})
+
+        removed = await self._guard("purging", self._write(op))
+        if removed:
+            await self._guard("reclaiming space", self._rt().reclaim())
+        return removed
+
+    async def _list_streams(self, now: datetime) -> list[str]:
+        def op(s: Session) -> list[str]:
+            return [str(r[0]) for r in s.rows(self._st.streams, {"now": to_micros(now)})]
+
+        return await self._guard("listing streams", self._read(op))
+
+    async def _info(self) -> dict[str, Any]:
+        def op(s: Session) -> dict[str, Any]:
+            count = s.first(self._st.count)
+            streams = s.first(self._st.count_streams)
+            hwm = s.first(self._st.read_hwm)
+            return {
+                "checkpoints": int(count[0]) if count else 0,
+                "streams": int(streams[0]) if streams else 0,
+                "high_water_mark": int(hwm[0]) if hwm else 0,
+                "dialect": self.family,
+                "tables": [t.fullname for t in self.tables.all],
+            }
+
+        return await self._guard("reading store info", self._read(op))
+
+    # -- backdoor and maintenance ------------------------------------------------------
+
+    async def backdoor_read_raw(self, id: str) -> bytes:
+        self._require_open()
+
+        def op(s: Session) -> bytes:
+            row = s.first(self._st.raw_read, {"id": id})
+            if row is None:
+                raise CheckpointNotFound(id)
+            return bytes(row[0])
+
+        return await self._guard("reading a raw record", self._read(op))
+
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:
+        self._require_open()
+
+        def op(s: Session) -> None:
+            if not s.run(self._st.raw_write, {"at_id": id, "new_record": bytes(data)}):
+                raise CheckpointNotFound(id)
+
+        await self._guard("writing a raw record", self._write(op))
+
+    async def drop_tables(self) -> None:
+        """Drop this store's tables and everything in them. Irreversible.
+
+        For tests and for removing a store from a shared database. Works on an
+        open or closed store; the store is closed afterwards.
+        """
+        await self.close()
+        await self._start()
+        try:
+
+            def op(s: Session) -> None:
+                for table in reversed(self.tables.all):
+                    s.ddl(sa.schema.DropTable(table, if_exists=True))
+
+            await self._guard("dropping tables", self._write(op))
+        finally:
+            await self._stop()
+
+
+def _version(meta: dict[str, str] | None, where: str) -> int | None:
+    """The schema version; ``None`` without a meta table, 0 if it is empty.
+
+    An empty meta table is a creation that was interrupted after its DDL, which
+    on MySQL commits by itself; version 1 is then applied again (idempotently).
+    """
+    if meta is None:
+        return None
+    if not meta:
+        return 0
+    raw = meta.get("schema_version")
+    if raw is None or not raw.isdigit():
+        raise StoreFormatError(
+            f"{where}: the meta table has no valid schema_version; it is not a "
+            "statekeeper store (choose another table_prefix)"
+        )
+    return int(raw)
+
+
+def _check_etag(current: StoredRecord, if_match: str | None) -> None:
+    if if_match is not None and current.header.etag != if_match:
+        raise PreconditionFailed(
+            f"checkpoint {current.id!r} has etag {current.header.etag!r}, not {if_match!r}"
+        )
+
+
+# -- the dialects ---------------------------------------------------------------------
+
+
+class SqliteCheckpointStore(SqlCheckpointStore):
+    """``sqlite:///relative.db`` / ``sqlite:////absolute.db``: the embedded SQL store.
+
+    WAL mode; ``synchronous=FULL`` under ``durability="full"`` (a save survives
+    power loss) and ``NORMAL`` under ``"fast"`` (it survives a process crash).
+    Writes take the lock up front (``BEGIN IMMEDIATE``) and wait up to
+    ``busy_timeout`` for writers in other processes. Safe to share between
+    processes on one host, and across ``fork``; not on a network file system.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True,
+        cross_process=True,
+        cross_host=False,
+        power_loss_durable=True,
+        ttl=True,
+        raw_access=True,
+    )
+    backend_name: ClassVar[str] = "sqlite"
+
+    def __init__(self, url: str | StoreURL, **options: Any) -> None:
+        super().__init__(url, **options)
+        if self.options.db_schema is not None:
+            raise InvalidOptions("the schema option is not available on SQLite; use table_prefix")
+        self.path = sqlite_path(self.url)
+
+    def describe(self) -> str:
+        where = f"sqlite:///{self.path}"
+        if self.table_prefix != "statekeeper_":
+            where += f" (tables {self.table_prefix}*)"
+        return where
+
+    def _make_runtime(self) -> Runtime:
+        return SqliteRuntime(
+            self.path,
+            synchronous="FULL" if self.options.durability == "full" else "NORMAL",
+            busy_timeout=self.options.busy_timeout,
+            readers=self.options.pool_size or 2,
+            echo=self.options.echo,
+        )
+
+
+class _ServerSqlStore(SqlCheckpointStore):
+    """A store on a database server, through a SQLAlchemy async engine."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True,
+        cross_process=True,
+        cross_host=True,
+        power_loss_durable=True,
+        ttl=True,
+        raw_access=True,
+    )
+
+    def __init__(self, url: str | StoreURL, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.driver = check_driver(self.url, self.family)
+
+    def _make_runtime(self) -> Runtime:
+        opts = self.options
+        return ServerRuntime(
+            server_url(self.url, self.family, self.driver),
+            self.family,
+            pool_size=opts.pool_size or 5,
+            echo=opts.echo,
+            connect_args=server_connect_args(
+                self.family,
+                busy_timeout=opts.busy_timeout,
+                fast=opts.durability == "fast",
+                extra=opts.connect_args,
+            ),
+        )
+
+
+class PostgresCheckpointStore(_ServerSqlStore):
+    """``postgresql://`` (asyncpg): the store to share between hosts.
+
+    ``durability="fast"`` sets ``synchronous_commit=off``. Power-loss durability
+    under ``"full"`` is the server's (``fsync=on``, the default).
+    """
+
+    backend_name: ClassVar[str] = "postgresql"
+
+
+class MysqlCheckpointStore(_ServerSqlStore):
+    """``mysql://`` / ``mariadb://`` (aiomysql), InnoDB.
+
+    Durability is the server's (``innodb_flush_log_at_trx_commit=1``, the
+    default); ``durability="fast"`` changes nothing here, since that setting is
+    global.
+    """
+
+    backend_name: ClassVar[str] = "mysql"
+
+
+_STORE_CLASSES: dict[Family, type[SqlCheckpointStore]] = {
+    "sqlite": SqliteCheckpointStore,
+    "postgresql": PostgresCheckpointStore,
+    "mysql": MysqlCheckpointStore,
+}
