@@ -1,0 +1,211 @@
+"""Drivers shared by the crash tests: the random kill loop and the strace crash points."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import Backend
+from statekeeper.testing.invariants import (
+    InvariantViolation,
+    Report,
+    WriteLog,
+    check_invariants,
+)
+from statekeeper.testing.workloads import fork_workload
+
+#: System calls that change files: a crash point is "just before the K-th of one".
+MUTATING_SYSCALLS = (
+    "write,pwrite64,writev,pwritev,pwritev2,fsync,fdatasync,sync_file_range,"
+    "rename,renameat,renameat2,unlink,unlinkat,ftruncate,link,linkat,mkdir,mkdirat,rmdir"
+)
+STRACE = shutil.which("strace")
+
+
+async def check_store(backend: Backend, log: WriteLog, *, floor: int = 0) -> Report:
+    """Open the store as a restarted application would and check every invariant."""
+    try:
+        store = backend.open()
+        await store.open()
+    except Exception as exc:
+        report = Report(ops=len(log.ops))
+        report.add("D", f"the store does not open after the crash: {exc!r}")
+        raise InvariantViolation(report) from exc
+    try:
+        return await check_invariants(store, log, floor=floor)
+    finally:
+        await store.close()
+
+
+@dataclass
+class KillLoopResult:
+    rounds: int = 0
+    kills: int = 0
+    ops: int = 0
+    acked: int = 0
+    in_doubt: int = 0
+    records: int = 0
+
+
+def kill_loop(
+    backend: Backend, workdir: Path, *, rounds: int, seed: int, max_delay: float = 0.4
+) -> KillLoopResult:
+    """Run the writer workload ``rounds`` times over one store, SIGKILL it at a seeded
+    random moment each time, and check the invariants after every kill.
+
+    Raises :class:`InvariantViolation` at the first round that breaks one.
+    """
+    rng = random.Random(seed)
+    log_path = workdir / f"{backend.kind}-writes.log"
+    result = KillLoopResult()
+    floor = 0
+    for r in range(rounds):
+        child = fork_workload(
+            [
+                "writer",
+                *backend.child_args(),
+                "--log",
+                str(log_path),
+                "--seed",
+                str(seed * 1000 + r),
+                "--prefix",
+                f"r{r}",
+            ]
+        )
+        ready = child.wait_ready(60)
+        if ready:
+            time.sleep(rng.uniform(0.0, max_delay))
+        child.kill()
+        code = child.wait(30)
+        if not ready and code != -signal.SIGKILL:
+            raise AssertionError(f"round {r}: the writer died before it was ready (exit {code})")
+        result.rounds += 1
+        result.kills += code == -signal.SIGKILL
+        log = WriteLog.read(log_path)
+        report = asyncio.run(check_store(backend, log, floor=floor))
+        floor = max(floor, report.probe_sequence or 0)
+        result.ops, result.acked = report.ops, report.acked
+        result.in_doubt, result.records = report.in_doubt, report.records
+    return result
+
+
+# -- crash points with strace ------------------------------------------------------------
+
+_CALL = re.compile(r"^(\d+)\s+(\w+)\(")
+
+
+@dataclass
+class CrashRun:
+    exit_code: int
+    log: WriteLog
+    calls: Counter[str] = field(default_factory=Counter)
+
+
+def run_traced(
+    backend: Backend, workdir: Path, inject: tuple[str, int] | None, *, setup: list[str] = ()
+) -> CrashRun:
+    """Run the ``crashpoint`` workload in a forked child under strace.
+
+    Without ``inject`` this counts the mutating system calls per name (the most any
+    one thread made, since strace counts per thread); with ``(name, k)`` the child
+    is killed by SIGKILL on entering the k-th ``name`` call of a thread.
+    """
+    assert STRACE is not None
+    parent_end, child_end = socket.socketpair()
+    trace = workdir / "trace.txt"
+    argv = ["crashpoint", *backend.child_args(), "--log-fd", str(child_end.fileno())]
+    for target in setup:
+        argv += ["--setup", target]
+    child = fork_workload(argv, stopped=True)
+    child_end.close()
+    os.waitpid(child.pid, os.WUNTRACED)
+    cmd = [STRACE, "-f", "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
+    if inject is not None:
+        name, k = inject
+        cmd += ["-e", f"inject={name}:signal=KILL:when={k}"]
+    tracer = subprocess.Popen(
+        [*cmd, "-p", str(child.pid)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    try:
+        assert tracer.stderr is not None
+        line = tracer.stderr.readline()  # "strace: Process N attached"
+        if b"attached" not in line:
+            raise AssertionError(f"strace did not attach: {line!r}")
+        os.kill(child.pid, signal.SIGCONT)
+        chunks = []
+        parent_end.settimeout(60)
+        while True:  # drain the log while the child runs, so it never blocks on a full socket
+            chunk = parent_end.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        code = child.wait(60)
+        tracer.wait(30)
+    finally:
+        child.kill()
+        child.wait(30)
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()
+        if tracer.stderr is not None:
+            tracer.stderr.close()
+        parent_end.close()
+    per_thread: Counter[tuple[str, str]] = Counter()
+    for text in trace.read_text(errors="replace").splitlines():
+        m = _CALL.match(text)
+        if m and "resumed>" not in text:
+            per_thread[(m[1], m[2])] += 1
+    calls: Counter[str] = Counter()
+    for (_, name), n in per_thread.items():
+        calls[name] = max(calls[name], n)
+    return CrashRun(code, WriteLog.parse(b"".join(chunks)), calls)
+
+
+def crash_points(calls: Counter[str], *, budget: int | None, seed: int) -> list[tuple[str, int]]:
+    """Every (syscall, k) point, or a seeded sample of ``budget`` of them that always
+    keeps the first and last call of each name."""
+    points = [(name, k) for name in sorted(calls) for k in range(1, calls[name] + 1)]
+    if budget is None or len(points) <= budget:
+        return points
+    keep = {(name, 1) for name in calls} | {(name, calls[name]) for name in calls}
+    rest = [p for p in points if p not in keep]
+    rng = random.Random(seed)
+    chosen = keep | set(rng.sample(rest, max(budget - len(keep), 0)))
+    return sorted(chosen)
+
+
+def crash_point_sweep(
+    make: Callable[[], Backend],
+    workdir: Path,
+    *,
+    budget: int | None,
+    seed: int,
+    setup: list[str] = (),
+) -> dict[str, int]:
+    """Kill the crashpoint workload at each chosen crash point on a fresh store, and check
+    the invariants after each; returns the figures. Raises at the first violation."""
+    baseline = run_traced(make(), workdir, None, setup=list(setup))
+    if baseline.exit_code != 0:
+        raise AssertionError(f"the crashpoint workload fails without faults: {baseline.exit_code}")
+    points = crash_points(baseline.calls, budget=budget, seed=seed)
+    figures = {"points": len(points), "total": sum(baseline.calls.values()), "kills": 0}
+    for name, k in points:
+        backend = make()
+        run = run_traced(backend, workdir, (name, k), setup=list(setup))
+        figures["kills"] += run.exit_code == -signal.SIGKILL
+        try:
+            asyncio.run(check_store(backend, run.log))
+        except InvariantViolation as exc:
+            raise AssertionError(f"after SIGKILL at {name} #{k}:\n{exc}") from exc
+    return figures
