@@ -1,0 +1,138 @@
+"""Helpers for the command line tests: run ``statekeeper`` in a real subprocess, and
+seed or damage a store through the public API and the kit's raw-record backdoor."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from statekeeper import BaseCheckpointStore, Checkpoint
+from statekeeper.record import StoredRecord
+
+TESTS = Path(__file__).resolve().parent
+ENTRY = [sys.executable, "-m", "statekeeper._cli_entry"]
+# Runs the command line with two extra backends registered in code, the way an
+# application registers a plugin: "seeded" is an in-memory store that fills itself
+# on open, "seeded-bad" is the same with two damaged records.
+SEEDED = [sys.executable, "-c", "import cli_helpers; cli_helpers.seeded_main()"]
+
+
+@dataclasses.dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def run_cli(
+    *args: str,
+    cwd: Path,
+    expect: int | None = 0,
+    env: dict[str, str] | None = None,
+    entry: list[str] | None = None,
+    timeout: float = 120,
+) -> Result:
+    """Run the command line in a subprocess and check its exit status.
+
+    Without ``--debug`` no output may contain a traceback, whatever happened.
+    """
+    full_env = {k: v for k, v in os.environ.items() if k != "STATEKEEPER_URL"}
+    full_env.update({"COLUMNS": "200", "PYTHONPATH": str(TESTS)})
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [*(entry or ENTRY), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    result = Result(proc.returncode, proc.stdout, proc.stderr)
+    if expect is not None:
+        assert result.code == expect, f"exit {result.code}, wanted {expect}: {result}"
+    if "--debug" not in args:
+        assert "Traceback" not in result.out + result.err, result
+    return result
+
+
+async def seed(store: BaseCheckpointStore) -> dict[str, list[Checkpoint]]:
+    """Three streams, saved interleaved; tags, metadata, parent links, a non-JSON state.
+
+    Ids are fixed (``orders-1`` .. ``orders-5``, ``users-2``, ``users-4``, ``odd-1``)
+    and sequences are 1..8 in a fresh store: orders 1, 2, 4, 5, 7, users 3, 6, odd 8.
+    """
+    made: dict[str, list[Checkpoint]] = {"orders": [], "users": [], "odd name/with:colon": []}
+    for step in range(1, 6):
+        prev = made["orders"][-1].id if made["orders"] else None
+        made["orders"].append(
+            await store.save(
+                "orders",
+                {
+                    "step": step,
+                    "items": list(range(step)),
+                    "at": datetime(2024, 1, step, tzinfo=UTC),
+                },
+                tags={"kind": "final" if step == 5 else "step"},
+                metadata={"n": step, "note": "plain JSON"},
+                parent_id=prev,
+                id=f"orders-{step}",
+            )
+        )
+        if step in (2, 4):
+            made["users"].append(
+                await store.save("users", {"name": f"user{step}"}, id=f"users-{step}")
+            )
+    made["odd name/with:colon"].append(
+        await store.save("odd name/with:colon", {"ok": True}, tags={"kind": "step"}, id="odd-1")
+    )
+    return made
+
+
+async def damage(store: BaseCheckpointStore, torn: str, undecodable: str) -> None:
+    """Tear the record ``torn`` (truncated write) and give ``undecodable`` a state the
+    codec refuses inside an intact, correctly checksummed envelope."""
+    raw = await store.backdoor_read_raw(torn)
+    await store.backdoor_write_raw(torn, raw[:-7])
+    record = StoredRecord.from_bytes(await store.backdoor_read_raw(undecodable), location="test")
+    bad = dataclasses.replace(record, state=b'{"$sk":"os:system","v":"echo pwned"}')
+    await store.backdoor_write_raw(undecodable, bad.to_bytes(store.store_id))
+
+
+def seeded_main() -> None:
+    """The ``statekeeper`` command line with the ``seeded`` and ``seeded-bad`` backends."""
+    import statekeeper
+    from statekeeper._cli_entry import main
+    from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
+
+    class SeededStore(MemoryCheckpointStore):
+        damaged = False
+
+        def __init__(self, **options: Any) -> None:
+            # The same identity in every process, so a cursor from one run works in the next.
+            storage = MemoryStorage(store_id="seeded", cursor_key=b"k" * 32)
+            super().__init__(storage=storage, **options)
+
+        async def open(self) -> None:
+            fresh = not self.is_open and self.storage.high_water_mark == 0
+            await super().open()
+            if fresh:
+                made = await seed(self)
+                if self.damaged:
+                    await damage(self, made["orders"][-1].id, made["users"][0].id)
+
+    class DamagedStore(SeededStore):
+        damaged = True
+
+    statekeeper.register_backend("seeded", SeededStore)
+    statekeeper.register_backend("seeded-bad", DamagedStore)
+    main()
