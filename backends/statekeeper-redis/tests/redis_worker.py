@@ -1,0 +1,54 @@
+"""A child process of the concurrency tests.
+
+``python redis_worker.py URL KEY_PREFIX NAME COUNT``: opens the store, prints
+``ready``, waits for a line on stdin (so that all workers start together), then
+runs COUNT rounds of
+
+- one save of ``{"by": NAME, "i": round}`` to the stream ``shared``, and
+- one compare-and-set increment of checkpoint ``counter`` (load, then
+  ``update(if_match=etag)``, retried on ``PreconditionFailed``),
+
+and prints one JSON line: ``{"seqs": [sequences in the order the saves returned],
+"conflicts": increments that lost the race and were retried}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from statekeeper_redis import RedisCheckpointStore
+
+from statekeeper.errors import PreconditionFailed
+
+
+async def _increment(store: RedisCheckpointStore, name: str) -> int:
+    conflicts = 0
+    while True:
+        cp = await store.load("counter")
+        try:
+            await store.update("counter", {"n": cp.state["n"] + 1, "by": name}, if_match=cp.etag)
+        except PreconditionFailed:
+            conflicts += 1
+        else:
+            return conflicts
+
+
+async def main(url: str, prefix: str, name: str, count: int) -> None:
+    store = RedisCheckpointStore(url, key_prefix=prefix, allow_unsafe_durability=True)
+    seqs: list[int] = []
+    conflicts = 0
+    async with store:
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        for i in range(count):
+            cp = await store.save("shared", {"by": name, "i": i}, tags={"by": name})
+            seqs.append(cp.sequence)
+            conflicts += await _increment(store, name)
+    print(json.dumps({"seqs": seqs, "conflicts": conflicts}), flush=True)
+
+
+if __name__ == "__main__":
+    url, prefix, name, count = sys.argv[1:5]
+    asyncio.run(main(url, prefix, name, int(count)))
