@@ -127,28 +127,12 @@ class Backend:
             self._cleanup()
 
 
-def _drop_sql_tables(url: str, prefix: str) -> None:
-    """Drop every table of an SQL test store (its prefix is unique to the test)."""
-    import sqlalchemy as sa
-    from sqlalchemy.ext.asyncio import create_async_engine
+def _drop_sql_tables(url: str) -> None:
+    """Drop the tables of an SQL test store (its table prefix is unique to the test)."""
 
     async def drop() -> None:
-        engine = create_async_engine(url.split("?")[0])
-        try:
-            async with engine.begin() as conn:
-                names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
-                mine = [n for n in names if n.startswith(prefix)]
-                # tags reference checkpoints: drop the referencing tables first
-                for name in sorted(mine, key=lambda n: not n.endswith("tags")):
-                    await conn.execute(
-                        sa.text(
-                            f'DROP TABLE IF EXISTS "{name}"'
-                            if "postgres" in url
-                            else f"DROP TABLE IF EXISTS `{name}`"
-                        )
-                    )
-        finally:
-            await engine.dispose()
+        store = statekeeper.open_store(url)
+        await store.drop_tables()  # type: ignore[attr-defined]
 
     asyncio.run(drop())
 
@@ -169,7 +153,7 @@ def make_backend(kind: str, root: Path, **query: str) -> Backend:
     base = service_url(service)
     prefix = _sql_prefix()
     url = f"{base}?table_prefix={prefix}" + (f"&{qs}" if qs else "")
-    return Backend(kind, url, cleanup=lambda: _drop_sql_tables(base, prefix))
+    return Backend(kind, url, cleanup=lambda: _drop_sql_tables(url))
 
 
 @pytest.fixture
