@@ -6,6 +6,7 @@ import os
 import shlex
 from typing import Any
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -64,12 +65,13 @@ async def render_demo(out: Output, store: BaseCheckpointStore, steps: int, kill_
             )
         elif event == "resumed":
             cp: Checkpoint | None = data["checkpoint"]
-            got = "nothing" if cp is None else f"step {cp.metadata['step']}, sequence {cp.sequence}"
-            out.line(
-                f"3. A new run in this process (pid {data['pid']}) calls "
-                f"get_latest({stream!r}): {got}. It resumes from there.",
-                "bold",
+            got = (
+                "nothing" if cp is None else f"step {cp.metadata['step']} (sequence {cp.sequence})"
             )
+            out.line(
+                f"3. Resume in this process (pid {data['pid']}): get_latest returns {got}.", "bold"
+            )
+            out.line(f"   The job goes on from step {kill_after + 1}.")
 
     try:
         result = await run_demo(store, out.url, stream, steps, kill_after, report)
@@ -82,27 +84,24 @@ async def render_demo(out: Output, store: BaseCheckpointStore, steps: int, kill_
     return 0 if result.ok else EXIT_PROBLEM
 
 
-def _by(cp: Checkpoint, result: DemoResult, resume_pid: int) -> str:
-    pid = cp.metadata.get("pid")
-    if pid == result.child_pid:
-        return f"job, pid {pid} (killed)"
-    return f"resume, pid {pid}" if pid == resume_pid else f"pid {pid}"
-
-
 def _print_summary(out: Output, result: DemoResult, resume_pid: int) -> None:
     out.line(f"4. Done. The history of {result.stream}, oldest first:", "bold")
-    table = Table("step", "stage", "sequence", "created_at (UTC)", "etag", "written by")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("step", "stage", "seq", "created_at (UTC)", "etag", "pid"):
+        table.add_column(name, no_wrap=True)
     for cp in result.history:
         step = cp.metadata.get("step")
+        pid = cp.metadata.get("pid")
         table.add_row(
             str(step),
-            stage_name(int(step)) if isinstance(step, int) else "?",
+            stage_name(step) if isinstance(step, int) else "?",
             str(cp.sequence),
             when(cp.created_at),
             Text(cp.etag),
-            _by(cp, result, resume_pid),
+            Text(str(pid), style="red" if pid == result.child_pid else "green"),
         )
     out.say(table)
+    out.line(f"pid {result.child_pid}: the job that was killed; pid {resume_pid}: the resume.")
     for key, ok in result.checks.items():
         mark, style = ("ok  ", "green") if ok else ("FAIL", "bold red")
         out.line(f"  {mark} {_CHECKS.get(key, key)}", style)
