@@ -34,7 +34,7 @@ from .._url import StoreURL
 from ..errors import BackendError, InvalidURL
 from ._sql_dialects import Family
 
-__all__ = ["SqliteRuntime", "SqliteSession", "sqlite_path"]
+__all__ = ["Compiler", "SqliteRuntime", "SqliteSession", "sqlite_path"]
 
 T = TypeVar("T")
 logger = logging.getLogger("statekeeper.sql")
@@ -44,7 +44,7 @@ logger = logging.getLogger("statekeeper.sql")
 _FORK_ORPHANS: list[object] = []
 
 
-class _Compiler:
+class Compiler:
     """Core statement -> (SQL text, positional parameter names with defaults), cached."""
 
     def __init__(self) -> None:
@@ -58,8 +58,8 @@ class _Compiler:
             defaults = compiled.params
             names = getattr(compiled, "positiontup", None) or ()
             hit = (stmt, compiled.string, tuple((n, defaults.get(n)) for n in names))
-            # Statements live as long as their Statements object; keying by id is
-            # safe because the entry keeps the statement alive and is re-checked.
+            # Keying by id is safe: the entry keeps the statement alive, and the
+            # identity is re-checked on every hit.
             self._cache[id(stmt)] = hit
         return hit[1], hit[2]
 
@@ -70,7 +70,7 @@ class SqliteSession:
     family: Family = "sqlite"
     mariadb = False
 
-    def __init__(self, conn: sqlite3.Connection, compiler: _Compiler) -> None:
+    def __init__(self, conn: sqlite3.Connection, compiler: Compiler) -> None:
         self.conn = conn
         self._compile = compiler
 
@@ -116,9 +116,7 @@ class _Worker:
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
         self._connect = connect
-        self._queue: SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Any] | None] = (
-            SimpleQueue()
-        )
+        self._queue: SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Any]] = SimpleQueue()
         self.conn: sqlite3.Connection | None = None
         self.pending = 0
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -126,11 +124,8 @@ class _Worker:
 
     def _main(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is None:
-                break
-            fn, (loop, fut) = item
-            if fut.cancelled():
+            fn, (loop, fut) = self._queue.get()
+            if fut.cancelled() and fn is not _close:
                 continue  # the caller gave up before we started: do nothing at all
             try:
                 if self.conn is None:
@@ -140,9 +135,8 @@ class _Worker:
                 _deliver(loop, fut, None, exc)
             else:
                 _deliver(loop, fut, result, None)
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+            if fn is _close:
+                return
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -154,11 +148,14 @@ class _Worker:
         finally:
             self.pending -= 1
 
-    def stop(self) -> None:
-        self._queue.put(None)
+    async def close(self) -> None:
+        """Close the connection on its thread; the thread ends right after."""
+        await self.call(_close)
+        self.conn = None
 
-    async def join(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+def _close(conn: sqlite3.Connection) -> None:
+    conn.close()
 
 
 def _deliver(
@@ -181,29 +178,30 @@ def _deliver(
 
 
 class SqliteRuntime:
-    """The connections of one SQLite store: one writer thread and ``readers`` reader threads.
+    """The connections of one SQLite store: one writer thread, up to ``readers`` reader threads.
 
     All writes of this process go through the single writer connection, so they
     queue here instead of spinning in SQLite's busy handler; writers in other
     processes are waited for up to ``busy_timeout``. Reads use the reader
-    connections and, in WAL mode, never wait for writers.
+    connections (started on demand) and, in WAL mode, never wait for writers.
     """
 
     def __init__(
         self,
         path: str,
         *,
+        compiler: Compiler,
         synchronous: str,
         busy_timeout: float,
         readers: int,
         echo: bool,
     ) -> None:
         self.path = path
+        self.compiler = compiler
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
-        self._nreaders = readers
+        self._max_readers = readers
         self._echo = echo
-        self.compiler = _Compiler()
         self._pid = os.getpid()
         self._writer: _Worker | None = None
         self._readers: list[_Worker] = []
@@ -226,26 +224,29 @@ class SqliteRuntime:
             raise
         return conn
 
-    def _start(self) -> None:
-        self._pid = os.getpid()
-        self._writer = _Worker(self.connect, "statekeeper-sqlite-writer")
-        self._readers = [
-            _Worker(self.connect, f"statekeeper-sqlite-reader-{i}") for i in range(self._nreaders)
-        ]
+    def _writer_worker(self) -> _Worker:
+        if self._pid != os.getpid():
+            # Forked: the parent's threads do not exist here, and its connections
+            # must be neither used nor closed by this process.
+            _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
+            self._writer, self._readers, self._pid = None, [], os.getpid()
+        if self._writer is None:
+            self._writer = _Worker(self.connect, "statekeeper-sqlite-writer")
+        return self._writer
 
-    def _workers(self) -> tuple[_Worker, list[_Worker]]:
-        if self._writer is None or self._pid != os.getpid():
-            if self._writer is not None:
-                # Forked: the parent's threads do not exist here, and its connections
-                # must not be used or closed by this process.
-                _FORK_ORPHANS.extend([self._writer, *self._readers])
-            self._start()
-        assert self._writer is not None
-        return self._writer, self._readers
+    def _reader_worker(self) -> _Worker:
+        self._writer_worker()  # the fork check
+        idle = [w for w in self._readers if not w.pending]
+        if idle:
+            return idle[0]
+        if len(self._readers) < self._max_readers:
+            worker = _Worker(self.connect, f"statekeeper-sqlite-reader-{len(self._readers)}")
+            self._readers.append(worker)
+            return worker
+        return min(self._readers, key=lambda w: w.pending)
 
     async def write(self, fn: Callable[[SqliteSession], T]) -> T:
         """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
-        writer, _ = self._workers()
         compiler = self.compiler
 
         def body(conn: sqlite3.Connection) -> T:
@@ -262,18 +263,16 @@ class SqliteRuntime:
                 raise
             return result
 
-        return await writer.call(body)
+        return await self._writer_worker().call(body)
 
     async def read(self, fn: Callable[[SqliteSession], T]) -> T:
-        """Run ``fn`` on the least busy reader thread (autocommit: each statement is a snapshot)."""
-        _, readers = self._workers()
-        worker = min(readers, key=lambda w: w.pending)
+        """Run ``fn`` on an idle reader thread (autocommit: each statement is a snapshot)."""
         compiler = self.compiler
+        worker = self._reader_worker()
         return await worker.call(lambda conn: fn(SqliteSession(conn, compiler)))
 
     async def start(self) -> None:
-        writer, _ = self._workers()
-        await writer.call(_prepare_file)
+        await self._writer_worker().call(_prepare_file)
 
     async def reclaim(self) -> None:
         def vacuum(conn: sqlite3.Connection) -> None:
@@ -281,21 +280,15 @@ class SqliteRuntime:
             # stores are); elsewhere freed pages are reused by later saves.
             conn.execute("PRAGMA incremental_vacuum").fetchall()
 
-        writer, _ = self._workers()
-        await writer.call(vacuum)
+        await self._writer_worker().call(vacuum)
 
     async def close(self) -> None:
-        if self._writer is None:
-            return
-        workers = [self._writer, *self._readers]
+        workers = [w for w in (self._writer, *self._readers) if w is not None]
         self._writer, self._readers = None, []
         if self._pid != os.getpid():
             _FORK_ORPHANS.extend(workers)
             return
-        for worker in workers:
-            worker.stop()
-        for worker in workers:
-            await worker.join()
+        await asyncio.gather(*(w.close() for w in workers))
 
 
 def _prepare_file(conn: sqlite3.Connection) -> None:

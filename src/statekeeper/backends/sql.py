@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, ClassVar, Self, TypeVar, cast
 
 import sqlalchemy as sa
@@ -52,7 +53,7 @@ from ._sql_schema import (
     to_micros,
 )
 from ._sql_server import ServerRuntime, check_driver, server_connect_args, server_url
-from ._sql_sqlite import SqliteRuntime, sqlite_path
+from ._sql_sqlite import Compiler, SqliteRuntime, sqlite_path
 
 __all__ = [
     "MysqlCheckpointStore",
@@ -162,8 +163,8 @@ class SqlCheckpointStore(BaseCheckpointStore):
                 "statekeeper.open_store() or from_url() for options in the URL"
             )
         self.table_prefix = self.options.table_prefix
-        self.tables = build_tables(self.table_prefix, self.options.db_schema)
-        self._st = Statements(self.tables)
+        self._st, self._compiler = _statements(self.table_prefix, self.options.db_schema)
+        self.tables = self._st.t
         self._store_id = ""
         self._runtime: Runtime | None = None
 
@@ -516,6 +517,12 @@ class SqlCheckpointStore(BaseCheckpointStore):
             await self._stop()
 
 
+@lru_cache(maxsize=64)
+def _statements(prefix: str, schema: str | None) -> tuple[Statements, Compiler]:
+    """Shared by every store with these tables, so statements compile once per process."""
+    return Statements(build_tables(prefix, schema)), Compiler()
+
+
 def _version(meta: dict[str, str] | None, where: str) -> int | None:
     """The schema version; ``None`` without a meta table, 0 if it is empty.
 
@@ -580,6 +587,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
     def _make_runtime(self) -> Runtime:
         return SqliteRuntime(
             self.path,
+            compiler=self._compiler,
             synchronous="FULL" if self.options.durability == "full" else "NORMAL",
             busy_timeout=self.options.busy_timeout,
             readers=self.options.pool_size or 2,
