@@ -1,0 +1,316 @@
+"""Shared machinery of the file backend's engine: descriptors, the lock, the state
+file and safe reads of untrusted files. Everything here is synchronous and runs
+in a worker thread; every OS call goes through the :class:`~._fileio.FileIO`."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ..errors import CheckpointDecodeError, StoreClosed, StoreTimeout
+from ..record import StoredRecord
+from . import _file_format as fmt
+from ._file_index import IdTable, IndexDamaged, StreamIndex
+from ._fileio import FileIO, read_exact, write_all
+
+__all__ = ["EngineCore", "RecordProblem", "Txn"]
+
+RO_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+RW_FILE = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+class RecordProblem(Exception):
+    """A record file that must not be read: not a regular file, linked, oversized."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Txn:
+    """The state as the lock holder sees it; :meth:`commit` writes the next version."""
+
+    engine: EngineCore
+    state: fmt.State
+
+    def commit(self, **changes: object) -> None:
+        new = self.state.next(**changes)
+        self.engine.write_state(new)
+        self.state = new
+
+    def sync(self) -> None:
+        """Make the last committed state durable (only in full durability)."""
+        if self.engine.durable:
+            self.engine.io.fdatasync(self.engine.fd("state"))
+
+
+class EngineCore:
+    """Descriptors, locking, state and safe reads. See :class:`FileEngine`."""
+
+    def __init__(
+        self,
+        root: str,
+        io: FileIO,
+        *,
+        durable: bool,
+        lock_timeout: float,
+        max_record_bytes: int,
+        sync_interval: int,
+    ) -> None:
+        self.root = root
+        self.io = io
+        self.durable = durable
+        self.lock_timeout = lock_timeout
+        self.max_record_bytes = max_record_bytes
+        self.sync_interval = sync_interval
+        self.store_id = ""
+        self._fds: dict[str, int] = {}
+        self._mutex = threading.Lock()
+        # In-flight calls, so close() never pulls a descriptor from under a thread.
+        self._busy = 0
+        self._busy_cond = threading.Condition()
+        self._closing = False
+
+    # -- descriptors ------------------------------------------------------------------
+
+    def fd(self, name: str) -> int:
+        try:
+            return self._fds[name]
+        except KeyError:
+            raise StoreClosed(f"the file store at {self.root} is closed") from None
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Mark a call in flight (``close`` waits for it)."""
+        with self._busy_cond:
+            if self._closing or not self._fds:
+                raise StoreClosed(f"the file store at {self.root} is closed")
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._busy_cond:
+                self._busy -= 1
+                self._busy_cond.notify_all()
+
+    def close_fds(self) -> None:
+        with self._busy_cond:
+            self._closing = True
+            while self._busy:
+                self._busy_cond.wait()
+            fds, self._fds = self._fds, {}
+            self._closing = False
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                self.io.close(fd)
+
+    def where(self, *parts: str) -> str:
+        """A path for messages and ``Skipped.location``."""
+        return os.path.join(self.root, *parts)
+
+    def open_dir(self, parent: int, name: str, *, create: bool) -> int | None:
+        """Open subdirectory ``name`` without following a link; ``None`` if missing."""
+        try:
+            return self.io.open(name, DIR, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise IndexDamaged(f"{name} is not a directory (a planted link?)") from None
+            raise
+        try:
+            self.io.mkdir(name, 0o777, dir_fd=parent)
+        except FileExistsError:
+            pass
+        else:
+            if self.durable:
+                self.io.fsync(parent)
+        return self.io.open(name, DIR, dir_fd=parent)
+
+    def bucket(self, seq: int, *, create: bool = False) -> int | None:
+        """A descriptor of ``seq``'s bucket directory (caller closes), ``None`` if missing."""
+        return self.open_dir(self.fd("records"), fmt.bucket_name(fmt.bucket_of(seq)), create=create)
+
+    def record_path(self, seq: int, cid: str) -> str:
+        """The record's path relative to the root."""
+        return (
+            f"{fmt.RECORDS_DIR}/{fmt.bucket_name(fmt.bucket_of(seq))}/{fmt.record_name(seq, cid)}"
+        )
+
+    # -- safe reads of untrusted files ---------------------------------------------------
+
+    def read_file(self, dir_fd: int, name: str) -> bytes | None:
+        """The bytes of a record file, ``None`` if it does not exist.
+
+        Opened with ``O_NOFOLLOW|O_NONBLOCK``, so a symlink is refused and a FIFO
+        cannot block; ``fstat`` must then show a regular file with one link and at
+        most ``max_record_bytes``, before anything is read. Raises
+        :class:`RecordProblem` otherwise.
+        """
+        try:
+            fd = self.io.open(name, RO_FILE, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK):
+                raise RecordProblem("it is a symbolic link, which is never followed") from None
+            if exc.errno in (errno.ENXIO, errno.EISDIR, errno.ENODEV, errno.EACCES, errno.EPERM):
+                raise RecordProblem(f"it cannot be opened: {exc.strerror}") from None
+            raise
+        try:
+            st = self.io.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+                raise RecordProblem(f"it is {kind}, not a regular file")
+            if st.st_nlink != 1:
+                raise RecordProblem(
+                    f"it has {st.st_nlink} hard links; a record file has exactly one"
+                )
+            if st.st_size > self.max_record_bytes:
+                raise RecordProblem(
+                    f"it is {st.st_size} bytes, over the {self.max_record_bytes}-byte limit"
+                )
+            # One byte more than fstat said: a file that grew is caught by the length check.
+            return read_exact(self.io, fd, st.st_size + 1, 0)
+        finally:
+            self.io.close(fd)
+
+    def decode(self, data: bytes, seq: int, cid: str) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            data,
+            location=self.where(self.record_path(seq, cid)),
+            expect_store_id=self.store_id,
+            expect_id=cid,
+            expect_sequence=seq,
+        )
+
+    def load_record(self, seq: int, cid: str) -> tuple[StoredRecord, bytes] | None:
+        """Read and verify record ``seq``/``cid``: ``None`` if missing, else the record
+        and its bytes; :class:`CheckpointDecodeError` naming it if unreadable."""
+        bucket = self.bucket(seq)
+        if bucket is None:
+            return None
+        try:
+            data = self.read_file(bucket, fmt.record_name(seq, cid))
+        except RecordProblem as exc:
+            raise self.decode_error(exc.reason, seq, cid) from None
+        except IndexDamaged as exc:
+            raise self.decode_error(str(exc), seq, cid) from None
+        finally:
+            self.io.close(bucket)
+        if data is None:
+            return None
+        return self.decode(data, seq, cid), data
+
+    def decode_error(self, reason: str, seq: int, cid: str) -> CheckpointDecodeError:
+        return CheckpointDecodeError(
+            reason, id=cid, location=self.where(self.record_path(seq, cid)), sequence=seq
+        )
+
+    def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
+        return StreamIndex.open(self.io, self.fd("streams"), sfile, self.store_id, write=write)
+
+    def open_ids(self, *, write: bool = False) -> IdTable:
+        return IdTable.open(self.io, self.fd("root"), self.store_id, write=write)
+
+    # -- state and lock -----------------------------------------------------------------
+
+    def read_state(self) -> fmt.State | None:
+        return fmt.State.from_bytes(read_exact(self.io, self.fd("state"), fmt.STATE_SIZE, 0))
+
+    def write_state(self, state: fmt.State) -> None:
+        offset, data = state.copy_bytes()
+        done = 0
+        while done < len(data):
+            n = self.io.pwrite(self.fd("state"), data[done:], offset + done)
+            if n <= 0:
+                raise OSError(errno.EIO, "write made no progress")
+            done += n
+
+    @contextmanager
+    def locked(self, *, wait: bool = True) -> Iterator[bool]:
+        """Hold the write lock: this instance's mutex, then ``flock(LOCK_EX)`` on
+        ``lock``. With ``wait=False`` yields ``False`` at once if either is taken."""
+        timeout = self.lock_timeout
+        deadline = time.monotonic() + timeout
+        if not self._mutex.acquire(timeout=timeout if wait else 0):
+            if not wait:
+                yield False
+                return
+            raise StoreTimeout(self._timeout_message())
+        try:
+            lock_fd = self.fd("lock")
+            delay = 0.0002
+            while True:
+                try:
+                    self.io.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if not wait:
+                        yield False
+                        return
+                    if left <= 0:
+                        raise StoreTimeout(self._timeout_message()) from None
+                    time.sleep(min(delay, left))
+                    delay = min(delay * 2, 0.005)
+            try:
+                yield True
+            finally:
+                self.io.flock(lock_fd, fcntl.LOCK_UN)
+        finally:
+            self._mutex.release()
+
+    def _timeout_message(self) -> str:
+        return (
+            f"timed out after {self.lock_timeout:g}s waiting for the write lock of the file "
+            f"store at {self.root}; another process is writing (raise lock_timeout to wait longer)"
+        )
+
+    def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
+        """Create ``name`` exclusively with ``data`` (fsynced if ``sync``); on failure
+        nothing is left behind."""
+        fd = self.io.open(name, NEW_FILE, 0o666, dir_fd=dir_fd)
+        try:
+            write_all(self.io, fd, data)
+            if sync:
+                self.io.fsync(fd)
+        except BaseException:
+            self.io.close(fd)
+            self.unlink_quiet(name, dir_fd)
+            raise
+        try:
+            self.io.close(fd)
+        except BaseException:
+            self.unlink_quiet(name, dir_fd)
+            raise
+
+    def unlink_quiet(self, name: str, dir_fd: int) -> None:
+        """Remove ``name`` on a cleanup path, never masking the error being handled."""
+        with contextlib.suppress(OSError):
+            self.io.unlink(name, dir_fd=dir_fd)
+
+    def unlink_missing_ok(self, name: str, dir_fd: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.io.unlink(name, dir_fd=dir_fd)

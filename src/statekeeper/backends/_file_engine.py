@@ -1,0 +1,523 @@
+"""The write side of the file backend's engine: open, save, update, delete.
+
+Every write runs under the write lock (``flock`` on ``lock``) and follows one rule:
+the *record file* is published first (temp file, fsync, rename, fsync of its
+directory) and the soft indexes follow, with the operation named in the journal
+first so that a crash at any point is finished by the next lock holder (see
+:mod:`._file_recovery`). The indexes are not fsynced on the save path. Deletes
+and updates, which change old index entries, flush what they change before the
+record file goes, so a power cut never resurrects a deleted checkpoint.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from ..errors import (
+    CheckpointDecodeError,
+    CheckpointEncodeError,
+    CheckpointNotFound,
+    PreconditionFailed,
+    StoreFormatError,
+)
+from ..models import CheckpointHeader
+from ..record import NewRecord, StoredRecord
+from . import _file_format as fmt
+from ._file_core import RW_FILE, RecordProblem, Txn
+from ._file_index import IdTable, IndexDamaged
+from ._file_recovery import RecoveryMixin
+
+__all__ = ["FileEngine"]
+
+_COMPACT_MIN_DEAD = 64
+
+
+@dataclass
+class _Found:
+    seq: int
+    record: StoredRecord | None
+    raw: bytes | None
+    error: CheckpointDecodeError | None = None
+
+
+class FileEngine(RecoveryMixin):
+    """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def open(self, now: datetime) -> fmt.Meta:
+        """Open (creating if needed) the store; finish a crashed writer's journal and,
+        after a machine restart, re-index what a power cut may have lost."""
+        root = self.io.open_root(self.root, create=True)
+        self._fds = {"root": root}
+        try:
+            meta = self._open_meta(root, now)
+            self.store_id = meta.store_id
+            with self.locked():
+                self._fds["records"] = self._subdir(fmt.RECORDS_DIR)
+                self._fds["streams"] = self._subdir(fmt.STREAMS_DIR)
+                self._fds["state"] = self._open_state()
+                self._fds["dirty"] = self.io.open(
+                    fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
+                )
+                self._ensure_ids()
+                self._startup_recovery()
+        except BaseException:
+            self.close_fds()
+            raise
+        return meta
+
+    def _subdir(self, name: str) -> int:
+        try:
+            fd = self.open_dir(self.fd("root"), name, create=True)
+        except IndexDamaged as exc:
+            raise StoreFormatError(f"{self.where(name)}: {exc}") from None
+        assert fd is not None
+        return fd
+
+    def _open_meta(self, root: int, now: datetime) -> fmt.Meta:
+        names = self.io.listdir(root)
+        if fmt.META_NAME not in names:
+            foreign = sorted(n for n in names if n not in fmt.ROOT_NAMES and not n.startswith("."))
+            if foreign:
+                raise StoreFormatError(
+                    f"{self.root} is not empty and is not a statekeeper file store "
+                    f"(it holds {', '.join(map(repr, foreign[:5]))}); "
+                    "point the store at a new or empty directory"
+                )
+        self._fds["lock"] = self.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
+        with self.locked():
+            try:
+                data = self.read_file(root, fmt.META_NAME)
+            except RecordProblem as exc:
+                raise StoreFormatError(f"{self.where(fmt.META_NAME)}: {exc.reason}") from None
+            if data is not None:
+                return fmt.Meta.from_bytes(data, self.where(fmt.META_NAME))
+            meta = fmt.Meta.new(now)
+            # Creating a store is always made durable, whatever the durability option.
+            tmp = f".{fmt.META_NAME}.tmp"
+            self.unlink_quiet(tmp, root)
+            self.write_new(root, tmp, meta.to_bytes(), sync=True)
+            self.io.rename(tmp, fmt.META_NAME, src_dir_fd=root, dst_dir_fd=root)
+            self.io.fsync(root)
+            return meta
+
+    def _open_state(self) -> int:
+        root = self.fd("root")
+        try:
+            fd = self.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+        except FileNotFoundError:
+            fresh = fmt.State(gen=1, hwm=self._max_on_disk())
+            offset, copy = fresh.copy_bytes()
+            body = bytearray(fmt.STATE_SIZE)
+            body[offset : offset + len(copy)] = copy
+            tmp = f".{fmt.STATE_NAME}.tmp"
+            self.unlink_quiet(tmp, root)
+            self.write_new(root, tmp, bytes(body), sync=True)
+            self.io.rename(tmp, fmt.STATE_NAME, src_dir_fd=root, dst_dir_fd=root)
+            self.io.fsync(root)
+            fd = self.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreFormatError(f"{self.where(fmt.STATE_NAME)} is a symbolic link") from None
+            raise
+        return fd
+
+    def _ensure_ids(self) -> None:
+        try:
+            self.open_ids().close()
+        except IndexDamaged:
+            self._rebuild_ids(None)
+
+    def _startup_recovery(self) -> None:
+        tx = self._txn()
+        if tx.state.journal is not None:
+            self._recover_journal(tx)
+        boot = self.io.boot_id()
+        if boot is None or tx.state.boot != boot:
+            self._recover_restart(tx, boot)
+
+    def insert(self, record: NewRecord) -> CheckpointHeader:
+        key = fmt.id_key(record.id)
+        with self.writing() as tx:
+            ids = self.open_ids(write=True)
+            try:
+                self._check_new_id(tx, ids, record)
+                if tx.state.ids_used + 1 > ids.capacity // 2:
+                    ids.close()
+                    ids = self._rebuild_ids(tx)
+                seq = tx.state.hwm + 1
+                stored = record.seal(seq)
+                data = stored.to_bytes(self.store_id)
+                self._check_size(data)
+                sfile = fmt.stream_file_name(record.stream)
+                path = self.record_path(seq, record.id)
+                bucket = self.bucket(seq, create=True)
+                assert bucket is not None
+                try:
+                    tmp = fmt.temp_name(seq)
+                    tx.commit(
+                        journal=fmt.Journal(
+                            "insert", sfile, seq=seq, path=path, tmp=_sibling(path, tmp)
+                        )
+                    )
+                    try:
+                        self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
+                    except BaseException:
+                        self._quietly(lambda: tx.commit(journal=None, hwm=seq))
+                        raise
+                    slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
+                    try:
+                        took = self._index_new(tx, ids, sfile, record.stream, slot, key)
+                    except BaseException:
+                        self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
+                        raise
+                finally:
+                    self.io.close(bucket)
+                tx.commit(hwm=seq, journal=None, ids_used=tx.state.ids_used + took)
+                if tx.state.hwm - tx.state.synced >= self.sync_interval:
+                    self._advance_sync(tx, ids)
+            finally:
+                ids.close()
+        return stored.header
+
+    def _check_size(self, data: bytes) -> None:
+        if len(data) > self.max_record_bytes:
+            raise CheckpointEncodeError(
+                f"the record would be {len(data)} bytes, over this file store's "
+                f"{self.max_record_bytes}-byte limit for one record file"
+            )
+
+    def _check_new_id(self, tx: Txn, ids: IdTable, record: NewRecord) -> None:
+        found = self._find(ids, record.id)
+        if found is None:
+            return
+        if found.record is None:
+            raise PreconditionFailed(
+                f"checkpoint id {record.id!r} is taken by an unreadable checkpoint "
+                f"(sequence {found.seq}); delete it first"
+            )
+        if not found.record.is_expired(record.created_at):
+            raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+        # An expired checkpoint behaves as deleted: remove it so the id can be reused.
+        self._delete_found(tx, ids, record.id, found)
+
+    def _undo_insert(
+        self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
+    ) -> None:
+        """Take back a published record whose indexing failed; the caller is told the
+        save failed, so it must not appear later. Its sequence stays used."""
+        self.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
+        if self.durable:
+            self.io.fsync(bucket)
+        idx = self.open_index(sfile, write=True)
+        if idx is not None:
+            with idx:
+                if idx.count and idx.slot(idx.count - 1).seq == slot.seq:
+                    idx.truncate(idx.count - 1)
+        pos = ids.find(key, slot.seq)
+        if pos is not None:
+            ids.tombstone(pos, key, slot.seq)
+        tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
+
+    def _publish(
+        self, bucket: int, tmp: str, name: str, data: bytes, previous: bytes | None
+    ) -> None:
+        """Write ``data`` to ``tmp``, fsync, rename over ``name``, fsync the directory.
+
+        On failure nothing of the new version stays visible: the temp file is removed
+        and, if the rename already happened, ``name`` is removed (``previous is
+        None``) or its previous bytes are put back.
+        """
+        self.write_new(bucket, tmp, data, sync=self.durable)
+        try:
+            self.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+        except BaseException:
+            self.unlink_quiet(tmp, bucket)
+            raise
+        if not self.durable:
+            return
+        try:
+            self.io.fsync(bucket)
+        except BaseException:
+            if previous is None:
+                self.unlink_quiet(name, bucket)
+            else:
+                back = f"{tmp}.undo"
+                self._quietly(lambda: self.write_new(bucket, back, previous, sync=False))
+                self._quietly(
+                    lambda: self.io.rename(back, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+                )
+                self.unlink_quiet(back, bucket)
+            raise
+
+    # -- update -------------------------------------------------------------------------
+
+    def update(
+        self, cid: str, state: bytes, if_match: str | None, now: datetime, etag: str
+    ) -> CheckpointHeader:
+        with self.writing() as tx:
+            with self.open_ids() as ids:
+                found = self._find(ids, cid)
+            if found is not None and found.error is not None:
+                raise found.error
+            if found is None or found.record is None or found.record.is_expired(now):
+                raise CheckpointNotFound(cid)
+            current = found.record
+            if if_match is not None and current.header.etag != if_match:
+                raise PreconditionFailed(
+                    f"checkpoint {cid!r} has etag {current.header.etag!r}, not {if_match!r}"
+                )
+            new = current.updated(state, now=now, etag=etag)
+            data = new.to_bytes(self.store_id)
+            self._check_size(data)
+            self._replace(tx, found.seq, cid, current, new.header.expires_at, data, found.raw)
+            return new.header
+
+    def _replace(
+        self,
+        tx: Txn,
+        seq: int,
+        cid: str,
+        current: StoredRecord | None,
+        expires_at: datetime | None,
+        data: bytes,
+        previous: bytes | None,
+    ) -> None:
+        """Replace record ``seq`` with ``data``, keeping its index hint an upper bound
+        of its expiry at every instant (raise the hint first, lower it after)."""
+        sfile = fmt.stream_file_name(current.stream) if current is not None else None
+        path = self.record_path(seq, cid)
+        tmp = fmt.temp_name(seq)
+        old = fmt.to_micros(current.header.expires_at) if current is not None else 0
+        new = fmt.to_micros(expires_at)
+        bucket = self.bucket(seq)
+        if bucket is None:
+            raise CheckpointNotFound(cid)
+        try:
+            tx.commit(
+                journal=fmt.Journal(
+                    "update", sfile or "", seq=seq, path=path, tmp=_sibling(path, tmp)
+                )
+            )
+            try:
+                if sfile is not None and old != new:
+                    self._set_hint(sfile, seq, _upper(old, new), sync=self.durable)
+                self._publish(bucket, tmp, fmt.record_name(seq, cid), data, previous)
+            except BaseException:
+                if sfile is not None and old != new:
+                    self._quietly(lambda: self._set_hint(sfile, seq, old, sync=False))
+                self._quietly(lambda: tx.commit(journal=None))
+                raise
+            if sfile is not None and old != new:
+                self._set_hint(sfile, seq, new, sync=False)
+        finally:
+            self.io.close(bucket)
+        tx.commit(journal=None)
+
+    def write_raw(self, cid: str, data: bytes) -> None:
+        """Overwrite record ``cid``'s bytes unchecked (the conformance kit's backdoor)."""
+        with self.writing() as tx:
+            with self.open_ids() as ids:
+                found = self._find(ids, cid)
+            if found is None:
+                raise CheckpointNotFound(cid)
+            expires = found.record.header.expires_at if found.record is not None else None
+            self._replace(tx, found.seq, cid, found.record, expires, data, found.raw)
+
+    # -- delete, prune, purge -------------------------------------------------------------
+
+    def delete(self, cid: str, if_match: str | None, now: datetime) -> bool:
+        with self.writing() as tx, self.open_ids(write=True) as ids:
+            found = self._find(ids, cid)
+            if found is None:
+                return False
+            if found.record is None:
+                if if_match is not None and found.error is not None:
+                    raise found.error
+            else:
+                if found.record.is_expired(now):
+                    return False
+                if if_match is not None and found.record.header.etag != if_match:
+                    raise PreconditionFailed(
+                        f"checkpoint {cid!r} has etag {found.record.header.etag!r}, "
+                        f"not {if_match!r}"
+                    )
+            self._delete_found(tx, ids, cid, found)
+            return True
+
+    def _delete_found(self, tx: Txn, ids: IdTable, cid: str, found: _Found) -> None:
+        if found.record is not None:
+            sfile: str | None = fmt.stream_file_name(found.record.stream)
+        else:
+            sfile = self._stream_of(found.seq, cid)
+        victims: list[tuple[int | None, fmt.Slot]] = [(None, fmt.Slot(found.seq, cid))]
+        if sfile is not None:
+            idx = self.open_index(sfile)
+            if idx is not None:
+                with idx:
+                    pos = idx.find(found.seq)
+                    if pos is not None:
+                        victims = [(pos, idx.slot(pos))]
+        self._delete_slots(tx, ids, sfile or "", victims)
+
+    def _stream_of(self, seq: int, cid: str) -> str | None:
+        """The index holding ``seq`` when its record is too damaged to say (rare: it
+        looks through every stream index)."""
+        for sfile in self.io.listdir(self.fd("streams")):
+            if sfile.startswith(".") or not sfile.endswith(".idx"):
+                continue
+            try:
+                idx = self.open_index(sfile)
+            except IndexDamaged:
+                continue
+            if idx is None:
+                continue
+            with idx:
+                pos = idx.find(seq)
+                if pos is not None and idx.slot(pos).cid == cid:
+                    return sfile
+        return None
+
+    def _delete_slots(
+        self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
+    ) -> None:
+        """Delete records: journal, mark their slots dead, drop their ids, unlink the
+        files, trim trailing dead slots. In full durability each step is flushed
+        before the next, so a power cut never resurrects a deleted checkpoint."""
+        if not victims:
+            return
+        seqs = [slot.seq for _, slot in victims]
+        tx.commit(journal=fmt.Journal("delete", sfile, lo=min(seqs), hi=max(seqs)))
+        tx.sync()
+        idx = self.open_index(sfile, write=True) if sfile else None
+        try:
+            if idx is not None:
+                for pos, slot in victims:
+                    if pos is not None:
+                        idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
+                if self.durable:
+                    idx.sync()
+            for _, slot in victims:
+                key = fmt.id_key(slot.cid)
+                at = ids.find(key, slot.seq)
+                if at is not None:
+                    ids.tombstone(at, key, slot.seq)
+            if self.durable:
+                ids.sync()
+            self._unlink_records([slot for _, slot in victims])
+            if idx is not None:
+                self._trim(idx)
+        finally:
+            if idx is not None:
+                idx.close()
+        tx.commit(journal=None)
+
+    def prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        sfile = fmt.stream_file_name(stream)
+        now_us = fmt.to_micros(now)
+        with self.writing() as tx:
+            idx = self.open_index(sfile)
+            if idx is None:
+                return 0
+            victims: list[tuple[int | None, fmt.Slot]] = []
+            with idx:
+                kept = 0
+                for pos, slot in idx.walk(idx.count - 1, -1):
+                    if not slot.live or slot.expired(now_us):
+                        continue
+                    if kept < keep_last:
+                        kept += 1
+                    else:
+                        victims.append((pos, slot))
+            with self.open_ids(write=True) as ids:
+                self._delete_slots(tx, ids, sfile, victims)
+            self._compact(sfile)
+            return len(victims)
+
+    def delete_stream(self, stream: str, now: datetime) -> int:
+        sfile = fmt.stream_file_name(stream)
+        now_us = fmt.to_micros(now)
+        with self.writing() as tx:
+            idx = self.open_index(sfile)
+            if idx is None:
+                return 0
+            with idx:
+                victims: list[tuple[int | None, fmt.Slot]] = [
+                    (pos, slot) for pos, slot in idx.walk(0, 1) if slot.live
+                ]
+            with self.open_ids(write=True) as ids:
+                self._delete_slots(tx, ids, sfile, victims)
+            self._compact(sfile)
+            return sum(1 for _, slot in victims if not slot.expired(now_us))
+
+    def purge_expired(self, now: datetime) -> int:
+        """Remove expired checkpoints stream by stream, releasing the lock in between
+        so other writers are not held up for the whole pass."""
+        now_us = fmt.to_micros(now)
+        removed = 0
+        for sfile in sorted(self.io.listdir(self.fd("streams"))):
+            if sfile.startswith(".") or not sfile.endswith(".idx"):
+                continue
+            with self.writing() as tx:
+                try:
+                    idx = self.open_index(sfile)
+                except IndexDamaged:
+                    continue
+                if idx is None:
+                    continue
+                with idx:
+                    victims: list[tuple[int | None, fmt.Slot]] = [
+                        (pos, s) for pos, s in idx.walk(0, 1) if s.live and s.expired(now_us)
+                    ]
+                if victims:
+                    with self.open_ids(write=True) as ids:
+                        self._delete_slots(tx, ids, sfile, victims)
+                    self._compact(sfile)
+                removed += len(victims)
+        return removed
+
+    def _compact(self, sfile: str) -> None:
+        """Rewrite a stream index without its dead slots once they dominate it, and
+        remove an index with nothing left."""
+        idx = self.open_index(sfile, write=True)
+        if idx is None:
+            return
+        with idx:
+            slots = [s for _, s in idx.walk(0, 1)]
+            live = [s for s in slots if s.live]
+            dead = len(slots) - len(live)
+            if not live:
+                self.unlink_missing_ok(sfile, self.fd("streams"))
+                if self.durable:
+                    self.io.fsync(self.fd("streams"))
+            elif dead >= _COMPACT_MIN_DEAD and dead > len(live):
+                idx.rewrite(self.fd("streams"), live, self.store_id, durable=self.durable)
+
+    def _find(self, ids: IdTable, cid: str) -> _Found | None:
+        """Where ``cid`` lives (expired or not); an unreadable record comes back with
+        ``record=None`` and its error."""
+        for _, seq in ids.lookup(fmt.id_key(cid)):
+            try:
+                got = self.load_record(seq, cid)
+            except CheckpointDecodeError as exc:
+                return _Found(seq, None, None, exc)
+            if got is not None:
+                return _Found(seq, got[0], got[1])
+        return None
+
+
+_CREAT = os.O_CREAT
+_APPEND = os.O_APPEND
+
+
+def _sibling(path: str, name: str) -> str:
+    return f"{path.rsplit('/', 1)[0]}/{name}"
+
+
+def _upper(a: int, b: int) -> int:
+    """The later of two expiry hints, where 0 means never."""
+    return 0 if a == 0 or b == 0 else max(a, b)

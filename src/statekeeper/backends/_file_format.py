@@ -1,0 +1,469 @@
+"""The on-disk format of the file backend: names, and the bytes of its small files.
+
+Pure functions and value types, no I/O. ``docs/file-backend.md`` describes the
+layout for people; this module is the reference for code. Layout (format 1)::
+
+    <root>/
+      statekeeper.json        meta: format, version, store id, cursor key (JSON)
+      lock                    empty; writers hold flock(LOCK_EX) on it
+      state                   high-water mark, sync mark, journal (2 x 2048 bytes)
+      ids.idx                 id -> sequence hash table (soft state)
+      dirty                   stream index files written since the last sync mark
+      records/<bucket>/<seq>.<id>.ckpt   one record envelope per checkpoint
+      streams/<escaped stream>.idx       per-stream sequence index (soft state)
+
+``<bucket>`` is ``seq // 1000`` in 17 digits and ``<seq>`` is 20 digits, so names
+sort in sequence order. A record file holds exactly
+:meth:`statekeeper.record.StoredRecord.to_bytes`. The two indexes are *soft*: they
+can be rebuilt from the records, which are the only thing a save fsyncs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import struct
+import zlib
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import StoreFormatError
+
+__all__ = [
+    "BUCKET_SIZE",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "IDX_HEADER_SIZE",
+    "SLOT_SIZE",
+    "Journal",
+    "Meta",
+    "Slot",
+    "State",
+]
+
+FORMAT_NAME = "statekeeper-file-store"
+FORMAT_VERSION = 1
+
+META_NAME = "statekeeper.json"
+LOCK_NAME = "lock"
+STATE_NAME = "state"
+IDS_NAME = "ids.idx"
+RECORDS_DIR = "records"
+STREAMS_DIR = "streams"
+#: Names the store creates in its root; anything else there makes it "not a store".
+DIRTY_NAME = "dirty"
+ROOT_NAMES = frozenset(
+    {META_NAME, LOCK_NAME, STATE_NAME, IDS_NAME, DIRTY_NAME, RECORDS_DIR, STREAMS_DIR}
+)
+
+BUCKET_SIZE = 1000
+_SEQ_DIGITS = 20
+_BUCKET_DIGITS = _SEQ_DIGITS - 3
+MAX_SEQUENCE = 10**_SEQ_DIGITS - 1
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICRO = timedelta(microseconds=1)
+
+# -- names ---------------------------------------------------------------------------
+
+_RECORD_RE = re.compile(r"(\d{20})\.([A-Za-z0-9._:-]{1,200})\.ckpt")
+_TEMP_RE = re.compile(r"\.(\d{20})\.[0-9a-f]{8}\.tmp")
+_BUCKET_RE = re.compile(r"\d{17}")
+_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_MAX_ESCAPED = 160
+_KEEP_ESCAPED = 120
+
+
+def bucket_of(seq: int) -> int:
+    return seq // BUCKET_SIZE
+
+
+def bucket_name(bucket: int) -> str:
+    return f"{bucket:0{_BUCKET_DIGITS}d}"
+
+
+def parse_bucket_name(name: str) -> int | None:
+    return int(name) if _BUCKET_RE.fullmatch(name) else None
+
+
+def record_name(seq: int, cid: str) -> str:
+    """``<seq, 20 digits>.<id>.ckpt``; ids are ``[A-Za-z0-9._:-]{1,200}``, so the
+    name is one path component (an id of ``..`` is just part of it)."""
+    return f"{seq:0{_SEQ_DIGITS}d}.{cid}.ckpt"
+
+
+def parse_record_name(name: str) -> tuple[int, str] | None:
+    m = _RECORD_RE.fullmatch(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def temp_name(seq: int) -> str:
+    """A fresh temp-file name for a write of record ``seq`` (in its bucket)."""
+    return f".{seq:0{_SEQ_DIGITS}d}.{secrets.token_hex(4)}.tmp"
+
+
+def parse_temp_name(name: str) -> int | None:
+    m = _TEMP_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def stream_file_name(stream: str) -> str:
+    """The index file name of ``stream``: reversible escaping, hashed when long.
+
+    UTF-8 bytes outside ``[a-z0-9._-]`` (and a leading ``.``) become ``%XX`` with
+    upper-case hex, so the name is one path component, never ``.``/``..``, and
+    stays distinct on case-insensitive file systems. Escaped names longer than 160
+    characters keep a 120-character prefix plus ``~`` and a 128-bit BLAKE2b of the
+    name; the exact name is always in the index file's header.
+    """
+    raw = stream.encode("utf-8")
+    parts = [
+        chr(b) if b in _SAFE and not (i == 0 and b == 0x2E) else f"%{b:02X}"
+        for i, b in enumerate(raw)
+    ]
+    escaped = "".join(parts)
+    if len(escaped) > _MAX_ESCAPED:
+        cut, length = 0, 0
+        for part in parts:
+            if length + len(part) > _KEEP_ESCAPED:
+                break
+            length += len(part)
+            cut += 1
+        digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        escaped = "".join(parts[:cut]) + "~" + digest
+    return escaped + ".idx"
+
+
+def stream_from_file_name(name: str) -> str | None:
+    """The stream a short index file name stands for; ``None`` for hashed names
+    (read the header) and for names this store never makes."""
+    if not name.endswith(".idx") or "~" in name:
+        return None
+    body = name[:-4]
+    out = bytearray()
+    i = 0
+    try:
+        while i < len(body):
+            if body[i] == "%":
+                out.append(int(body[i + 1 : i + 3], 16))
+                i += 3
+            else:
+                out.append(ord(body[i]))
+                i += 1
+        stream = out.decode("utf-8")
+    except (ValueError, IndexError):
+        return None
+    return stream if stream and stream_file_name(stream) == name else None
+
+
+def id_key(cid: str) -> int:
+    """The 64-bit hash of an id in the id table (never 0, which marks an empty slot)."""
+    key = int.from_bytes(hashlib.blake2b(cid.encode("ascii"), digest_size=8).digest(), "little")
+    return key or 1
+
+
+def to_micros(when: datetime | None) -> int:
+    """An aware datetime as microseconds since the Unix epoch; ``None`` as 0."""
+    return 0 if when is None else (when - _EPOCH) // _MICRO
+
+
+# -- meta ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Meta:
+    """``statekeeper.json``: written once when the store is created, then read-only."""
+
+    store_id: str
+    cursor_key: bytes
+    version: int = FORMAT_VERSION
+    created_at: str = ""
+
+    @classmethod
+    def new(cls, now: datetime) -> Meta:
+        return cls(secrets.token_hex(16), secrets.token_bytes(32), FORMAT_VERSION, now.isoformat())
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format": FORMAT_NAME,
+            "version": self.version,
+            "store_id": self.store_id,
+            "cursor_key": self.cursor_key.hex(),
+            "created_at": self.created_at,
+            "layout": {"bucket_size": BUCKET_SIZE, "slot_size": SLOT_SIZE},
+        }
+        return (json.dumps(doc, indent=2) + "\n").encode("ascii")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> Meta:
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+                raise ValueError("not a statekeeper file store")
+            version = doc["version"]
+            if not isinstance(version, int) or version < 1:
+                raise ValueError(f"bad version {version!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreFormatError(
+                f"{where} is not a statekeeper file store meta file: {exc}"
+            ) from None
+        if version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{where} has format version {version}, newer than this statekeeper "
+                f"understands ({FORMAT_VERSION}); upgrade statekeeper to open it"
+            )
+        try:
+            store_id = doc["store_id"]
+            key = bytes.fromhex(doc["cursor_key"])
+            layout = doc.get("layout", {})
+            if not isinstance(store_id, str) or not re.fullmatch(r"[0-9a-f]{32}", store_id):
+                raise ValueError("bad store_id")
+            if len(key) < 16:
+                raise ValueError("cursor_key too short")
+            if layout.get("bucket_size", BUCKET_SIZE) != BUCKET_SIZE:
+                raise ValueError("unsupported bucket_size")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StoreFormatError(f"{where} is damaged: {exc}") from None
+        return cls(store_id, key, version, str(doc.get("created_at", "")))
+
+
+# -- state ---------------------------------------------------------------------------
+
+STATE_COPY = 2048
+STATE_SIZE = 2 * STATE_COPY
+
+
+@dataclass(frozen=True)
+class Journal:
+    """The multi-step operation in progress, so a crash can be finished or undone.
+
+    ``op`` is ``insert``, ``update`` or ``delete``; ``stream`` is the index file
+    name; ``seq`` the record (``lo``..``hi`` for deletes); ``path`` the record file
+    and ``tmp`` a temp file (both relative to the root) that must not outlive the
+    operation.
+    """
+
+    op: str
+    stream: str
+    seq: int = 0
+    lo: int = 0
+    hi: int = 0
+    path: str | None = None
+    tmp: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "stream": self.stream,
+            "seq": self.seq,
+            "lo": self.lo,
+            "hi": self.hi,
+            "path": self.path,
+            "tmp": self.tmp,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Journal:
+        return cls(
+            op=str(doc["op"]),
+            stream=str(doc["stream"]),
+            seq=int(doc["seq"]),
+            lo=int(doc["lo"]),
+            hi=int(doc["hi"]),
+            path=None if doc["path"] is None else str(doc["path"]),
+            tmp=None if doc["tmp"] is None else str(doc["tmp"]),
+        )
+
+
+@dataclass(frozen=True)
+class State:
+    """The ``state`` file: two checksummed copies, the newer valid one wins.
+
+    ``hwm`` is the sequence high-water mark; ``synced`` is the sequence up to which
+    the soft indexes were last fsynced (the sync mark); ``boot`` the boot id of the
+    kernel that last checked them; ``ids_used`` the occupied id-table slots.
+    """
+
+    gen: int = 0
+    hwm: int = 0
+    synced: int = 0
+    boot: str | None = None
+    ids_used: int = 0
+    journal: Journal | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def next(self, **changes: Any) -> State:
+        return replace(self, gen=self.gen + 1, **changes)
+
+    def copy_bytes(self) -> tuple[int, bytes]:
+        """``(offset, bytes)`` of the copy this generation overwrites."""
+        doc = {
+            "gen": self.gen,
+            "hwm": self.hwm,
+            "synced": self.synced,
+            "boot": self.boot,
+            "ids_used": self.ids_used,
+            "journal": None if self.journal is None else self.journal.to_json(),
+            **self.extra,
+        }
+        body = json.dumps(doc, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+        if len(body) > STATE_COPY - 10:
+            raise ValueError("state does not fit in its slot")
+        body = body.ljust(STATE_COPY - 9, b" ")
+        copy = body + b"%08x\n" % zlib.crc32(body)
+        return (self.gen % 2) * STATE_COPY, copy
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> State | None:
+        """The newest valid copy in ``data``, or ``None`` if neither is valid."""
+        best: State | None = None
+        for i in range(2):
+            copy = data[i * STATE_COPY : (i + 1) * STATE_COPY]
+            state = cls._parse_copy(copy)
+            if state is not None and (best is None or state.gen > best.gen):
+                best = state
+        return best
+
+    @classmethod
+    def _parse_copy(cls, copy: bytes) -> State | None:
+        if len(copy) != STATE_COPY:
+            return None
+        body, crc = copy[: STATE_COPY - 9], copy[STATE_COPY - 9 : STATE_COPY - 1]
+        try:
+            if int(crc, 16) != zlib.crc32(body):
+                return None
+            doc = json.loads(body)
+            journal = doc.pop("journal")
+            known = {"gen", "hwm", "synced", "boot", "ids_used"}
+            return cls(
+                gen=int(doc["gen"]),
+                hwm=int(doc["hwm"]),
+                synced=int(doc["synced"]),
+                boot=doc["boot"],
+                ids_used=int(doc["ids_used"]),
+                journal=None if journal is None else Journal.from_json(journal),
+                extra={k: v for k, v in doc.items() if k not in known},
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+# -- stream index --------------------------------------------------------------------
+
+IDX_MAGIC = b"SKIDX1\n"
+IDX_HEADER_SIZE = 4096
+SLOT_SIZE = 256
+SLOT_LIVE = 1
+SLOT_DEAD = 2
+_SLOT = struct.Struct("<QqBB200s34x")
+_CRC = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One checkpoint in a stream index: its sequence, id, expiry hint and liveness.
+
+    ``expires`` (microseconds since the epoch, 0 for none) is an upper bound of the
+    record's expiry, exact outside a crashed update; readers skip a slot whose hint
+    has passed and still check the record itself.
+    """
+
+    seq: int
+    cid: str
+    expires: int = 0
+    flags: int = SLOT_LIVE
+
+    @property
+    def live(self) -> bool:
+        return self.flags == SLOT_LIVE
+
+    def expired(self, now_us: int) -> bool:
+        return self.expires != 0 and self.expires <= now_us
+
+    def to_bytes(self) -> bytes:
+        raw_id = self.cid.encode("ascii")
+        body = _SLOT.pack(self.seq, self.expires, self.flags, len(raw_id), raw_id)
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> Slot | None:
+        """The slot, or ``None`` if it is torn or corrupt."""
+        if len(data) != SLOT_SIZE:
+            return None
+        body = data[: SLOT_SIZE - 4]
+        if _CRC.unpack_from(data, SLOT_SIZE - 4)[0] != zlib.crc32(body):
+            return None
+        seq, expires, flags, idlen, raw_id = _SLOT.unpack_from(data)
+        if flags not in (SLOT_LIVE, SLOT_DEAD) or not 1 <= idlen <= 200 or seq < 1:
+            return None
+        try:
+            cid = raw_id[:idlen].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        return cls(seq, cid, expires, flags)
+
+
+def slot_seq(data: bytes) -> int:
+    """The sequence field of raw slot bytes (for binary search; not verified)."""
+    return int.from_bytes(data[:8], "little")
+
+
+def index_header(stream: str, store_id: str) -> bytes:
+    doc = json.dumps({"v": 1, "store": store_id, "stream": stream}, ensure_ascii=False)
+    body = IDX_MAGIC + doc.encode("utf-8") + b"\n"
+    body = body.ljust(IDX_HEADER_SIZE - 4, b"\0")
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def parse_index_header(data: bytes, store_id: str) -> str:
+    """The stream name in an index header; :class:`ValueError` if it is not ours."""
+    if len(data) != IDX_HEADER_SIZE or not data.startswith(IDX_MAGIC):
+        raise ValueError("not a statekeeper stream index")
+    body = data[: IDX_HEADER_SIZE - 4]
+    if _CRC.unpack_from(data, IDX_HEADER_SIZE - 4)[0] != zlib.crc32(body):
+        raise ValueError("stream index header checksum mismatch")
+    end = body.index(b"\n", len(IDX_MAGIC))
+    doc = json.loads(body[len(IDX_MAGIC) : end])
+    if doc.get("v") != 1:
+        raise ValueError(f"unsupported stream index version {doc.get('v')!r}")
+    if doc.get("store") != store_id:
+        raise ValueError("stream index belongs to another store")
+    stream = doc.get("stream")
+    if not isinstance(stream, str) or not stream:
+        raise ValueError("stream index has no stream name")
+    return stream
+
+
+# -- id table ------------------------------------------------------------------------
+
+IDS_MAGIC = b"SKIDS1\n"
+IDS_HEADER_SIZE = 4096
+IDS_SLOT = struct.Struct("<QQ")
+IDS_MIN_CAPACITY = 4096
+TOMBSTONE = 1 << 63
+
+
+def ids_header(capacity: int, store_id: str) -> bytes:
+    doc = json.dumps({"v": 1, "store": store_id, "capacity": capacity})
+    body = (IDS_MAGIC + doc.encode("ascii") + b"\n").ljust(IDS_HEADER_SIZE - 4, b"\0")
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def parse_ids_header(data: bytes, store_id: str) -> int:
+    """The capacity in an id-table header; :class:`ValueError` if it is not ours."""
+    if len(data) != IDS_HEADER_SIZE or not data.startswith(IDS_MAGIC):
+        raise ValueError("not a statekeeper id table")
+    body = data[: IDS_HEADER_SIZE - 4]
+    if _CRC.unpack_from(data, IDS_HEADER_SIZE - 4)[0] != zlib.crc32(body):
+        raise ValueError("id table header checksum mismatch")
+    end = body.index(b"\n", len(IDS_MAGIC))
+    doc = json.loads(body[len(IDS_MAGIC) : end])
+    capacity = doc.get("capacity")
+    if doc.get("v") != 1 or doc.get("store") != store_id:
+        raise ValueError("id table of another version or store")
+    if not isinstance(capacity, int) or capacity < 1 or capacity & (capacity - 1):
+        raise ValueError(f"bad id table capacity {capacity!r}")
+    return capacity

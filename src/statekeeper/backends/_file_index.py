@@ -1,0 +1,413 @@
+"""The file backend's two soft indexes: per-stream slot files and the id table.
+
+Both are derived from the records (see :mod:`._file_format`), written without an
+fsync on the save path, and rebuilt by the store's recovery when a crash may have
+lost them. Readers never lock: every slot carries a CRC, so a slot being written is
+seen as torn and re-read, and files are only ever replaced by rename, so a reader
+holding a descriptor keeps a consistent old version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+
+from . import _file_format as fmt
+from ._fileio import FileIO, read_exact
+
+__all__ = ["IdTable", "IndexDamaged", "StreamIndex"]
+
+_RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+_RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+_CHUNK = 16
+_TORN_RETRIES = 3
+
+
+class IndexDamaged(Exception):
+    """An index file is not what the store wrote (planted, corrupt, wrong store)."""
+
+
+def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, os.stat_result]:
+    """Open ``name`` without following links or blocking; it must be a regular file
+    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`."""
+    try:
+        fd = io.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
+            raise IndexDamaged(f"{name} is not a regular file ({exc.strerror})") from None
+        raise
+    try:
+        st = io.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise IndexDamaged(f"{name} is not a regular file")
+        if st.st_nlink != 1:
+            raise IndexDamaged(f"{name} has {st.st_nlink} hard links")
+    except BaseException:
+        io.close(fd)
+        raise
+    return fd, st
+
+
+class StreamIndex:
+    """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
+
+    __slots__ = ("count", "fd", "identity", "io", "name", "size", "stream")
+
+    def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
+        self.io = io
+        self.fd = fd
+        self.name = name
+        self.stream = stream
+        self.identity = (st.st_dev, st.st_ino)
+        self.size = st.st_size
+        self.count = max(0, (st.st_size - fmt.IDX_HEADER_SIZE) // fmt.SLOT_SIZE)
+
+    @classmethod
+    def open(
+        cls, io: FileIO, streams_fd: int, name: str, store_id: str, *, write: bool = False
+    ) -> StreamIndex | None:
+        """Open an index; ``None`` if it does not exist."""
+        try:
+            fd, st = open_regular(io, name, _RW if write else _RO, streams_fd)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                stream = fmt.parse_index_header(
+                    read_exact(io, fd, fmt.IDX_HEADER_SIZE, 0), store_id
+                )
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise IndexDamaged(f"streams/{name}: {exc}") from None
+            if fmt.stream_file_name(stream) != name:
+                raise IndexDamaged(f"streams/{name} names stream {stream!r}, which lives elsewhere")
+        except BaseException:
+            io.close(fd)
+            raise
+        return cls(io, fd, name, stream, st)
+
+    @staticmethod
+    def create(
+        io: FileIO, streams_fd: int, name: str, stream: str, store_id: str, *, durable: bool
+    ) -> None:
+        """Create an empty index atomically (temp file, rename), fsynced if ``durable``."""
+        tmp = f".{name}.tmp"
+        _unlink_quiet(io, tmp, streams_fd)
+        fd = io.open(tmp, _NEW, 0o666, dir_fd=streams_fd)
+        try:
+            _pwrite_all(io, fd, fmt.index_header(stream, store_id), 0)
+            if durable:
+                io.fsync(fd)
+        except BaseException:
+            io.close(fd)
+            _unlink_quiet(io, tmp, streams_fd)
+            raise
+        io.close(fd)
+        try:
+            io.rename(tmp, name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
+        except BaseException:
+            _unlink_quiet(io, tmp, streams_fd)
+            raise
+        if durable:
+            io.fsync(streams_fd)
+
+    def close(self) -> None:
+        self.io.close(self.fd)
+
+    def __enter__(self) -> StreamIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _offset(self, i: int) -> int:
+        return fmt.IDX_HEADER_SIZE + i * fmt.SLOT_SIZE
+
+    def read(self, start: int, n: int) -> list[fmt.Slot]:
+        """Slots ``start .. start+n-1`` (clipped to the index). A torn slot is re-read
+        (a writer may be mid-write); one that stays invalid is damage."""
+        start = max(start, 0)
+        n = min(n, self.count - start)
+        if n <= 0:
+            return []
+        slots: list[fmt.Slot] = []
+        for _ in range(_TORN_RETRIES):
+            data = read_exact(self.io, self.fd, n * fmt.SLOT_SIZE, self._offset(start))
+            # A writer may have trimmed the tail since fstat: fewer whole slots is fine.
+            whole = len(data) // fmt.SLOT_SIZE
+            view = memoryview(data)
+            slots = []
+            for k in range(whole):
+                slot = fmt.Slot.from_bytes(view[k * fmt.SLOT_SIZE : (k + 1) * fmt.SLOT_SIZE])
+                if slot is None:
+                    break
+                slots.append(slot)
+            if len(slots) == whole:
+                return slots
+        raise IndexDamaged(f"streams/{self.name}: slot {start + len(slots)} is corrupt")
+
+    def slot(self, i: int) -> fmt.Slot:
+        return self.read(i, 1)[0]
+
+    def bisect(self, seq: int, *, right: bool) -> int:
+        """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``."""
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            s = self.slot(mid).seq
+            if s < seq or (right and s == seq):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def find(self, seq: int) -> int | None:
+        """The position of ``seq``, or ``None``."""
+        i = self.bisect(seq, right=False)
+        return i if i < self.count and self.slot(i).seq == seq else None
+
+    def walk(self, start: int, step: int) -> Iterator[tuple[int, fmt.Slot]]:
+        """``(position, slot)`` from ``start`` forward (``step=1``) or backward, in
+        chunks, so a page reads only a little more than it returns."""
+        i = start
+        while 0 <= i < self.count:
+            if step > 0:
+                chunk = self.read(i, _CHUNK)
+                for k, slot in enumerate(chunk):
+                    yield i + k, slot
+                i += len(chunk)
+            else:
+                first = max(0, i - _CHUNK + 1)
+                chunk = self.read(first, i - first + 1)
+                for k in range(len(chunk) - 1, -1, -1):
+                    yield first + k, chunk[k]
+                i = first - 1
+
+    # -- writing (under the store lock) ----------------------------------------------
+
+    def repair_tail(self) -> None:
+        """Cut a torn trailing slot (a power cut during an append). Call it under the
+        lock, right after opening: ``size`` is from that open's ``fstat``."""
+        whole = self._offset(self.count)
+        if self.size != whole:
+            self.io.ftruncate(self.fd, whole)
+            self.size = whole
+
+    def append(self, slot: fmt.Slot) -> None:
+        _pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(self.count))
+        self.count += 1
+        self.size = self._offset(self.count)
+
+    def write(self, i: int, slot: fmt.Slot) -> None:
+        _pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(i))
+
+    def truncate(self, count: int) -> None:
+        self.io.ftruncate(self.fd, self._offset(count))
+        self.count = count
+        self.size = self._offset(count)
+
+    def sync(self) -> None:
+        self.io.fdatasync(self.fd)
+
+    def rewrite(
+        self, streams_fd: int, slots: list[fmt.Slot], store_id: str, *, durable: bool
+    ) -> None:
+        """Replace the whole index with ``slots`` (compaction), atomically."""
+        tmp = f".{self.name}.tmp"
+        _unlink_quiet(self.io, tmp, streams_fd)
+        fd = self.io.open(tmp, _NEW, 0o666, dir_fd=streams_fd)
+        try:
+            body = fmt.index_header(self.stream, store_id) + b"".join(s.to_bytes() for s in slots)
+            _pwrite_all(self.io, fd, body, 0)
+            if durable:
+                self.io.fsync(fd)
+        except BaseException:
+            self.io.close(fd)
+            _unlink_quiet(self.io, tmp, streams_fd)
+            raise
+        self.io.close(fd)
+        try:
+            self.io.rename(tmp, self.name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
+        except BaseException:
+            _unlink_quiet(self.io, tmp, streams_fd)
+            raise
+        if durable:
+            self.io.fsync(streams_fd)
+
+
+class IdTable:
+    """``ids.idx``: an open-addressing hash table, id hash -> sequence.
+
+    Each 16-byte slot is ``(key, seq)``; ``(0, 0)`` is empty and a set top bit of
+    ``seq`` is a tombstone. A 64-bit key can collide, so a hit is only a candidate:
+    the caller confirms it against the record's own id.
+    """
+
+    __slots__ = ("capacity", "fd", "io")
+
+    def __init__(self, io: FileIO, fd: int, capacity: int) -> None:
+        self.io = io
+        self.fd = fd
+        self.capacity = capacity
+
+    @classmethod
+    def open(cls, io: FileIO, root_fd: int, store_id: str, *, write: bool = False) -> IdTable:
+        try:
+            fd, st = open_regular(io, fmt.IDS_NAME, _RW if write else _RO, root_fd)
+        except FileNotFoundError:
+            raise IndexDamaged(f"{fmt.IDS_NAME} is missing") from None
+        try:
+            try:
+                capacity = fmt.parse_ids_header(
+                    read_exact(io, fd, fmt.IDS_HEADER_SIZE, 0), store_id
+                )
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise IndexDamaged(f"{fmt.IDS_NAME}: {exc}") from None
+            if st.st_size < fmt.IDS_HEADER_SIZE + capacity * fmt.IDS_SLOT.size:
+                raise IndexDamaged(f"{fmt.IDS_NAME} is truncated")
+        except BaseException:
+            io.close(fd)
+            raise
+        return cls(io, fd, capacity)
+
+    def close(self) -> None:
+        self.io.close(self.fd)
+
+    def __enter__(self) -> IdTable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _probe(self, key: int) -> Iterator[tuple[int, int, int]]:
+        """``(position, key, seq)`` along ``key``'s probe sequence, up to an empty slot."""
+        mask = self.capacity - 1
+        pos = key & mask
+        seen = 0
+        size = fmt.IDS_SLOT.size
+        while seen < self.capacity:
+            n = min(_CHUNK, self.capacity - pos)
+            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
+            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+                if skey == 0 and sseq == 0:
+                    return
+                yield pos + k, skey, sseq
+            seen += n
+            pos = (pos + n) & mask
+
+    def lookup(self, key: int) -> list[tuple[int, int]]:
+        """``(position, seq)`` of the live entries with ``key``."""
+        return [(p, s) for p, k, s in self._probe(key) if k == key and not s & fmt.TOMBSTONE]
+
+    def find(self, key: int, seq: int) -> int | None:
+        for p, k, s in self._probe(key):
+            if k == key and s == seq:
+                return p
+        return None
+
+    def insert(self, key: int, seq: int) -> bool:
+        """Store ``key -> seq`` in the first free or tombstoned slot; return whether it
+        took an empty slot (the caller counts those to know when to grow)."""
+        mask = self.capacity - 1
+        pos = key & mask
+        size = fmt.IDS_SLOT.size
+        for _ in range(self.capacity):
+            raw = read_exact(self.io, self.fd, size, fmt.IDS_HEADER_SIZE + pos * size)
+            skey, sseq = fmt.IDS_SLOT.unpack(raw)
+            empty = skey == 0 and sseq == 0
+            if empty or sseq & fmt.TOMBSTONE:
+                _pwrite_all(
+                    self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), fmt.IDS_HEADER_SIZE + pos * size
+                )
+                return bool(empty)
+            pos = (pos + 1) & mask
+        raise IndexDamaged(f"{fmt.IDS_NAME} is full")
+
+    def tombstone(self, pos: int, key: int, seq: int) -> None:
+        size = fmt.IDS_SLOT.size
+        _pwrite_all(
+            self.io,
+            self.fd,
+            fmt.IDS_SLOT.pack(key, seq | fmt.TOMBSTONE),
+            fmt.IDS_HEADER_SIZE + pos * size,
+        )
+
+    def entries(self) -> Iterator[tuple[int, int, int]]:
+        """Every live ``(position, key, seq)``, in slot order."""
+        size = fmt.IDS_SLOT.size
+        step = 4096
+        for pos in range(0, self.capacity, step):
+            n = min(step, self.capacity - pos)
+            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
+            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+                if skey and not sseq & fmt.TOMBSTONE:
+                    yield pos + k, skey, sseq
+
+    def sync(self) -> None:
+        self.io.fdatasync(self.fd)
+
+    @staticmethod
+    def build(
+        io: FileIO,
+        root_fd: int,
+        entries: list[tuple[int, int]],
+        store_id: str,
+        *,
+        durable: bool,
+    ) -> int:
+        """Write a fresh table holding ``entries`` at load <= 1/4 and swap it in
+        atomically; return its number of used slots."""
+        capacity = fmt.IDS_MIN_CAPACITY
+        while capacity < 4 * len(entries):
+            capacity *= 2
+        size = fmt.IDS_SLOT.size
+        table = bytearray(capacity * size)
+        mask = capacity - 1
+        for key, seq in entries:
+            pos = key & mask
+            while table[pos * size : pos * size + size] != bytes(size):
+                pos = (pos + 1) & mask
+            fmt.IDS_SLOT.pack_into(table, pos * size, key, seq)
+        tmp = f".{fmt.IDS_NAME}.tmp"
+        _unlink_quiet(io, tmp, root_fd)
+        fd = io.open(tmp, _NEW, 0o666, dir_fd=root_fd)
+        try:
+            _pwrite_all(io, fd, fmt.ids_header(capacity, store_id) + bytes(table), 0)
+            if durable:
+                io.fsync(fd)
+        except BaseException:
+            io.close(fd)
+            _unlink_quiet(io, tmp, root_fd)
+            raise
+        io.close(fd)
+        try:
+            io.rename(tmp, fmt.IDS_NAME, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        except BaseException:
+            _unlink_quiet(io, tmp, root_fd)
+            raise
+        if durable:
+            io.fsync(root_fd)
+        return len(entries)
+
+
+def _pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
+    done = 0
+    while done < len(data):
+        n = io.pwrite(fd, data[done:] if done else data, offset + done)
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        done += n
+
+
+def _unlink_quiet(io: FileIO, name: str, dir_fd: int) -> None:
+    """Remove a temp file on a cleanup path; a failure here must not hide the
+    original error (a leftover temp file is cleaned up by the journal later)."""
+    with contextlib.suppress(OSError):
+        io.unlink(name, dir_fd=dir_fd)

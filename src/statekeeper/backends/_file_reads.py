@@ -1,0 +1,424 @@
+"""The read side of the file backend's engine: lock-free, strict where it must be.
+
+Readers take no lock. Writers only ever replace whole files by rename and write
+index slots that carry a CRC, so a reader sees every file either before or after a
+change. Where a reader's two looks disagree (a slot said live, its record is gone)
+it looks again; if the disagreement persists across a few tries it is damage,
+reported as such, never papered over with an older checkpoint.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .._protocol import ScanQuery, skipped_from
+from ..errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
+from ..models import Skipped
+from ..record import StoredRecord
+from . import _file_format as fmt
+from ._file_core import EngineCore, RecordProblem
+from ._file_index import IndexDamaged, StreamIndex
+
+__all__ = ["ReadsMixin"]
+
+#: How many times a read that a concurrent writer disturbed is retried.
+READ_RETRIES = 8
+
+
+class _Retry(Exception):
+    """A concurrent writer changed what this read was looking at."""
+
+
+class ReadsMixin(EngineCore):
+    """Strict ``latest``/``get``, tolerant ``scan``, and the listings."""
+
+    def recover_pending(self) -> None:
+        """Finish a crashed writer's journal (the engine implements it)."""
+        raise NotImplementedError
+
+    def heal(self) -> None:
+        """If a writer died mid-operation and nobody holds the lock now, finish its
+        work before reading, so no reader sees a half-done delete for long."""
+        state = self.read_state()
+        if state is None or state.journal is None:
+            return
+        with self.locked(wait=False) as got:
+            if got:
+                self.recover_pending()
+
+    # -- strict reads -------------------------------------------------------------------
+
+    def latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        """The live record of ``stream`` with the highest sequence, read from the
+        tail of the stream index: no other record is decoded, whatever the size of
+        the stream or the store."""
+        self.heal()
+        sfile = fmt.stream_file_name(stream)
+        now_us = fmt.to_micros(now)
+        for _ in range(READ_RETRIES):
+            idx = self._index_for_read(sfile)
+            if idx is None:
+                return None
+            try:
+                with idx:
+                    return self._latest_in(idx, stream, now, now_us)
+            except _Retry:
+                continue
+        raise ConcurrentModificationError(
+            f"get_latest({stream!r}) was disturbed by concurrent writers {READ_RETRIES} times "
+            f"in a row in the file store at {self.root}; retry"
+        )
+
+    def _latest_in(
+        self, idx: StreamIndex, stream: str, now: datetime, now_us: int
+    ) -> StoredRecord | None:
+        for pos, slot in idx.walk(idx.count - 1, -1):
+            if not slot.live or slot.expired(now_us):
+                continue
+            got = self.load_record(slot.seq, slot.cid)
+            if got is None:
+                if self._slot_changed(idx, pos, slot):
+                    raise _Retry
+                raise self.decode_error(
+                    "the stream index lists it but its record file is missing "
+                    "(removed outside statekeeper?)",
+                    slot.seq,
+                    slot.cid,
+                )
+            record = got[0]
+            if record.stream != stream:
+                raise self.decode_error(
+                    f"the record belongs to stream {record.stream!r}", slot.seq, slot.cid
+                )
+            if not record.is_expired(now):
+                return record
+        return None
+
+    def get(self, cid: str, now: datetime) -> StoredRecord | None:
+        """The live record ``cid`` via the id table; ``None`` if missing or expired."""
+        self.heal()
+        key = fmt.id_key(cid)
+        for _ in range(READ_RETRIES):
+            with self._ids_for_read() as ids:
+                candidates = [seq for _, seq in ids.lookup(key)]
+            missing: list[int] = []
+            for seq in candidates:
+                got = self.load_record(seq, cid)
+                if got is None:
+                    missing.append(seq)
+                    continue
+                record = got[0]
+                return None if record.is_expired(now) else record
+            if not missing:
+                return None
+            with self._ids_for_read() as ids:
+                again = [seq for _, seq in ids.lookup(key)]
+            if again != candidates:
+                continue
+            for seq in missing:
+                if not self._sequence_exists(seq):
+                    raise self.decode_error(
+                        "the id table lists it but its record file is missing "
+                        "(removed outside statekeeper?)",
+                        seq,
+                        cid,
+                    )
+            return None  # the entries were other ids with the same 64-bit hash
+        raise ConcurrentModificationError(
+            f"load({cid!r}) was disturbed by concurrent writers {READ_RETRIES} times in a row "
+            f"in the file store at {self.root}; retry"
+        )
+
+    def read_raw(self, cid: str) -> bytes:
+        """The stored bytes of ``cid``, unverified (the conformance kit's backdoor)."""
+        with self._ids_for_read() as ids:
+            candidates = [seq for _, seq in ids.lookup(fmt.id_key(cid))]
+        for seq in candidates:
+            bucket = self.bucket(seq)
+            if bucket is None:
+                continue
+            try:
+                data = self.read_file(bucket, fmt.record_name(seq, cid))
+            except RecordProblem as exc:
+                raise self.decode_error(exc.reason, seq, cid) from None
+            finally:
+                self.io.close(bucket)
+            if data is not None:
+                return data
+        raise CheckpointNotFound(cid)
+
+    # -- tolerant scans -----------------------------------------------------------------
+
+    def scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        self.heal()
+        if query.stream is None:
+            return self._scan_all(query)
+        sfile = fmt.stream_file_name(query.stream)
+        idx = self._index_for_read(sfile)
+        if idx is None:
+            return []
+        with idx:
+            return self._scan_index(idx, query)
+
+    def _scan_index(self, idx: StreamIndex, q: ScanQuery) -> list[StoredRecord | Skipped]:
+        if q.order == "asc":
+            start, step = (0 if q.bound is None else idx.bisect(q.bound, right=True)), 1
+        else:
+            top = idx.count if q.bound is None else idx.bisect(q.bound, right=False)
+            start, step = top - 1, -1
+        now_us = fmt.to_micros(q.now)
+        out: list[StoredRecord | Skipped] = []
+        for pos, slot in idx.walk(start, step):
+            if not slot.live or slot.expired(now_us):
+                continue
+            try:
+                got = self.load_record(slot.seq, slot.cid)
+            except CheckpointDecodeError as exc:
+                out.append(skipped_from(exc, slot.cid, slot.seq))
+            else:
+                if got is None:
+                    if self._slot_changed(idx, pos, slot):
+                        continue  # deleted since we read the slot
+                    out.append(
+                        self._skipped(
+                            slot.seq,
+                            slot.cid,
+                            self.record_path(slot.seq, slot.cid),
+                            "the stream index lists it but its record file is missing",
+                        )
+                    )
+                elif got[0].stream != q.stream:
+                    out.append(
+                        self._skipped(
+                            slot.seq,
+                            slot.cid,
+                            self.record_path(slot.seq, slot.cid),
+                            f"the record belongs to stream {got[0].stream!r}",
+                        )
+                    )
+                elif not _wanted(got[0], q):
+                    continue
+                else:
+                    out.append(got[0])
+            if len(out) >= q.limit:
+                break
+        return out
+
+    def _scan_all(self, q: ScanQuery) -> list[StoredRecord | Skipped]:
+        """Every stream in global sequence order: walk the bucket directories, which
+        are named (and sorted) by sequence, and read only the records in the page."""
+        records = self.fd("records")
+        buckets = sorted(
+            b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None
+        )
+        asc = q.order == "asc"
+        if q.bound is not None:
+            edge = fmt.bucket_of(q.bound)
+            buckets = [b for b in buckets if (b >= edge if asc else b <= edge)]
+        if not asc:
+            buckets.reverse()
+        out: list[StoredRecord | Skipped] = []
+        for bucket in buckets:
+            self._scan_bucket(bucket, q, out)
+            if len(out) >= q.limit:
+                break
+        return out
+
+    def _scan_bucket(self, bucket: int, q: ScanQuery, out: list[StoredRecord | Skipped]) -> None:
+        bname = fmt.bucket_name(bucket)
+        base = bucket * fmt.BUCKET_SIZE
+        asc = q.order == "asc"
+
+        def in_range(seq: int) -> bool:
+            return q.bound is None or (seq > q.bound if asc else seq < q.bound)
+
+        try:
+            bfd = self.open_dir(self.fd("records"), bname, create=False)
+        except IndexDamaged as exc:
+            if in_range(base):
+                out.append(self._skipped(base, None, f"{fmt.RECORDS_DIR}/{bname}", str(exc)))
+            return
+        if bfd is None:
+            return
+        try:
+            entries: list[tuple[int, int, str, str | None]] = []
+            for name in self.io.listdir(bfd):
+                parsed = fmt.parse_record_name(name)
+                if parsed is not None:
+                    seq, kind, cid = parsed[0], 0, parsed[1]
+                elif (tseq := fmt.parse_temp_name(name)) is not None:
+                    seq, kind, cid = tseq, 1, None
+                else:
+                    seq, kind, cid = base, 2, None
+                if in_range(seq):
+                    entries.append((seq, kind, name, cid))
+            entries.sort(reverse=not asc)
+            for seq, kind, name, cid in entries:
+                if len(out) >= q.limit:
+                    return
+                location = f"{fmt.RECORDS_DIR}/{bname}/{name}"
+                if kind == 0 and cid is not None:
+                    self._scan_record(bfd, name, seq, cid, q, out, bucket)
+                elif kind == 1:
+                    if self._stray_temp(bfd, name, location):
+                        out.append(
+                            self._skipped(
+                                seq,
+                                None,
+                                location,
+                                "a stray temporary file left by an interrupted write",
+                            )
+                        )
+                else:
+                    out.append(
+                        self._skipped(
+                            seq,
+                            None,
+                            location,
+                            "not a statekeeper record file name (planted or foreign file)",
+                        )
+                    )
+        finally:
+            self.io.close(bfd)
+
+    def _scan_record(
+        self,
+        bfd: int,
+        name: str,
+        seq: int,
+        cid: str,
+        q: ScanQuery,
+        out: list[StoredRecord | Skipped],
+        bucket: int,
+    ) -> None:
+        location = self.record_path(seq, cid)
+        if fmt.bucket_of(seq) != bucket:
+            out.append(self._skipped(seq, cid, location, "the record is in the wrong bucket"))
+            return
+        try:
+            data = self.read_file(bfd, name)
+        except RecordProblem as exc:
+            out.append(self._skipped(seq, cid, location, exc.reason))
+            return
+        if data is None:
+            return  # deleted since the directory was listed
+        try:
+            record = self.decode(data, seq, cid)
+        except CheckpointDecodeError as exc:
+            out.append(skipped_from(exc, cid, seq))
+            return
+        if _wanted(record, q):
+            out.append(record)
+
+    def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
+        """A temp file nobody is writing: not the current journal's, and still there."""
+        state = self.read_state()
+        if state is not None and state.journal is not None and state.journal.tmp == location:
+            return False
+        try:
+            self.io.lstat(name, dir_fd=bfd)
+        except FileNotFoundError:
+            return False
+        return True
+
+    # -- listings -----------------------------------------------------------------------
+
+    def list_streams(self, now: datetime) -> list[str]:
+        now_us = fmt.to_micros(now)
+        names: list[str] = []
+        for sfile in self.io.listdir(self.fd("streams")):
+            if sfile.startswith(".") or not sfile.endswith(".idx"):
+                continue
+            try:
+                idx = self.open_index(sfile)
+            except IndexDamaged:
+                continue  # a planted or damaged file names no stream we can report
+            if idx is None:
+                continue
+            with idx:
+                if any(s.live and not s.expired(now_us) for _, s in idx.walk(idx.count - 1, -1)):
+                    names.append(idx.stream)
+        return names
+
+    def info(self) -> dict[str, Any]:
+        streams = checkpoints = 0
+        for sfile in self.io.listdir(self.fd("streams")):
+            if sfile.startswith(".") or not sfile.endswith(".idx"):
+                continue
+            try:
+                idx = self.open_index(sfile)
+            except IndexDamaged:
+                continue
+            if idx is None:
+                continue
+            with idx:
+                n = sum(1 for _, s in idx.walk(0, 1) if s.live)
+            if n:
+                streams += 1
+                checkpoints += n
+        state = self.read_state()
+        return {
+            "checkpoints": checkpoints,
+            "streams": streams,
+            "high_water_mark": state.hwm if state else None,
+            "path": self.root,
+            "durability": "full" if self.durable else "fast",
+        }
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _index_for_read(self, sfile: str) -> StreamIndex | None:
+        try:
+            return self.open_index(sfile)
+        except IndexDamaged as exc:
+            raise CheckpointDecodeError(
+                f"{exc}; FileCheckpointStore.repair() rebuilds it from the records",
+                location=self.where(fmt.STREAMS_DIR, sfile),
+            ) from None
+
+    def _ids_for_read(self) -> Any:
+        try:
+            return self.open_ids()
+        except IndexDamaged as exc:
+            raise CheckpointDecodeError(
+                f"{exc}; FileCheckpointStore.repair() rebuilds it from the records",
+                location=self.where(fmt.IDS_NAME),
+            ) from None
+
+    def _slot_changed(self, idx: StreamIndex, pos: int, slot: fmt.Slot) -> bool:
+        """Whether the index (looked up afresh by name) no longer says ``slot`` at ``pos``."""
+        fresh = self.open_index(idx.name)
+        if fresh is None:
+            return True
+        with fresh:
+            if fresh.identity != idx.identity or pos >= fresh.count:
+                return True
+            return fresh.slot(pos) != slot
+
+    def _sequence_exists(self, seq: int) -> bool:
+        """Whether any record file has sequence ``seq`` (under any id)."""
+        bucket = self.bucket(seq)
+        if bucket is None:
+            return False
+        try:
+            prefix = f"{seq:020d}."
+            return any(name.startswith(prefix) for name in self.io.listdir(bucket))
+        finally:
+            self.io.close(bucket)
+
+    def _skipped(self, seq: int, cid: str | None, location: str, reason: str) -> Skipped:
+        return Skipped.model_construct(
+            id=cid,
+            sequence=seq,
+            location=self.where(location),
+            reason=reason,
+            error=CheckpointDecodeError.__name__,
+        )
+
+
+def _wanted(record: StoredRecord, q: ScanQuery) -> bool:
+    if record.is_expired(q.now):
+        return False
+    tags = record.header.tags
+    return all(tags.get(k) == v for k, v in q.tags.items())

@@ -1,0 +1,434 @@
+"""Recovery and index maintenance of the file backend's engine.
+
+The save path fsyncs only the record file and its directory; the stream indexes
+and the id table are *soft*. This module holds what keeps them honest:
+
+- the one-entry journal in ``state``: every multi-step write names itself there
+  first, and the next lock holder finishes it (a record that made it to its final
+  name is indexed, a temp file is removed, a half-done delete is completed);
+- the *sync mark*: every ``sync_interval`` saves the indexes written since the
+  last mark (listed in ``dirty``) are flushed and the mark moves up;
+- restart recovery: when the boot id differs from the one recorded, a power cut
+  may have lost index writes, so every record above the sync mark is indexed
+  again and index entries whose record did not survive are dropped;
+- :meth:`RecoveryMixin.repair`, which rebuilds both indexes from the records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from ..errors import CheckpointDecodeError
+from ..record import StoredRecord
+from . import _file_format as fmt
+from ._file_core import RecordProblem, Txn
+from ._file_index import IdTable, IndexDamaged, StreamIndex
+from ._file_reads import ReadsMixin
+from ._fileio import read_exact
+
+__all__ = ["RecoveryMixin"]
+
+
+class RecoveryMixin(ReadsMixin):
+    """Journal, sync mark, restart recovery and repair. See the module docstring."""
+
+    _dirty_epoch = -1
+    _dirty: frozenset[str] = frozenset()
+
+    # -- the lock holder's view ------------------------------------------------------------
+
+    def _txn(self) -> Txn:
+        state = self.read_state()
+        if state is None:
+            # Both copies are torn (a power cut mid-write in fast mode): rebuild the
+            # high-water mark from the records and re-check everything.
+            state = fmt.State(gen=1, hwm=self._max_on_disk(), synced=0, boot=None)
+            self.write_state(state)
+        return Txn(self, state)
+
+    @contextmanager
+    def writing(self) -> Iterator[Txn]:
+        """The write lock plus the current state, with any crashed journal finished."""
+        with self.locked():
+            tx = self._txn()
+            if tx.state.journal is not None:
+                self._recover_journal(tx)
+            yield tx
+
+    def recover_pending(self) -> None:
+        tx = self._txn()
+        if tx.state.journal is not None:
+            self._recover_journal(tx)
+
+    def _index_new(
+        self, tx: Txn, ids: IdTable, sfile: str, stream: str, slot: fmt.Slot, key: int
+    ) -> int:
+        """Add ``slot`` to its stream index and the id table; idempotent (recovery
+        runs it again). Returns 1 if the id table used a fresh slot."""
+        idx = self.open_index(sfile, write=True)
+        if idx is None:
+            StreamIndex.create(
+                self.io, self.fd("streams"), sfile, stream, self.store_id, durable=self.durable
+            )
+            idx = self.open_index(sfile, write=True)
+            if idx is None:
+                raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
+        with idx:
+            idx.repair_tail()
+            last = idx.slot(idx.count - 1).seq if idx.count else 0
+            if last < slot.seq:
+                idx.append(slot)
+            elif last != slot.seq:
+                raise IndexDamaged(f"streams/{sfile} ends at sequence {last} > {slot.seq}")
+        took = 0
+        if ids.find(key, slot.seq) is None:
+            took = int(ids.insert(key, slot.seq))
+        self._mark_dirty(tx, sfile)
+        return took
+
+    def _set_hint(self, sfile: str, seq: int, expires: int, *, sync: bool) -> None:
+        idx = self.open_index(sfile, write=True)
+        if idx is None:
+            return
+        with idx:
+            pos = idx.find(seq)
+            if pos is None:
+                return
+            slot = idx.slot(pos)
+            if slot.expires != expires:
+                idx.write(pos, replace(slot, expires=expires))
+                if sync:
+                    idx.sync()
+
+    def _unlink_records(self, slots: list[fmt.Slot]) -> None:
+        by_bucket: dict[int, list[fmt.Slot]] = {}
+        for slot in slots:
+            by_bucket.setdefault(fmt.bucket_of(slot.seq), []).append(slot)
+        for group in by_bucket.values():
+            bucket = self.bucket(group[0].seq)
+            if bucket is None:
+                continue
+            try:
+                for slot in group:
+                    self.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
+                if self.durable:
+                    self.io.fsync(bucket)
+            finally:
+                self.io.close(bucket)
+
+    def _trim(self, idx: StreamIndex) -> None:
+        """Cut dead slots off the end, so ``get_latest`` never walks over them."""
+        keep = idx.count
+        for pos, slot in idx.walk(idx.count - 1, -1):
+            if slot.live:
+                break
+            keep = pos
+        if keep < idx.count:
+            idx.truncate(keep)
+
+    def _mark_dirty(self, tx: Txn, sfile: str) -> None:
+        """Note (once per sync epoch and process) that ``sfile`` has unflushed appends."""
+        if self._dirty_epoch != tx.state.synced:
+            self._dirty_epoch = tx.state.synced
+            self._dirty = frozenset()
+        if sfile not in self._dirty:
+            self.io.write(self.fd("dirty"), sfile.encode("ascii") + b"\n")
+            self._dirty = self._dirty | {sfile}
+
+    def _advance_sync(self, tx: Txn, ids: IdTable) -> None:
+        """Flush every index written since the last sync mark, then move the mark, so
+        recovery after a restart only re-reads the records above it."""
+        dirty_fd = self.fd("dirty")
+        if self.durable:
+            size = self.io.fstat(dirty_fd).st_size
+            names = set(read_exact(self.io, dirty_fd, size, 0).decode("ascii", "replace").split())
+            for sfile in sorted(names):
+                if not sfile.endswith(".idx") or "/" in sfile:
+                    continue
+                idx = self.open_index(sfile)
+                if idx is not None:
+                    with idx:
+                        idx.sync()
+            ids.sync()
+        tx.commit(synced=tx.state.hwm)
+        tx.sync()
+        self.io.ftruncate(dirty_fd, 0)
+
+    def _recover_journal(self, tx: Txn) -> None:
+        """Finish (or, for a record that never got its bytes, undo) the operation a
+        crashed writer was in the middle of. Every step is idempotent."""
+        journal = tx.state.journal
+        assert journal is not None
+        if journal.tmp:
+            self._unlink_rel(journal.tmp)
+        hwm = max(tx.state.hwm, journal.seq, journal.hi)
+        if journal.op == "insert" and journal.path:
+            self._roll_insert_forward(tx, journal)
+        elif journal.op == "update" and journal.path:
+            got = self._load_rel(journal.path)
+            if got is not None and journal.stream:
+                self._set_hint(
+                    journal.stream, journal.seq, fmt.to_micros(got.header.expires_at), sync=False
+                )
+        elif journal.op == "delete" and journal.stream:
+            self._finish_delete(journal)
+        tx.commit(journal=None, hwm=hwm)
+
+    def _roll_insert_forward(self, tx: Txn, journal: fmt.Journal) -> None:
+        assert journal.path is not None
+        record = self._load_rel(journal.path)
+        if record is None:
+            self._unlink_rel(journal.path)
+            return
+        with self.open_ids(write=True) as ids:
+            slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
+            took = self._index_new(
+                tx, ids, journal.stream, record.stream, slot, fmt.id_key(record.id)
+            )
+        tx.commit(ids_used=tx.state.ids_used + took)
+
+    def _finish_delete(self, journal: fmt.Journal) -> None:
+        idx = self.open_index(journal.stream, write=True)
+        if idx is None:
+            return
+        with idx, self.open_ids(write=True) as ids:
+            dead = []
+            for _, slot in idx.walk(idx.bisect(journal.lo, right=False), 1):
+                if slot.seq > journal.hi:
+                    break
+                if not slot.live:
+                    dead.append(slot)
+            for slot in dead:
+                key = fmt.id_key(slot.cid)
+                at = ids.find(key, slot.seq)
+                if at is not None:
+                    ids.tombstone(at, key, slot.seq)
+            self._unlink_records(dead)
+            self._trim(idx)
+
+    def _load_rel(self, path: str) -> StoredRecord | None:
+        """The valid record at a root-relative path, or ``None``."""
+        parsed = fmt.parse_record_name(path.rsplit("/", 1)[-1])
+        if parsed is None:
+            return None
+        try:
+            got = self.load_record(*parsed)
+        except CheckpointDecodeError:
+            return None
+        return None if got is None else got[0]
+
+    def _unlink_rel(self, path: str) -> None:
+        parts = path.split("/")
+        if len(parts) != 3 or parts[0] != fmt.RECORDS_DIR:
+            return
+        bucket = fmt.parse_bucket_name(parts[1])
+        if bucket is None:
+            return
+        bfd = self.open_dir(self.fd("records"), parts[1], create=False)
+        if bfd is not None:
+            try:
+                self.unlink_missing_ok(parts[2], bfd)
+            finally:
+                self.io.close(bfd)
+
+    def _max_on_disk(self) -> int:
+        """The highest sequence of any record or temp file (0 for none)."""
+        records = self._fds.get("records")
+        if records is None:
+            return 0
+        buckets = sorted(
+            (b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None),
+            reverse=True,
+        )
+        for bucket in buckets:
+            bfd = self.open_dir(records, fmt.bucket_name(bucket), create=False)
+            if bfd is None:
+                continue
+            try:
+                seqs = [_seq_of(name) for name in self.io.listdir(bfd)]
+            finally:
+                self.io.close(bfd)
+            top = max((s for s in seqs if s is not None), default=0)
+            if top:
+                return top
+        return 0
+
+    def _records_above(self, lo: int, hi: int) -> Iterator[StoredRecord]:
+        """Every valid record with ``lo < seq <= hi``, in sequence order."""
+        records = self.fd("records")
+        first, last = fmt.bucket_of(lo + 1), fmt.bucket_of(hi)
+        buckets = sorted(
+            b
+            for b in map(fmt.parse_bucket_name, self.io.listdir(records))
+            if b is not None and first <= b <= last
+        )
+        for bucket in buckets:
+            bfd = self.open_dir(records, fmt.bucket_name(bucket), create=False)
+            if bfd is None:
+                continue
+            try:
+                names = sorted(
+                    (p, n) for n in self.io.listdir(bfd) if (p := fmt.parse_record_name(n))
+                )
+                for (seq, cid), name in names:
+                    if not lo < seq <= hi:
+                        continue
+                    try:
+                        data = self.read_file(bfd, name)
+                        if data is not None:
+                            yield self.decode(data, seq, cid)
+                    except (RecordProblem, CheckpointDecodeError):
+                        continue  # list(None) reports it; it has no place in an index
+            finally:
+                self.io.close(bfd)
+
+    def _recover_restart(self, tx: Txn, boot: str | None) -> None:
+        """After a machine restart, index again every record above the sync mark (a
+        power cut may have lost unflushed index writes) and drop index entries whose
+        record did not survive."""
+        lo = tx.state.synced
+        hwm = max(tx.state.hwm, self._max_on_disk())
+        found: dict[str, list[StoredRecord]] = {}
+        present: set[int] = set()
+        for record in self._records_above(lo, hwm):
+            present.add(record.sequence)
+            found.setdefault(fmt.stream_file_name(record.stream), []).append(record)
+        for sfile in set(found) | self._dirty_names():
+            recs = found.get(sfile, [])
+            self._merge_tail(sfile, recs[0].stream if recs else None, lo, recs, present)
+        used = tx.state.ids_used
+        with self.open_ids(write=True) as ids:
+            for pos, key, seq in list(ids.entries()):
+                if lo < seq <= hwm and seq not in present:
+                    ids.tombstone(pos, key, seq)
+            for recs in found.values():
+                for record in recs:
+                    key = fmt.id_key(record.id)
+                    if ids.find(key, record.sequence) is None:
+                        used += ids.insert(key, record.sequence)
+            if self.durable:
+                ids.sync()
+        tx.commit(hwm=hwm, synced=hwm, boot=boot, ids_used=used)
+        tx.sync()
+        self.io.ftruncate(self.fd("dirty"), 0)
+
+    def _dirty_names(self) -> set[str]:
+        dirty_fd = self.fd("dirty")
+        size = self.io.fstat(dirty_fd).st_size
+        text = read_exact(self.io, dirty_fd, size, 0).decode("ascii", "replace")
+        return {n for n in text.split() if n.endswith(".idx") and "/" not in n}
+
+    def _merge_tail(
+        self,
+        sfile: str,
+        stream: str | None,
+        lo: int,
+        records: list[StoredRecord],
+        present: set[int],
+    ) -> None:
+        try:
+            idx = self.open_index(sfile, write=True)
+        except IndexDamaged:
+            idx = None  # rebuilt below only if we know its stream
+        if idx is None:
+            if stream is None:
+                return
+            StreamIndex.create(
+                self.io, self.fd("streams"), sfile, stream, self.store_id, durable=self.durable
+            )
+            idx = self.open_index(sfile, write=True)
+            assert idx is not None
+        with idx:
+            idx.repair_tail()
+            start = idx.bisect(lo, right=True)
+            tail = idx.read(start, idx.count - start)
+            keep = [s for s in tail if s.seq in present]
+            doomed = [s for s in keep if not s.live]
+            have = {s.seq for s in keep}
+            keep += [
+                fmt.Slot(r.sequence, r.id, fmt.to_micros(r.header.expires_at))
+                for r in records
+                if r.sequence not in have
+            ]
+            keep.sort(key=lambda s: s.seq)
+            if keep != tail:
+                idx.truncate(start)
+                for slot in keep:
+                    idx.append(slot)
+            self._unlink_records(doomed)
+            if self.durable:
+                idx.sync()
+
+    def _rebuild_ids(self, tx: Txn | None) -> IdTable:
+        """Build the id table afresh (to grow it, or from the stream indexes when it is
+        missing or damaged) and return it open for writing."""
+        entries: list[tuple[int, int]] = []
+        try:
+            with self.open_ids() as old:
+                entries = [(key, seq) for _, key, seq in old.entries()]
+        except IndexDamaged:
+            for sfile in self.io.listdir(self.fd("streams")):
+                if sfile.startswith(".") or not sfile.endswith(".idx"):
+                    continue
+                try:
+                    idx = self.open_index(sfile)
+                except IndexDamaged:
+                    continue
+                if idx is not None:
+                    with idx:
+                        entries += [(fmt.id_key(s.cid), s.seq) for _, s in idx.walk(0, 1) if s.live]
+        used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
+        if tx is None:
+            tx = self._txn()
+        tx.commit(ids_used=used)
+        return self.open_ids(write=True)
+
+    def repair(self) -> dict[str, Any]:
+        """Rebuild both indexes from the record files (after damage, or after a power
+        cut in fast mode). Takes the write lock for the whole pass."""
+        with self.writing() as tx:
+            by_stream: dict[str, list[StoredRecord]] = {}
+            for record in self._records_above(0, max(tx.state.hwm, self._max_on_disk())):
+                by_stream.setdefault(record.stream, []).append(record)
+            streams_fd = self.fd("streams")
+            wanted = {fmt.stream_file_name(s): s for s in by_stream}
+            for sfile in self.io.listdir(streams_fd):
+                if sfile.endswith(".idx") and sfile not in wanted:
+                    self.unlink_missing_ok(sfile, streams_fd)
+            for sfile, stream in wanted.items():
+                self.unlink_missing_ok(sfile, streams_fd)
+                StreamIndex.create(
+                    self.io, streams_fd, sfile, stream, self.store_id, durable=self.durable
+                )
+                idx = self.open_index(sfile, write=True)
+                assert idx is not None
+                with idx:
+                    for r in by_stream[stream]:
+                        idx.append(fmt.Slot(r.sequence, r.id, fmt.to_micros(r.header.expires_at)))
+                    if self.durable:
+                        idx.sync()
+            entries = [(fmt.id_key(r.id), r.sequence) for rs in by_stream.values() for r in rs]
+            used = IdTable.build(
+                self.io, self.fd("root"), entries, self.store_id, durable=self.durable
+            )
+            hwm = max(tx.state.hwm, self._max_on_disk())
+            tx.commit(hwm=hwm, synced=hwm, ids_used=used)
+            tx.sync()
+            return {"records": len(entries), "streams": len(wanted)}
+
+    @staticmethod
+    def _quietly(action: Any) -> None:
+        """Run a best-effort cleanup step; a failure is left to the journal."""
+        with contextlib.suppress(Exception):
+            action()
+
+
+def _seq_of(name: str) -> int | None:
+    parsed = fmt.parse_record_name(name)
+    if parsed is not None:
+        return parsed[0]
+    return fmt.parse_temp_name(name)

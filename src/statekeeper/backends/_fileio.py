@@ -1,0 +1,208 @@
+"""Every operating-system call the file backend makes, behind one small interface.
+
+:class:`FileIO` is the seam for durability and fault testing: the file backend
+never calls :mod:`os` or :mod:`fcntl` itself, it calls the ``io`` object it was
+given (``FileCheckpointStore(path, io=...)``), which defaults to :class:`OsFileIO`.
+A test can pass an object that fails the k-th ``fsync`` with ``EIO``, or one that
+keeps an in-memory file system and throws away everything that was not fsynced
+(a power cut), and watch what the store does.
+
+The interface is deliberately at the level of system calls, one method per call,
+so that a fault can be injected at every step of every write:
+
+- paths are single names relative to a directory descriptor (``dir_fd``), never
+  absolute or multi-component, except in :meth:`FileIO.open_root`;
+- every method raises :class:`OSError` (with ``errno`` set) on failure and
+  nothing else;
+- descriptors are plain ``int``; :meth:`FileIO.fsync` works on file and directory
+  descriptors alike.
+
+Implementations must be thread-safe: the store calls them from worker threads.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from typing import Protocol, runtime_checkable
+
+__all__ = ["FileIO", "OsFileIO", "read_exact", "write_all"]
+
+
+@runtime_checkable
+class FileIO(Protocol):
+    """The system calls of the file backend. See the module docstring for the rules.
+
+    Flags and modes are the :mod:`os` constants (``os.O_RDONLY`` ...). Methods map
+    one to one onto POSIX calls; their contract is that call's.
+    """
+
+    def open_root(self, path: str, *, create: bool) -> int:
+        """Open the store's root directory (``path`` is absolute) for ``dir_fd`` use,
+        first creating it and its missing parents if ``create``."""
+        ...
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        """``openat(dir_fd, name, flags, mode)``."""
+        ...
+
+    def close(self, fd: int) -> None:
+        """``close(fd)``."""
+        ...
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        """``pread``: up to ``size`` bytes at ``offset`` (short only at end of file)."""
+        ...
+
+    def write(self, fd: int, data: bytes) -> int:
+        """``write``: returns how many bytes were written (may be short)."""
+        ...
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        """``pwrite``: returns how many bytes were written (may be short)."""
+        ...
+
+    def fsync(self, fd: int) -> None:
+        """``fsync`` of a file or a directory."""
+        ...
+
+    def fdatasync(self, fd: int) -> None:
+        """``fdatasync``: the data and the size, not the timestamps."""
+        ...
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        """``ftruncate``."""
+        ...
+
+    def fstat(self, fd: int) -> os.stat_result:
+        """``fstat``."""
+        ...
+
+    def lstat(self, name: str, *, dir_fd: int) -> os.stat_result:
+        """``fstatat(dir_fd, name, AT_SYMLINK_NOFOLLOW)``."""
+        ...
+
+    def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        """``renameat``: atomically replaces ``dst`` if it exists (``os.replace``)."""
+        ...
+
+    def unlink(self, name: str, *, dir_fd: int) -> None:
+        """``unlinkat``."""
+        ...
+
+    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None:
+        """``mkdirat``."""
+        ...
+
+    def listdir(self, dir_fd: int) -> list[str]:
+        """The names in an open directory (without ``.`` and ``..``), in any order."""
+        ...
+
+    def flock(self, fd: int, operation: int) -> None:
+        """``flock(fd, operation)`` (``fcntl.LOCK_EX | fcntl.LOCK_NB`` ...); raises
+        ``BlockingIOError`` when a non-blocking request would wait."""
+        ...
+
+    def boot_id(self) -> str | None:
+        """An id of the running kernel boot, or ``None`` if the platform has none.
+
+        The store compares it with the one it recorded: a different value means the
+        machine restarted since, so data that was never fsynced may be gone and the
+        indexes are checked against the records.
+        """
+        ...
+
+
+class OsFileIO:
+    """The real :class:`FileIO`: thin wrappers over :mod:`os` and :func:`fcntl.flock`.
+
+    ``flock`` is used, never ``fcntl.lockf``: POSIX record locks are released when
+    any descriptor of the file is closed anywhere in the process, which would let
+    two writers in one process run at once.
+    """
+
+    def open_root(self, path: str, *, create: bool) -> int:
+        if create:
+            os.makedirs(path, exist_ok=True)
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        return os.open(name, flags | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    def write(self, fd: int, data: bytes) -> int:
+        return os.write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fdatasync(self, fd: int) -> None:
+        # macOS has no fdatasync; its fsync is no stronger anyway (F_FULLFSYNC aside).
+        sync = getattr(os, "fdatasync", os.fsync)
+        sync(fd)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        return os.fstat(fd)
+
+    def lstat(self, name: str, *, dir_fd: int) -> os.stat_result:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+    def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        os.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    def unlink(self, name: str, *, dir_fd: int) -> None:
+        os.unlink(name, dir_fd=dir_fd)
+
+    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None:
+        os.mkdir(name, mode, dir_fd=dir_fd)
+
+    def listdir(self, dir_fd: int) -> list[str]:
+        return os.listdir(dir_fd)
+
+    def flock(self, fd: int, operation: int) -> None:
+        fcntl.flock(fd, operation)
+
+    def boot_id(self) -> str | None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                return f.read().strip() or None
+        except OSError:
+            return None
+
+
+def write_all(io: FileIO, fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the current position, retrying short writes."""
+    done = 0
+    while done < len(data):
+        n = io.write(fd, data[done:] if done else data)
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        done += n
+
+
+def read_exact(io: FileIO, fd: int, size: int, offset: int = 0) -> bytes:
+    """Read up to ``size`` bytes at ``offset``; shorter only at end of file."""
+    first = io.pread(fd, size, offset)
+    if len(first) == size or not first:
+        return first
+    chunks = [first]
+    got = len(first)
+    while got < size:
+        chunk = io.pread(fd, size - got, offset + got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
