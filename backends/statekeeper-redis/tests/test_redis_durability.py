@@ -55,6 +55,7 @@ async def test_the_opt_out_opens_and_info_reports_the_server_settings(make_store
         info = await store.info()
     assert info.extra["appendonly"] == "no"
     assert info.extra["appendfsync"] in ("always", "everysec", "no")
+    assert info.extra["durability"].startswith("NOT guaranteed")
 
 
 @pytest.fixture

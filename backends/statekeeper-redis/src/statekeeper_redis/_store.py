@@ -491,6 +491,8 @@ class RedisCheckpointStore(BaseCheckpointStore):
     async def _info(self) -> dict[str, Any]:
         checkpoints, streams, hwm, expiring = await self._call("INFO")
         server = self.server
+        # the class declares power_loss_durable; say whether this server backs it
+        problems = server.problems(self.options.durability) if server else ["not checked"]
         return {
             "checkpoints": int(checkpoints),
             "streams": int(streams),
@@ -499,6 +501,11 @@ class RedisCheckpointStore(BaseCheckpointStore):
             "key_prefix": self.redis_options.key_prefix,
             "appendonly": server.appendonly if server else None,
             "appendfsync": server.appendfsync if server else None,
+            "durability": (
+                f"{self.options.durability}: checked on open"
+                if not problems
+                else f"NOT guaranteed, opened with allow_unsafe_durability: {problems[0]}"
+            ),
         }
 
     # -- backdoor (conformance kit) --------------------------------------------------------
