@@ -118,6 +118,22 @@ async def test_stream_names_stay_inside_the_store(make_store: Maker) -> None:
         assert (await store.info()).checkpoints == 1
 
 
+@pytest.mark.asyncio
+async def test_tags_of_any_text_are_indexed_and_unlinked_without_residue(
+    make_store: Maker,
+) -> None:
+    tags = {"1": "a", "k:=x": 'v\u2028"\\/', "é🙂": "\x01\x7f", "t": ""}
+    async with make_store() as store:
+        cp = await store.save("s", {}, tags=tags)
+        for key, value in tags.items():
+            page = await store.list(tags={key: value})
+            assert [c.id for c in page.items] == [cp.id], (key, value)
+        assert (await store.load(cp.id)).tags == tags
+        assert await store.delete(cp.id)
+        # every index entry went with it: only the meta hash is left
+        assert await _keys(store) == {store.key_prefix + "meta"}
+
+
 # -- format ---------------------------------------------------------------------------------
 
 
