@@ -100,10 +100,12 @@ class RedisCheckpointStore(BaseCheckpointStore):
     only if that is still next; a writer that lost the race reseals at the number
     the script returns. One writer alone pays one round trip per save.
 
+    Tasks of one instance take turns to save, so they never race each other.
+
     **Reads.** ``get_latest`` and ``load`` are one round trip and decode only their
-    record; a page is one script call per :attr:`scan_budget` index entries examined. Strict
-    reads raise :class:`CheckpointDecodeError`; listings report unreadable records in
-    ``page.skipped``.
+    record; a page is one script call per :attr:`scan_budget` index entries
+    examined. Strict reads raise :class:`CheckpointDecodeError`; listings report
+    unreadable records in ``page.skipped``.
 
     **TTL.** The record key gets a Redis expiry, which reclaims its bytes; its index
     entries are ignored by reads from the moment it expires (by the store's clock)
