@@ -327,6 +327,7 @@ class BaseCheckpointStore(ABC):
             metadata=clean_meta,
             ttl=ttl_s,
             expires_at=now + timedelta(seconds=ttl_s) if ttl_s is not None else None,
+            written_at=now,
         )
         header = await self._insert(record)
         return _with_state(header, state)
@@ -362,6 +363,7 @@ class BaseCheckpointStore(ABC):
             metadata=clean_meta,
             ttl=ttl_s,
             expires_at=checkpoint.expires_at,
+            written_at=self.now(),
         )
         header = await self._insert(record)
         return _with_state(header, state)
@@ -634,8 +636,10 @@ class BaseCheckpointStore(ABC):
 
         The sequence must exceed every sequence this store ever assigned (keep a
         persisted high-water mark; ``max(existing) + 1`` is wrong) and sequence order
-        must equal commit order. Raise :class:`PreconditionFailed` if a live
-        checkpoint has ``record.id`` (an expired one may be replaced).
+        must equal commit order. Raise :class:`PreconditionFailed` if a checkpoint
+        with ``record.id`` is live at ``record.now`` (the store's clock, not
+        ``record.created_at``, which ``import_checkpoint`` copies from elsewhere);
+        an expired one may be replaced.
         """
 
     @abstractmethod

@@ -62,6 +62,15 @@ class NewRecord:
     metadata: dict[str, Any]
     ttl: float | None
     expires_at: datetime | None
+    #: The store's clock when the write began. Backends judge whether an existing
+    #: record with the same id is still live by this, never by ``created_at`` (which
+    #: ``import_checkpoint`` copies from another store).
+    written_at: datetime | None = None
+
+    @property
+    def now(self) -> datetime:
+        """When the write began, by the store's clock."""
+        return self.written_at if self.written_at is not None else self.updated_at
 
     def seal(self, sequence: int) -> StoredRecord:
         """The stored form of this record at ``sequence``."""

@@ -118,7 +118,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         with data.lock:
             existing = data.by_id.get(record.id)
             if existing is not None:
-                if existing.live(record.created_at):
+                if existing.live(record.now):
                     raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
                 self._unlink(record.id, existing)
             data.high_water_mark += 1
