@@ -46,7 +46,15 @@ from .._registry import register_backend
 from ..errors import CheckpointNotFound, PreconditionFailed, StatekeeperError
 from .recording import HistoryRecorder, LoggedStore, LogWriter, RecordingStore
 
-__all__ = ["COUNTER_ID", "COUNTER_STREAM", "Child", "fork_workload", "main", "make_state"]
+__all__ = [
+    "COUNTER_ID",
+    "COUNTER_STREAM",
+    "Child",
+    "fork_workload",
+    "main",
+    "make_state",
+    "writer_loop",
+]
 
 COUNTER_ID = "counter"
 COUNTER_STREAM = "counter"
@@ -93,46 +101,74 @@ def _wait_go(args: argparse.Namespace) -> None:
 # -- writer ----------------------------------------------------------------------------
 
 
+async def writer_loop(
+    logged: LoggedStore,
+    rng: random.Random,
+    *,
+    prefix: str,
+    ops: int = 0,
+    streams: int = 3,
+    state_size: int = 400,
+    stop_on_error: bool = False,
+) -> int:
+    """The ``writer`` workload over an open, logged store; returns the operations done.
+
+    Runs ``ops`` operations (forever when 0): 55% saves (80% with an explicit id
+    ``<prefix>-<n>``), 25% updates (80% compare-and-set) and 20% deletes (half of
+    them of the newest checkpoint) of its own checkpoints, over ``streams``
+    streams, with states of up to ``state_size`` padding characters.
+    """
+    names = [f"s{i}" for i in range(streams)]
+    live: list[tuple[str, str]] = []  # (id, etag) of our own live checkpoints, oldest first
+    n = 0
+    while ops <= 0 or n < ops:
+        n += 1
+        token = f"{prefix}-{n}"
+        state = make_state(token, n, rng, state_size)
+        roll = rng.random()
+        try:
+            if roll < 0.55 or not live:
+                explicit = rng.random() < 0.8
+                cp = await logged.save(
+                    rng.choice(names),
+                    state,
+                    id=token if explicit else None,
+                    tags={"w": prefix, "k": str(n % 3)},
+                )
+                live.append((cp.id, cp.etag))
+            elif roll < 0.80:
+                i = rng.randrange(len(live))
+                cid, etag = live[i]
+                cas = rng.random() < 0.8
+                cp = await logged.update(cid, state, if_match=etag if cas else None)
+                live[i] = (cid, cp.etag)
+            else:
+                # deleting the newest now and then is what catches max+1 sequences
+                i = len(live) - 1 if rng.random() < 0.5 else rng.randrange(len(live))
+                cid, etag = live.pop(i)
+                await logged.delete(cid, if_match=etag if rng.random() < 0.5 else None)
+        except StatekeeperError as exc:
+            if stop_on_error:
+                raise
+            print(f"error {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            live = [entry for entry in live if entry[0] != getattr(exc, "id", None)]
+    return n
+
+
 async def run_writer(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     log = LogWriter(args.log_fd if args.log_fd is not None else args.log, writer=args.prefix)
-    streams = [f"s{i}" for i in range(args.streams)]
-    live: list[tuple[str, str]] = []  # (id, etag) of our own live checkpoints, oldest first
     async with _open(args) as store:
-        logged = LoggedStore(store, log)
         _ready(args)
-        n = 0
-        while args.ops <= 0 or n < args.ops:
-            n += 1
-            token = f"{args.prefix}-{n}"
-            state = make_state(token, n, rng, args.state_size)
-            roll = rng.random()
-            try:
-                if roll < 0.55 or not live:
-                    explicit = rng.random() < 0.8
-                    cp = await logged.save(
-                        rng.choice(streams),
-                        state,
-                        id=token if explicit else None,
-                        tags={"w": args.prefix, "k": str(n % 3)},
-                    )
-                    live.append((cp.id, cp.etag))
-                elif roll < 0.80:
-                    i = rng.randrange(len(live))
-                    cid, etag = live[i]
-                    cas = rng.random() < 0.8
-                    cp = await logged.update(cid, state, if_match=etag if cas else None)
-                    live[i] = (cid, cp.etag)
-                else:
-                    # deleting the newest now and then is what catches max+1 sequences
-                    i = len(live) - 1 if rng.random() < 0.5 else rng.randrange(len(live))
-                    cid, etag = live.pop(i)
-                    await logged.delete(cid, if_match=etag if rng.random() < 0.5 else None)
-            except StatekeeperError as exc:
-                if args.stop_on_error:
-                    raise
-                print(f"error {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-                live = [entry for entry in live if entry[0] != getattr(exc, "id", None)]
+        await writer_loop(
+            LoggedStore(store, log),
+            rng,
+            prefix=args.prefix,
+            ops=args.ops,
+            streams=args.streams,
+            state_size=args.state_size,
+            stop_on_error=args.stop_on_error,
+        )
     log.close()
     print("done", flush=True)
 
