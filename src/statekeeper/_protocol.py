@@ -221,7 +221,7 @@ class BaseCheckpointStore(ABC):
         The default takes the URL's query parameters as options; backends that read
         a path or host from the URL override this.
         """
-        return cls(**_merge_options(url, options))
+        return cls(**url.merge_options(options))
 
     def describe(self) -> str:
         """Where this store lives, safe to print (no credentials)."""
@@ -830,10 +830,5 @@ def _with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
 
 
 def _merge_options(url: StoreURL, options: Mapping[str, Any]) -> dict[str, Any]:
-    """URL query options plus keyword options; the same option twice is an error."""
-    from .errors import InvalidOptions
-
-    both = set(url.query) & set(options)
-    if both:
-        raise InvalidOptions(f"options given both in the URL and as keywords: {sorted(both)}")
-    return {**url.query, **options}
+    """Deprecated internal spelling of :meth:`StoreURL.merge_options`."""
+    return url.merge_options(options)

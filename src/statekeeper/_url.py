@@ -8,12 +8,13 @@ never prints its password.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from .errors import InvalidURL
+from .errors import InvalidOptions, InvalidURL
 
 __all__ = ["StoreURL"]
 
@@ -80,6 +81,17 @@ class StoreURL:
     def full_scheme(self) -> str:
         """``scheme+driver`` when a driver was named, else ``scheme``."""
         return f"{self.scheme}+{self.driver}" if self.driver else self.scheme
+
+    def merge_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The URL's query parameters plus keyword ``options``, for a backend's options model.
+
+        Giving the same option in both places raises
+        :class:`~statekeeper.errors.InvalidOptions` rather than picking one silently.
+        """
+        both = set(self.query) & set(options)
+        if both:
+            raise InvalidOptions(f"options given both in the URL and as keywords: {sorted(both)}")
+        return {**self.query, **options}
 
     def with_(self, **changes: Any) -> StoreURL:
         """A copy with some fields changed (``query`` may be a plain dict)."""
