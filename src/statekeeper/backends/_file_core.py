@@ -11,9 +11,11 @@ import os
 import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import CheckpointDecodeError, StoreClosed, StoreTimeout
 from ..record import StoredRecord
@@ -38,6 +40,14 @@ _KINDS = {
 }
 
 
+_INDEXES_KEPT = 32
+_BUCKETS_KEPT = 4
+
+
+def _same_file(st: os.stat_result, identity: tuple[int, int]) -> bool:
+    return (st.st_dev, st.st_ino) == identity and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
 class RecordProblem(Exception):
     """A record file that must not be read: not a regular file, linked, oversized."""
 
@@ -53,7 +63,7 @@ class Txn:
     engine: EngineCore
     state: fmt.State
 
-    def commit(self, **changes: object) -> None:
+    def commit(self, **changes: Any) -> None:
         new = self.state.next(**changes)
         self.engine.write_state(new)
         self.state = new
@@ -86,6 +96,14 @@ class EngineCore:
         self.store_id = ""
         self._fds: dict[str, int] = {}
         self._mutex = threading.Lock()
+        # The thread holding the write lock. Only it uses the writer caches below:
+        # descriptors kept open across calls and re-validated by one lstat per use,
+        # so a save costs one open (its temp file) instead of four.
+        self._owner: int | None = None
+        self._index_cache: OrderedDict[str, StreamIndex] = OrderedDict()
+        self._ids_cache: IdTable | None = None
+        self._bucket_cache: dict[int, tuple[int, tuple[int, int]]] = {}
+        self._state_cache: tuple[bytes, fmt.State] | None = None
         # In-flight calls, so close() never pulls a descriptor from under a thread.
         self._busy = 0
         self._busy_cond = threading.Condition()
@@ -120,7 +138,20 @@ class EngineCore:
                 self._busy_cond.wait()
             fds, self._fds = self._fds, {}
             self._closing = False
+        self._drop_caches()
         for fd in fds.values():
+            with contextlib.suppress(OSError):
+                self.io.close(fd)
+
+    def _drop_caches(self) -> None:
+        held = [idx.fd for idx in self._index_cache.values()]
+        held += [fd for fd, _ in self._bucket_cache.values()]
+        if self._ids_cache is not None:
+            held.append(self._ids_cache.fd)
+        self._index_cache.clear()
+        self._bucket_cache.clear()
+        self._ids_cache = None
+        for fd in held:
             with contextlib.suppress(OSError):
                 self.io.close(fd)
 
@@ -149,8 +180,36 @@ class EngineCore:
         return self.io.open(name, DIR, dir_fd=parent)
 
     def bucket(self, seq: int, *, create: bool = False) -> int | None:
-        """A descriptor of ``seq``'s bucket directory (caller closes), ``None`` if missing."""
-        return self.open_dir(self.fd("records"), fmt.bucket_name(fmt.bucket_of(seq)), create=create)
+        """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
+        with :meth:`close_bucket`."""
+        number = fmt.bucket_of(seq)
+        name = fmt.bucket_name(number)
+        records = self.fd("records")
+        if not self._holding():
+            return self.open_dir(records, name, create=create)
+        cached = self._bucket_cache.get(number)
+        if cached is not None:
+            try:
+                st = self.io.lstat(name, dir_fd=records)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == cached[1]:
+                return cached[0]
+            del self._bucket_cache[number]
+            self.io.close(cached[0])
+        fd = self.open_dir(records, name, create=create)
+        if fd is None:
+            return None
+        st = self.io.fstat(fd)
+        while len(self._bucket_cache) >= _BUCKETS_KEPT:
+            _, (old, _) = self._bucket_cache.popitem()
+            self.io.close(old)
+        self._bucket_cache[number] = (fd, (st.st_dev, st.st_ino))
+        return fd
+
+    def close_bucket(self, fd: int) -> None:
+        if not any(fd == held for held, _ in self._bucket_cache.values()):
+            self.io.close(fd)
 
     def record_path(self, seq: int, cid: str) -> str:
         """The record's path relative to the root."""
@@ -218,7 +277,7 @@ class EngineCore:
         except IndexDamaged as exc:
             raise self.decode_error(str(exc), seq, cid) from None
         finally:
-            self.io.close(bucket)
+            self.close_bucket(bucket)
         if data is None:
             return None
         return self.decode(data, seq, cid), data
@@ -229,24 +288,77 @@ class EngineCore:
         )
 
     def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
-        return StreamIndex.open(self.io, self.fd("streams"), sfile, self.store_id, write=write)
+        """Open a stream index (``None`` if it does not exist). The lock holder gets a
+        cached, writable handle; ``close`` it all the same."""
+        streams = self.fd("streams")
+        if not self._holding():
+            return StreamIndex.open(self.io, streams, sfile, self.store_id, write=write)
+        try:
+            st = self.io.lstat(sfile, dir_fd=streams)
+        except FileNotFoundError:
+            st = None
+        cached = self._index_cache.pop(sfile, None)
+        if cached is not None:
+            if st is not None and _same_file(st, cached.identity):
+                cached.refresh(st.st_size)
+                self._index_cache[sfile] = cached
+                return cached
+            self.io.close(cached.fd)
+        if st is None:
+            return None
+        idx = StreamIndex.open(self.io, streams, sfile, self.store_id, write=True)
+        if idx is not None:
+            idx.keep = True
+            self._index_cache[sfile] = idx
+            while len(self._index_cache) > _INDEXES_KEPT:
+                _, old = self._index_cache.popitem(last=False)
+                self.io.close(old.fd)
+        return idx
 
     def open_ids(self, *, write: bool = False) -> IdTable:
-        return IdTable.open(self.io, self.fd("root"), self.store_id, write=write)
+        """Open the id table; the lock holder gets a cached, writable handle."""
+        root = self.fd("root")
+        if not self._holding():
+            return IdTable.open(self.io, root, self.store_id, write=write)
+        cached, self._ids_cache = self._ids_cache, None
+        if cached is not None:
+            try:
+                st = self.io.lstat(fmt.IDS_NAME, dir_fd=root)
+            except FileNotFoundError:
+                st = None
+            if st is not None and _same_file(st, cached.identity):
+                self._ids_cache = cached
+                return cached
+            self.io.close(cached.fd)
+        ids = IdTable.open(self.io, root, self.store_id, write=True)
+        ids.keep = True
+        self._ids_cache = ids
+        return ids
 
     # -- state and lock -----------------------------------------------------------------
 
     def read_state(self) -> fmt.State | None:
-        return fmt.State.from_bytes(read_exact(self.io, self.fd("state"), fmt.STATE_SIZE, 0))
+        raw = read_exact(self.io, self.fd("state"), fmt.STATE_SIZE, 0)
+        # Usually the bytes are the ones this process wrote or read last: skip the parse.
+        cached = self._state_cache
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        state = fmt.State.from_bytes(raw)
+        self._state_cache = None if state is None else (raw, state)
+        return state
 
     def write_state(self, state: fmt.State) -> None:
         offset, data = state.copy_bytes()
+        before, self._state_cache = self._state_cache, None
         done = 0
         while done < len(data):
             n = self.io.pwrite(self.fd("state"), data[done:], offset + done)
             if n <= 0:
                 raise OSError(errno.EIO, "write made no progress")
             done += n
+        if before is not None:
+            raw = before[0]
+            self._state_cache = (raw[:offset] + data + raw[offset + len(data) :], state)
 
     @contextmanager
     def locked(self, *, wait: bool = True) -> Iterator[bool]:
@@ -275,12 +387,17 @@ class EngineCore:
                         raise StoreTimeout(self._timeout_message()) from None
                     time.sleep(min(delay, left))
                     delay = min(delay * 2, 0.005)
+            self._owner = threading.get_ident()
             try:
                 yield True
             finally:
+                self._owner = None
                 self.io.flock(lock_fd, fcntl.LOCK_UN)
         finally:
             self._mutex.release()
+
+    def _holding(self) -> bool:
+        return self._owner == threading.get_ident()
 
     def _timeout_message(self) -> str:
         return (

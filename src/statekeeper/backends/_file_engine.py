@@ -176,7 +176,7 @@ class FileEngine(RecoveryMixin):
                         self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
                         raise
                 finally:
-                    self.io.close(bucket)
+                    self.close_bucket(bucket)
                 tx.commit(hwm=seq, journal=None, ids_used=tx.state.ids_used + took)
                 if tx.state.hwm - tx.state.synced >= self.sync_interval:
                     self._advance_sync(tx, ids)
@@ -200,7 +200,7 @@ class FileEngine(RecoveryMixin):
                 f"checkpoint id {record.id!r} is taken by an unreadable checkpoint "
                 f"(sequence {found.seq}); delete it first"
             )
-        if not found.record.is_expired(record.created_at):
+        if not found.record.is_expired(record.now):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
         # An expired checkpoint behaves as deleted: remove it so the id can be reused.
         self._delete_found(tx, ids, record.id, found)
@@ -315,7 +315,7 @@ class FileEngine(RecoveryMixin):
             if sfile is not None and old != new:
                 self._set_hint(sfile, seq, new, sync=False)
         finally:
-            self.io.close(bucket)
+            self.close_bucket(bucket)
         tx.commit(journal=None)
 
     def write_raw(self, cid: str, data: bytes) -> None:

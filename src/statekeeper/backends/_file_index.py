@@ -57,7 +57,7 @@ def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, o
 class StreamIndex:
     """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
 
-    __slots__ = ("count", "fd", "identity", "io", "name", "size", "stream")
+    __slots__ = ("count", "fd", "identity", "io", "keep", "name", "size", "stream")
 
     def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
         self.io = io
@@ -65,8 +65,14 @@ class StreamIndex:
         self.name = name
         self.stream = stream
         self.identity = (st.st_dev, st.st_ino)
-        self.size = st.st_size
-        self.count = max(0, (st.st_size - fmt.IDX_HEADER_SIZE) // fmt.SLOT_SIZE)
+        #: Held in the writer's cache: ``close`` leaves the descriptor open.
+        self.keep = False
+        self.refresh(st.st_size)
+
+    def refresh(self, size: int) -> None:
+        """Take the current file size (from a fresh ``stat`` of the same inode)."""
+        self.size = size
+        self.count = max(0, (size - fmt.IDX_HEADER_SIZE) // fmt.SLOT_SIZE)
 
     @classmethod
     def open(
@@ -117,7 +123,8 @@ class StreamIndex:
             io.fsync(streams_fd)
 
     def close(self) -> None:
-        self.io.close(self.fd)
+        if not self.keep:
+            self.io.close(self.fd)
 
     def __enter__(self) -> StreamIndex:
         return self
@@ -250,12 +257,15 @@ class IdTable:
     the caller confirms it against the record's own id.
     """
 
-    __slots__ = ("capacity", "fd", "io")
+    __slots__ = ("capacity", "fd", "identity", "io", "keep")
 
-    def __init__(self, io: FileIO, fd: int, capacity: int) -> None:
+    def __init__(self, io: FileIO, fd: int, capacity: int, st: os.stat_result) -> None:
         self.io = io
         self.fd = fd
         self.capacity = capacity
+        self.identity = (st.st_dev, st.st_ino)
+        #: Held in the writer's cache: ``close`` leaves the descriptor open.
+        self.keep = False
 
     @classmethod
     def open(cls, io: FileIO, root_fd: int, store_id: str, *, write: bool = False) -> IdTable:
@@ -275,10 +285,11 @@ class IdTable:
         except BaseException:
             io.close(fd)
             raise
-        return cls(io, fd, capacity)
+        return cls(io, fd, capacity, st)
 
     def close(self) -> None:
-        self.io.close(self.fd)
+        if not self.keep:
+            self.io.close(self.fd)
 
     def __enter__(self) -> IdTable:
         return self
@@ -313,22 +324,32 @@ class IdTable:
         return None
 
     def insert(self, key: int, seq: int) -> bool:
-        """Store ``key -> seq`` in the first free or tombstoned slot; return whether it
-        took an empty slot (the caller counts those to know when to grow)."""
+        """Store ``key -> seq`` unless it is there: in the first tombstoned slot of the
+        probe sequence, or the empty slot that ends it. Returns whether it took an
+        empty slot (the caller counts those to know when to grow)."""
         mask = self.capacity - 1
-        pos = key & mask
-        size = fmt.IDS_SLOT.size
-        for _ in range(self.capacity):
-            raw = read_exact(self.io, self.fd, size, fmt.IDS_HEADER_SIZE + pos * size)
-            skey, sseq = fmt.IDS_SLOT.unpack(raw)
-            empty = skey == 0 and sseq == 0
-            if empty or sseq & fmt.TOMBSTONE:
-                _pwrite_all(
-                    self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), fmt.IDS_HEADER_SIZE + pos * size
-                )
-                return bool(empty)
-            pos = (pos + 1) & mask
-        raise IndexDamaged(f"{fmt.IDS_NAME} is full")
+        free: int | None = None
+        after = key & mask  # the slot after the last one probed: empty, unless full
+        probed = 0
+        for pos, skey, sseq in self._probe(key):
+            if skey == key and sseq == seq:
+                return False
+            if free is None and sseq & fmt.TOMBSTONE:
+                free = pos
+            after = (pos + 1) & mask
+            probed += 1
+        empty = free is None
+        if free is None:
+            if probed >= self.capacity:
+                raise IndexDamaged(f"{fmt.IDS_NAME} is full")
+            free = after
+        _pwrite_all(
+            self.io,
+            self.fd,
+            fmt.IDS_SLOT.pack(key, seq),
+            fmt.IDS_HEADER_SIZE + free * fmt.IDS_SLOT.size,
+        )
+        return empty
 
     def tombstone(self, pos: int, key: int, seq: int) -> None:
         size = fmt.IDS_SLOT.size

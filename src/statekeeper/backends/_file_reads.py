@@ -143,7 +143,7 @@ class ReadsMixin(EngineCore):
             except RecordProblem as exc:
                 raise self.decode_error(exc.reason, seq, cid) from None
             finally:
-                self.io.close(bucket)
+                self.close_bucket(bucket)
             if data is not None:
                 return data
         raise CheckpointNotFound(cid)
@@ -405,7 +405,7 @@ class ReadsMixin(EngineCore):
             prefix = f"{seq:020d}."
             return any(name.startswith(prefix) for name in self.io.listdir(bucket))
         finally:
-            self.io.close(bucket)
+            self.close_bucket(bucket)
 
     def _skipped(self, seq: int, cid: str | None, location: str, reason: str) -> Skipped:
         return Skipped.model_construct(

@@ -84,9 +84,7 @@ class RecoveryMixin(ReadsMixin):
                 idx.append(slot)
             elif last != slot.seq:
                 raise IndexDamaged(f"streams/{sfile} ends at sequence {last} > {slot.seq}")
-        took = 0
-        if ids.find(key, slot.seq) is None:
-            took = int(ids.insert(key, slot.seq))
+        took = int(ids.insert(key, slot.seq))
         self._mark_dirty(tx, sfile)
         return took
 
@@ -118,7 +116,7 @@ class RecoveryMixin(ReadsMixin):
                 if self.durable:
                     self.io.fsync(bucket)
             finally:
-                self.io.close(bucket)
+                self.close_bucket(bucket)
 
     def _trim(self, idx: StreamIndex) -> None:
         """Cut dead slots off the end, so ``get_latest`` never walks over them."""
@@ -307,9 +305,7 @@ class RecoveryMixin(ReadsMixin):
                     ids.tombstone(pos, key, seq)
             for recs in found.values():
                 for record in recs:
-                    key = fmt.id_key(record.id)
-                    if ids.find(key, record.sequence) is None:
-                        used += ids.insert(key, record.sequence)
+                    used += ids.insert(fmt.id_key(record.id), record.sequence)
             if self.durable:
                 ids.sync()
         tx.commit(hwm=hwm, synced=hwm, boot=boot, ids_used=used)

@@ -126,8 +126,6 @@ class FileCheckpointStore(BaseCheckpointStore):
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
         """``file:///abs/dir`` (or ``file://localhost/abs/dir``) and ``file:rel/dir``."""
-        from .._protocol import _merge_options
-
         if url.has_authority:
             if url.host not in (None, "", "localhost"):
                 raise InvalidURL(
@@ -137,7 +135,7 @@ class FileCheckpointStore(BaseCheckpointStore):
                 raise InvalidURL(f"{url} names no directory; use file:///abs/dir")
         elif not url.path:
             raise InvalidURL(f"{url} names no directory; use file:relative/dir")
-        return cls(url.path, **_merge_options(url, options))
+        return cls(url.path, **url.merge_options(options))
 
     def describe(self) -> str:
         return f"file://{self.path}"
