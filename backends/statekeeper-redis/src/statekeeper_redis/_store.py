@@ -32,7 +32,6 @@ from statekeeper.errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
     ConcurrentModificationError,
-    InvalidOptions,
     InvalidURL,
     PreconditionFailed,
     StoreFormatError,
@@ -145,10 +144,7 @@ class RedisCheckpointStore(BaseCheckpointStore):
             raise InvalidURL(
                 f"{parsed} is not a Redis URL; expected redis://host:port/db or rediss://..."
             )
-        both = set(parsed.query) & set(options)
-        if both:
-            raise InvalidOptions(f"options given both in the URL and as keywords: {sorted(both)}")
-        super().__init__(clock=clock, **{**parsed.query, **options})
+        super().__init__(clock=clock, **parsed.merge_options(options))
         path = parsed.path.strip("/")
         if path and not path.isdigit():
             raise InvalidURL(f"the path of {parsed} must be a database number, like /0")
