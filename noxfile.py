@@ -96,6 +96,7 @@ def reliability(session: nox.Session) -> None:
 def redis(session: nox.Session) -> None:
     """The statekeeper-redis distribution, installed beside the core, against real Redis."""
     _sync(session, "--package", "statekeeper-redis")
+    session.run("mypy", "--strict", "backends/statekeeper-redis/src")
     session.run("pytest", "backends/statekeeper-redis/tests", "-p", "no:cacheprovider")
 
 
