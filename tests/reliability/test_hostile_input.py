@@ -20,6 +20,7 @@ import os
 import pickle
 import random
 import re
+import stat
 import sys
 import time
 import zlib
@@ -451,3 +452,88 @@ def test_sql_metacharacters_round_trip_exactly(
 
     asyncio.run(run())
     FIGURES["hostile input: SQL-metacharacter names round-tripped"] += len(names)
+
+
+# -- links, FIFOs and devices planted in a file store -------------------------------------
+
+
+def _plant_file(kind: str, path: Path, outside: Path) -> None:
+    """Replace the record file at ``path`` by a hostile kind of file."""
+    good = path.read_bytes()
+    if kind == "hard link":
+        os.link(path, outside / "second-link.ckpt")  # same bytes, but two names
+        return
+    path.unlink()
+    if kind == "symlink to a valid copy outside the store":
+        copy = outside / "copy.ckpt"
+        copy.write_bytes(good)
+        path.symlink_to(copy)
+    elif kind == "symlink to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "character device":
+        try:
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+        except PermissionError:
+            path.write_bytes(good)
+            pytest.skip("cannot create a device node here")
+    elif kind == "directory":
+        path.mkdir()
+
+
+FILE_PLANTS = [
+    "symlink to a valid copy outside the store",
+    "symlink to /dev/zero",
+    "FIFO",
+    "character device",
+    "hard link",
+    "directory",
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", FILE_PLANTS)
+def test_file_store_skips_links_fifos_and_devices(
+    kind: str, backend_factory: Callable[..., Backend], tmp_path: Path
+) -> None:
+    """A planted link, FIFO or device never hangs a reader, is never followed out of
+    the store, and is reported: skipped by list, an error for get_latest and load."""
+    backend = backend_factory("file")
+    root = Path(backend.url.removeprefix("file://"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    log_path = tmp_path / "w.log"
+
+    async def save() -> None:
+        writer = LogWriter(log_path)
+        async with backend.opened() as store:
+            logged = LoggedStore(store, writer)
+            for i in range(3):
+                await logged.save("victims", {"step": i}, id=f"v{i}")
+        writer.close()
+
+    async def check(victim: str) -> None:
+        async with backend.opened() as store:
+            await check_invariants(
+                store, WriteLog.read(log_path), expect_corrupt=[victim], probe_stream=None
+            )
+
+    asyncio.run(save())
+    for victim in ("v2", "v1"):  # the newest, then one in the middle
+        (path,) = root.rglob(f"*.{victim}.ckpt")
+        good = path.read_bytes()
+        _plant_file(kind, path, outside)
+        try:
+            asyncio.run(check(victim))
+        except AssertionError as exc:
+            raise AssertionError(f"{kind} planted as {victim}: {exc}") from exc
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
+        for extra in outside.iterdir():
+            extra.unlink()
+        path.write_bytes(good)
+    asyncio.run(check("none"))  # and the repaired store is whole again
+    FIGURES["hostile input: links, FIFOs and devices planted in a file store"] += 2
