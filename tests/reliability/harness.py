@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +59,13 @@ class KillLoopResult:
 
 
 def kill_loop(
-    backend: Backend, workdir: Path, *, rounds: int, seed: int, max_delay: float = 0.4
+    backend: Backend,
+    workdir: Path,
+    *,
+    rounds: int,
+    seed: int,
+    max_delay: float = 0.4,
+    setup: Sequence[str] = (),
 ) -> KillLoopResult:
     """Run the writer workload ``rounds`` times over one store, SIGKILL it at a seeded
     random moment each time, and check the invariants after every kill.
@@ -81,6 +87,7 @@ def kill_loop(
                 str(seed * 1000 + r),
                 "--prefix",
                 f"r{r}",
+                *[arg for target in setup for arg in ("--setup", target)],
             ]
         )
         ready = child.wait_ready(60)

@@ -339,3 +339,57 @@ def restore() -> None:
         BaseCheckpointStore.get_latest = _ORIGINAL.pop("get_latest")  # type: ignore[method-assign]
     if "update" in _ORIGINAL:
         BaseCheckpointStore.update = _ORIGINAL.pop("update")  # type: ignore[method-assign]
+    if "next_sequence" in _ORIGINAL:
+        from statekeeper.backends import _sql_dialects
+
+        _sql_dialects.next_sequence = _ORIGINAL.pop("next_sequence")
+
+
+# -- mutants of the SQL backend (installed in a workload child with --setup) -------------
+
+
+def sql_max_plus_one() -> None:
+    """The SQL backend takes the next sequence as ``max(seq) + 1`` of the rows that exist,
+    instead of from its persisted counter: a deleted newest sequence comes back."""
+    import sqlalchemy as sa
+
+    from statekeeper.backends import _sql_dialects
+
+    _ORIGINAL.setdefault("next_sequence", _sql_dialects.next_sequence)
+
+    def next_sequence(s: Any, st: Any) -> int:
+        seq = st.t.checkpoints.c.seq
+        row = s.first(sa.select(sa.func.coalesce(sa.func.max(seq), 0) + 1))
+        return int(row[0])
+
+    _sql_dialects.next_sequence = next_sequence  # type: ignore[assignment]
+
+
+def pg_serial_sequences() -> None:
+    """PostgreSQL sequences from a bare SEQUENCE (what SERIAL does): ``nextval`` is not
+    transactional, so a save can take sequence n, commit after the save that took
+    n + 1, and appear behind a reader that already saw n + 1."""
+    import random as _random
+
+    import sqlalchemy as sa
+
+    from statekeeper.backends import _sql_dialects
+
+    original = _sql_dialects.next_sequence
+    _ORIGINAL.setdefault("next_sequence", original)
+    created: set[str] = set()
+
+    def next_sequence(s: Any, st: Any) -> int:
+        if s.family != "postgresql":
+            return original(s, st)
+        name = f"{st.t.checkpoints.name}_serial"
+        if name not in created:
+            # concurrent CREATE SEQUENCE IF NOT EXISTS races in PostgreSQL; serialise it
+            s.first(sa.text("SELECT pg_advisory_xact_lock(7031)"))
+            s.ddl(sa.text(f"CREATE SEQUENCE IF NOT EXISTS {name} START WITH 1000000"))
+            created.add(name)
+        row = s.first(sa.text(f"SELECT nextval('{name}')"))
+        time.sleep(_random.uniform(0.0, 0.25))  # work between taking the number and commit
+        return int(row[0])
+
+    _sql_dialects.next_sequence = next_sequence  # type: ignore[assignment]

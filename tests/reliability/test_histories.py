@@ -122,3 +122,13 @@ def test_history_checker_catches_mutant(
         run_history(backend, tmp_path, duration=3.0)
     assert finding in str(info.value) or "updates were lost" in str(info.value)
     FIGURES["mutants caught"] += 1
+
+
+def test_history_checker_catches_serial_sequences_on_postgres(
+    backend_factory: Callable[..., Backend], tmp_path: Path
+) -> None:
+    """Sequences from a bare PostgreSQL SEQUENCE (SERIAL) break commit order; caught."""
+    backend = backend_factory("postgres")
+    with pytest.raises(HistoryViolation, match=r"commit order|sequence"):
+        run_history(backend, tmp_path, duration=4.0, setup="mutants:pg_serial_sequences")
+    FIGURES["mutants caught"] += 1

@@ -44,3 +44,14 @@ def test_kill_loop_catches_max_plus_one_mutant(
         kill_loop(backend, tmp_path, rounds=12, seed=SEED)
     assert "S" in info.value.report.codes()
     FIGURES["mutants caught"] += 1
+
+
+def test_kill_loop_catches_sql_max_plus_one_mutant(
+    backend_factory: Callable[..., Backend], tmp_path: Path
+) -> None:
+    """The same on the real SQL backend (SQLite), its counter replaced by max(seq)+1."""
+    backend = backend_factory("sqlite")
+    with pytest.raises(InvariantViolation) as info:
+        kill_loop(backend, tmp_path, rounds=12, seed=SEED, setup=["mutants:sql_max_plus_one"])
+    assert "S" in info.value.report.codes()
+    FIGURES["mutants caught"] += 1
