@@ -267,7 +267,10 @@ class EngineCore:
     def load_record(self, seq: int, cid: str) -> tuple[StoredRecord, bytes] | None:
         """Read and verify record ``seq``/``cid``: ``None`` if missing, else the record
         and its bytes; :class:`CheckpointDecodeError` naming it if unreadable."""
-        bucket = self.bucket(seq)
+        try:
+            bucket = self.bucket(seq)
+        except IndexDamaged as exc:
+            raise self.decode_error(str(exc), seq, cid) from None
         if bucket is None:
             return None
         try:

@@ -172,12 +172,13 @@ class FileEngine(RecoveryMixin):
                     slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
                     try:
                         took = self._index_new(tx, ids, sfile, record.stream, slot, key)
+                        tx.commit(hwm=seq, journal=None, ids_used=tx.state.ids_used + took)
                     except BaseException:
+                        # The caller will hear that the save failed, so take it back.
                         self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
                         raise
                 finally:
                     self.close_bucket(bucket)
-                tx.commit(hwm=seq, journal=None, ids_used=tx.state.ids_used + took)
                 if tx.state.hwm - tx.state.synced >= self.sync_interval:
                     self._advance_sync(tx, ids)
             finally:
@@ -246,13 +247,21 @@ class FileEngine(RecoveryMixin):
             if previous is None:
                 self.unlink_quiet(name, bucket)
             else:
-                back = f"{tmp}.undo"
-                self._quietly(lambda: self.write_new(bucket, back, previous, sync=False))
-                self._quietly(
-                    lambda: self.io.rename(back, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-                )
-                self.unlink_quiet(back, bucket)
+                self._quietly(lambda: self._put_back(bucket, tmp, name, previous))
             raise
+
+    def _put_back(self, bucket: int, tmp: str, name: str, previous: bytes) -> None:
+        """Restore a record's previous bytes after a failed replace (best effort: if
+        this fails too, the new version stays, complete and valid)."""
+        seq = fmt.parse_temp_name(tmp)
+        back = fmt.temp_name(seq) if seq is not None else f"{tmp}.undo"
+        try:
+            self.write_new(bucket, back, previous, sync=self.durable)
+            self.io.rename(back, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            if self.durable:
+                self.io.fsync(bucket)
+        finally:
+            self.unlink_quiet(back, bucket)
 
     # -- update -------------------------------------------------------------------------
 
@@ -297,26 +306,33 @@ class FileEngine(RecoveryMixin):
         bucket = self.bucket(seq)
         if bucket is None:
             raise CheckpointNotFound(cid)
+        hinted = sfile is not None and old != new
+        name = fmt.record_name(seq, cid)
         try:
             tx.commit(
                 journal=fmt.Journal(
                     "update", sfile or "", seq=seq, path=path, tmp=_sibling(path, tmp)
                 )
             )
+            published = False
             try:
-                if sfile is not None and old != new:
+                if hinted and sfile is not None:
                     self._set_hint(sfile, seq, _upper(old, new), sync=self.durable)
-                self._publish(bucket, tmp, fmt.record_name(seq, cid), data, previous)
+                self._publish(bucket, tmp, name, data, previous)
+                published = True
+                if hinted and sfile is not None:
+                    self._set_hint(sfile, seq, new, sync=False)
+                tx.commit(journal=None)
             except BaseException:
-                if sfile is not None and old != new:
+                # The caller will hear that the update failed: put the old one back.
+                if published and previous is not None:
+                    self._quietly(lambda: self._put_back(bucket, tmp, name, previous))
+                if hinted and sfile is not None:
                     self._quietly(lambda: self._set_hint(sfile, seq, old, sync=False))
                 self._quietly(lambda: tx.commit(journal=None))
                 raise
-            if sfile is not None and old != new:
-                self._set_hint(sfile, seq, new, sync=False)
         finally:
             self.close_bucket(bucket)
-        tx.commit(journal=None)
 
     def write_raw(self, cid: str, data: bytes) -> None:
         """Overwrite record ``cid``'s bytes unchecked (the conformance kit's backdoor)."""
