@@ -1,0 +1,185 @@
+"""Benchmarks: statekeeper's stores against LangGraph's and MAF's, side by side, in one run.
+
+Run it through nox, which installs the pinned peers into the session's own env::
+
+    uv run nox -s bench -- --quick     # a few minutes: N = 1k, 10k
+    uv run nox -s bench                # full: N = 1k, 10k, 100k; writes docs/benchmarks.md
+
+A full run writes ``docs/benchmarks.md`` and its plots under ``docs/benchmarks/``; a
+quick run writes ``benchmarks/results/raw/quick.md`` (not committed). Both also
+write the raw figures as JSON under ``benchmarks/results/raw/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from skbench.adapters.base import MAIN_STREAM  # noqa: E402
+from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
+from skbench.floors import Floors  # noqa: E402
+from skbench.machine import describe_machine  # noqa: E402
+from skbench.plots import make_plots  # noqa: E402
+from skbench.report import Report  # noqa: E402
+from skbench.runner import (  # noqa: E402
+    Results,
+    Settings,
+    count_redis_round_trips,
+    open_stores,
+    record_floor_constants,
+    run_sizes,
+    run_writer_workload,
+    say,
+)
+from skbench.timing import Budget  # noqa: E402
+
+
+def settings_for(args: argparse.Namespace) -> Settings:
+    if args.quick:
+        settings = Settings(
+            sizes=[1_000, 10_000],
+            noise_ratio=1.0,
+            op_budget=Budget(reps=30, seconds=0.3, rounds=3),
+            list_budget=Budget(reps=3, seconds=0.6, min_reps=1, rounds=3),
+            save_budget=Budget(reps=30, seconds=0.4, rounds=3),
+            call_cap=1.0,
+            list_cap=5.0,
+            populate_cap=120.0,
+            writer_processes=4,
+            writer_saves=25,
+        )
+    else:
+        settings = Settings(
+            sizes=[1_000, 10_000, 100_000],
+            noise_ratio=1.0,
+            op_budget=Budget(reps=200, seconds=2.0),
+            list_budget=Budget(reps=7, seconds=8.0, min_reps=3),
+            save_budget=Budget(reps=200, seconds=2.5),
+            call_cap=10.0,
+            list_cap=30.0,
+            populate_cap=420.0,
+            writer_processes=4,
+            writer_saves=200,
+        )
+    if args.sizes:
+        settings.sizes = [int(x) for x in args.sizes.split(",")]
+    settings.only = [x.strip().lower() for x in args.only.split(",")] if args.only else []
+    return settings
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and budgets")
+    parser.add_argument("--sizes", help="comma-separated N values (overrides the mode's)")
+    parser.add_argument("--only", help="comma-separated substrings of store names to run")
+    parser.add_argument("--output", type=Path, help="markdown file to write")
+    parser.add_argument("--no-writers", action="store_true", help="skip the 4-writer workload")
+    parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    return parser.parse_args(argv)
+
+
+async def record_size() -> bytes:
+    """The envelope bytes statekeeper stores for one state (what the floors write)."""
+    from skbench.payload import make_state
+
+    import statekeeper
+
+    async with statekeeper.open_store("memory://") as store:
+        cp = await store.save(MAIN_STREAM, make_state(1), metadata={"step": 1})
+        return bytes(await store.backdoor_read_raw(cp.id))
+
+
+async def main(args: argparse.Namespace) -> Path:
+    settings = settings_for(args)
+    mode = "quick" if args.quick else "full"
+    output: Path = args.output or (
+        ROOT / "benchmarks/results/raw/quick.md" if args.quick else ROOT / "docs/benchmarks.md"
+    )
+    raw_dir = ROOT / "benchmarks/results/raw"
+    os.makedirs(raw_dir, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="skbench-", dir=args.workdir))
+    results = Results()
+    started = time.perf_counter()
+    say(results, f"{mode} run, sizes {settings.sizes}, stores under {workdir}")
+    adapters = []
+    record = await record_size()
+    floors = Floors(workdir, record, REDIS_URL)
+    try:
+        record_floor_constants(results, record)
+        await floors.open()
+        for name, problem in floors.problems.items():
+            results.floors[name] = {"all": {"error": problem}}
+        adapters = await open_stores(settings, workdir, results)
+        if not args.no_writers:
+            await run_writer_workload(settings, workdir, results)
+        await count_redis_round_trips(adapters, results)
+        await run_sizes(settings, adapters, floors, results)
+    finally:
+        await floors.close()
+        for adapter in adapters:
+            try:
+                await adapter.close()
+            except Exception as exc:  # cleanup must not hide the run's own error
+                say(results, f"cleanup of {adapter.name} failed: {exc}")
+        machine = describe_machine(workdir, POSTGRES_URL, REDIS_URL)
+        if args.keep:
+            say(results, f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    meta = {
+        "command": _command(),
+        "mode": mode,
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "elapsed": elapsed,
+    }
+    write_outputs(output, raw_dir, results, settings, machine, meta)
+    say(results, f"wrote {output} in {elapsed:.0f} s")
+    return output
+
+
+def write_outputs(
+    output: Path,
+    raw_dir: Path,
+    results: Results,
+    settings: Settings,
+    machine: dict[str, Any],
+    meta: dict[str, Any],
+) -> None:
+    """The markdown report, its plots next to it, and the raw figures as JSON."""
+    images = make_plots(results, settings.sizes, output.parent / output.stem)
+    report = Report(results, settings, machine, meta)
+    text = report.render({t: os.path.relpath(p, output.parent) for t, p in images.items()})
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    raw = {
+        "meta": meta,
+        "machine": machine,
+        "settings": {"sizes": settings.sizes, "noise_ratio": settings.noise_ratio},
+        **vars(results),
+    }
+    (raw_dir / f"{output.stem}.json").write_text(json.dumps(raw, indent=1, default=str))
+    print(text)
+
+
+def _command() -> str:
+    extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "uv run nox -s bench" + (f" -- {extra}" if extra else "")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args(sys.argv[1:])))

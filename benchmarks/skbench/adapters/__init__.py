@@ -1,0 +1,1 @@
+"""Adapters: one per store under test (statekeeper and the peers)."""
