@@ -134,7 +134,9 @@ class Output:
 
     def line(self, text: str, style: str | None = None) -> None:
         """Print one line of plain text, never parsed as rich markup."""
-        self.say(Text(self.scrub(text), style=style or ""))
+        if not self.json:
+            # soft_wrap: a long command line stays one line, for copy and paste
+            self.stdout.print(Text(self.scrub(text), style=style or ""), soft_wrap=True)
 
     def warn(self, text: str) -> None:
         self.stderr.print(Text(self.scrub(text), style="yellow"))

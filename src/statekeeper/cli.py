@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -123,10 +124,18 @@ def _progress(out: Output, label: str, total: int | None) -> tuple[Progress, Cal
     return progress, lambda n: progress.advance(task, n)
 
 
+def _table(*columns: str, title: str | None = None, wrap: tuple[str, ...] = ()) -> Table:
+    """A compact table; only the ``wrap`` columns may wrap, so ids stay whole and copyable."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left")
+    for name in columns:
+        wraps = name in wrap
+        table.add_column(name, no_wrap=not wraps, overflow="fold", min_width=8 if wraps else None)
+    return table
+
+
 def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("key", style="bold")
-    table.add_column("value", overflow="fold")
+    table = _table("key", "value", title=title, wrap=("value",))
+    table.show_header = False
     for key, value in rows:
         table.add_row(key, Text("-" if value is None else str(value)))
     return table
@@ -238,7 +247,14 @@ def streams(
         if out.json:
             out.emit({"streams": [r.as_json() for r in rows], "next_after_name": next_name})
             return
-        table = Table("stream", "checkpoints", "unreadable", "latest seq", "latest created (UTC)")
+        table = _table(
+            "stream",
+            "checkpoints",
+            "unreadable",
+            "newest seq",
+            "newest created_at (UTC)",
+            wrap=("stream",),
+        )
         for r in rows:
             count = f"{r.checkpoints}" if r.exact else f"{r.checkpoints}+"
             latest = r.latest_created_at or ("unreadable" if not r.latest_readable else "-")
@@ -331,9 +347,12 @@ def ls(
 def _render_page(
     out: Output, stream: str | None, page: Page, order: str, limit: int, tags: dict[str, str]
 ) -> None:
-    table = Table(title=f"stream {stream!r}" if stream else "all streams", title_justify="left")
-    for name in ("seq", "id", *(() if stream else ("stream",)), "created (UTC)", "etag", "tags"):
-        table.add_column(name, overflow="fold")
+    columns = ("seq", "id", *(() if stream else ("stream",)), "created_at (UTC)", "tags")
+    title = f"stream {stream!r}" if stream else "all streams"
+    # created_at may wrap (date / time) so that the stream column keeps some room
+    table = _table(
+        *columns, title=title, wrap=("stream", "tags", *(() if stream else columns[3:4]))
+    )
     for cp in page.items:
         tag_text = ", ".join(f"{k}={v}" for k, v in cp.tags.items())
         stream_col = () if stream else (Text(cp.stream),)
@@ -342,7 +361,6 @@ def _render_page(
             Text(cp.id),
             *stream_col,
             when(cp.created_at),
-            Text(cp.etag),
             Text(tag_text),
         )
     out.say(table)
@@ -361,9 +379,8 @@ def _render_page(
 
 
 def _skipped_table(title: str, entries: list[Skipped]) -> Table:
-    table = Table(
-        "seq", "id", "location", "reason", title=title, title_justify="left", title_style="bold red"
-    )
+    table = _table("seq", "id", "where", "why", title=title, wrap=("where", "why"))
+    table.title_style = "bold red"
     for s in entries:
         table.add_row(str(s.sequence or "-"), Text(s.id or "-"), Text(s.location), Text(s.reason))
     return table
@@ -377,19 +394,17 @@ def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **
     from rich.json import JSON
 
     h = header_json(cp)
-    rows = [
-        (k, h[k])
-        for k in (
-            "id",
-            "stream",
-            "sequence",
-            "created_at",
-            "updated_at",
-            "etag",
-            "parent_id",
-            "expires_at",
-        )
+    fields = [
+        "id",
+        "stream",
+        "sequence",
+        "created_at",
+        "updated_at",
+        "etag",
+        "parent_id",
+        "expires_at",
     ]
+    rows: list[tuple[str, Any]] = [(k, h[k]) for k in fields]
     rows += [("tags", ", ".join(f"{k}={v}" for k, v in cp.tags.items()) or None)]
     rows += [("metadata", JSON.from_data(cp.metadata).text.plain if cp.metadata else None)]
     out.say(_kv_table(f"checkpoint {cp.id}", rows))
@@ -480,23 +495,13 @@ def verify(
 def _problem_table(out: Output, title: str, problems: list[dict[str, Any]]) -> None:
     if not problems:
         return
-    table = Table(
-        "check",
-        "seq",
-        "id",
-        "stream",
-        "where",
-        "why",
-        title=title,
-        title_justify="left",
-        title_style="bold red",
-    )
+    table = _table("check", "seq", "id", "where", "why", title=title, wrap=("where", "why"))
+    table.title_style = "bold red"
     for p in problems:
         table.add_row(
             p["check"],
             str(p["sequence"] or "-"),
             Text(p["id"] or "-"),
-            Text(p["stream"] or "-"),
             Text(out.scrub(p["location"])),
             Text(out.scrub(p["reason"])),
         )
