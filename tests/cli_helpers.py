@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,13 @@ ENTRY = [sys.executable, "-m", "statekeeper._cli_entry"]
 # application registers a plugin: "seeded" is an in-memory store that fills itself
 # on open, "seeded-bad" is the same with two damaged records.
 SEEDED = [sys.executable, "-c", "import cli_helpers; cli_helpers.seeded_main()"]
+# Each run imports pydantic and SQLAlchemy afresh. Where bytecode writing is off
+# (PYTHONDONTWRITEBYTECODE), that costs seconds of CPU per run, so the subprocesses
+# share a bytecode cache outside the repository and the environment.
+PYCACHE = (
+    Path(tempfile.gettempdir())
+    / f"statekeeper-cli-tests-pycache-{getattr(os, 'getuid', lambda: 0)()}"
+)
 
 
 @dataclasses.dataclass
@@ -45,8 +53,11 @@ def run_cli(
 
     Without ``--debug`` no output may contain a traceback, whatever happened.
     """
-    full_env = {k: v for k, v in os.environ.items() if k != "STATEKEEPER_URL"}
-    full_env.update({"COLUMNS": "200", "PYTHONPATH": str(TESTS)})
+    skip = {"STATEKEEPER_URL", "PYTHONDONTWRITEBYTECODE"}
+    full_env = {k: v for k, v in os.environ.items() if k not in skip}
+    full_env.update(
+        {"COLUMNS": "200", "PYTHONPATH": str(TESTS), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
+    )
     full_env.update(env or {})
     proc = subprocess.run(
         [*(entry or ENTRY), *args],
