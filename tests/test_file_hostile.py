@@ -21,6 +21,8 @@ from statekeeper.models import Checkpoint, Page
 
 T = TypeVar("T")
 
+pytestmark = pytest.mark.reliability
+
 
 async def quick(call: Awaitable[T]) -> T:
     """Every call here must return promptly: a FIFO must never block a reader."""
