@@ -7,44 +7,14 @@ gets its own random table prefix and drops its tables afterwards.
 
 from __future__ import annotations
 
-import asyncio
-import secrets
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sql_helpers import server_factory
 from statekeeper.backends.sql import SqlCheckpointStore
-from statekeeper.testing import CheckpointStoreTests, StoreFactory, service_url
-
-
-def drop_store(url: str, prefix: str) -> None:
-    """Drop the tables of the store ``prefix`` at ``url`` (from sync teardown code).
-
-    Runs on its own thread and event loop, so that it never touches the event loop
-    that pytest-asyncio manages for the tests.
-    """
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            asyncio.run(SqlCheckpointStore(url, table_prefix=prefix).drop_tables())
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-
-
-def server_factory(service: str) -> Iterator[StoreFactory]:
-    url = service_url(service)
-    prefix = f"t{secrets.token_hex(4)}_"
-    yield lambda **options: SqlCheckpointStore(url, table_prefix=prefix, **options)
-    drop_store(url, prefix)
+from statekeeper.testing import CheckpointStoreTests, StoreFactory
 
 
 class TestSqliteConformance(CheckpointStoreTests):

@@ -21,8 +21,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from queue import SimpleQueue
 from typing import Any, TypeVar, cast
@@ -125,7 +127,12 @@ class _Worker:
     def _main(self) -> None:
         while True:
             fn, (loop, fut) = self._queue.get()
-            if fut.cancelled() and fn is not _close:
+            if fn is _close:
+                if self.conn is not None:
+                    self.conn.close()
+                _deliver(loop, fut, None, None)
+                return
+            if fut.cancelled():
                 continue  # the caller gave up before we started: do nothing at all
             try:
                 if self.conn is None:
@@ -135,8 +142,6 @@ class _Worker:
                 _deliver(loop, fut, None, exc)
             else:
                 _deliver(loop, fut, result, None)
-            if fn is _close:
-                return
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -155,7 +160,7 @@ class _Worker:
 
 
 def _close(conn: sqlite3.Connection) -> None:
-    conn.close()
+    """The marker of a worker's last call (handled by the worker itself)."""
 
 
 def _deliver(
@@ -206,6 +211,19 @@ class SqliteRuntime:
         self._writer: _Worker | None = None
         self._readers: list[_Worker] = []
 
+    def _connect_writer(self) -> sqlite3.Connection:
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):  # sqlite3 would only say "unable to open"
+            raise BackendError(
+                f"cannot create the SQLite store {self.path!r}: the directory "
+                f"{directory!r} does not exist"
+            )
+        conn = self.connect()
+        # The writer waits for the write lock in _begin_immediate, not in SQLite's
+        # busy handler (see there); other statements of its own have no lock to wait for.
+        conn.execute("PRAGMA busy_timeout = 0")
+        return conn
+
     def connect(self) -> sqlite3.Connection:
         """A new connection with this store's settings (called on a worker thread)."""
         conn = sqlite3.connect(
@@ -231,7 +249,7 @@ class SqliteRuntime:
             _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
             self._writer, self._readers, self._pid = None, [], os.getpid()
         if self._writer is None:
-            self._writer = _Worker(self.connect, "statekeeper-sqlite-writer")
+            self._writer = _Worker(self._connect_writer, "statekeeper-sqlite-writer")
         return self._writer
 
     def _reader_worker(self) -> _Worker:
@@ -249,11 +267,10 @@ class SqliteRuntime:
         """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
         compiler = self.compiler
 
+        timeout = self._busy_timeout
+
         def body(conn: sqlite3.Connection) -> T:
-            # IMMEDIATE takes the write lock up front (waiting up to busy_timeout);
-            # a deferred transaction that reads and then writes would instead fail
-            # at once with "database is locked" when another writer got there first.
-            conn.execute("BEGIN IMMEDIATE")
+            _begin_immediate(conn, timeout)
             try:
                 result = fn(SqliteSession(conn, compiler))
                 conn.execute("COMMIT")
@@ -272,15 +289,18 @@ class SqliteRuntime:
         return await worker.call(lambda conn: fn(SqliteSession(conn, compiler)))
 
     async def start(self) -> None:
-        await self._writer_worker().call(_prepare_file)
+        ms = round(self._busy_timeout * 1000)
+        await self._writer_worker().call(lambda conn: _with_busy_timeout(conn, ms, _prepare_file))
 
     async def reclaim(self) -> None:
         def vacuum(conn: sqlite3.Connection) -> None:
             # Frees pages only in files created with auto_vacuum=INCREMENTAL (new
             # stores are); elsewhere freed pages are reused by later saves.
-            conn.execute("PRAGMA incremental_vacuum").fetchall()
+            # executescript steps the pragma to the end; execute() frees one page.
+            conn.executescript("PRAGMA incremental_vacuum")
 
-        await self._writer_worker().call(vacuum)
+        ms = round(self._busy_timeout * 1000)
+        await self._writer_worker().call(lambda conn: _with_busy_timeout(conn, ms, vacuum))
 
     async def close(self) -> None:
         workers = [w for w in (self._writer, *self._readers) if w is not None]
@@ -289,6 +309,47 @@ class SqliteRuntime:
             _FORK_ORPHANS.extend(workers)
             return
         await asyncio.gather(*(w.close() for w in workers))
+
+
+def _begin_immediate(conn: sqlite3.Connection, timeout: float) -> None:
+    """``BEGIN IMMEDIATE``, waiting up to ``timeout`` seconds for other processes' writers.
+
+    IMMEDIATE takes the write lock up front; a deferred transaction that reads and
+    then writes would instead fail at once with "database is locked" when another
+    writer got there first, whatever the busy timeout.
+
+    SQLite's own busy handler sleeps 1, 2, 5, ... up to 100 ms between attempts, so
+    a waiting writer keeps missing the short gaps between another process's
+    transactions: four processes saving at once managed one save per ~40 ms. Here
+    the wait is short (0.1 ms doubling to 2 ms) and jittered, so waiters take the
+    lock within a couple of milliseconds of its release.
+    """
+    delay, deadline = 0.0001, 0.0
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF not in (5, 6):
+                raise
+            now = time.monotonic()
+            if not deadline:
+                deadline = now + timeout
+            elif now >= deadline:
+                raise
+        time.sleep(min(delay * (0.5 + random.random()), max(deadline - now, 0.0)))
+        delay = min(delay * 2, 0.002)
+
+
+def _with_busy_timeout(
+    conn: sqlite3.Connection, ms: int, fn: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run ``fn`` with SQLite's busy handler waiting up to ``ms`` (writer connection)."""
+    conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+    try:
+        return fn(conn)
+    finally:
+        conn.execute("PRAGMA busy_timeout = 0")
 
 
 def _prepare_file(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,158 @@
+"""Helpers for the SQL backend's tests: per-test table prefixes, teardown, child processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import threading
+import traceback
+import warnings
+from collections.abc import Iterator
+from typing import IO, Any
+
+import statekeeper
+from statekeeper.backends.sql import SqlCheckpointStore
+from statekeeper.errors import StatekeeperError
+from statekeeper.testing import StoreFactory, service_url
+
+
+def new_prefix() -> str:
+    """A table prefix no other test run uses."""
+    return f"t{secrets.token_hex(4)}_"
+
+
+def run_async_in_thread(coro_fn: Any) -> Any:
+    """Run ``coro_fn()`` on a fresh event loop on its own thread, from sync code.
+
+    Teardown code uses this so that it never touches the event loop pytest-asyncio
+    manages for the tests.
+    """
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(asyncio.run(coro_fn()))
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+def drop_store(url: str, prefix: str, **options: Any) -> None:
+    """Drop the tables of the store ``prefix`` at ``url``."""
+    run_async_in_thread(
+        lambda: SqlCheckpointStore(url, table_prefix=prefix, **options).drop_tables()
+    )
+
+
+def server_factory(service: str) -> Iterator[StoreFactory]:
+    """A ``store_factory`` over a fresh prefix on a real server; drops it afterwards."""
+    url = service_url(service)
+    prefix = new_prefix()
+    yield lambda **options: SqlCheckpointStore(url, table_prefix=prefix, **options)
+    drop_store(url, prefix)
+
+
+class Child:
+    """A forked child process that saves to a store and reports each event as a JSON line."""
+
+    def __init__(self, pid: int, out: IO[str]) -> None:
+        self.pid = pid
+        self.out = out
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        """The child's events as they come (until it exits)."""
+        for line in self.out:
+            yield json.loads(line)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        self.out.close()
+        return os.waitstatus_to_exitcode(status)
+
+
+async def _child_job(
+    out: IO[str], url: str, options: dict[str, Any], stream: str, name: str, saves: int, pad: int
+) -> None:
+    def emit(**event: Any) -> None:
+        out.write(json.dumps(event) + "\n")
+        out.flush()
+
+    store = statekeeper.open_store(url, **options)
+    async with store:
+        emit(opened=store.store_id)
+        for i in range(saves):
+            try:
+                cp = await store.save(
+                    stream, {"w": name, "i": i, "pad": "x" * pad}, tags={"w": name}
+                )
+            except StatekeeperError as exc:
+                emit(error=type(exc).__name__, message=str(exc))
+            else:
+                emit(seq=cp.sequence, id=cp.id)
+
+
+def start_children(
+    url: str,
+    *,
+    n: int,
+    saves: int,
+    stream: str = "shared",
+    options: dict[str, Any] | None = None,
+    pad: int = 0,
+) -> list[Child]:
+    """Fork ``n`` children that open ``url`` at the same moment and save ``saves`` times each.
+
+    Forked rather than spawned: a fresh interpreter spends seconds importing on a
+    loaded machine, and these are real processes all the same (own connections,
+    own locks, killable). Call from synchronous tests only (no running event loop).
+    """
+    go_read, go_write = os.pipe()  # children block on it until the parent closes it
+    children = []
+    for i in range(n):
+        read, write = os.pipe()
+        with warnings.catch_warnings():  # 3.12+ warns about forking with threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                os.close(read)
+                os.close(go_write)
+                os.read(go_read, 1)
+                with os.fdopen(write, "w") as out:
+                    job = _child_job(out, url, options or {}, stream, f"w{i}", saves, pad)
+                    asyncio.run(job)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(write)
+        children.append(Child(pid, os.fdopen(read)))
+    os.close(go_read)
+    os.close(go_write)
+    return children
+
+
+def finish_children(children: list[Child]) -> list[list[dict[str, Any]]]:
+    """Wait for the children; return each one's events. Fails on a non-zero exit."""
+    out = []
+    for child in children:
+        events = list(child.events())
+        code = child.wait()
+        assert code == 0, f"child {child.pid} exited with {code} (its traceback is on stderr)"
+        out.append(events)
+    return out

@@ -1,0 +1,387 @@
+"""SQLite-specific behaviour of the SQL backend: URLs, locking, crashes, fork, schema."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+import statekeeper
+from sql_helpers import finish_children, start_children
+from statekeeper.backends import sql as sql_module
+from statekeeper.backends._sql_schema import MIGRATIONS, Migration, Tables
+from statekeeper.backends.sql import SqlCheckpointStore, SqliteCheckpointStore
+from statekeeper.errors import (
+    BackendError,
+    BackendNotFound,
+    InvalidOptions,
+    InvalidURL,
+    StoreFormatError,
+    StoreTimeout,
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest_asyncio.fixture
+async def store(db: Path) -> Any:
+    async with SqlCheckpointStore(f"sqlite:///{db}") as opened:
+        yield opened
+
+
+# -- URLs and options ------------------------------------------------------------------
+
+
+def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rel = statekeeper.open_store("sqlite:///rel.db")
+    assert isinstance(rel, SqliteCheckpointStore)
+    assert rel.path == str(tmp_path / "rel.db")  # relative to the cwd at construction
+    absolute = statekeeper.open_store(f"sqlite:///{tmp_path}/abs.db")
+    assert absolute.describe() == f"sqlite:///{tmp_path}/abs.db"
+    assert isinstance(statekeeper.open_store("sqlite+aiosqlite:///x.db"), SqliteCheckpointStore)
+    opts = statekeeper.open_store("sqlite:///x.db?busy_timeout=2.5&table_prefix=jobs_")
+    assert opts.options.busy_timeout == 2.5
+    assert "jobs_" in opts.describe()
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("sqlite://", InvalidURL),
+        ("sqlite:///:memory:", InvalidURL),
+        ("sqlite://host/x.db", InvalidURL),
+        ("sqlite+nosuchdriver:///x.db", InvalidURL),
+        ("sqlite:///x.db?nosuchoption=1", InvalidOptions),
+        ("sqlite:///x.db?table_prefix=Bad-Prefix", InvalidOptions),
+        ("sqlite:///x.db?table_prefix=", InvalidOptions),
+        ("sqlite:///x.db?schema=other", InvalidOptions),
+        ("sqlite:///x.db?busy_timeout=0", InvalidOptions),
+    ],
+)
+def test_bad_urls_and_options_are_refused_at_once(url: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        statekeeper.open_store(url)
+
+
+def test_missing_server_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = sql_module.SqlCheckpointStore  # the driver check only looks the module up
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(BackendNotFound, match=r"statekeeper\[postgres\]"):
+        real("postgresql://u@h/db")
+
+
+# -- the file: WAL, synchronous, not-a-database, missing directory ---------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("durability", "expected"), [("full", 2), ("fast", 1)])
+async def test_wal_and_synchronous_follow_durability(
+    db: Path, durability: str, expected: int
+) -> None:
+    store = SqlCheckpointStore(f"sqlite:///{db}", durability=durability)
+    async with store:
+        runtime = store._runtime
+        assert runtime is not None
+        conn = runtime.connect()  # the settings every connection of this store gets
+        try:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == expected
+            assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        finally:
+            conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_file_that_is_not_a_database_is_a_format_error(db: Path) -> None:
+    await asyncio.to_thread(db.write_bytes, b"this is not a database" * 100)
+    with pytest.raises(StoreFormatError):
+        await SqlCheckpointStore(f"sqlite:///{db}").open()
+
+
+@pytest.mark.asyncio
+async def test_a_missing_directory_is_a_backend_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="does not exist"):
+        await SqlCheckpointStore(f"sqlite:///{tmp_path}/nope/store.db").open()
+
+
+# -- errors: busy timeout and driver errors --------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_busy_timeout_runs_out_as_store_timeout(store: SqlCheckpointStore, db: Path) -> None:
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
+    try:
+        slow = SqlCheckpointStore(f"sqlite:///{db}", busy_timeout=0.2)
+        async with slow:
+            started = time.monotonic()
+            with pytest.raises(StoreTimeout) as caught:
+                await slow.save("job", {"n": 1})
+            assert 0.15 < time.monotonic() - started < 5
+            assert isinstance(caught.value.orig, sqlite3.OperationalError)
+            assert caught.value.retryable
+            assert await slow.list_streams() == []  # reads never wait in WAL mode
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert (await store.save("job", {"n": 2})).sequence == 1  # nothing was half-written
+
+
+@pytest.mark.asyncio
+async def test_driver_errors_are_backend_errors_with_orig(
+    store: SqlCheckpointStore, db: Path
+) -> None:
+    await store.save("job", 1)
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("DROP TABLE statekeeper_tags")  # damage behind the store's back
+    raw.close()
+    with pytest.raises(BackendError) as caught:
+        await store.save("job", 2, tags={"k": "v"})
+    assert isinstance(caught.value.orig, sqlite3.OperationalError)
+    assert "statekeeper_tags" in str(caught.value)
+
+
+# -- schema, migrations, prefixes ------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_newer_schema_is_a_format_error(db: Path) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}") as first:
+        await first.save("job", 1)
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("UPDATE statekeeper_meta SET value = '99' WHERE name = 'schema_version'")
+    raw.close()
+    with pytest.raises(StoreFormatError, match="schema version 99"):
+        await SqlCheckpointStore(f"sqlite:///{db}").open()
+
+
+@pytest.mark.asyncio
+async def test_foreign_table_with_our_name_is_not_adopted(db: Path) -> None:
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("CREATE TABLE statekeeper_checkpoints (x TEXT)")
+    raw.close()
+    with pytest.raises(StoreFormatError, match="table_prefix"):
+        await SqlCheckpointStore(f"sqlite:///{db}").open()
+    async with SqlCheckpointStore(f"sqlite:///{db}", table_prefix="mine_") as other:
+        assert (await other.save("job", 1)).sequence == 1
+
+
+@pytest.mark.asyncio
+async def test_migrations_run_once_each_in_order_under_concurrent_opens(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}") as v1:
+        kept = await v1.save("job", {"n": 1})
+    applied: list[int] = []
+
+    def add_index(tables: Tables, ddl: Any) -> None:
+        import sqlalchemy as sa
+
+        applied.append(2)
+        ix = sa.Index(
+            "statekeeper_test_v2", tables.checkpoints.c.expires_at, tables.checkpoints.c.seq
+        )
+        ddl(sa.schema.CreateIndex(ix, if_not_exists=True))
+        tables.checkpoints.indexes.discard(ix)
+
+    v2 = Migration(2, "test: add an index", add_index)
+    monkeypatch.setattr(sql_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    stores = [SqlCheckpointStore(f"sqlite:///{db}") for _ in range(4)]
+    await asyncio.gather(*(s.open() for s in stores))
+    try:
+        assert applied == [2]
+        assert {(await s.info()).format_version for s in stores} == {2}
+        assert (await stores[0].load(kept.id)).state == {"n": 1}
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS)
+    with pytest.raises(StoreFormatError, match="upgrade statekeeper"):
+        await SqlCheckpointStore(f"sqlite:///{db}").open()
+
+
+@pytest.mark.asyncio
+async def test_two_prefixes_in_one_file_are_two_stores(db: Path) -> None:
+    async with (
+        SqlCheckpointStore(f"sqlite:///{db}", table_prefix="a_") as a,
+        SqlCheckpointStore(f"sqlite:///{db}", table_prefix="b_") as b,
+    ):
+        assert a.store_id != b.store_id
+        await a.save("job", "in a")
+        cp = await b.save("job", "in b")
+        assert cp.sequence == 1  # each store has its own counter
+        assert [c.state for c in (await a.list("job")).items] == ["in a"]
+        assert (await b.get_latest("job")).state == "in b"  # type: ignore[union-attr]
+        page = await a.list("job")
+        assert page.next_cursor is None
+        with pytest.raises(statekeeper.errors.CheckpointNotFound):
+            await a.load(cp.id)
+
+
+@pytest.mark.asyncio
+async def test_tag_filters_use_the_tag_indexes(store: SqlCheckpointStore, db: Path) -> None:
+    from statekeeper.backends.sql import _statements
+
+    st, compiler = _statements(store.table_prefix, None)
+    raw = sqlite3.connect(db)
+
+    def plan(stmt: Any) -> list[str]:
+        sql, binds = compiler(stmt)
+        return [row[3] for row in raw.execute("EXPLAIN QUERY PLAN " + sql, [d for _, d in binds])]
+
+    try:
+        for has_stream, index in [(True, "tags_stream"), (False, "tags_global")]:
+            steps = plan(st.scan(has_stream, "desc", True, 2))
+            assert any(f"USING INDEX statekeeper_{index}" in step for step in steps), steps
+            assert not any(step.startswith("SCAN") for step in steps), steps
+        (step,) = plan(st.latest)
+        assert "USING INDEX statekeeper_checkpoints_stream_seq (stream=?)" in step
+    finally:
+        raw.close()
+
+
+@pytest.mark.asyncio
+async def test_purge_gives_the_space_back(store: SqlCheckpointStore, db: Path) -> None:
+    for i in range(50):
+        await store.save("job", {"pad": "x" * 20_000, "i": i}, ttl=0.05)
+    await asyncio.sleep(0.1)
+    assert await store.purge_expired() == 50
+    raw = sqlite3.connect(db)
+    try:
+        assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+        assert raw.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    finally:
+        raw.close()
+
+
+# -- processes: contention, crashes, fork ----------------------------------------------
+
+
+def test_four_processes_saving_at_once_never_see_locked(tmp_path: Path, db: Path) -> None:
+    url = f"sqlite:///{db}"
+    # Fresh file: the four also race to create the schema.
+    events = finish_children(start_children(url, n=4, saves=200, options={"durability": "fast"}))
+    errors = [e for child in events for e in child if "error" in e]
+    assert errors == []
+    assert len({e["opened"] for child in events for e in child if "opened" in e}) == 1
+    seqs = [[e["seq"] for e in child if "seq" in e] for child in events]
+    assert all(s == sorted(s) and len(s) == 200 for s in seqs)
+    assert sorted(x for s in seqs for x in s) == list(range(1, 801))  # unique, no gaps
+
+    async def check() -> None:
+        async with SqlCheckpointStore(url) as store:
+            listed, cursor = [], None
+            while True:
+                page = await store.list("shared", order="asc", limit=500, after=cursor)
+                listed += [cp.sequence for cp in page.items]
+                if (cursor := page.next_cursor) is None:
+                    break
+            assert listed == list(range(1, 801))
+
+    asyncio.run(check())
+
+
+def _integrity(db: Path) -> str:
+    raw = sqlite3.connect(db)
+    try:
+        return str(raw.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        raw.close()
+
+
+def test_sigkill_mid_transaction_loses_no_acknowledged_save(tmp_path: Path, db: Path) -> None:
+    url = f"sqlite:///{db}"
+    acked: dict[str, int] = {}
+    rng = random.Random(4)
+    for _ in range(3):
+        # Large states make each transaction long, so the kill lands inside one.
+        (child,) = start_children(url, n=1, saves=10_000, pad=300_000)
+        events = child.events()
+        got = 0
+        while got < 5 + rng.randrange(10):
+            event = next(events)
+            if "seq" in event:
+                acked[event["id"]] = event["seq"]
+                got += 1
+        time.sleep(rng.random() * 0.02)
+        child.kill()
+        # Saves acknowledged between the last event read and the kill count too.
+        for event in events:
+            if "seq" in event:
+                acked[event["id"]] = event["seq"]
+        assert child.wait() == -signal.SIGKILL
+        assert _integrity(db) == "ok"
+
+    async def check() -> None:
+        async with SqlCheckpointStore(url) as store:
+            for cp_id, seq in acked.items():
+                assert (await store.load(cp_id)).sequence == seq
+            info = await store.info()
+            assert info.high_water_mark is not None
+            assert info.high_water_mark >= max(acked.values())
+            assert (await store.save("shared", 1)).sequence > info.high_water_mark
+
+    asyncio.run(check())
+
+
+def test_a_forked_child_gets_its_own_connections(db: Path) -> None:
+    loop = asyncio.new_event_loop()
+    store = SqlCheckpointStore(f"sqlite:///{db}")
+    try:
+        loop.run_until_complete(store.open())
+        parent_cp = loop.run_until_complete(store.save("job", "parent"))
+        pid = os.fork()
+        if pid == 0:  # the child: use the inherited store, then leave at once
+            code = 1
+            try:
+                child_loop = asyncio.new_event_loop()
+                cp = child_loop.run_until_complete(store.save("job", "child"))
+                latest = child_loop.run_until_complete(store.get_latest("job"))
+                code = 0 if latest is not None and latest.id == cp.id else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # The parent's threads and connections were left alone and still work.
+        latest = loop.run_until_complete(store.get_latest("job"))
+        assert latest is not None and latest.state == "child"
+        assert latest.sequence == parent_cp.sequence + 1
+        loop.run_until_complete(store.save("job", "parent again"))
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()
+    assert _integrity(db) == "ok"
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_threads() -> Iterator[None]:
+    import threading
+
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    # Closed stores leave no worker thread behind.
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        stray = [
+            t
+            for t in threading.enumerate()
+            if t.ident not in before and t.name.startswith("statekeeper-sqlite")
+        ]
+        if not stray:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"worker threads left running: {stray}")
