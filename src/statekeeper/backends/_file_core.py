@@ -104,6 +104,9 @@ class EngineCore:
         self._ids_cache: IdTable | None = None
         self._bucket_cache: dict[int, tuple[int, tuple[int, int]]] = {}
         self._state_cache: tuple[bytes, fmt.State] | None = None
+        # Verified stream-index headers by (device, inode, name): readers skip the
+        # 4 KiB read and parse. Shared by threads; a plain dict is safe for that.
+        self._headers: dict[tuple[int, int, str], str] = {}
         # In-flight calls, so close() never pulls a descriptor from under a thread.
         self._busy = 0
         self._busy_cond = threading.Condition()
@@ -295,7 +298,9 @@ class EngineCore:
         cached, writable handle; ``close`` it all the same."""
         streams = self.fd("streams")
         if not self._holding():
-            return StreamIndex.open(self.io, streams, sfile, self.store_id, write=write)
+            return StreamIndex.open(
+                self.io, streams, sfile, self.store_id, write=write, headers=self._headers
+            )
         try:
             st = self.io.lstat(sfile, dir_fd=streams)
         except FileNotFoundError:

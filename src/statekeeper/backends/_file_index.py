@@ -24,6 +24,8 @@ _RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 _RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 _CHUNK = 16
+_MAX_CHUNK = 64
+_HEADERS_KEPT = 4096
 _TORN_RETRIES = 3
 
 
@@ -76,25 +78,42 @@ class StreamIndex:
 
     @classmethod
     def open(
-        cls, io: FileIO, streams_fd: int, name: str, store_id: str, *, write: bool = False
+        cls,
+        io: FileIO,
+        streams_fd: int,
+        name: str,
+        store_id: str,
+        *,
+        write: bool = False,
+        headers: dict[tuple[int, int, str], str] | None = None,
     ) -> StreamIndex | None:
-        """Open an index; ``None`` if it does not exist."""
+        """Open an index; ``None`` if it does not exist. ``headers`` caches verified
+        headers by inode (an index is replaced, never rewritten in place)."""
         try:
             fd, st = open_regular(io, name, _RW if write else _RO, streams_fd)
         except FileNotFoundError:
             return None
-        try:
+        key = (st.st_dev, st.st_ino, name)
+        stream = headers.get(key) if headers is not None else None
+        if stream is None:
             try:
-                stream = fmt.parse_index_header(
-                    read_exact(io, fd, fmt.IDX_HEADER_SIZE, 0), store_id
-                )
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise IndexDamaged(f"streams/{name}: {exc}") from None
-            if fmt.stream_file_name(stream) != name:
-                raise IndexDamaged(f"streams/{name} names stream {stream!r}, which lives elsewhere")
-        except BaseException:
-            io.close(fd)
-            raise
+                try:
+                    stream = fmt.parse_index_header(
+                        read_exact(io, fd, fmt.IDX_HEADER_SIZE, 0), store_id
+                    )
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise IndexDamaged(f"streams/{name}: {exc}") from None
+                if fmt.stream_file_name(stream) != name:
+                    raise IndexDamaged(
+                        f"streams/{name} names stream {stream!r}, which lives elsewhere"
+                    )
+            except BaseException:
+                io.close(fd)
+                raise
+            if headers is not None:
+                if len(headers) >= _HEADERS_KEPT:
+                    headers.clear()
+                headers[key] = stream
         return cls(io, fd, name, stream, st)
 
     @staticmethod
@@ -180,22 +199,27 @@ class StreamIndex:
         i = self.bisect(seq, right=False)
         return i if i < self.count and self.slot(i).seq == seq else None
 
-    def walk(self, start: int, step: int) -> Iterator[tuple[int, fmt.Slot]]:
-        """``(position, slot)`` from ``start`` forward (``step=1``) or backward, in
-        chunks, so a page reads only a little more than it returns."""
+    def walk(self, start: int, step: int, *, first: int = 1) -> Iterator[tuple[int, fmt.Slot]]:
+        """``(position, slot)`` from ``start`` forward (``step=1``) or backward, read in
+        chunks that start at ``first`` slots and grow, so ``get_latest`` parses one
+        slot and a page a little more than it returns."""
         i = start
+        n = max(1, first)
         while 0 <= i < self.count:
             if step > 0:
-                chunk = self.read(i, _CHUNK)
+                chunk = self.read(i, n)
+                if not chunk:
+                    return
                 for k, slot in enumerate(chunk):
                     yield i + k, slot
                 i += len(chunk)
             else:
-                first = max(0, i - _CHUNK + 1)
-                chunk = self.read(first, i - first + 1)
+                lo = max(0, i - n + 1)
+                chunk = self.read(lo, i - lo + 1)
                 for k in range(len(chunk) - 1, -1, -1):
-                    yield first + k, chunk[k]
-                i = first - 1
+                    yield lo + k, chunk[k]
+                i = lo - 1
+            n = min(n * 4, _MAX_CHUNK)
 
     # -- writing (under the store lock) ----------------------------------------------
 

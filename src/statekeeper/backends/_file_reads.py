@@ -169,7 +169,7 @@ class ReadsMixin(EngineCore):
             start, step = top - 1, -1
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
-        for pos, slot in idx.walk(start, step):
+        for pos, slot in idx.walk(start, step, first=min(q.limit + 1, 64)):
             if not slot.live or slot.expired(now_us):
                 continue
             try:
