@@ -31,7 +31,7 @@ from ._cli_output import (
     when,
 )
 from ._protocol import BaseCheckpointStore
-from .models import Checkpoint, Page, Skipped
+from .models import Checkpoint, Page
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -133,6 +133,16 @@ def _table(*columns: str, title: str | None = None, wrap: tuple[str, ...] = ()) 
     return table
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, list | tuple | set):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
 def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
     table = _table("key", "value", title=title, wrap=("value",))
     table.show_header = False
@@ -214,7 +224,7 @@ def info(
             ("high-water mark", si.high_water_mark),
             ("capabilities", ", ".join(k for k, v in caps.items() if v) or "none"),
         ]
-        rows += [(str(k), out.scrub(str(v))) for k, v in si.extra.items()]
+        rows += [(str(k), out.scrub(_plain(v))) for k, v in si.extra.items()]
         out.say(_kv_table("store", rows))
 
     _run(ctx, url, json_, debug, body)
@@ -247,14 +257,7 @@ def streams(
         if out.json:
             out.emit({"streams": [r.as_json() for r in rows], "next_after_name": next_name})
             return
-        table = _table(
-            "stream",
-            "checkpoints",
-            "unreadable",
-            "newest seq",
-            "newest created_at (UTC)",
-            wrap=("stream",),
-        )
+        table = _table("stream", "count", "unreadable", "latest created_at (UTC)", wrap=("stream",))
         for r in rows:
             count = f"{r.checkpoints}" if r.exact else f"{r.checkpoints}+"
             latest = r.latest_created_at or ("unreadable" if not r.latest_readable else "-")
@@ -262,7 +265,6 @@ def streams(
                 Text(r.name),
                 count,
                 str(r.unreadable),
-                str(r.latest_sequence or "-"),
                 Text(latest.replace("T", " ").removesuffix("+00:00")),
             )
         out.say(table)
@@ -294,7 +296,8 @@ def _parse_tags(values: list[str] | None) -> dict[str, str]:
 def ls(
     ctx: typer.Context,
     stream: Annotated[
-        str | None, typer.Argument(help="Stream to list (default: all streams).")
+        str | None,
+        typer.Argument(help="Stream to list (default: all streams)."),
     ] = None,
     url: UrlOpt = None,
     json_: JsonOpt = False,
@@ -367,7 +370,8 @@ def _render_page(
     if not page.items:
         out.line("no checkpoints")
     if page.skipped:
-        out.say(_skipped_table("unreadable checkpoints (left out of the listing)", page.skipped))
+        skipped = [skipped_json(e) for e in page.skipped]
+        _problems_table(out, "unreadable checkpoints (left out of the listing)", skipped)
     base = (
         "statekeeper ls" + (f" {stream!r}" if stream else "") + f" --order {order} --limit {limit}"
     )
@@ -378,12 +382,30 @@ def _render_page(
         out.line(f"previous page: {base} --before {page.prev_cursor}")
 
 
-def _skipped_table(title: str, entries: list[Skipped]) -> Table:
-    table = _table("seq", "id", "where", "why", title=title, wrap=("where", "why"))
+_CHECKS = {
+    "list": "tolerant list",
+    "load": "strict load",
+    "latest": "strict get_latest",
+    "source": "unreadable in the source",
+    "destination": "refused by the destination",
+    "conflict": "id conflict",
+}
+
+
+def _problems_table(out: Output, title: str, problems: list[dict[str, Any]]) -> None:
+    """One card per record: which, where, why. Paths and reasons get the full width."""
+    if not problems:
+        return
+    table = _table("", "", title=title, wrap=("",))
+    table.show_header = False
     table.title_style = "bold red"
-    for s in entries:
-        table.add_row(str(s.sequence or "-"), Text(s.id or "-"), Text(s.location), Text(s.reason))
-    return table
+    for p in problems:
+        check = _CHECKS.get(p.get("check", ""), "")
+        which = (p["id"] or "(id unknown)") + (f"  ({check})" if check else "")
+        table.add_row(f"seq {p['sequence'] or '?'}", Text(which, style="bold"))
+        table.add_row("where", Text(out.scrub(p["location"])))
+        table.add_row("why", Text(out.scrub(p["reason"])), end_section=True)
+    out.say(table)
 
 
 def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **extra: Any) -> None:
@@ -481,31 +503,16 @@ def verify(
                 }
             )
         else:
-            _problem_table(out, "corrupt or undecodable checkpoints", problems)
+            _problems_table(out, "corrupt or undecodable checkpoints", problems)
             verdict = "all readable" if not problems else f"{len(problems)} unreadable"
             out.line(
-                f"checked {result.checked} checkpoints in {result.streams} streams: {verdict}",
+                f"checked {_count(result.checked, 'checkpoint')} in "
+                f"{_count(result.streams, 'stream')}: {verdict}",
                 "green" if not problems else "bold red",
             )
         return EXIT_PROBLEM if problems else 0
 
     _run(ctx, url, json_, debug, body)
-
-
-def _problem_table(out: Output, title: str, problems: list[dict[str, Any]]) -> None:
-    if not problems:
-        return
-    table = _table("check", "seq", "id", "where", "why", title=title, wrap=("where", "why"))
-    table.title_style = "bold red"
-    for p in problems:
-        table.add_row(
-            p["check"],
-            str(p["sequence"] or "-"),
-            Text(p["id"] or "-"),
-            Text(out.scrub(p["location"])),
-            Text(out.scrub(p["reason"])),
-        )
-    out.say(table)
 
 
 @app.command()
@@ -548,7 +555,7 @@ def copy(
                     }
                 )
             else:
-                _problem_table(out, "not copied", problems)
+                _problems_table(out, "not copied", problems)
                 out.line(
                     f"copied {result.copied}, already present {result.already_present}, "
                     f"not copied {len(problems)} (of {result.seen} in the source)",
