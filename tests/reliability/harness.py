@@ -39,7 +39,7 @@ async def check_store(backend: Backend, log: WriteLog, *, floor: int = 0) -> Rep
         store = backend.open()
         await store.open()
     except Exception as exc:
-        report = Report(ops=len(log.ops))
+        report = Report(ops=len(log.ops), acked=sum(op.acked for op in log.ops))
         report.add("D", f"the store does not open after the crash: {exc!r}")
         raise InvariantViolation(report) from exc
     try:
