@@ -338,3 +338,77 @@ async def test_purge_expired_reclaims_the_files(tmp_path: Path) -> None:
         assert await store.purge_expired() == 3
     records = [p.name for p in (tmp_path / "records").rglob("*.ckpt")]
     assert records == [f"{keep.sequence:020d}.{keep.id}.ckpt"]
+
+
+class Churning(OsFileIO):
+    """Every record file looks just deleted and every stream index looks just
+    replaced: what a reader would see if writers kept racing it."""
+
+    def __init__(self) -> None:
+        self.fresh = 0
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        if name.endswith(".ckpt"):
+            raise FileNotFoundError(2, "gone", name)
+        return super().open(name, flags, mode, dir_fd=dir_fd)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        st = super().fstat(fd)
+        if st.st_size >= 4096 and st.st_size % 256 == 0:  # a stream index
+            self.fresh += 1
+            return os.stat_result((st.st_mode, st.st_ino + self.fresh, *st[2:10]))
+        return st
+
+
+@pytest.mark.asyncio
+async def test_get_latest_retries_a_bounded_number_of_times(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path) as store:
+        await store.save("job", 1)
+    io = Churning()
+    async with FileCheckpointStore(tmp_path, io=io) as store:
+        with pytest.raises(sk.errors.ConcurrentModificationError) as caught:
+            await store.get_latest("job")
+        assert caught.value.retryable
+        assert 8 <= io.fresh <= 20
+
+
+class Died(BaseException):
+    """The writer process dies here (nothing in the store may catch this)."""
+
+
+class DiesAtUnlink(OsFileIO):
+    def unlink(self, name: str, *, dir_fd: int) -> None:
+        if name.endswith(".ckpt"):
+            raise Died
+        super().unlink(name, dir_fd=dir_fd)
+
+
+@pytest.mark.asyncio
+async def test_a_reader_finishes_a_delete_whose_writer_died(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path) as reader:
+        writer = FileCheckpointStore(tmp_path, io=DiesAtUnlink())
+        await writer.open()
+        keep = await writer.save("job", "keep")
+        doomed = await writer.save("job", "doomed")
+        with pytest.raises(Died):
+            await writer.delete(doomed.id)
+        # The writer is gone (its lock with it); its half-done delete is in the journal.
+        pending = _journal(tmp_path)
+        assert pending is not None and pending["op"] == "delete"
+        page = await reader.list(None, order="asc")
+        assert [cp.id for cp in page.items] == [keep.id]
+        assert page.skipped == []
+        assert _journal(tmp_path) is None, "the reader finished the delete"
+        assert not list((tmp_path / "records").rglob(f"*.{doomed.id}.ckpt"))
+        latest = await reader.get_latest("job")
+        assert latest is not None and latest.id == keep.id
+        await writer.close()
+
+
+def _journal(root: Path) -> dict[str, object] | None:
+    """The journal entry of the newest copy of ``state`` (see docs/file-backend.md)."""
+    data = (root / "state").read_bytes()
+    newest = max((data[:2048], data[2048:]), key=lambda copy: int(copy[:20]))
+    journal = json.loads(newest[21:2039])["journal"]
+    assert journal is None or isinstance(journal, dict)
+    return journal

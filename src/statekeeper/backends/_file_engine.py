@@ -12,6 +12,7 @@ record file goes, so a power cut never resurrects a deleted checkpoint.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,6 +34,7 @@ from ._file_recovery import RecoveryMixin
 __all__ = ["FileEngine"]
 
 _COMPACT_MIN_DEAD = 64
+_log = logging.getLogger("statekeeper.backends.file")
 
 
 @dataclass
@@ -180,7 +182,14 @@ class FileEngine(RecoveryMixin):
                 finally:
                     self.close_bucket(bucket)
                 if tx.state.hwm - tx.state.synced >= self.sync_interval:
-                    self._advance_sync(tx, ids)
+                    # The save is complete and durable; if flushing the indexes fails,
+                    # the mark stays put and the next save tries again.
+                    try:
+                        self._advance_sync(tx, ids)
+                    except OSError as exc:
+                        _log.warning(
+                            "file store %s: flushing the indexes failed: %s", self.root, exc
+                        )
             finally:
                 ids.close()
         return stored.header

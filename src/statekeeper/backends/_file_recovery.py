@@ -311,6 +311,7 @@ class RecoveryMixin(ReadsMixin):
         tx.commit(hwm=hwm, synced=hwm, boot=boot, ids_used=used)
         tx.sync()
         self.io.ftruncate(self.fd("dirty"), 0)
+        self._dirty = frozenset()
 
     def _dirty_names(self) -> set[str]:
         dirty_fd = self.fd("dirty")
