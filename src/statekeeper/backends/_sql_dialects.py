@@ -91,6 +91,14 @@ class Runtime(Protocol):
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one write transaction, committed if ``fn`` returns."""
 
+    async def locked_write(
+        self,
+        lock: Callable[[Session], None],
+        fn: Callable[[Session], T],
+        unlock: Callable[[Session], None],
+    ) -> T:
+        """``lock``, then ``fn`` in a transaction that starts after it, then ``unlock``."""
+
     async def reclaim(self) -> None:
         """Return space freed by deletions to the OS where the dialect needs asking."""
 
@@ -162,18 +170,18 @@ def lock_key(tables: Tables) -> tuple[int, str]:
 
 
 def migration_lock(s: Session, tables: Tables, timeout: float) -> None:
-    """Serialise migrations of one store across processes and hosts.
+    """Serialise migrations of one store across processes and hosts (session lock).
 
-    SQLite needs nothing: the migration transaction starts with ``BEGIN
-    IMMEDIATE``. PostgreSQL takes a transaction-level advisory lock, released by
-    the commit. MySQL takes a named session lock; call :func:`migration_unlock`.
+    Run before the migration's own transaction, which must start after the lock is
+    held: on PostgreSQL only a new transaction is sure to see catalog changes that
+    another process committed while this one waited. SQLite needs nothing here,
+    since its migration transaction starts with ``BEGIN IMMEDIATE``. Release with
+    :func:`migration_unlock`; a dropped connection releases it too.
     """
     key, name = lock_key(tables)
     if s.family == "postgresql":
-        s.rows(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-        schema = tables.metadata.schema
-        if schema is not None:
-            s.ddl(sa.schema.CreateSchema(schema, if_not_exists=True))
+        # Waits at most lock_timeout (busy_timeout), then raises 55P03: StoreTimeout.
+        s.rows(sa.text("SELECT pg_advisory_lock(:key)"), {"key": key})
     elif s.family == "mysql":
         row = s.first(
             sa.text("SELECT GET_LOCK(:name, :timeout)"),
@@ -187,12 +195,27 @@ def migration_lock(s: Session, tables: Tables, timeout: float) -> None:
 
 
 def migration_unlock(s: Session, tables: Tables) -> None:
-    if s.family == "mysql":
-        s.rows(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": lock_key(tables)[1]})
+    key, name = lock_key(tables)
+    if s.family == "postgresql":
+        s.rows(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+    elif s.family == "mysql":
+        s.rows(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": name})
+
+
+def create_schema(s: Session, tables: Tables) -> None:
+    """Create the store's PostgreSQL schema if it is missing (under the migration lock)."""
+    schema = tables.metadata.schema
+    if s.family == "postgresql" and schema is not None:
+        s.ddl(sa.schema.CreateSchema(schema, if_not_exists=True))
 
 
 _SQLITE_HAS_TABLE = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
-_PG_HAS_TABLE = sa.text("SELECT to_regclass(:name) IS NOT NULL")
+# A catalog scan, not to_regclass(): a by-name lookup can leave this backend a
+# cached "no such table" that outlives the transaction that learned it.
+_PG_HAS_TABLE = sa.text(
+    "SELECT 1 FROM pg_catalog.pg_tables "
+    "WHERE schemaname = COALESCE(:schema, current_schema()) AND tablename = :name"
+)
 _MYSQL_HAS_TABLE = sa.text(
     "SELECT 1 FROM information_schema.tables "
     "WHERE table_schema = COALESCE(:schema, DATABASE()) AND table_name = :name"
@@ -206,12 +229,8 @@ _MYSQL_HAS_INDEX = sa.text(
 def table_exists(s: Session, table: sa.Table) -> bool:
     if s.family == "sqlite":
         return bool(s.rows(_SQLITE_HAS_TABLE, {"name": table.name}))
-    if s.family == "postgresql":
-        # Names are validated identifiers ([a-z_][a-z0-9_]*), so quoting is plain.
-        quoted = f'"{table.schema}"."{table.name}"' if table.schema else f'"{table.name}"'
-        row = s.first(_PG_HAS_TABLE, {"name": quoted})
-        return bool(row and row[0])
-    return bool(s.rows(_MYSQL_HAS_TABLE, {"schema": table.schema, "name": table.name}))
+    query = _PG_HAS_TABLE if s.family == "postgresql" else _MYSQL_HAS_TABLE
+    return bool(s.rows(query, {"schema": table.schema, "name": table.name}))
 
 
 def run_ddl(s: Session, element: Any) -> None:

@@ -163,6 +163,33 @@ class ServerRuntime:
         async with engine.begin() as conn:
             return await conn.run_sync(lambda c: fn(SaSession(c, family)))
 
+    async def locked_write(
+        self,
+        lock: Callable[[SaSession], None],
+        fn: Callable[[SaSession], T],
+        unlock: Callable[[SaSession], None],
+    ) -> T:
+        engine, _ = await self._engines()
+        family = self.family
+
+        def body(conn: sa.Connection) -> T:
+            s = SaSession(conn, family)
+            lock(s)
+            conn.commit()  # the lock is the session's; fn's transaction starts after it
+            try:
+                result = fn(s)
+                conn.commit()
+                return result
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                unlock(s)
+                conn.commit()
+
+        async with engine.connect() as conn:
+            return await conn.run_sync(body)
+
     async def close(self) -> None:
         engine, self._engine, self._reader = self._engine, None, None
         if engine is not None:

@@ -282,6 +282,15 @@ class SqliteRuntime:
 
         return await self._writer_worker().call(body)
 
+    async def locked_write(
+        self,
+        lock: Callable[[SqliteSession], None],
+        fn: Callable[[SqliteSession], T],
+        unlock: Callable[[SqliteSession], None],
+    ) -> T:
+        """``fn`` in a write transaction: BEGIN IMMEDIATE is the lock SQLite needs."""
+        return await self.write(fn)
+
     async def read(self, fn: Callable[[SqliteSession], T]) -> T:
         """Run ``fn`` on an idle reader thread (autocommit: each statement is a snapshot)."""
         compiler = self.compiler

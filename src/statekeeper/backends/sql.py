@@ -263,49 +263,51 @@ class SqlCheckpointStore(BaseCheckpointStore):
 
     async def _migrate(self, migration: Migration) -> None:
         what = f"migrating to schema version {migration.version}"
-        await self._guard(what, self._write(lambda s: self._op_migrate(s, migration)))
+        tables, timeout = self.tables, self.options.busy_timeout
+        call = self._rt().locked_write(
+            lambda s: dialects.migration_lock(s, tables, timeout),
+            lambda s: self._op_migrate(s, migration),
+            lambda s: dialects.migration_unlock(s, tables),
+        )
+        await self._guard(what, call)
 
     def _op_migrate(self, s: Session, migration: Migration) -> None:
         """One migration, in its own transaction, under the store's migration lock."""
         tables = self.tables
-        dialects.migration_lock(s, tables, self.options.busy_timeout)
-        try:
-            current = _version(self._op_meta(s), self.describe())
-            if current is not None and current >= migration.version:
-                return  # another process got here first
-            if current is None:
-                taken = [t.name for t in tables.all if dialects.table_exists(s, t)]
-                if taken:
-                    raise StoreFormatError(
-                        f"{self.describe()}: table(s) {', '.join(taken)} exist but are not a "
-                        "statekeeper store (no meta table); choose another table_prefix"
-                    )
-            if (current or 0) != migration.version - 1:
+        dialects.create_schema(s, tables)
+        current = _version(self._op_meta(s), self.describe())
+        if current is not None and current >= migration.version:
+            return  # another process got here first
+        if current is None:
+            taken = [t.name for t in tables.all if dialects.table_exists(s, t)]
+            if taken:
                 raise StoreFormatError(
-                    f"{self.describe()}: cannot migrate from version {current} "
-                    f"to {migration.version}"
+                    f"{self.describe()}: table(s) {', '.join(taken)} exist but are not a "
+                    "statekeeper store (no meta table); choose another table_prefix"
                 )
-            migration.apply(tables, lambda element: dialects.run_ddl(s, element))
-            if migration.version == 1:
-                now = datetime.now(UTC).isoformat()
-                s.run_many(
-                    self._st.insert_meta,
-                    [
-                        {"name": "schema_version", "value": "1"},
-                        {"name": "store_id", "value": secrets.token_hex(16)},
-                        {"name": "cursor_key", "value": secrets.token_hex(32)},
-                        {"name": "created_at", "value": now},
-                    ],
-                )
-                s.run(self._st.insert_counter)
-            else:
-                s.run(
-                    tables.meta.update()
-                    .where(tables.meta.c.name == "schema_version")
-                    .values(value=str(migration.version))
-                )
-        finally:
-            dialects.migration_unlock(s, tables)
+        if (current or 0) != migration.version - 1:
+            raise StoreFormatError(
+                f"{self.describe()}: cannot migrate from version {current} to {migration.version}"
+            )
+        migration.apply(tables, lambda element: dialects.run_ddl(s, element))
+        if migration.version == 1:
+            now = datetime.now(UTC).isoformat()
+            s.run_many(
+                self._st.insert_meta,
+                [
+                    {"name": "schema_version", "value": "1"},
+                    {"name": "store_id", "value": secrets.token_hex(16)},
+                    {"name": "cursor_key", "value": secrets.token_hex(32)},
+                    {"name": "created_at", "value": now},
+                ],
+            )
+            s.run(self._st.insert_counter)
+        else:
+            s.run(
+                tables.meta.update()
+                .where(tables.meta.c.name == "schema_version")
+                .values(value=str(migration.version))
+            )
 
     # -- record helpers --------------------------------------------------------------
 

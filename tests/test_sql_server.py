@@ -1,0 +1,321 @@
+"""The SQL backend on real PostgreSQL and MariaDB/MySQL servers.
+
+Commit order (S10), several engines as several hosts, concurrent creation by several
+processes, lock timeouts, driver errors, hostile tag values and store isolation.
+Every test uses its own table prefix (or schema) and drops it afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from sql_helpers import drop_store, finish_children, new_prefix, run_async_in_thread, start_children
+from statekeeper.backends.sql import SqlCheckpointStore
+from statekeeper.errors import (
+    BackendError,
+    PreconditionFailed,
+    StoreFormatError,
+    StoreTimeout,
+)
+from statekeeper.testing import service_url
+
+SERVICES = ["postgres", "mysql"]
+
+
+class Server:
+    """One test's store location on a server: URL, prefix, and raw SQL access."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.url = service_url(service)
+        self.prefix = new_prefix()
+        self.engines: list[AsyncEngine] = []
+
+    def store(self, **options: Any) -> SqlCheckpointStore:
+        return SqlCheckpointStore(self.url, **{"table_prefix": self.prefix, **options})
+
+    def engine(self) -> AsyncEngine:
+        engine = create_async_engine(self.url, pool_size=2)
+        self.engines.append(engine)
+        return engine
+
+    async def execute(self, *statements: str) -> None:
+        async with self.engine().begin() as conn:
+            for statement in statements:
+                await conn.execute(sa.text(statement))
+
+    async def dispose(self) -> None:
+        for engine in self.engines:
+            await engine.dispose()
+
+
+@pytest.fixture(params=SERVICES)
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    located = Server(request.param)
+    yield located
+    drop_store(located.url, located.prefix)
+
+
+@pytest_asyncio.fixture
+async def engines_closed(server: Server) -> AsyncIterator[Server]:
+    yield server
+    await server.dispose()
+
+
+@pytest.fixture
+def pg() -> Iterator[Server]:
+    located = Server("postgres")
+    yield located
+    drop_store(located.url, located.prefix)
+
+
+# -- S10: sequence order is commit order -----------------------------------------------
+
+
+def _slow_insert_trigger(server: Server, table: str, seconds: float) -> list[str]:
+    """DDL that makes every insert of stream 'slow' sleep inside its transaction."""
+    name = f"{server.prefix}slow"
+    if server.service == "postgres":
+        return [
+            f"CREATE FUNCTION {name}() RETURNS trigger AS $$ BEGIN "
+            f"IF NEW.stream = 'slow' THEN PERFORM pg_sleep({seconds}); END IF; "
+            "RETURN NEW; END $$ LANGUAGE plpgsql",
+            f"CREATE TRIGGER {name} BEFORE INSERT ON {table} "
+            f"FOR EACH ROW EXECUTE FUNCTION {name}()",
+        ]
+    return [
+        f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW "
+        f"BEGIN IF NEW.stream = 'slow' THEN DO SLEEP({seconds}); END IF; END"
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_reader_never_sees_a_sequence_before_a_lower_one_commits(
+    engines_closed: Server,
+) -> None:
+    server = engines_closed
+    hold = 1.5
+    writer, other_host, reader = server.store(), server.store(), server.store()
+    async with writer, other_host, reader:
+        first = await writer.save("warmup", 0)
+        table = writer.tables.checkpoints.name
+        await server.execute(*_slow_insert_trigger(server, table, hold))
+        try:
+            slow_task = asyncio.create_task(writer.save("slow", "slow"))
+            await asyncio.sleep(0.3)  # the slow save holds its sequence, mid-transaction
+            started = time.monotonic()
+            fast_task = asyncio.create_task(other_host.save("fast", "fast"))
+            snapshots: list[list[int]] = []
+            while not fast_task.done():
+                page = await reader.list(None, order="asc", limit=100)
+                snapshots.append([cp.sequence for cp in page.items])
+                await asyncio.sleep(0.02)
+            slow, fast = await slow_task, await fast_task
+        finally:
+            await server.execute(*_drop_trigger(server, table))
+    # The fast save had to wait for the slow one: it could not take a sequence
+    # while the slow transaction held the counter row.
+    assert fast.sequence == slow.sequence + 1 == first.sequence + 2
+    assert time.monotonic() - started > hold - 0.5
+    # Every snapshot the reader took is gap-free: seeing n means seeing all below n.
+    for seen in snapshots:
+        assert seen == list(range(1, len(seen) + 1)), snapshots
+    assert [1] in snapshots  # the reader did look while the slow save was in flight
+
+
+def _drop_trigger(server: Server, table: str) -> list[str]:
+    name = f"{server.prefix}slow"
+    if server.service == "postgres":
+        return [f"DROP TRIGGER IF EXISTS {name} ON {table}", f"DROP FUNCTION IF EXISTS {name}()"]
+    return [f"DROP TRIGGER IF EXISTS {name}"]
+
+
+@pytest.mark.asyncio
+async def test_two_hosts_write_and_read_one_store(pg: Server) -> None:
+    host_a, host_b = pg.store(pool_size=3), pg.store(pool_size=3)
+    async with host_a, host_b:
+        assert host_a.store_id == host_b.store_id
+
+        async def writer(store: SqlCheckpointStore, name: str) -> list[int]:
+            return [(await store.save(f"job-{i % 3}", {name: i})).sequence for i in range(15)]
+
+        results = await asyncio.gather(
+            *(
+                writer(store, f"{tag}{k}")
+                for k in range(3)
+                for tag, store in (("a", host_a), ("b", host_b))
+            )
+        )
+        every = sorted(seq for seqs in results for seq in seqs)
+        assert every == list(range(1, 91))  # unique, none lost, none skipped
+        assert all(seqs == sorted(seqs) for seqs in results)
+        for stream in ("job-0", "job-1", "job-2"):
+            latest_a, latest_b = await host_a.get_latest(stream), await host_b.get_latest(stream)
+            assert latest_a is not None and latest_b is not None
+            assert latest_a.id == latest_b.id
+        listed_a = [cp.sequence for cp in (await host_a.list(None, order="asc", limit=100)).items]
+        listed_b = [cp.sequence for cp in (await host_b.list(None, order="asc", limit=100)).items]
+        assert listed_a == listed_b == every
+        # Compare-and-set across hosts.
+        cp = await host_a.save("cas", 1)
+        await host_b.update(cp.id, 2, if_match=cp.etag)
+        with pytest.raises(PreconditionFailed):
+            await host_a.update(cp.id, 3, if_match=cp.etag)
+        assert (await host_a.load(cp.id)).state == 2
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_several_processes_create_a_fresh_store_at_once(service: str) -> None:
+    url, prefix = service_url(service), new_prefix()
+    try:
+        events = finish_children(
+            start_children(url, n=4, saves=10, options={"table_prefix": prefix})
+        )
+    finally:
+        drop_store(url, prefix)
+    assert [e for child in events for e in child if "error" in e] == []
+    assert len({e["opened"] for child in events for e in child if "opened" in e}) == 1
+    assert sorted(e["seq"] for child in events for e in child if "seq" in e) == list(range(1, 41))
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_lock_held_too_long_is_a_store_timeout(engines_closed: Server) -> None:
+    server = engines_closed
+    timeout = 0.5 if server.service == "postgres" else 1  # MySQL counts whole seconds
+    async with server.store(busy_timeout=timeout) as store:
+        await store.save("job", 1)
+        counter = store.tables.counter.name
+        async with server.engine().connect() as blocker:
+            await blocker.execute(sa.text(f"UPDATE {counter} SET hwm = hwm"))  # holds the row
+            started = time.monotonic()
+            with pytest.raises(StoreTimeout) as caught:
+                await store.save("job", 2)
+            assert time.monotonic() - started < timeout + 5
+            await blocker.rollback()
+        orig = caught.value.orig
+        if server.service == "postgres":
+            assert getattr(orig, "sqlstate", None) == "55P03"
+        else:
+            assert orig is not None and orig.args[0] == 1205
+        assert (await store.save("job", 3)).sequence == 2  # the timed-out save left no hole
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_driver_errors_are_backend_errors_with_orig(service: str) -> None:
+    url = service_url(service)
+    wrong_db = url.rsplit("/", 1)[0] + "/statekeeper_no_such_db"
+    with pytest.raises(BackendError) as caught:
+        run_async_in_thread(lambda: SqlCheckpointStore(wrong_db).open())
+    assert caught.value.orig is not None
+    assert "statekeeper_no_such_db" in str(caught.value)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_passwords_never_appear_in_descriptions_or_errors(service: str) -> None:
+    url = service_url(service)
+    scheme, rest = url.split("://", 1)
+    host_part = rest.split("@", 1)[-1].split("/", 1)[1]
+    secret_url = f"{scheme}://someone:s3cr3t-pw@127.0.0.1:1/{host_part}"  # nothing listens
+    store = SqlCheckpointStore(secret_url)
+    assert "s3cr3t" not in store.describe()
+    with pytest.raises(BackendError) as caught:
+        run_async_in_thread(store.open)
+    assert "s3cr3t" not in str(caught.value)
+    assert caught.value.orig is not None
+
+
+@pytest.mark.asyncio
+async def test_newer_schema_is_a_format_error(engines_closed: Server) -> None:
+    server = engines_closed
+    async with server.store() as store:
+        meta = store.tables.meta.name
+    await server.execute(f"UPDATE {meta} SET value = '99' WHERE name = 'schema_version'")
+    with pytest.raises(StoreFormatError, match="schema version 99"):
+        await server.store().open()
+
+
+# -- hostile values and isolation ------------------------------------------------------
+
+NASTY = [
+    "it's",
+    'say "hi"',
+    "100%",
+    "a_b",
+    "%",
+    "_",
+    "\\",
+    "A",
+    "a",
+    "a ",
+    "é",
+    "🙂",
+    "x" * 1024,
+    "y" + "x" * 1023,  # long values are indexed by hash; these differ in the first char
+    "x" * 1023 + "y",  # ... and these only in the last, so the stream (first 512) is shared
+]
+
+
+@pytest.mark.asyncio
+async def test_tag_values_and_stream_names_are_matched_exactly(server: Server) -> None:
+    async with server.store() as store:
+        saved = {}
+        for i, value in enumerate(NASTY):
+            key = NASTY[(i + 1) % len(NASTY)][:128]
+            saved[value] = (key, await store.save(value[:512], i, tags={key: value, "i": str(i)}))
+        for value, (key, cp) in saved.items():
+            page = await store.list(None, tags={key: value}, limit=100)
+            assert [c.id for c in page.items] == [cp.id], (key, value)
+            page = await store.list(value[:512], tags={key: value, "i": cp.tags["i"]})
+            assert [c.id for c in page.items] == [cp.id], value
+        for value in saved:
+            latest = await store.get_latest(value[:512])
+            newest = max(c.sequence for v, (_, c) in saved.items() if v[:512] == value[:512])
+            assert latest is not None and latest.sequence == newest
+        assert sorted(await store.list_streams()) == sorted({v[:512] for v in NASTY})
+        assert (await store.list(None, tags={"i": "%"})).items == []
+
+
+@pytest.mark.asyncio
+async def test_two_prefixes_in_one_database_are_two_stores(server: Server) -> None:
+    other_prefix = new_prefix()
+    try:
+        async with server.store() as a, server.store(table_prefix=other_prefix) as b:
+            assert a.store_id != b.store_id
+            await a.save("job", "in a")
+            cp = await b.save("job", "in b")
+            assert cp.sequence == 1
+            assert [c.state for c in (await a.list("job")).items] == ["in a"]
+            assert await a.list_streams() == await b.list_streams() == ["job"]
+            assert await a.delete_stream("job") == 1
+            assert (await b.get_latest("job")) is not None
+    finally:
+        drop_store(server.url, other_prefix)
+
+
+@pytest.mark.asyncio
+async def test_a_postgres_schema_isolates_stores(pg: Server) -> None:
+    schema = f"s{pg.prefix}"
+    try:
+        async with pg.store(schema=schema) as inside, pg.store() as outside:
+            assert inside.tables.checkpoints.schema == schema
+            assert inside.store_id != outside.store_id
+            await inside.save("job", "inside")
+            assert await outside.list_streams() == []
+            assert "schema" not in outside.describe()
+            assert schema in inside.describe()
+    finally:
+        engine = create_async_engine(pg.url)
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        await engine.dispose()
