@@ -56,7 +56,7 @@ pytest.register_assert_rewrite(
 )
 
 if TYPE_CHECKING:
-    from ._base import FakeClock, KitModel, KitRecord, StoreFactory
+    from ._base import FakeClock, KitColor, KitModel, KitRecord, StoreFactory, assert_same_value
     from .kit import CheckpointStoreTests
     from .stateful import CheckpointStoreStateMachine, build_state_machine
 
@@ -64,9 +64,11 @@ __all__ = [
     "CheckpointStoreStateMachine",
     "CheckpointStoreTests",
     "FakeClock",
+    "KitColor",
     "KitModel",
     "KitRecord",
     "StoreFactory",
+    "assert_same_value",
     "build_state_machine",
     "service_url",
 ]
@@ -78,9 +80,11 @@ _LAZY = {
     "CheckpointStoreStateMachine": "stateful",
     "build_state_machine": "stateful",
     "FakeClock": "_base",
+    "KitColor": "_base",
     "KitModel": "_base",
     "KitRecord": "_base",
     "StoreFactory": "_base",
+    "assert_same_value": "_base",
 }
 
 

@@ -1,0 +1,225 @@
+"""Fixtures, helpers and test types shared by the conformance kit's test groups."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, TypeAlias
+
+import pytest
+import pytest_asyncio
+from pydantic import BaseModel
+
+from .._protocol import BaseCheckpointStore, Order
+from ..models import Checkpoint, Page
+
+__all__ = [
+    "FakeClock",
+    "KitBase",
+    "KitColor",
+    "KitModel",
+    "KitRecord",
+    "StoreFactory",
+    "assert_same_value",
+    "corruptions",
+]
+
+#: What a backend's ``store_factory`` fixture returns: ``(**options) -> store``, a new
+#: unopened store over the same underlying data on every call.
+StoreFactory: TypeAlias = Callable[..., BaseCheckpointStore]
+
+#: A fixed instant for frozen clocks (any instant works; this one has microseconds
+#: so that a backend that drops them is caught by the round-trip checks).
+EPOCH = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+class FakeClock:
+    """A clock for ``clock=``: frozen at ``start`` until :meth:`advance` moves it."""
+
+    def __init__(self, start: datetime = EPOCH) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock forward by ``seconds`` and return the new time."""
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+class KitModel(BaseModel):
+    """A pydantic model the kit stores to exercise the ``allowed_types`` allowlist."""
+
+    name: str
+    count: int
+
+
+@dataclasses.dataclass(frozen=True)
+class KitRecord:
+    """A dataclass the kit stores to exercise the ``allowed_types`` allowlist."""
+
+    x: int
+    label: str
+
+
+class KitColor(enum.Enum):
+    """An enum the kit stores to exercise the ``allowed_types`` allowlist."""
+
+    RED = 1
+    BLUE = 2
+
+
+#: Every class the kit may put on an allowlist.
+KIT_TYPES: tuple[type, ...] = (KitModel, KitRecord, KitColor)
+
+
+def assert_same_value(actual: Any, expected: Any, path: str = "state") -> None:
+    """Assert ``actual == expected`` with the same type at every level.
+
+    Plain ``==`` accepts ``True`` for ``1``, ``1.0`` for ``1`` and a naive-looking
+    equal datetime in another offset, all of which a codec must keep apart.
+    """
+    assert type(actual) is type(expected), (
+        f"{path}: expected {type(expected).__name__} {expected!r}, "
+        f"got {type(actual).__name__} {actual!r}"
+    )
+    if isinstance(expected, dict):
+        assert set(actual) == set(expected), (
+            f"{path}: keys {sorted(map(repr, actual))} != {sorted(map(repr, expected))}"
+        )
+        for key, value in expected.items():
+            assert_same_value(actual[key], value, f"{path}[{key!r}]")
+    elif isinstance(expected, list | tuple):
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_same_value(a, e, f"{path}[{i}]")
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+        if isinstance(expected, datetime):
+            assert actual.utcoffset() == expected.utcoffset(), f"{path}: UTC offset changed"
+
+
+def corruptions(raw: bytes) -> dict[str, bytes]:
+    """Damaged versions of a record's stored envelope bytes, by name.
+
+    Each must be detected when read (checksum, length or format), never decoded into
+    different valid data.
+    """
+    middle = len(raw) // 2
+    return {
+        "truncated": raw[:-1],
+        "garbage": b"this is not a statekeeper record \x00\xff",
+        "byte_flip": raw[:middle] + bytes([raw[middle] ^ 0x01]) + raw[middle + 1 :],
+        "empty": b"",
+    }
+
+
+class KitBase:
+    """Fixtures and helpers of :class:`~statekeeper.testing.CheckpointStoreTests`."""
+
+    #: Multiplies the size of the kit's expensive tests (the state machine's
+    #: examples). Lower it for a slow backend, raise it for a deep run.
+    examples_scale: ClassVar[float] = 1.0
+    #: Examples the state machine runs (before scaling).
+    state_machine_examples: ClassVar[int] = 25
+    #: Steps per state machine example.
+    state_machine_steps: ClassVar[int] = 30
+
+    _kit_factory: StoreFactory
+    _kit_opened: list[BaseCheckpointStore]
+
+    @pytest.fixture
+    def store_factory(self) -> StoreFactory:
+        """Override in the backend's test class: return ``(**options) -> unopened store``."""
+        pytest.fail(
+            f"{type(self).__name__} must define a 'store_factory' fixture returning a function "
+            "(**options) -> unopened store over the same data on every call; see "
+            "statekeeper.testing"
+        )
+
+    @pytest_asyncio.fixture(loop_scope="function")
+    async def store(
+        self, store_factory: StoreFactory, request: pytest.FixtureRequest
+    ) -> AsyncIterator[BaseCheckpointStore]:
+        """An opened store from ``store_factory``; it and every store the test opened
+        through :meth:`open_store` or :meth:`reopen` are closed at teardown."""
+        instance = request.instance
+        assert instance is not None, "the conformance kit's tests are methods"
+        instance._kit_factory = store_factory
+        instance._kit_opened = []
+        try:
+            yield await instance.open_store()
+        finally:
+            for opened in reversed(instance._kit_opened):
+                await opened.close()
+
+    async def open_store(self, **options: Any) -> BaseCheckpointStore:
+        """Open one more store over the same data, built by ``store_factory(**options)``."""
+        made = self._kit_factory(**options)
+        assert isinstance(made, BaseCheckpointStore), (
+            f"store_factory must return a BaseCheckpointStore, got {type(made).__name__}"
+        )
+        assert not made.is_open, "store_factory must return an unopened store"
+        self._kit_opened.append(made)
+        await made.open()
+        return made
+
+    async def reopen(self, store: BaseCheckpointStore, **options: Any) -> BaseCheckpointStore:
+        """Close ``store`` and open a new instance over the same data (a restart)."""
+        await store.close()
+        return await self.open_store(**options)
+
+    @staticmethod
+    def require_raw_access(store: BaseCheckpointStore) -> None:
+        if not store.capabilities.raw_access:
+            pytest.skip(
+                f"{store.backend_name} does not declare capabilities.raw_access "
+                "(the backdoor this test uses to corrupt records)"
+            )
+
+    @staticmethod
+    def require_ttl(store: BaseCheckpointStore) -> None:
+        if not store.capabilities.ttl:
+            pytest.skip(f"{store.backend_name} does not declare capabilities.ttl")
+
+    @staticmethod
+    async def save_steps(
+        store: BaseCheckpointStore, stream: str, count: int, start: int = 0, **kwargs: Any
+    ) -> list[Checkpoint]:
+        """Save ``{"step": i}`` for ``i`` in ``start .. start+count-1``, in order."""
+        return [
+            await store.save(stream, {"step": i}, **kwargs) for i in range(start, start + count)
+        ]
+
+    @staticmethod
+    async def walk(
+        store: BaseCheckpointStore,
+        stream: str | None,
+        *,
+        limit: int,
+        order: Order = "asc",
+        tags: Mapping[str, str] | None = None,
+    ) -> list[Page]:
+        """Every page of a query, following ``next_cursor`` from the start."""
+        pages = [await store.list(stream, limit=limit, order=order, tags=tags)]
+        while pages[-1].next_cursor is not None:
+            assert len(pages) < 10_000, "next_cursor never reached None"
+            pages.append(
+                await store.list(
+                    stream,
+                    limit=limit,
+                    order=order,
+                    tags=tags,
+                    after=pages[-1].next_cursor,
+                )
+            )
+        return pages
+
+
+def ids(items: list[Checkpoint] | Page) -> list[str]:
+    """The ids of a page's items (or of a list of checkpoints), in order."""
+    seq = items.items if isinstance(items, Page) else items
+    return [cp.id for cp in seq]

@@ -1,0 +1,467 @@
+"""Kit tests for sequence (S1), identity and names (S2), update (S6), delete (S7)
+and the store lifecycle."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from .._protocol import BaseCheckpointStore
+from ..errors import (
+    CheckpointNotFound,
+    InvalidQuery,
+    PreconditionFailed,
+    StoreClosed,
+)
+from ._base import FakeClock, KitBase, ids
+
+asyncio_test = pytest.mark.asyncio(loop_scope="function")
+
+#: Stream names that a path- or key-based backend could get wrong. Every one of
+#: them must be a stream of its own, and none may reach outside the store.
+TRICKY_STREAMS = (
+    "plain",
+    "..",
+    ".",
+    "/",
+    "a/b",
+    "a/../b",
+    "/etc/passwd",
+    "C:\\Windows\\win.ini",
+    "a b\tc\nd",
+    "%2e%2e%2f",
+    "*",
+    "a%",
+    "a_",
+    "A",
+    "a",
+    "'; DROP TABLE checkpoints; --",
+    "ünïcødé 流 🚀",
+    "x" * 512,
+)
+
+BAD_STREAMS: tuple[Any, ...] = ("", "x" * 513, "a\x00b", "\ud800", 42, None, b"bytes")
+BAD_IDS: tuple[Any, ...] = ("", "a b", "a/b", "x" * 201, "ü", "a\x00", 7, b"id")
+BAD_LIMITS: tuple[Any, ...] = (0, -1, 1001, True, 1.5, "10", None)
+BAD_ORDERS: tuple[Any, ...] = ("ASC", "ascending", "", None, 1)
+ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+
+
+class CoreTests(KitBase):
+    # -- S1: the creation sequence -----------------------------------------------------
+
+    @asyncio_test
+    async def test_sequences_strictly_increase_across_streams(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        saved = [await store.save(f"s{i % 3}", {"i": i}) for i in range(9)]
+        seqs = [cp.sequence for cp in saved]
+        assert all(s >= 1 for s in seqs)
+        assert seqs == sorted(set(seqs)), f"sequences are not strictly increasing: {seqs}"
+
+    @asyncio_test
+    async def test_seed_save_delete_save_never_reuses_sequence(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        first, newest = await self.save_steps(store, "job", 2)
+        assert await store.delete(newest.id)
+        again = await store.save("job", {"step": 2})
+        assert again.sequence > newest.sequence, (
+            f"sequence {again.sequence} after deleting sequence {newest.sequence}: the "
+            "high-water mark was forgotten (max(existing)+1)"
+        )
+        await store.delete(first.id)
+        await store.delete(again.id)
+        last = await store.save("job", {"step": 3})
+        assert last.sequence > again.sequence
+
+    @asyncio_test
+    async def test_high_water_mark_survives_reopen(self, store: BaseCheckpointStore) -> None:
+        kept, *gone = await self.save_steps(store, "job", 3)
+        for cp in gone:
+            assert await store.delete(cp.id)
+        store = await self.reopen(store)
+        assert (await store.load(kept.id)).state == {"step": 0}
+        after = await store.save("job", {"step": 3})
+        assert after.sequence > gone[-1].sequence, "a sequence was reused after reopening"
+
+    @asyncio_test
+    async def test_sequence_never_reused_after_delete_stream_and_prune(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        saved = await self.save_steps(store, "a", 4)
+        await store.prune("a", keep_last=1)
+        await store.delete_stream("a")
+        store = await self.reopen(store)
+        assert (await store.save("a", {})).sequence > saved[-1].sequence
+
+    @asyncio_test
+    async def test_seed_twelve_saves_in_same_second(self, store: BaseCheckpointStore) -> None:
+        """Order is by sequence, never timestamp: twelve saves at one frozen instant come
+        back in save order, and the newest is step 11."""
+        clock = FakeClock()
+        store = await self.reopen(store, clock=clock)
+        saved = await self.save_steps(store, "order-42", 12)
+        assert {cp.created_at for cp in saved} == {clock.now}, "clock= was not honoured"
+        asc = await store.list("order-42", limit=20, order="asc")
+        assert [cp.state["step"] for cp in asc.items] == list(range(12))
+        desc = await store.list("order-42", limit=20, order="desc")
+        assert [cp.state["step"] for cp in desc.items] == list(range(11, -1, -1))
+        top = await store.list("order-42", limit=1, order="desc")
+        assert [cp.state for cp in top.items] == [{"step": 11}]
+        latest = await store.get_latest("order-42")
+        assert latest is not None
+        assert latest.state == {"step": 11}
+        assert latest.id == saved[-1].id
+
+    @asyncio_test
+    async def test_update_keeps_sequence_and_position(self, store: BaseCheckpointStore) -> None:
+        first, second = await self.save_steps(store, "job", 2)
+        updated = await store.update(first.id, {"step": "again"})
+        assert updated.sequence == first.sequence
+        latest = await store.get_latest("job")
+        assert latest is not None
+        assert latest.id == second.id, "an update moved an older checkpoint to the end"
+        page = await store.list("job", order="asc")
+        assert ids(page) == [first.id, second.id]
+        assert page.items[0].state == {"step": "again"}
+
+    # -- S2: identity and names -------------------------------------------------------
+
+    @asyncio_test
+    async def test_store_assigned_ids_are_unique_and_valid(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        saved = await self.save_steps(store, "job", 10)
+        assert len({cp.id for cp in saved}) == 10
+        assert all(ID_RE.fullmatch(cp.id) for cp in saved)
+
+    @asyncio_test
+    async def test_caller_ids_matching_the_pattern_are_kept(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        for cid in ("A.b:c-d_9", "x" * 200, "0", "-", "..", "a..b"):
+            cp = await store.save("job", {"id": cid}, id=cid)
+            assert cp.id == cid
+            assert (await store.load(cid)).state == {"id": cid}
+
+    @asyncio_test
+    async def test_saving_a_live_id_raises_precondition_failed(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        original = await store.save("job", {"v": 1}, id="fixed")
+        with pytest.raises(PreconditionFailed):
+            await store.save("job", {"v": 2}, id="fixed")
+        with pytest.raises(PreconditionFailed):
+            await store.save("other", {"v": 3}, id="fixed")
+        loaded = await store.load("fixed")
+        assert (loaded.state, loaded.sequence, loaded.etag) == (
+            {"v": 1},
+            original.sequence,
+            original.etag,
+        )
+        assert ids(await store.list(None)) == ["fixed"]
+        assert await store.list_streams() == ["job"]
+
+    @asyncio_test
+    async def test_seed_recreated_id_gets_new_sequence(self, store: BaseCheckpointStore) -> None:
+        old = await store.save("job", {"v": "old"}, id="item")
+        between = await store.save("job", {"v": "between"})
+        assert await store.delete("item")
+        new = await store.save("job", {"v": "new"}, id="item")
+        assert new.sequence > between.sequence > old.sequence
+        assert (await store.load("item")).state == {"v": "new"}
+        latest = await store.get_latest("job")
+        assert latest is not None
+        assert latest.id == "item"
+        assert ids(await store.list("job", order="asc")) == [between.id, "item"]
+
+    @asyncio_test
+    async def test_old_cursor_never_points_at_recreated_id(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        before, _item, after = (
+            await store.save("job", {"n": 0}),
+            await store.save("job", {"n": 1}, id="item"),
+            await store.save("job", {"n": 2}),
+        )
+        page = await store.list("job", order="desc", limit=2)
+        assert ids(page) == [after.id, "item"]
+        assert await store.delete("item")
+        await store.save("job", {"n": 3}, id="item")
+        rest = await store.list("job", order="desc", limit=2, after=page.next_cursor)
+        assert ids(rest) == [before.id], (
+            "a cursor of a deleted id resumed at its re-created replacement"
+        )
+
+    @asyncio_test
+    async def test_stream_names_are_opaque_and_separate(self, store: BaseCheckpointStore) -> None:
+        for name in TRICKY_STREAMS:
+            await store.save(name, {"name": name})
+        assert await store.list_streams() == sorted(TRICKY_STREAMS)
+        store = await self.reopen(store)
+        for name in TRICKY_STREAMS:
+            latest = await store.get_latest(name)
+            assert latest is not None, f"stream {name!r} lost its checkpoint"
+            assert (latest.stream, latest.state) == (name, {"name": name})
+            page = await store.list(name)
+            assert [cp.stream for cp in page.items] == [name]
+        assert await store.delete_stream("..") == 1
+        assert await store.delete_stream("/") == 1
+        remaining = sorted(set(TRICKY_STREAMS) - {"..", "/"})
+        assert await store.list_streams() == remaining
+
+    @asyncio_test
+    async def test_invalid_stream_names_raise_invalid_query(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        for bad in BAD_STREAMS:
+            with pytest.raises(InvalidQuery):
+                await store.save(bad, {})
+            with pytest.raises(InvalidQuery):
+                await store.get_latest(bad)
+            if bad is not None:  # None lists every stream
+                with pytest.raises(InvalidQuery):
+                    await store.list(bad)
+            with pytest.raises(InvalidQuery):
+                await store.delete_stream(bad)
+            with pytest.raises(InvalidQuery):
+                await store.prune(bad, keep_last=1)
+        assert await store.list_streams() == []
+
+    @asyncio_test
+    async def test_invalid_ids_raise_invalid_query(self, store: BaseCheckpointStore) -> None:
+        await store.save("job", {})
+        for bad in BAD_IDS:
+            with pytest.raises(InvalidQuery):
+                await store.save("job", {}, id=bad)
+            with pytest.raises(InvalidQuery):
+                await store.save("job", {}, parent_id=bad)
+            with pytest.raises(InvalidQuery):
+                await store.load(bad)
+            with pytest.raises(InvalidQuery):
+                await store.update(bad, {})
+            with pytest.raises(InvalidQuery):
+                await store.delete(bad)
+        assert len((await store.list("job")).items) == 1
+
+    @asyncio_test
+    async def test_invalid_limit_and_order_raise_invalid_query(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        await self.save_steps(store, "job", 3)
+        for bad_limit in BAD_LIMITS:
+            with pytest.raises(InvalidQuery):
+                await store.list("job", limit=bad_limit)
+        for bad_order in BAD_ORDERS:
+            with pytest.raises(InvalidQuery):
+                await store.list("job", order=bad_order)
+        bad_keeps: tuple[Any, ...] = (-1, True, 1.5, None)
+        for bad_keep in bad_keeps:
+            with pytest.raises(InvalidQuery):
+                await store.prune("job", keep_last=bad_keep)
+        assert len((await store.list("job", limit=1)).items) == 1
+        assert len((await store.list("job", limit=1000)).items) == 3
+
+    @asyncio_test
+    async def test_header_fields_round_trip(self, store: BaseCheckpointStore) -> None:
+        parent = await store.save("job", {"n": 0})
+        meta = {"note": "plain JSON", "nested": {"list": [1, 2.5, None, True, "ü"]}}
+        cp = await store.save(
+            "job", {"n": 1}, tags={"kind": "step", "ü": "✓"}, metadata=meta, parent_id=parent.id
+        )
+        for got in (cp, await store.load(cp.id), await store.get_latest("job")):
+            assert got is not None
+            assert got.header() == cp.header()
+            assert (got.stream, got.parent_id, got.tags, got.metadata) == (
+                "job",
+                parent.id,
+                {"kind": "step", "ü": "✓"},
+                meta,
+            )
+            for stamp in (got.created_at, got.updated_at):
+                assert stamp.utcoffset() is not None
+                assert stamp.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+            assert got.expires_at is None
+
+    # -- S6: update -------------------------------------------------------------------
+
+    @asyncio_test
+    async def test_update_keeps_identity_and_changes_etag_and_updated_at(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        clock = FakeClock()
+        store = await self.reopen(store, clock=clock)
+        cp = await store.save("job", {"v": 1}, tags={"k": "v"}, metadata={"m": 1})
+        clock.advance(5)
+        up = await store.update(cp.id, {"v": 2})
+        assert (up.id, up.sequence, up.created_at, up.stream) == (
+            cp.id,
+            cp.sequence,
+            cp.created_at,
+            cp.stream,
+        )
+        assert (up.tags, up.metadata) == (cp.tags, cp.metadata)
+        assert up.etag != cp.etag
+        assert up.updated_at == clock.now > cp.updated_at
+        loaded = await store.load(cp.id)
+        assert loaded.header() == up.header()
+        assert loaded.state == {"v": 2}
+
+    @asyncio_test
+    async def test_update_with_if_match_is_compare_and_set(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        cp = await store.save("job", {"v": 1})
+        first = await store.update(cp.id, {"v": 2}, if_match=cp.etag)
+        with pytest.raises(PreconditionFailed):
+            await store.update(cp.id, {"v": "lost update"}, if_match=cp.etag)
+        loaded = await store.load(cp.id)
+        assert (loaded.state, loaded.etag) == ({"v": 2}, first.etag)
+        second = await store.update(cp.id, {"v": 3}, if_match=first.etag)
+        assert second.etag not in (cp.etag, first.etag)
+        assert (await store.load(cp.id)).state == {"v": 3}
+
+    @asyncio_test
+    async def test_update_of_missing_or_deleted_raises_not_found(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        with pytest.raises(CheckpointNotFound):
+            await store.update("never-existed", {})
+        cp = await store.save("job", {})
+        await store.delete(cp.id)
+        with pytest.raises(CheckpointNotFound):
+            await store.update(cp.id, {"v": 1})
+        with pytest.raises(CheckpointNotFound):
+            await store.update(cp.id, {"v": 1}, if_match=cp.etag)
+        assert await store.list_streams() == []
+
+    # -- S7: delete -------------------------------------------------------------------
+
+    @asyncio_test
+    async def test_delete_is_idempotent_and_returns_whether_removed(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        keep, doomed = await self.save_steps(store, "job", 2)
+        assert await store.delete(doomed.id) is True
+        assert await store.delete(doomed.id) is False
+        assert await store.delete("never-existed") is False
+        with pytest.raises(CheckpointNotFound):
+            await store.load(doomed.id)
+        assert ids(await store.list("job")) == [keep.id]
+        latest = await store.get_latest("job")
+        assert latest is not None
+        assert latest.id == keep.id
+
+    @asyncio_test
+    async def test_delete_with_if_match(self, store: BaseCheckpointStore) -> None:
+        cp = await store.save("job", {})
+        updated = await store.update(cp.id, {"v": 1})
+        with pytest.raises(PreconditionFailed):
+            await store.delete(cp.id, if_match=cp.etag)
+        assert (await store.load(cp.id)).etag == updated.etag
+        assert await store.delete(cp.id, if_match=updated.etag) is True
+        assert await store.delete(cp.id, if_match=updated.etag) is False
+
+    @asyncio_test
+    async def test_delete_stream_touches_no_other_stream(self, store: BaseCheckpointStore) -> None:
+        neighbours = ("a/b", "ab", "a%", "a_", "A", "a ", "b")
+        for name in neighbours:
+            await store.save(name, {"name": name})
+        await self.save_steps(store, "a", 3)
+        assert await store.delete_stream("a") == 3
+        assert await store.delete_stream("a") == 0
+        assert await store.delete_stream("nothing-here") == 0
+        assert await store.get_latest("a") is None
+        assert await store.list_streams() == sorted(neighbours)
+        for name in neighbours:
+            latest = await store.get_latest(name)
+            assert latest is not None
+            assert latest.state == {"name": name}
+
+    @asyncio_test
+    async def test_prune_keeps_the_newest_and_touches_no_other_stream(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        other = await self.save_steps(store, "job/other", 3)
+        saved = await self.save_steps(store, "job", 6)
+        assert await store.prune("job", keep_last=10) == 0
+        assert await store.prune("job", keep_last=2) == 4
+        assert ids(await store.list("job", order="asc")) == ids(saved[-2:])
+        assert await store.prune("job", keep_last=2) == 0
+        assert await store.prune("job", keep_last=0) == 2
+        assert await store.get_latest("job") is None
+        assert await store.prune("nothing-here", keep_last=0) == 0
+        assert ids(await store.list("job/other", order="asc")) == ids(other)
+        assert await store.list_streams() == ["job/other"]
+
+    @asyncio_test
+    async def test_list_streams_is_sorted_and_omits_empty_streams(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        assert await store.list_streams() == []
+        for name in ("b", "a", "c", "a"):
+            await store.save(name, {})
+        gone = await store.save("gone", {})
+        assert await store.list_streams() == ["a", "b", "c", "gone"]
+        await store.delete(gone.id)
+        assert await store.list_streams() == ["a", "b", "c"]
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @asyncio_test
+    async def test_open_and_close_are_idempotent(self, store: BaseCheckpointStore) -> None:
+        cp = await store.save("job", {"v": 1})
+        await store.open()
+        assert (await store.load(cp.id)).state == {"v": 1}
+        await store.close()
+        await store.close()
+        assert not store.is_open
+        await store.open()
+        assert (await store.load(cp.id)).state == {"v": 1}
+        async with store:
+            assert (await store.load(cp.id)).state == {"v": 1}
+        assert not store.is_open
+
+    @asyncio_test
+    async def test_every_method_raises_store_closed_after_close(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        cp = await store.save("job", {})
+        page = await store.list("job", limit=1)
+        await store.close()
+        await self._assert_all_closed(store, cp.id, cp.etag, page.prev_cursor)
+        never_opened = self._kit_factory()
+        await self._assert_all_closed(never_opened, cp.id, cp.etag, None)
+
+    @staticmethod
+    async def _assert_all_closed(
+        store: BaseCheckpointStore, cid: str, etag: str, cursor: str | None
+    ) -> None:
+        calls: dict[str, Any] = {
+            "save": lambda: store.save("job", {}),
+            "get_latest": lambda: store.get_latest("job"),
+            "load": lambda: store.load(cid),
+            "list": lambda: store.list("job"),
+            "list(after=)": lambda: store.list("job", after=cursor),
+            "list(None)": lambda: store.list(None),
+            "update": lambda: store.update(cid, {}, if_match=etag),
+            "delete": lambda: store.delete(cid),
+            "delete_stream": lambda: store.delete_stream("job"),
+            "list_streams": lambda: store.list_streams(),
+            "prune": lambda: store.prune("job", keep_last=0),
+            "purge_expired": lambda: store.purge_expired(),
+            "info": lambda: store.info(),
+        }
+        for name, call in calls.items():
+            try:
+                await call()
+            except StoreClosed:
+                continue
+            except Exception as exc:
+                pytest.fail(f"{name} on a closed store raised {exc!r}, not StoreClosed")
+            pytest.fail(f"{name} on a closed store did not raise StoreClosed")
+        with pytest.raises(StoreClosed):
+            _ = store.store_id

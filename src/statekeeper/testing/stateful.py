@@ -1,0 +1,469 @@
+"""A Hypothesis state machine that runs a backend in lockstep with a reference model.
+
+The model is deliberately naive: a dict of live checkpoints and the highest
+sequence seen. Every rule does the same thing to the store and to the model and
+compares the results, so any disagreement (a reused sequence, a page that
+repeats or skips an item, a cursor that drifts after a delete or a reopen, a
+lost update) is found and shrunk to a short reproducible program.
+
+Stores are async; the machine owns an event loop (:class:`asyncio.Runner`) and
+runs every step on it, so backends whose connections are bound to a loop work.
+Each example starts by emptying the store the factory gives (``store_factory``
+returns the same data on every call), so the model and the store start equal.
+
+Use :func:`build_state_machine` to bind a ``store_factory``; the conformance kit
+runs it as ``test_state_machine_matches_reference_model``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Coroutine, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    multiple,
+    rule,
+    run_state_machine_as_test,
+)
+
+from .._protocol import BaseCheckpointStore, Order
+from ..errors import CheckpointNotFound, PreconditionFailed
+from ..models import Checkpoint, Page
+from ._base import KitBase, StoreFactory, assert_same_value
+from .plugin import examples_scale
+from .strategies import states
+
+__all__ = ["CheckpointStoreStateMachine", "ReferenceModel", "build_state_machine"]
+
+T = TypeVar("T")
+
+STREAMS = ("job", "job/../other", "ünï")
+CALLER_IDS = ("id-a", "id-b", "id.c")
+TAGSETS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "b"}, {"kind": "a", "x": "1"})
+FILTERS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "a", "x": "1"}, {"x": "1"})
+NEVER_SAVED = "never-saved"
+ORDERS: tuple[Order, ...] = ("asc", "desc")
+
+
+@dataclasses.dataclass
+class ModelCheckpoint:
+    id: str
+    stream: str
+    sequence: int
+    state: Any
+    tags: dict[str, str]
+    etag: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    stream: str | None
+    order: Order
+    tags: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedCursor:
+    """A cursor the store issued, with the position the model says it marks."""
+
+    cursor: str
+    query: Query
+    position: int
+
+
+class ReferenceModel:
+    """What a correct store holds: live checkpoints by id and the sequence high-water mark."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, ModelCheckpoint] = {}
+        self.high_water = 0
+        # In order of first save, so that a draw picks the same id when Hypothesis
+        # replays a program (the ids themselves are random).
+        self.known_ids: dict[str, None] = {NEVER_SAVED: None}
+
+    def candidates(self, query: Query) -> list[ModelCheckpoint]:
+        """Live checkpoints matching ``query``'s stream and tags, by ascending sequence."""
+        return sorted(
+            (
+                cp
+                for cp in self.live.values()
+                if query.stream in (None, cp.stream) and query.tags.items() <= cp.tags.items()
+            ),
+            key=lambda cp: cp.sequence,
+        )
+
+    def page(
+        self, query: Query, limit: int, after: int | None, before: int | None
+    ) -> tuple[list[ModelCheckpoint], int | None, int | None]:
+        """The items, next position and previous position of one page (SPEC S4)."""
+        cands = self.candidates(query)
+        order, back = (query.order, "desc" if query.order == "asc" else "asc")
+        step = 1 if order == "asc" else -1
+
+        def beyond(direction: str, bound: int | None) -> list[ModelCheckpoint]:
+            if direction == "asc":
+                return [cp for cp in cands if bound is None or cp.sequence > bound]
+            return [cp for cp in reversed(cands) if bound is None or cp.sequence < bound]
+
+        next_pos: int | None
+        prev_pos: int | None = None
+        if before is None:
+            got = beyond(order, after)
+            items = got[:limit]
+            next_pos = items[-1].sequence if len(got) > limit else None
+            if after is not None:
+                edge = items[0].sequence if items else after + step
+                prev_pos = edge if beyond(back, edge) else None
+        else:
+            got = beyond(back, before)
+            items = got[:limit][::-1]
+            prev_pos = items[0].sequence if len(got) > limit else None
+            edge = items[-1].sequence if items else before - step
+            next_pos = edge if beyond(order, edge) else None
+        return items, next_pos, prev_pos
+
+    def newest(self, stream: str) -> ModelCheckpoint | None:
+        found = self.candidates(Query(stream, "asc", {}))
+        return found[-1] if found else None
+
+
+class CheckpointStoreStateMachine(RuleBasedStateMachine):
+    """Rules: save (store-assigned and caller ids), update and delete (with a current, a
+    stale or no ``if_match``), delete_stream, prune, get_latest, load, list_streams,
+    walking pages forward then backward, resuming from cursors kept across later
+    writes and reopens, and reopen itself (close, ``store_factory()``, open).
+
+    Subclass and set :attr:`store_factory`, or use :func:`build_state_machine`.
+    """
+
+    #: ``(**options) -> unopened store`` over the same data on every call.
+    store_factory: ClassVar[StoreFactory]
+
+    cursors = Bundle("cursors")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        self.model = ReferenceModel()
+        self.store: BaseCheckpointStore = self.run(self._open(clear=True))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.runner.run(coro)
+
+    async def _open(self, *, clear: bool = False) -> BaseCheckpointStore:
+        store = type(self).store_factory()
+        await store.open()
+        if clear:
+            # The factory gives the same data to every example: start from empty.
+            for stream in await store.list_streams():
+                await store.delete_stream(stream)
+            await store.purge_expired()
+            leftover = await store.list(None, limit=1)
+            assert (leftover.items, leftover.skipped) == ([], []), "could not empty the store"
+        return store
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.store.close())
+        finally:
+            self.runner.close()
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _pick_id(self, data: st.DataObject) -> str:
+        return data.draw(st.sampled_from(list(self.model.known_ids)), label="id")
+
+    def _if_match(self, mode: str, current: ModelCheckpoint | None) -> str | None:
+        if mode == "none":
+            return None
+        if mode == "current" and current is not None:
+            return current.etag
+        return "stale-etag"
+
+    def _check_checkpoint(self, got: Checkpoint, want: ModelCheckpoint, *, state: bool) -> None:
+        assert (got.id, got.stream, got.sequence, got.etag, got.tags) == (
+            want.id,
+            want.stream,
+            want.sequence,
+            want.etag,
+            want.tags,
+        )
+        if state:
+            assert_same_value(got.state, want.state)
+        else:
+            assert got.state is None
+
+    def _list(
+        self,
+        query: Query,
+        limit: int,
+        *,
+        after: SavedCursor | None = None,
+        before: SavedCursor | None = None,
+        include_state: bool = True,
+    ) -> tuple[Page, list[SavedCursor]]:
+        page = self.run(
+            self.store.list(
+                query.stream,
+                limit=limit,
+                order=query.order,
+                tags=query.tags,
+                after=after.cursor if after else None,
+                before=before.cursor if before else None,
+                include_state=include_state,
+            )
+        )
+        items, next_pos, prev_pos = self.model.page(
+            query,
+            limit,
+            after.position if after else None,
+            before.position if before else None,
+        )
+        assert [cp.id for cp in page.items] == [cp.id for cp in items]
+        for got, want in zip(page.items, items, strict=True):
+            self._check_checkpoint(got, want, state=include_state)
+        assert page.skipped == []
+        assert (page.next_cursor is None) == (next_pos is None), "next_cursor disagrees"
+        assert (page.prev_cursor is None) == (prev_pos is None), "prev_cursor disagrees"
+        assert page.has_more == (page.next_cursor is not None)
+        issued = []
+        if page.next_cursor is not None and next_pos is not None:
+            issued.append(SavedCursor(page.next_cursor, query, next_pos))
+        if page.prev_cursor is not None and prev_pos is not None:
+            issued.append(SavedCursor(page.prev_cursor, query, prev_pos))
+        return page, issued
+
+    # -- rules ------------------------------------------------------------------------
+
+    @rule(
+        stream=st.sampled_from(STREAMS),
+        state=states(max_leaves=5),
+        tags=st.sampled_from(TAGSETS),
+        caller_id=st.none() | st.sampled_from(CALLER_IDS),
+    )
+    def save(self, stream: str, state: Any, tags: dict[str, str], caller_id: str | None) -> None:
+        if caller_id is not None and caller_id in self.model.live:
+            with pytest.raises(PreconditionFailed):
+                self.run(self.store.save(stream, state, tags=tags, id=caller_id))
+            return
+        cp = self.run(self.store.save(stream, state, tags=tags, id=caller_id))
+        assert cp.sequence > self.model.high_water, (
+            f"sequence {cp.sequence} is not above every sequence ever assigned "
+            f"({self.model.high_water})"
+        )
+        if caller_id is not None:
+            assert cp.id == caller_id
+        assert cp.id not in self.model.live
+        self.model.high_water = cp.sequence
+        self.model.known_ids.setdefault(cp.id)
+        self.model.live[cp.id] = ModelCheckpoint(cp.id, stream, cp.sequence, state, tags, cp.etag)
+
+    @initialize(
+        batch=st.lists(st.tuples(st.sampled_from(STREAMS), st.sampled_from(TAGSETS)), max_size=15)
+    )
+    def seed(self, batch: list[tuple[str, dict[str, str]]]) -> None:
+        """Start most programs with some history, so listings have pages to walk."""
+        for i, (stream, tags) in enumerate(batch):
+            self.save(stream, {"seed": i}, tags, None)
+
+    @rule(
+        stream=st.sampled_from(STREAMS),
+        batch=st.lists(st.tuples(st.integers(), st.sampled_from(TAGSETS)), min_size=2, max_size=6),
+    )
+    def save_batch(self, stream: str, batch: list[tuple[int, dict[str, str]]]) -> None:
+        """Several saves in a row, so that streams grow long enough to page through."""
+        for value, tags in batch:
+            self.save(stream, {"n": value}, tags, None)
+
+    @rule(
+        data=st.data(),
+        state=states(max_leaves=3),
+        mode=st.sampled_from(["none", "current", "stale"]),
+    )
+    def update(self, data: st.DataObject, state: Any, mode: str) -> None:
+        cid = self._pick_id(data)
+        current = self.model.live.get(cid)
+        if_match = self._if_match(mode, current)
+        if current is None:
+            with pytest.raises(CheckpointNotFound):
+                self.run(self.store.update(cid, state, if_match=if_match))
+        elif mode == "stale":
+            with pytest.raises(PreconditionFailed):
+                self.run(self.store.update(cid, state, if_match=if_match))
+        else:
+            cp = self.run(self.store.update(cid, state, if_match=if_match))
+            assert (cp.id, cp.sequence, cp.stream) == (cid, current.sequence, current.stream)
+            assert cp.etag != current.etag, "an update must change the etag"
+            current.state, current.etag = state, cp.etag
+
+    @rule(data=st.data(), mode=st.sampled_from(["none", "current", "stale"]))
+    def delete(self, data: st.DataObject, mode: str) -> None:
+        cid = self._pick_id(data)
+        current = self.model.live.get(cid)
+        if_match = self._if_match(mode, current)
+        if current is not None and mode == "stale":
+            with pytest.raises(PreconditionFailed):
+                self.run(self.store.delete(cid, if_match=if_match))
+            return
+        assert self.run(self.store.delete(cid, if_match=if_match)) is (current is not None)
+        self.model.live.pop(cid, None)
+
+    @rule(stream=st.sampled_from(STREAMS))
+    def delete_stream(self, stream: str) -> None:
+        doomed = [cp.id for cp in self.model.candidates(Query(stream, "asc", {}))]
+        assert self.run(self.store.delete_stream(stream)) == len(doomed)
+        for cid in doomed:
+            del self.model.live[cid]
+
+    @rule(stream=st.sampled_from(STREAMS), keep_last=st.integers(0, 3))
+    def prune(self, stream: str, keep_last: int) -> None:
+        cands = self.model.candidates(Query(stream, "asc", {}))
+        doomed = cands[: max(len(cands) - keep_last, 0)]
+        assert self.run(self.store.prune(stream, keep_last=keep_last)) == len(doomed)
+        for cp in doomed:
+            del self.model.live[cp.id]
+
+    @rule(stream=st.sampled_from(STREAMS))
+    def get_latest(self, stream: str) -> None:
+        got = self.run(self.store.get_latest(stream))
+        want = self.model.newest(stream)
+        if want is None:
+            assert got is None, f"get_latest({stream!r}) returned {got!r} for an empty stream"
+        else:
+            assert got is not None, f"get_latest({stream!r}) returned None"
+            self._check_checkpoint(got, want, state=True)
+
+    @rule(data=st.data())
+    def load(self, data: st.DataObject) -> None:
+        cid = self._pick_id(data)
+        want = self.model.live.get(cid)
+        if want is None:
+            with pytest.raises(CheckpointNotFound):
+                self.run(self.store.load(cid))
+        else:
+            self._check_checkpoint(self.run(self.store.load(cid)), want, state=True)
+
+    @rule()
+    def list_streams(self) -> None:
+        want = sorted({cp.stream for cp in self.model.live.values()})
+        assert self.run(self.store.list_streams()) == want
+
+    @rule(
+        target=cursors,
+        stream=st.none() | st.sampled_from(STREAMS),
+        order=st.sampled_from(ORDERS),
+        limit=st.integers(1, 4),
+        tags=st.sampled_from(FILTERS),
+        include_state=st.booleans(),
+        data=st.data(),
+    )
+    def walk_pages(
+        self,
+        stream: str | None,
+        order: Order,
+        limit: int,
+        tags: dict[str, str],
+        include_state: bool,
+        data: st.DataObject,
+    ) -> Any:
+        """Walk forward to the end, then back to the start, comparing every page; then,
+        sometimes, delete the item at one of the cursors and resume from it."""
+        query = Query(stream, order, tags)
+        kept: list[SavedCursor] = []
+        bound = len(self.model.live) + 2
+        page, issued = self._list(query, limit, include_state=include_state)
+        kept += issued
+        assert page.prev_cursor is None, "the first page has a prev_cursor"
+        last = next((c for c in issued if c.cursor == page.next_cursor), None)
+        while last is not None:
+            bound -= 1
+            assert bound > 0, "next_cursor never reached None"
+            page, issued = self._list(query, limit, after=last, include_state=include_state)
+            kept += issued
+            last = next((c for c in issued if c.cursor == page.next_cursor), None)
+        back = next((c for c in issued if c.cursor == page.prev_cursor), None)
+        bound = len(self.model.live) + 2
+        while back is not None:
+            bound -= 1
+            assert bound > 0, "prev_cursor never reached None"
+            page, issued = self._list(query, limit, before=back, include_state=include_state)
+            kept += issued
+            back = next((c for c in issued if c.cursor == page.prev_cursor), None)
+        churn: bool = bool(kept) and data.draw(st.booleans(), label="delete at a cursor")
+        if churn:
+            self.delete_at_cursor(data.draw(st.sampled_from(kept), label="cursor"), limit)
+        return multiple(*kept[:8])
+
+    @rule(saved=cursors, limit=st.integers(1, 4), direction=st.sampled_from(["after", "before"]))
+    def resume_from_cursor(self, saved: SavedCursor, limit: int, direction: str) -> None:
+        """A cursor kept across later saves, deletes and reopens still marks its position."""
+        if direction == "after":
+            self._list(saved.query, limit, after=saved)
+        else:
+            self._list(saved.query, limit, before=saved)
+
+    @rule(saved=cursors, limit=st.integers(1, 4))
+    def delete_at_cursor(self, saved: SavedCursor, limit: int) -> None:
+        """Delete the checkpoint a kept cursor was issued at, if it is still live: the
+        cursor goes on marking its position, in both directions."""
+        target = next(
+            (cp for cp in self.model.live.values() if cp.sequence == saved.position), None
+        )
+        if target is not None:
+            assert self.run(self.store.delete(target.id)) is True
+            del self.model.live[target.id]
+        self._list(saved.query, limit, after=saved)
+        self._list(saved.query, limit, before=saved)
+
+    @rule()
+    def reopen(self) -> None:
+        self.run(self.store.close())
+        self.store = self.run(self._open())
+
+
+def build_state_machine(store_factory: StoreFactory) -> type[CheckpointStoreStateMachine]:
+    """A :class:`CheckpointStoreStateMachine` subclass bound to ``store_factory``."""
+    return type(
+        "BoundCheckpointStoreStateMachine",
+        (CheckpointStoreStateMachine,),
+        {"store_factory": staticmethod(store_factory)},
+    )
+
+
+class StatefulTests(KitBase):
+    def state_machine_settings(self, config: pytest.Config) -> settings:
+        """The Hypothesis settings of the state machine test.
+
+        Built from the size knobs and ``--statekeeper-examples-scale`` on top of the
+        active Hypothesis profile; override to change anything else (a database,
+        phases), starting from ``super().state_machine_settings(config)``.
+        """
+        scale = self.examples_scale * examples_scale(config)
+        return settings(
+            max_examples=max(1, round(self.state_machine_examples * scale)),
+            stateful_step_count=self.state_machine_steps,
+            deadline=None,
+            suppress_health_check=[
+                HealthCheck.too_slow,
+                HealthCheck.data_too_large,
+                HealthCheck.filter_too_much,
+            ],
+        )
+
+    def test_state_machine_matches_reference_model(
+        self, store_factory: StoreFactory, request: pytest.FixtureRequest
+    ) -> None:
+        """Random programs of saves, updates, deletes, prunes, listings with cursors and
+        reopens leave the store and the reference model in agreement."""
+        run_state_machine_as_test(
+            build_state_machine(store_factory),
+            settings=self.state_machine_settings(request.config),
+        )
