@@ -17,8 +17,10 @@ import pytest_asyncio
 
 import statekeeper
 from sql_helpers import finish_children, start_children
+from statekeeper.backends import _sql_migrations as migrations_module
 from statekeeper.backends import sql as sql_module
-from statekeeper.backends._sql_schema import MIGRATIONS, Migration, Tables
+from statekeeper.backends._sql_migrations import MIGRATIONS, Migration
+from statekeeper.backends._sql_schema import Tables
 from statekeeper.backends.sql import SqlCheckpointStore, SqliteCheckpointStore
 from statekeeper.errors import (
     BackendError,
@@ -200,7 +202,7 @@ async def test_migrations_run_once_each_in_order_under_concurrent_opens(
         tables.checkpoints.indexes.discard(ix)
 
     v2 = Migration(2, "test: add an index", add_index)
-    monkeypatch.setattr(sql_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, v2))
     stores = [SqlCheckpointStore(f"sqlite:///{db}") for _ in range(4)]
     await asyncio.gather(*(s.open() for s in stores))
     try:
@@ -209,7 +211,7 @@ async def test_migrations_run_once_each_in_order_under_concurrent_opens(
         assert (await stores[0].load(kept.id)).state == {"n": 1}
     finally:
         await asyncio.gather(*(s.close() for s in stores))
-    monkeypatch.setattr(sql_module, "MIGRATIONS", MIGRATIONS)
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", MIGRATIONS)
     with pytest.raises(StoreFormatError, match="upgrade statekeeper"):
         await SqlCheckpointStore(f"sqlite:///{db}").open()
 

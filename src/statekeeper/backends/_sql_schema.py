@@ -1,8 +1,9 @@
-"""The SQL backend's schema: tables, the statements run against them, and migrations.
+"""The SQL backend's schema: the tables and the statements run against them.
 
-Every SQL statement the backend runs is built here, once, with SQLAlchemy Core and
-bound parameters; dialect differences are confined to column types (below) and to
-the few statements in :mod:`._sql_dialects`.
+Every statement the backend runs is built here, once, with SQLAlchemy Core and
+bound parameters (the migrations' DDL is in :mod:`._sql_migrations`); dialect
+differences are confined to column types (below) and to the few statements in
+:mod:`._sql_dialects`.
 
 Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
@@ -41,7 +42,6 @@ from sqlalchemy.types import TypeDecorator
 
 __all__ = [
     "SCHEMA_VERSION",
-    "Migration",
     "Statements",
     "Tables",
     "build_tables",
@@ -361,34 +361,3 @@ class Statements:
             conds.append(key_col > _p("bound") if order == "asc" else key_col < _p("bound"))
         ordering = key_col.asc() if order == "asc" else key_col.desc()
         return query.where(*conds).order_by(ordering).limit(_p("limit", sa.Integer()))
-
-
-# -- migrations -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema step: run ``apply`` to go from ``version - 1`` to ``version``.
-
-    ``apply(create)`` receives a callable that executes one DDL element; it is run
-    inside the migration's transaction, under the migration lock (see
-    :mod:`._sql_dialects`).
-    """
-
-    version: int
-    description: str
-    apply: Callable[[Tables, Callable[[Any], None]], None]
-
-
-def _create_v1(tables: Tables, ddl: Callable[[Any], None]) -> None:
-    for table in tables.all:
-        ddl(sa.schema.CreateTable(table, if_not_exists=True))
-        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
-            ddl(sa.schema.CreateIndex(index, if_not_exists=True))
-
-
-#: Every migration, in order; the last one's version is :data:`SCHEMA_VERSION`.
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "create the meta, counter, checkpoints and tags tables", _create_v1),
-)
-assert MIGRATIONS[-1].version == SCHEMA_VERSION

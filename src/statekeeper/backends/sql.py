@@ -16,9 +16,8 @@ same transaction, so the row lock orders commits by sequence. See
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar, Self, TypeVar, cast
 
@@ -40,10 +39,9 @@ from ..errors import (
 from ..models import CheckpointHeader, Skipped
 from ..record import NewRecord, StoredRecord
 from . import _sql_dialects as dialects
+from . import _sql_migrations as migrations
 from ._sql_dialects import Family, Runtime, Session
 from ._sql_schema import (
-    MIGRATIONS,
-    Migration,
     Statements,
     build_tables,
     expires_micros,
@@ -227,14 +225,14 @@ class SqlCheckpointStore(BaseCheckpointStore):
         await self._start()
         try:
             meta = await self._guard("reading the schema version", self._read(self._op_meta))
-            version = _version(meta, self.describe())
-            latest = MIGRATIONS[-1].version  # SCHEMA_VERSION, looked up late for tests
+            version = migrations.parse_version(meta, self.describe())
+            latest = migrations.MIGRATIONS[-1].version
             if version is None or version < latest:
-                for migration in MIGRATIONS:
+                for migration in migrations.MIGRATIONS:
                     if migration.version > (version or 0):
                         await self._migrate(migration)
                 meta = await self._guard("reading the store identity", self._read(self._op_meta))
-                version = _version(meta, self.describe())
+                version = migrations.parse_version(meta, self.describe())
             assert meta is not None and version is not None
             if version > latest:
                 raise StoreFormatError(
@@ -257,57 +255,17 @@ class SqlCheckpointStore(BaseCheckpointStore):
         await self._stop()
 
     def _op_meta(self, s: Session) -> dict[str, str] | None:
-        if not dialects.table_exists(s, self.tables.meta):
-            return None
-        return {str(name): str(value) for name, value in s.rows(self._st.read_meta)}
+        return migrations.read_meta(s, self._st)
 
-    async def _migrate(self, migration: Migration) -> None:
+    async def _migrate(self, migration: migrations.Migration) -> None:
         what = f"migrating to schema version {migration.version}"
-        tables, timeout = self.tables, self.options.busy_timeout
+        tables, timeout, where = self.tables, self.options.busy_timeout, self.describe()
         call = self._rt().locked_write(
             lambda s: dialects.migration_lock(s, tables, timeout),
-            lambda s: self._op_migrate(s, migration),
+            lambda s: migrations.apply_migration(s, self._st, migration, where),
             lambda s: dialects.migration_unlock(s, tables),
         )
         await self._guard(what, call)
-
-    def _op_migrate(self, s: Session, migration: Migration) -> None:
-        """One migration, in its own transaction, under the store's migration lock."""
-        tables = self.tables
-        dialects.create_schema(s, tables)
-        current = _version(self._op_meta(s), self.describe())
-        if current is not None and current >= migration.version:
-            return  # another process got here first
-        if current is None:
-            taken = [t.name for t in tables.all if dialects.table_exists(s, t)]
-            if taken:
-                raise StoreFormatError(
-                    f"{self.describe()}: table(s) {', '.join(taken)} exist but are not a "
-                    "statekeeper store (no meta table); choose another table_prefix"
-                )
-        if (current or 0) != migration.version - 1:
-            raise StoreFormatError(
-                f"{self.describe()}: cannot migrate from version {current} to {migration.version}"
-            )
-        migration.apply(tables, lambda element: dialects.run_ddl(s, element))
-        if migration.version == 1:
-            now = datetime.now(UTC).isoformat()
-            s.run_many(
-                self._st.insert_meta,
-                [
-                    {"name": "schema_version", "value": "1"},
-                    {"name": "store_id", "value": secrets.token_hex(16)},
-                    {"name": "cursor_key", "value": secrets.token_hex(32)},
-                    {"name": "created_at", "value": now},
-                ],
-            )
-            s.run(self._st.insert_counter)
-        else:
-            s.run(
-                tables.meta.update()
-                .where(tables.meta.c.name == "schema_version")
-                .values(value=str(migration.version))
-            )
 
     # -- record helpers --------------------------------------------------------------
 
@@ -523,25 +481,6 @@ class SqlCheckpointStore(BaseCheckpointStore):
 def _statements(prefix: str, schema: str | None) -> tuple[Statements, Compiler]:
     """Shared by every store with these tables, so statements compile once per process."""
     return Statements(build_tables(prefix, schema)), Compiler()
-
-
-def _version(meta: dict[str, str] | None, where: str) -> int | None:
-    """The schema version; ``None`` without a meta table, 0 if it is empty.
-
-    An empty meta table is a creation that was interrupted after its DDL, which
-    on MySQL commits by itself; version 1 is then applied again (idempotently).
-    """
-    if meta is None:
-        return None
-    if not meta:
-        return 0
-    raw = meta.get("schema_version")
-    if raw is None or not raw.isdigit():
-        raise StoreFormatError(
-            f"{where}: the meta table has no valid schema_version; it is not a "
-            "statekeeper store (choose another table_prefix)"
-        )
-    return int(raw)
 
 
 def _check_etag(current: StoredRecord, if_match: str | None) -> None:

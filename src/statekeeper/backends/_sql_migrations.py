@@ -1,0 +1,126 @@
+"""Versioned schema migrations of the SQL backend, applied when a store opens.
+
+``MIGRATIONS`` lists every step; the last one's version is the schema version
+this code writes (:data:`._sql_schema.SCHEMA_VERSION`). Opening a store:
+
+1. reads the meta table without any lock (the common case: already current);
+2. for each missing version, takes the store's migration lock (see
+   :func:`._sql_dialects.migration_lock`), re-reads the version in a new
+   transaction, and applies the step and records its version in that same
+   transaction, unless another process got there first;
+3. refuses a store whose version is newer than ``MIGRATIONS`` knows
+   (:class:`~statekeeper.errors.StoreFormatError`).
+
+PostgreSQL and SQLite run DDL inside the transaction, so a step is all or
+nothing. MySQL commits around each DDL statement; there a step is written to be
+re-run safely (``IF NOT EXISTS``), and an interrupted creation (tables but an
+empty meta table) is completed by the next open.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..errors import StoreFormatError
+from . import _sql_dialects as dialects
+from ._sql_dialects import Session
+from ._sql_schema import SCHEMA_VERSION, Statements, Tables
+
+__all__ = ["MIGRATIONS", "Migration", "apply_migration", "parse_version", "read_meta"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: ``apply`` takes the store from ``version - 1`` to ``version``.
+
+    ``apply(tables, ddl)`` receives a callable that executes one DDL element; it
+    runs inside the migration's transaction, under the migration lock.
+    """
+
+    version: int
+    description: str
+    apply: Callable[[Tables, Callable[[Any], None]], None]
+
+
+def _create_v1(tables: Tables, ddl: Callable[[Any], None]) -> None:
+    for table in tables.all:
+        ddl(sa.schema.CreateTable(table, if_not_exists=True))
+        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+            ddl(sa.schema.CreateIndex(index, if_not_exists=True))
+
+
+#: Every migration, in order.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "create the meta, counter, checkpoints and tags tables", _create_v1),
+)
+assert MIGRATIONS[-1].version == SCHEMA_VERSION
+
+
+def read_meta(s: Session, st: Statements) -> dict[str, str] | None:
+    """The meta table as a dict, or ``None`` if there is no meta table."""
+    if not dialects.table_exists(s, st.t.meta):
+        return None
+    return {str(name): str(value) for name, value in s.rows(st.read_meta)}
+
+
+def parse_version(meta: dict[str, str] | None, where: str) -> int | None:
+    """The schema version; ``None`` without a meta table, 0 if it is empty.
+
+    An empty meta table is a creation that was interrupted after its DDL, which
+    on MySQL commits by itself; version 1 is then applied again (idempotently).
+    """
+    if meta is None:
+        return None
+    if not meta:
+        return 0
+    raw = meta.get("schema_version")
+    if raw is None or not raw.isdigit():
+        raise StoreFormatError(
+            f"{where}: the meta table has no valid schema_version; it is not a "
+            "statekeeper store (choose another table_prefix)"
+        )
+    return int(raw)
+
+
+def apply_migration(s: Session, st: Statements, migration: Migration, where: str) -> None:
+    """Apply one migration in the current transaction, under the migration lock."""
+    tables = st.t
+    dialects.create_schema(s, tables)
+    current = parse_version(read_meta(s, st), where)
+    if current is not None and current >= migration.version:
+        return  # another process got here first
+    if current is None:
+        taken = [t.name for t in tables.all if dialects.table_exists(s, t)]
+        if taken:
+            raise StoreFormatError(
+                f"{where}: table(s) {', '.join(taken)} exist but are not a "
+                "statekeeper store (no meta table); choose another table_prefix"
+            )
+    if (current or 0) != migration.version - 1:
+        raise StoreFormatError(
+            f"{where}: cannot migrate from version {current} to {migration.version}"
+        )
+    migration.apply(tables, lambda element: dialects.run_ddl(s, element))
+    if migration.version == 1:
+        s.run_many(
+            st.insert_meta,
+            [
+                {"name": "schema_version", "value": "1"},
+                {"name": "store_id", "value": secrets.token_hex(16)},
+                {"name": "cursor_key", "value": secrets.token_hex(32)},
+                {"name": "created_at", "value": datetime.now(UTC).isoformat()},
+            ],
+        )
+        s.run(st.insert_counter)
+    else:
+        s.run(
+            tables.meta.update()
+            .where(tables.meta.c.name == "schema_version")
+            .values(value=str(migration.version))
+        )
