@@ -128,11 +128,12 @@ def test_every_command_on_a_memory_store(tmp_path: Path) -> None:
     report = seeded("verify", *url, cwd=tmp_path)
     assert report == {"url": "memory://", "checked": 8, "streams": 3, "ok": True, "problems": []}
     assert seeded("prune", "orders", "--keep-last", "2", *url, cwd=tmp_path) == {
+        "url": "memory://",
         "stream": "orders",
         "keep_last": 2,
         "removed": 3,
     }
-    assert seeded("purge", *url, cwd=tmp_path) == {"removed": 0}
+    assert seeded("purge", *url, cwd=tmp_path) == {"url": "memory://", "removed": 0}
     # memory -> memory copies into a store that ends with the process; it still works
     copied = seeded("copy", "seeded://", "memory://", cwd=tmp_path)
     assert (copied["seen"], copied["copied"], copied["problems"]) == (8, 8, [])

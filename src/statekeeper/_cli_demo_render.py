@@ -78,7 +78,7 @@ async def render_demo(out: Output, store: BaseCheckpointStore, steps: int, kill_
     except DemoFailed as exc:
         out.fail(f"the demo's job failed: {exc}", EXIT_PROBLEM)
     if out.json:
-        out.emit(_as_json(result, safe, resume_pid))
+        out.emit(_as_json(result, resume_pid))
     else:
         _print_summary(out, result, resume_pid)
     return 0 if result.ok else EXIT_PROBLEM
@@ -115,7 +115,7 @@ def _print_summary(out: Output, result: DemoResult, resume_pid: int) -> None:
     out.line(f"  statekeeper verify{hint}")
 
 
-def _as_json(result: DemoResult, safe_url: str, resume_pid: int) -> dict[str, Any]:
+def _as_json(result: DemoResult, resume_pid: int) -> dict[str, Any]:
     resumed = result.resumed_from
     history = []
     for cp in result.history:
@@ -134,7 +134,6 @@ def _as_json(result: DemoResult, safe_url: str, resume_pid: int) -> dict[str, An
             }
         )
     return {
-        "url": safe_url,
         "stream": result.stream,
         "steps": result.steps,
         "kill_after": result.kill_after,

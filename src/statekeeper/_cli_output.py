@@ -81,6 +81,8 @@ class Output:
     stderr: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     #: The store URL this command resolved (with its password: never print it).
     url: str | None = None
+    #: Where the open store lives, safe to print; every JSON result leads with it.
+    store_url: str | None = None
     _secrets: set[str] = field(default_factory=set)
 
     # -- URLs and stores -------------------------------------------------------------
@@ -122,7 +124,12 @@ class Output:
     # -- results ---------------------------------------------------------------------
 
     def emit(self, doc: dict[str, Any]) -> None:
-        """Print ``doc`` as the one JSON document of this command (``--json``)."""
+        """Print ``doc`` as the one JSON document of this command (``--json``).
+
+        Results of a command on one store carry that store's safe ``url`` first.
+        """
+        if self.store_url is not None and "url" not in doc and "error" not in doc:
+            doc = {"url": self.store_url, **doc}
         text = json.dumps(doc, indent=2, ensure_ascii=False, default=_json_default)
         sys.stdout.write(self.scrub(text) + "\n")
         sys.stdout.flush()

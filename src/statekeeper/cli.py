@@ -99,6 +99,7 @@ def _run(
 
         async def main() -> int | None:
             async with store:
+                out.store_url = out.scrub(store.describe())
                 return await body(out, store)
 
         code = asyncio.run(main())
@@ -202,8 +203,8 @@ def info(
         if out.json:
             out.emit(
                 {
-                    "backend": si.backend,
                     "url": out.scrub(si.url),
+                    "backend": si.backend,
                     "store_id": si.store_id,
                     "format_version": si.format_version,
                     "checkpoints": si.checkpoints,
@@ -495,7 +496,6 @@ def verify(
         if out.json:
             out.emit(
                 {
-                    "url": out.safe_url(store.describe()),
                     "checked": result.checked,
                     "streams": result.streams,
                     "ok": not problems,
@@ -546,8 +546,8 @@ def copy(
             if out.json:
                 out.emit(
                     {
-                        "source": out.safe_url(source),
-                        "destination": out.safe_url(destination),
+                        "source": out.scrub(src.describe()),
+                        "destination": out.scrub(dst.describe()),
                         "seen": result.seen,
                         "copied": result.copied,
                         "already_present": result.already_present,
