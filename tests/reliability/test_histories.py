@@ -12,6 +12,7 @@ page items and out-of-commit-order sequences (``statekeeper.testing.history``).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -127,8 +128,24 @@ def test_history_checker_catches_mutant(
 def test_history_checker_catches_serial_sequences_on_postgres(
     backend_factory: Callable[..., Backend], tmp_path: Path
 ) -> None:
-    """Sequences from a bare PostgreSQL SEQUENCE (SERIAL) break commit order; caught."""
-    backend = backend_factory("postgres")
-    with pytest.raises(HistoryViolation, match=r"commit order|sequence"):
-        run_history(backend, tmp_path, duration=4.0, setup="mutants:pg_serial_sequences")
+    """Sequences from a bare PostgreSQL SEQUENCE (SERIAL) break commit order; caught.
+
+    Whether a reader looks while a lower sequence is still uncommitted is a matter
+    of timing, so a clean history gets one more try before the test fails."""
+    found = ""
+    for attempt in range(2):
+        backend = backend_factory("postgres")
+        try:
+            run_history(
+                backend,
+                tmp_path / f"try{attempt}",
+                duration=3.0,
+                setup="mutants:pg_serial_sequences",
+            )
+        except HistoryViolation as exc:
+            found = str(exc)
+            break
+    assert re.search(r"commit order|sequence", found), (
+        "two histories over SERIAL-style sequences showed no commit-order violation"
+    )
     FIGURES["mutants caught"] += 1
