@@ -57,6 +57,10 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
     opts = statekeeper.open_store("sqlite:///x.db?busy_timeout=2.5&table_prefix=jobs_")
     assert opts.options.busy_timeout == 2.5
     assert "jobs_" in opts.describe()
+    direct = SqlCheckpointStore("sqlite:///x.db?busy_timeout=2.5")
+    assert direct.options.busy_timeout == 2.5
+    with pytest.raises(InvalidOptions, match="both"):
+        SqlCheckpointStore("sqlite:///x.db?busy_timeout=2.5", busy_timeout=1)
 
 
 @pytest.mark.parametrize(

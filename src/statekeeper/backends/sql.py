@@ -151,14 +151,11 @@ class SqlCheckpointStore(BaseCheckpointStore):
         return cast(Self, super().__new__(target))
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
-        super().__init__(**options)
-        self.url = StoreURL.parse(url)
+        parsed = StoreURL.parse(url)
+        # Options may come in the URL's query too; the same option twice is an error.
+        super().__init__(**parsed.merge_options(options))
+        self.url = parsed.with_(query={})
         self.family: Family = _family(self.url)
-        if set(self.url.query):
-            raise InvalidOptions(
-                f"{type(self).__name__}(url) takes options as keywords; use "
-                "statekeeper.open_store() or from_url() for options in the URL"
-            )
         self.table_prefix = self.options.table_prefix
         self._st, self._compiler = _statements(self.table_prefix, self.options.db_schema)
         self.tables = self._st.t
@@ -168,7 +165,7 @@ class SqlCheckpointStore(BaseCheckpointStore):
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
         """Build an unopened store; URL query parameters are options."""
-        return cls(url.with_(query={}), **url.merge_options(options))
+        return cls(url, **options)
 
     def describe(self) -> str:
         where = self.url.with_(password=None, query={}).render()
