@@ -169,10 +169,11 @@ def demo(
         ),
     ] = None,
 ) -> None:
-    """Run a job that checkpoints every step, SIGKILL it half way, resume it from get_latest.
+    """Run a job, SIGKILL it half way, resume it from get_latest.
 
-    The job runs in a real child process; each run uses a new stream named
-    demo-<time>-<random>, so the demo can run again and old runs stay for inspection.
+    The job saves a checkpoint after each step and runs in a real child process.
+    Each run uses a new stream named demo-<time>-<random>, so the demo can run again
+    and old runs stay for inspection.
     """
     from ._cli_demo_render import render_demo
 
@@ -195,7 +196,7 @@ def demo(
 def info(
     ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
 ) -> None:
-    """Backend, format version, store id, counts and the sequence high-water mark."""
+    """Show the backend, format, store id, counts and high-water mark."""
 
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         si = await store.info()
@@ -245,7 +246,7 @@ def streams(
         int, typer.Option(min=1, help="Stop counting a stream's checkpoints here.")
     ] = 10_000,
 ) -> None:
-    """Stream names with their checkpoint counts and newest checkpoint, a page at a time."""
+    """List streams with their counts and latest checkpoint."""
     from ._cli_ops import summarise_stream
 
     async def body(out: Output, store: BaseCheckpointStore) -> None:
@@ -315,7 +316,10 @@ def ls(
     ] = None,
     with_state: Annotated[bool, typer.Option(help="Include each state in --json output.")] = False,
 ) -> None:
-    """List checkpoints a page at a time; unreadable ones are shown in their own table."""
+    """List checkpoints a page at a time, newest first by default.
+
+    Unreadable checkpoints are left out and shown in their own table (exit 1).
+    """
     tags = _parse_tags(tag)
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
@@ -443,7 +447,7 @@ def show(
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """One checkpoint, strictly: its header and its state, pretty-printed."""
+    """Show one checkpoint, strictly: its header and its state."""
 
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         _show_checkpoint(out, store, await store.load(checkpoint_id))
@@ -459,9 +463,10 @@ def latest(
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """The newest checkpoint of STREAM, strictly: exit 1 if it cannot be decoded.
+    """Show the newest checkpoint of a stream, strictly.
 
-    It never falls back to an older checkpoint. Exit 1 as well if the stream is empty.
+    Exit 1 if it cannot be decoded: it never falls back to an older checkpoint.
+    Exit 1 as well if the stream has no checkpoints.
     """
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
@@ -484,7 +489,11 @@ def latest(
 def verify(
     ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
 ) -> None:
-    """Read every checkpoint (tolerant list, strict load, strict latest); exit 1 if any is bad."""
+    """Read every checkpoint; exit 1 if any is corrupt or undecodable.
+
+    Three reads: a tolerant list of the whole store, a strict load of each
+    checkpoint, and a strict get_latest of each stream.
+    """
     from ._cli_ops import verify_store
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
@@ -523,8 +532,9 @@ def copy(
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Copy every live checkpoint of SRC into DST, oldest first; safe to re-run.
+    """Copy every checkpoint of store SRC into store DST, in order.
 
+    Safe to re-run.
     Ids, streams, timestamps, etags, parent links, tags, metadata and expiry are kept;
     relative order is kept. Checkpoints already in DST (same id, stream and etag) are
     skipped; a different one with the same id is reported as a conflict (exit 1).
@@ -575,12 +585,14 @@ def copy(
 def prune(
     ctx: typer.Context,
     stream: Annotated[str, typer.Argument(help="Stream name.")],
-    keep_last: Annotated[int, typer.Option(min=0, help="How many of the newest to keep.")],
+    keep_last: Annotated[
+        int, typer.Option(min=0, help="How many of the newest to keep (0: none).")
+    ],
     url: UrlOpt = None,
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Delete all but the newest --keep-last checkpoints of STREAM (0 deletes the stream)."""
+    """Delete all but the newest N checkpoints of a stream."""
 
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         removed = await store.prune(stream, keep_last=keep_last)
@@ -596,7 +608,7 @@ def prune(
 def purge(
     ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
 ) -> None:
-    """Remove expired checkpoints for good and reclaim their space."""
+    """Remove expired checkpoints for good."""
 
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         removed = await store.purge_expired()
