@@ -311,7 +311,10 @@ class BaseCheckpointStore(ABC):
             check_id(parent_id, what="parent_id")
         clean_tags = check_tags(tags)
         ttl_s = self._check_ttl(ttl)
-        clean_meta = self.codec.check_metadata(dict(metadata) if metadata is not None else {})
+        meta: Any = {} if metadata is None else metadata
+        # check_metadata refuses a non-mapping with CheckpointEncodeError; calling
+        # dict() on it first would raise a bare TypeError, or accept a list of pairs.
+        clean_meta = self.codec.check_metadata(dict(meta) if isinstance(meta, Mapping) else meta)
         state_bytes = self.codec.encode(state)
         now = self.now()
         record = NewRecord(
