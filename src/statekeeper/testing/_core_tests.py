@@ -4,11 +4,13 @@ and the store lifecycle."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from .._protocol import BaseCheckpointStore
+from ..backends.memory import MemoryCheckpointStore
 from ..errors import (
     CheckpointNotFound,
     InvalidQuery,
@@ -285,6 +287,35 @@ class CoreTests(KitBase):
                 assert stamp.utcoffset() is not None
                 assert stamp.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
             assert got.expires_at is None
+
+    @asyncio_test
+    async def test_import_checkpoint_keeps_the_header_and_gets_a_new_sequence(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        """What ``statekeeper copy`` relies on: an imported checkpoint keeps its id,
+        timestamps, etag, parent, tags and metadata, and is ordered by its new sequence."""
+        local = await store.save("job", {"n": "local"})
+        # Copied from the past: a backend ordering by timestamp would put it first.
+        async with MemoryCheckpointStore(
+            clock=FakeClock(datetime(2001, 1, 1, tzinfo=UTC))
+        ) as source:
+            parent = await source.save("job", {"n": 0}, id="p-1")
+            original = await source.save(
+                "job", {"n": 1}, parent_id="p-1", tags={"k": "v"}, metadata={"m": [1]}
+            )
+        await store.import_checkpoint(parent, parent.state)
+        copied = await store.import_checkpoint(original, original.state)
+        assert copied.sequence > local.sequence, "an import gets a new sequence in this store"
+        loaded = await store.load(original.id)
+        assert loaded.header() == copied.header()
+        for name in ("id", "stream", "created_at", "updated_at", "etag", "parent_id", "tags"):
+            assert getattr(loaded, name) == getattr(original, name), name
+        assert (loaded.metadata, loaded.state) == ({"m": [1]}, {"n": 1})
+        latest = await store.get_latest("job")
+        assert latest is not None
+        assert latest.id == original.id, "order is by sequence, not by the copied timestamps"
+        with pytest.raises(PreconditionFailed):
+            await store.import_checkpoint(original, original.state)
 
     # -- S6: update -------------------------------------------------------------------
 

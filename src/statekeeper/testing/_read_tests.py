@@ -244,9 +244,11 @@ class ReadTests(KitBase):
             {"nan": float("nan")},
             {"$sk": "reserved"},
             {"nested": {1: "non-str key"}},
+            "not a mapping",
+            [("looks", "like pairs")],
         ):
             with pytest.raises(CheckpointEncodeError):
-                await store.save("job", {}, metadata=metadata)
+                await store.save("job", {}, metadata=metadata)  # type: ignore[arg-type]
         assert await store.list_streams() == []
 
     @asyncio_test
