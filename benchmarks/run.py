@@ -60,16 +60,17 @@ def settings_for(args: argparse.Namespace) -> Settings:
             populate_cap=120.0,
             writer_processes=4,
             writer_saves=25,
+            rss_pass=False,
         )
     else:
         settings = Settings(
             sizes=[1_000, 10_000, 100_000],
             noise_ratio=1.0,
-            op_budget=Budget(reps=200, seconds=2.0),
-            list_budget=Budget(reps=7, seconds=8.0, min_reps=3),
-            save_budget=Budget(reps=200, seconds=2.5),
+            op_budget=Budget(reps=150, seconds=1.2),
+            list_budget=Budget(reps=5, seconds=6.0, min_reps=1),
+            save_budget=Budget(reps=150, seconds=1.5),
             call_cap=10.0,
-            list_cap=30.0,
+            list_cap=40.0,
             populate_cap=420.0,
             writer_processes=4,
             writer_saves=200,
@@ -89,6 +90,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-writers", action="store_true", help="skip the 4-writer workload")
     parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="re-render the report and plots from a raw JSON of an earlier run (no measuring)",
+    )
     return parser.parse_args(argv)
 
 
@@ -103,12 +109,36 @@ async def record_size() -> bytes:
         return bytes(await store.backdoor_read_raw(cp.id))
 
 
+def rerender(args: argparse.Namespace) -> Path:
+    """Write the report again from a run's raw JSON (for changes to the report only)."""
+    raw = json.loads(args.from_json.read_text())
+    settings = settings_for(args)
+    for key, value in raw["settings"].items():
+        setattr(settings, key, value)
+    results = Results()
+    for key, value in raw.items():
+        if hasattr(results, key):
+            setattr(results, key, _int_keys(value))
+    output = args.output or _default_output(raw["meta"]["mode"] == "quick")
+    write_outputs(output, args.from_json.parent, results, settings, raw["machine"], raw["meta"])
+    return output
+
+
+def _int_keys(value: Any) -> Any:
+    """JSON turned the size keys into strings; turn them back."""
+    if isinstance(value, dict):
+        return {(int(k) if k.isdigit() else k): _int_keys(v) for k, v in value.items()}
+    return value
+
+
+def _default_output(quick: bool) -> Path:
+    return ROOT / "benchmarks/results/raw/quick.md" if quick else ROOT / "docs/benchmarks.md"
+
+
 async def main(args: argparse.Namespace) -> Path:
     settings = settings_for(args)
     mode = "quick" if args.quick else "full"
-    output: Path = args.output or (
-        ROOT / "benchmarks/results/raw/quick.md" if args.quick else ROOT / "docs/benchmarks.md"
-    )
+    output: Path = args.output or _default_output(args.quick)
     raw_dir = ROOT / "benchmarks/results/raw"
     os.makedirs(raw_dir, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="skbench-", dir=args.workdir))
@@ -169,7 +199,12 @@ def write_outputs(
     raw = {
         "meta": meta,
         "machine": machine,
-        "settings": {"sizes": settings.sizes, "noise_ratio": settings.noise_ratio},
+        "settings": {
+            "sizes": settings.sizes,
+            "noise_ratio": settings.noise_ratio,
+            "writer_processes": settings.writer_processes,
+            "writer_saves": settings.writer_saves,
+        },
         **vars(results),
     }
     (raw_dir / f"{output.stem}.json").write_text(json.dumps(raw, indent=1, default=str))
@@ -182,4 +217,8 @@ def _command() -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args(sys.argv[1:])))
+    arguments = parse_args(sys.argv[1:])
+    if arguments.from_json:
+        rerender(arguments)
+    else:
+        asyncio.run(main(arguments))

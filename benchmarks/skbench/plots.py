@@ -27,7 +27,8 @@ def make_plots(results: Results, sizes: list[int], directory: Path) -> dict[str,
         if not rows:
             continue
         fig, ax = plt.subplots(figsize=(8.5, 5.5), dpi=110)
-        for row in rows:
+        palette = plt.get_cmap("tab20")
+        for index, row in enumerate(rows):
             points = [(n, cell["stat"]) for n in sizes if "stat" in (cell := rows[row].get(n, {}))]
             if not points:
                 continue
@@ -45,6 +46,9 @@ def make_plots(results: Results, sizes: list[int], directory: Path) -> dict[str,
                 linestyle="-" if ours else "--",
                 linewidth=2.0 if ours else 1.2,
                 capsize=3,
+                # dark shades first, then their light twins: 20 distinct colours
+                color=palette((2 * index) % 20 + (2 * index) // 20),
+                elinewidth=0.8,
             )
         ax.set_xscale("log")
         ax.set_yscale("log")

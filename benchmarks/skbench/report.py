@@ -16,6 +16,14 @@ OP_TITLES = {
     "middle_page": "a page of 20 from the middle of the history, with a cursor",
     "list_all": "list the whole stream",
 }
+OP_SHORT = {
+    "save": "save",
+    "get_latest": "get_latest",
+    "load": "load by id",
+    "first_page": "first page",
+    "middle_page": "middle page",
+    "list_all": "list all",
+}
 PEER_FAMILIES = ("LangGraph", "Agent Framework")
 
 
@@ -35,6 +43,8 @@ def _cell(cell: dict[str, Any] | None, ratio: float | None) -> str:
         f"**{format_seconds(stat['median'])}** "
         f"({format_seconds(stat['p10'])}-{format_seconds(stat['p90'])})"
     )
+    if stat["n"] < 3:
+        text += f" n={stat['n']}"
     if ratio is not None:
         text += f" x{ratio:.2g}"
     return text
@@ -92,10 +102,13 @@ class Report:
             self._header(),
             self._machine(),
             self._stores(),
+            self._summary(),
             "## Results\n\nEach cell: **median** (p10-p90) per call, then xratio against the "
-            "fastest peer of the same class at the same N (reads: in-process memory stores "
-            "against in-memory peers, stores with storage against peers with storage; saves: "
-            "the same durability class). Below 1 means faster than that peer.\n",
+            "fastest peer of the same class at the same N. Reads compare like with like: "
+            "in-process *memory* stores with in-memory peers, *embedded* stores (files, SQLite) "
+            "with embedded peers, *server* stores (PostgreSQL, Redis) with server peers. Saves "
+            "compare within a durability class. Below 1 means faster than that peer. "
+            "`n=` marks a cell with fewer than 3 calls (long listings).\n",
         ]
         for op in ("save", *READ_OPS):
             parts.append(self._op_table(op))
@@ -150,24 +163,69 @@ class Report:
     def _stores(self) -> str:
         lines = [
             "## Stores\n",
-            "| store | package | save durability (what an acknowledged save survives) | notes |",
-            "|---|---|---|---|",
+            "| store | package | save durability (what an acknowledged save survives) "
+            "| shared by processes | notes |",
+            "|---|---|---|---|---|",
         ]
         for name, info in self.r.stores.items():
             package = f"{info['distribution']} {info.get('version') or ''}".strip()
             if info.get("unavailable"):
-                lines.append(f"| {name} | {package} | — | **not run**: {info['unavailable']} |")
+                lines.append(f"| {name} | {package} | — | — | **not run**: {info['unavailable']} |")
                 continue
             modes = "; ".join(
                 f"`{m['label']}`: {m['durability']} ({m['detail']})" for m in info.get("modes", [])
             )
-            lines.append(f"| {name} | {package} | {modes} | {info.get('describe') or ''} |")
+            shared = "yes" if info.get("cross_process") else "no"
+            notes = info.get("describe") or ""
+            lines.append(f"| {name} | {package} | {modes} | {shared} | {notes} |")
         lines.append(
             "\nDurability classes: *power-loss* (fsync or SQLite synchronous=FULL or a "
             "PostgreSQL commit with fsync on), *process-crash* (in the OS page cache: survives "
             "a killed process, not a power cut), *server-memory* (acknowledged by a server "
             "that keeps it in memory only), *process-memory* (gone with the process)."
         )
+        return "\n".join(lines) + "\n"
+
+    def _ratio_at_largest(self, op: str, row: str) -> str:
+        cls = self.comparison_class(op, row)
+        for size in reversed(self.s.sizes):
+            median = self.r.median(op, row, size)
+            best = self.best_peer(op, cls, size)
+            if median is not None and best is not None:
+                peer = best[0].replace("LangGraph ", "").replace("MAF ", "")
+                return f"x{median / best[1]:.2g} vs {peer} @{_k(size)}"
+        return "no peer" if self.r.median(op, row, self.s.sizes[0]) is not None else "—"
+
+    def _summary(self) -> str:
+        ours = [n for n, i in self.r.stores.items() if not self._is_peer(n) and i.get("modes")]
+        if not ours:
+            return ""
+        ops = ("save", *READ_OPS)
+        lines = [
+            "## Summary\n",
+            "statekeeper's median against the fastest comparable peer, at the largest N "
+            "where both were measured (below 1: statekeeper is faster). Details, spreads "
+            "and every N are in the tables below.\n",
+            "| store | " + " | ".join(OP_SHORT[op] for op in ops) + " |",
+            "|---|" + "---|" * len(ops),
+        ]
+        for store in ours:
+            cells = []
+            for op in ops:
+                if op == "save":
+                    modes = self.r.stores[store]["modes"]
+                    rows = (
+                        [store] if len(modes) == 1 else [f"{store} ({m['label']})" for m in modes]
+                    )
+                    parts = [
+                        (f"{row[len(store) + 2 : -1]}: " if row != store else "")
+                        + self._ratio_at_largest(op, row)
+                        for row in rows
+                    ]
+                    cells.append("<br>".join(parts))
+                else:
+                    cells.append(self._ratio_at_largest(op, store))
+            lines.append(f"| {store} | " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
 
     def _op_table(self, op: str) -> str:
@@ -204,10 +262,10 @@ class Report:
         sizes = self.s.sizes
         lines = [
             "### peak memory while listing the whole stream\n",
-            "Python heap peak (tracemalloc) during one full listing; in brackets the growth "
-            "of the process's peak RSS during a separate, untraced listing (includes C "
-            "buffers such as libpq result sets and the SQLite page cache; approximate, "
-            "since freed memory is reused).\n",
+            "Python heap peak (tracemalloc) during one full listing; in brackets (full runs) "
+            "the growth of the process's peak RSS during a separate, untraced listing "
+            "(includes C buffers such as libpq result sets and the SQLite page cache; "
+            "approximate, since freed memory is reused).\n",
             "| store | " + " | ".join(f"N={_k(n)}" for n in sizes) + " |",
             "|---|" + "---|" * len(sizes),
         ]

@@ -48,6 +48,7 @@ class Settings:
     populate_cap: float  # seconds to populate one size above which a store is left out
     writer_processes: int
     writer_saves: int
+    rss_pass: bool = True  # also measure peak RSS during a separate, untraced listing
     only: list[str] = field(default_factory=list)
 
 
@@ -336,12 +337,14 @@ async def _measure_memory(
             reason = cell.get("skipped") or cell.get("error") or "list_all not measured"
             results.memory.setdefault(adapter.name, {})[size] = {"skipped": reason}
             continue
-        gc.collect()
-        rss_ok = _reset_rss_peak()
-        rss_before = _rss_kib("VmRSS")
-        await adapter.list_all(MAIN_STREAM)
-        hwm = _rss_kib("VmHWM")
-        rss_delta = (hwm - rss_before) * 1024 if rss_ok and hwm and rss_before else None
+        rss_delta = None
+        if settings.rss_pass:
+            gc.collect()
+            rss_ok = _reset_rss_peak()
+            rss_before = _rss_kib("VmRSS")
+            await adapter.list_all(MAIN_STREAM)
+            hwm = _rss_kib("VmHWM")
+            rss_delta = (hwm - rss_before) * 1024 if rss_ok and hwm and rss_before else None
         gc.collect()
         tracemalloc.start()
         try:

@@ -98,7 +98,8 @@ class _Eval:
             f"{speedup:.2f}x faster"
         )
         if size is not None and at != size:
-            figure += f" (N={_k(size)} not measured)"
+            figure += f"; N={_k(size)} not measured in this run"
+            return Target(issue, label, figure, None)
         return Target(issue, label, figure, speedup >= factor)
 
     def memory_flat(self, issue: int, store: str) -> Target:

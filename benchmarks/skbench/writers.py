@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .adapters.base import MAIN_STREAM, WRITERS_STREAM, Adapter, WriterSpec
+from .adapters.base import WRITERS_STREAM, Adapter, WriterSpec
 
 
 @dataclass
@@ -88,51 +88,6 @@ async def _child(spec: WriterSpec, worker: int, saves: int, barrier: Any) -> dic
         "errors": errors,
         "first_error": first_error,
     }
-
-
-async def _populate_child(spec: WriterSpec, mode: str, items: list[tuple[str, int]]) -> Any:
-    adapter = _build(spec)
-    await adapter.attach(mode)
-    try:
-        for stream, step in items:
-            await adapter.save(stream, step, mode)
-    finally:
-        await adapter.detach()
-    return {"ids": adapter.ids, "noise": adapter.noise}
-
-
-def _populate_entry(spec: WriterSpec, mode: str, items: list[tuple[str, int]], queue: Any) -> None:
-    try:
-        queue.put(asyncio.run(_populate_child(spec, mode, items)))
-    except BaseException as exc:
-        queue.put({"fatal": f"{type(exc).__name__}: {exc}"})
-        raise
-
-
-def populate_in_processes(
-    adapter: Adapter, mode: str, plan: list[tuple[str, int]], processes: int
-) -> None:
-    """Untimed bulk load from several processes (for stores whose save is mostly
-    client CPU and round trips, which one process cannot overlap)."""
-    spec = adapter.writer_spec()
-    assert spec is not None, "only cross-process stores populate in processes"
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    children = [
-        ctx.Process(target=_populate_entry, args=(spec, mode, plan[w::processes], queue))
-        for w in range(processes)
-    ]
-    for child in children:
-        child.start()
-    reports = [queue.get(timeout=3600) for _ in children]
-    for child in children:
-        child.join(timeout=60)
-    for report in reports:
-        if "fatal" in report:
-            raise RuntimeError(f"population of {adapter.name} failed: {report['fatal']}")
-        for ident in report["ids"]:
-            adapter.track(MAIN_STREAM, ident)
-        adapter.noise += report["noise"]
 
 
 def _child_entry(spec: WriterSpec, worker: int, saves: int, barrier: Any, queue: Any) -> None:

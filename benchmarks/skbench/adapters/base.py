@@ -17,8 +17,9 @@ from typing import Any, ClassVar, Literal
 
 # What a save has survived once it returned (the durability class it is compared in).
 Durability = Literal["power-loss", "process-crash", "server-memory", "process-memory"]
-# Reads are compared within a kind: in-process memory stores, or stores with storage.
-Kind = Literal["memory", "persistent"]
+# Reads are compared within a kind: in-process memory, embedded storage (files, SQLite)
+# or a database server.
+Kind = Literal["memory", "embedded", "server"]
 
 MAIN_STREAM = "bench-main"
 NOISE_STREAMS = tuple(f"bench-noise-{i:02d}" for i in range(10))

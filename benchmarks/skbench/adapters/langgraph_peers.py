@@ -140,7 +140,7 @@ def _sqlite_durability(value: int) -> tuple[Durability, str]:
 
 class SqliteSaverStore(_SyncLangGraph):
     name = "LangGraph SqliteSaver"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "embedded"
     distribution: ClassVar[str] = "langgraph-checkpoint-sqlite"
     cross_process = True
 
@@ -186,7 +186,7 @@ class SqliteSaverStore(_SyncLangGraph):
 
 class AsyncSqliteSaverStore(_LangGraph):
     name = "LangGraph AsyncSqliteSaver"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "embedded"
     distribution: ClassVar[str] = "langgraph-checkpoint-sqlite"
     cross_process = True
     notes: ClassVar[dict[str, str]] = {
@@ -274,7 +274,7 @@ class PostgresSaverStore(_SyncLangGraph):
     """PostgresSaver in its own schema (its table names are fixed, so a schema isolates it)."""
 
     name = "LangGraph PostgresSaver"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "server"
     distribution: ClassVar[str] = "langgraph-checkpoint-postgres"
     cross_process = True
 

@@ -98,7 +98,7 @@ class MafInMemoryStore(_Maf):
 
 class MafFileStore(_Maf):
     name = "MAF FileCheckpointStorage"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "embedded"
     notes: ClassVar[dict[str, str]] = {
         **_Maf.notes,
         "get_latest": "get_latest: reads and decodes every file in the directory; " + _ORDER,

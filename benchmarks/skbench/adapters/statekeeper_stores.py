@@ -50,8 +50,6 @@ class StatekeeperAdapter(Adapter):
     populate_mode: ClassVar[str | None] = "fast"
     #: Concurrent saves in flight while populating (hides server round trips).
     populate_concurrency: ClassVar[int] = 1
-    #: Processes that populate in parallel (for a save that is mostly client CPU).
-    populate_processes: ClassVar[int] = 1
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,14 +94,6 @@ class StatekeeperAdapter(Adapter):
     async def populate(self, plan: Iterator[tuple[str, int]]) -> None:
         mode = self.populate_mode if self.populate_mode in self.stores else None
         label = mode or self.default_mode().label
-        if self.populate_processes > 1:
-            from ..writers import populate_in_processes
-
-            items = list(plan)
-            if len(items) >= 2000:
-                populate_in_processes(self, label, items, self.populate_processes)
-                return
-            plan = iter(items)
         if self.populate_concurrency <= 1:
             for stream, step in plan:
                 await self.save(stream, step, label)
@@ -203,7 +193,7 @@ class MemoryStore(StatekeeperAdapter):
 
 class FileStore(StatekeeperAdapter):
     name = "statekeeper file"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "embedded"
 
     def _location(self, workdir: Path) -> tuple[str, dict[str, Any]]:
         return f"file://{workdir / 'sk-file'}", {}
@@ -220,7 +210,7 @@ class FileStore(StatekeeperAdapter):
 
 class SqliteStore(StatekeeperAdapter):
     name = "statekeeper sqlite"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "embedded"
 
     def _location(self, workdir: Path) -> tuple[str, dict[str, Any]]:
         return f"sqlite:///{workdir / 'sk.db'}", {}
@@ -237,9 +227,9 @@ class SqliteStore(StatekeeperAdapter):
 
 class PostgresStore(StatekeeperAdapter):
     name = "statekeeper postgresql"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "server"
+    # a few saves in flight overlap their round trips; more only queue on the counter row
     populate_concurrency = 4
-    populate_processes = 4
 
     def _location(self, workdir: Path) -> tuple[str, dict[str, Any]]:
         _reachable(POSTGRES_URL)
@@ -293,7 +283,7 @@ class PostgresStore(StatekeeperAdapter):
 
 class RedisStore(StatekeeperAdapter):
     name = "statekeeper redis"
-    kind: ClassVar[Kind] = "persistent"
+    kind: ClassVar[Kind] = "server"
     populate_concurrency = 16
     populate_mode = None
     #: The local server has no AOF, so durability="full" (the default) would rightly
