@@ -56,7 +56,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
             list_budget=Budget(reps=3, seconds=0.6, min_reps=1, rounds=3),
             save_budget=Budget(reps=30, seconds=0.4, rounds=3),
             call_cap=1.0,
-            list_cap=5.0,
+            list_cap=8.0,
             populate_cap=120.0,
             writer_processes=4,
             writer_saves=25,
