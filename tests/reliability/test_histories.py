@@ -123,10 +123,15 @@ def test_concurrent_history_is_consistent(
 def test_history_checker_catches_mutant(
     bug: str, finding: str, backend_factory: Callable[..., Backend], tmp_path: Path
 ) -> None:
-    backend = backend_factory("snap", bug=bug)
-    with pytest.raises((HistoryViolation, AssertionError)) as info:
-        run_history(backend, tmp_path, duration=3.0)
-    assert finding in str(info.value) or "updates were lost" in str(info.value)
+    found = ""
+    for attempt in range(2):  # a clean history gets one more try: timing decides what is seen
+        backend = backend_factory("snap", bug=bug)
+        try:
+            run_history(backend, tmp_path / f"try{attempt}", duration=3.0)
+        except AssertionError as exc:  # HistoryViolation, or the lost counter increments
+            found = str(exc)
+            break
+    assert finding in found or "updates were lost" in found, found or "no violation found"
     FIGURES["mutants caught"] += 1
 
 
