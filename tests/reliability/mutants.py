@@ -43,7 +43,6 @@ Bug = Literal[
     "none",
     "max_plus_one",  # next sequence = max(existing) + 1: reuses a deleted newest sequence
     "fallback_latest",  # get_latest skips an unreadable newest and returns an older one
-    "no_fsync",  # never fsyncs: acknowledged saves are lost on power loss
     "ignore_checksum",  # the reader does not verify the CRC: corruption reads as data
     "torn_write",  # rewrites the snapshot in place: a crash leaves half a file
     "lost_update",  # compare-and-set checks the etag outside the lock
@@ -127,24 +126,26 @@ class SnapshotStore(MemoryCheckpointStore):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)
-            if self.bug != "no_fsync":
-                os.fsync(fd)
+            os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, self.file)
-        if self.bug != "no_fsync":
-            dfd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
     async def _locked(self, fn: Callable[[], Any], *, write: bool) -> Any:
+        if not write:
+            # the snapshot is replaced by rename, so a reader needs no lock; with it,
+            # readers would queue behind every writer's fsync
+            self._read()
+            return await fn()
         with self._lock:
             self._read()
             result = await fn()
-            if write:
-                self._write()
+            self._write()
             return result
 
     # -- primitives ----------------------------------------------------------------
