@@ -127,11 +127,12 @@ async def test_junk_and_stray_temp_files_are_reported_in_order(store: FileCheckp
     stray = f".{burned.sequence:020d}.0badc0de.tmp"
     (bucket / stray).write_bytes(b"half a record")
     (bucket / "notes.txt").write_text("hello")
+    (bucket / "0123-starts-like-a-record").write_text("hello")
     later = await store.save("job", {"step": 3})
     page = await everything(store)
     assert [cp.id for cp in page.items] == [cp.id for cp in (*saved, later)]
     found = {s.location.rsplit("/", 1)[-1]: s for s in page.skipped}
-    assert set(found) == {"notes.txt", stray}
+    assert set(found) == {"notes.txt", "0123-starts-like-a-record", stray}
     assert "temporary" in found[stray].reason
     assert found[stray].sequence == burned.sequence
     # Strict reads of the stream are unaffected: neither file is in any index.
@@ -149,7 +150,7 @@ async def test_junk_and_stray_temp_files_are_reported_in_order(store: FileCheckp
             cursor = page.next_cursor
         ids = [cp.id for cp in (*saved, later)]
         assert seen == (ids if order == "asc" else ids[::-1])
-        assert len(skipped) == len(set(skipped)) == 2
+        assert len(skipped) == len(set(skipped)) == 3
 
 
 @pytest.mark.asyncio

@@ -160,7 +160,7 @@ class EngineCore:
 
     def where(self, *parts: str) -> str:
         """A path for messages and ``Skipped.location``."""
-        return os.path.join(self.root, *parts)
+        return "/".join((self.root, *parts))
 
     def open_dir(self, parent: int, name: str, *, create: bool) -> int | None:
         """Open subdirectory ``name`` without following a link; ``None`` if missing."""
@@ -267,26 +267,45 @@ class EngineCore:
             expect_sequence=seq,
         )
 
-    def load_record(self, seq: int, cid: str) -> tuple[StoredRecord, bytes] | None:
+    def load_record(
+        self, seq: int, cid: str, dirs: dict[int, int] | None = None
+    ) -> tuple[StoredRecord, bytes] | None:
         """Read and verify record ``seq``/``cid``: ``None`` if missing, else the record
-        and its bytes; :class:`CheckpointDecodeError` naming it if unreadable."""
-        try:
-            bucket = self.bucket(seq)
-        except IndexDamaged as exc:
-            raise self.decode_error(str(exc), seq, cid) from None
+        and its bytes; :class:`CheckpointDecodeError` naming it if unreadable.
+
+        ``dirs`` keeps bucket descriptors open across the records of one call (a page
+        of one stream is mostly in one or two buckets); the caller closes them with
+        :meth:`close_dirs`.
+        """
+        number = fmt.bucket_of(seq)
+        bucket = dirs.get(number) if dirs is not None else None
+        owned = bucket is None
         if bucket is None:
-            return None
+            try:
+                bucket = self.bucket(seq)
+            except IndexDamaged as exc:
+                raise self.decode_error(str(exc), seq, cid) from None
+            if bucket is None:
+                return None
+            if dirs is not None and not self._holding():
+                dirs[number] = bucket
+                owned = False
         try:
             data = self.read_file(bucket, fmt.record_name(seq, cid))
         except RecordProblem as exc:
             raise self.decode_error(exc.reason, seq, cid) from None
-        except IndexDamaged as exc:
-            raise self.decode_error(str(exc), seq, cid) from None
         finally:
-            self.close_bucket(bucket)
+            if owned:
+                self.close_bucket(bucket)
         if data is None:
             return None
         return self.decode(data, seq, cid), data
+
+    def close_dirs(self, dirs: dict[int, int]) -> None:
+        for fd in dirs.values():
+            with contextlib.suppress(OSError):
+                self.io.close(fd)
+        dirs.clear()
 
     def decode_error(self, reason: str, seq: int, cid: str) -> CheckpointDecodeError:
         return CheckpointDecodeError(

@@ -182,12 +182,21 @@ class StreamIndex:
     def slot(self, i: int) -> fmt.Slot:
         return self.read(i, 1)[0]
 
+    def seq_at(self, i: int) -> int:
+        """The sequence of slot ``i`` without checking the slot: safe for searching,
+        because a slot's sequence never changes once the slot is within the file
+        size a reader saw (appends land beyond it, rewrites replace the file)."""
+        raw = read_exact(self.io, self.fd, 8, self._offset(i))
+        if len(raw) != 8:
+            raise IndexDamaged(f"streams/{self.name}: slot {i} is cut short")
+        return int.from_bytes(raw, "little")
+
     def bisect(self, seq: int, *, right: bool) -> int:
         """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``."""
         lo, hi = 0, self.count
         while lo < hi:
             mid = (lo + hi) // 2
-            s = self.slot(mid).seq
+            s = self.seq_at(mid)
             if s < seq or (right and s == seq):
                 lo = mid + 1
             else:

@@ -9,6 +9,9 @@ reported as such, never papered over with an older checkpoint.
 
 from __future__ import annotations
 
+import bisect
+import heapq
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -73,10 +76,19 @@ class ReadsMixin(EngineCore):
     def _latest_in(
         self, idx: StreamIndex, stream: str, now: datetime, now_us: int
     ) -> StoredRecord | None:
+        dirs: dict[int, int] = {}
+        try:
+            return self._latest_walk(idx, stream, now, now_us, dirs)
+        finally:
+            self.close_dirs(dirs)
+
+    def _latest_walk(
+        self, idx: StreamIndex, stream: str, now: datetime, now_us: int, dirs: dict[int, int]
+    ) -> StoredRecord | None:
         for pos, slot in idx.walk(idx.count - 1, -1):
             if not slot.live or slot.expired(now_us):
                 continue
-            got = self.load_record(slot.seq, slot.cid)
+            got = self.load_record(slot.seq, slot.cid, dirs)
             if got is None:
                 if self._slot_changed(idx, pos, slot):
                     raise _Retry
@@ -162,6 +174,15 @@ class ReadsMixin(EngineCore):
             return self._scan_index(idx, query)
 
     def _scan_index(self, idx: StreamIndex, q: ScanQuery) -> list[StoredRecord | Skipped]:
+        dirs: dict[int, int] = {}
+        try:
+            return self._scan_slots(idx, q, dirs)
+        finally:
+            self.close_dirs(dirs)
+
+    def _scan_slots(
+        self, idx: StreamIndex, q: ScanQuery, dirs: dict[int, int]
+    ) -> list[StoredRecord | Skipped]:
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.bisect(q.bound, right=True)), 1
         else:
@@ -173,7 +194,7 @@ class ReadsMixin(EngineCore):
             if not slot.live or slot.expired(now_us):
                 continue
             try:
-                got = self.load_record(slot.seq, slot.cid)
+                got = self.load_record(slot.seq, slot.cid, dirs)
             except CheckpointDecodeError as exc:
                 out.append(skipped_from(exc, slot.cid, slot.seq))
             else:
@@ -230,36 +251,31 @@ class ReadsMixin(EngineCore):
         base = bucket * fmt.BUCKET_SIZE
         asc = q.order == "asc"
 
-        def in_range(seq: int) -> bool:
-            return q.bound is None or (seq > q.bound if asc else seq < q.bound)
-
         try:
             bfd = self.open_dir(self.fd("records"), bname, create=False)
         except IndexDamaged as exc:
-            if in_range(base):
+            if q.bound is None or (base > q.bound if asc else base < q.bound):
                 out.append(self._skipped(base, None, f"{fmt.RECORDS_DIR}/{bname}", str(exc)))
             return
         if bfd is None:
             return
         try:
-            entries: list[tuple[int, int, str, str | None]] = []
-            for name in self.io.listdir(bfd):
-                parsed = fmt.parse_record_name(name)
-                if parsed is not None:
-                    seq, kind, cid = parsed[0], 0, parsed[1]
-                elif (tseq := fmt.parse_temp_name(name)) is not None:
-                    seq, kind, cid = tseq, 1, None
-                else:
-                    seq, kind, cid = base, 2, None
-                if in_range(seq):
-                    entries.append((seq, kind, name, cid))
-            entries.sort(reverse=not asc)
-            for seq, kind, name, cid in entries:
+            # Where a name carries no sequence, report it next to its neighbour (or at
+            # the edge of the range) so positions never go backwards within a page.
+            last = (
+                (q.bound + 1 if q.bound is not None else base)
+                if asc
+                else (q.bound - 1 if q.bound is not None else base + fmt.BUCKET_SIZE - 1)
+            )
+            for found, kind, name in _bucket_entries(self.io.listdir(bfd), base, q.bound, asc):
                 if len(out) >= q.limit:
                     return
+                seq = last if found is None else found
+                last = seq
                 location = f"{fmt.RECORDS_DIR}/{bname}/{name}"
-                if kind == 0 and cid is not None:
-                    self._scan_record(bfd, name, seq, cid, q, out, bucket)
+                parsed = fmt.parse_record_name(name) if kind == 0 else None
+                if parsed is not None:
+                    self._scan_record(bfd, name, seq, parsed[1], q, out, bucket)
                 elif kind == 1:
                     if self._stray_temp(bfd, name, location):
                         out.append(
@@ -415,6 +431,41 @@ class ReadsMixin(EngineCore):
             reason=reason,
             error=CheckpointDecodeError.__name__,
         )
+
+
+def _bucket_entries(
+    names: list[str], base: int, bound: int | None, asc: bool
+) -> Iterator[tuple[int | None, int, str]]:
+    """``(sequence, kind, name)`` of a bucket's files beyond ``bound``, in order;
+    kind 0 is a record file name, 1 a temp file, 2 anything else (its sequence is
+    ``None`` when its name carries none: the caller places it where it appears).
+
+    A bucket holds up to 1000 names and a page needs about 20, so the names are
+    sorted (record names sort by sequence: 20 digits, then ``.``) and cut at the
+    bound by bisection; only what the page consumes is looked at in Python.
+    """
+    names.sort()
+    lo, hi = bisect.bisect_left(names, "0"), bisect.bisect_left(names, ":")
+    digits = names[lo:hi]
+    others: list[tuple[str, int, str]] = []
+    for name in names[:lo] + names[hi:]:
+        tseq = fmt.parse_temp_name(name)
+        others.append((f"{tseq if tseq is not None else base:020d}", 1 if tseq else 2, name))
+    key = None if bound is None else f"{bound:020d}"
+    if asc:
+        start = 0 if key is None else bisect.bisect_right(digits, key + "/")
+        records: Iterator[str] = iter(digits[start:])
+        others = sorted(e for e in others if key is None or e[0] > key)
+    else:
+        end = len(digits) if key is None else bisect.bisect_left(digits, key)
+        records = reversed(digits[:end])
+        others = sorted((e for e in others if key is None or e[0] < key), reverse=True)
+    keyed = ((name[:20], 0, name) for name in records)
+    for k, kind, name in heapq.merge(keyed, others, reverse=not asc):
+        if kind == 0 and not (k.isdigit() and fmt.parse_record_name(name)):
+            yield (int(k) if k.isdigit() else None), 2, name
+        else:
+            yield int(k), kind, name
 
 
 def _wanted(record: StoredRecord, q: ScanQuery) -> bool:
