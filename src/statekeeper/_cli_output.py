@@ -22,7 +22,9 @@ from datetime import datetime
 from typing import Any, NoReturn
 from urllib.parse import quote, quote_plus
 
+from rich import box
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ._protocol import BaseCheckpointStore
@@ -39,13 +41,19 @@ from .errors import (
 from .models import CheckpointHeader, Skipped
 
 __all__ = [
+    "CHECK_NAMES",
     "DEFAULT_URL",
     "EXIT_OK",
     "EXIT_PROBLEM",
     "EXIT_USAGE",
     "CliError",
     "Output",
+    "compact_table",
+    "count",
     "header_json",
+    "kv_table",
+    "plain",
+    "problems_table",
     "skipped_json",
     "state_json",
     "when",
@@ -190,6 +198,62 @@ class Output:
             self.emit({"error": error})
         self.stderr.print(Text(f"error: {one_line}", style="bold red"), soft_wrap=True)
         raise SystemExit(code)
+
+
+# -- tables shared by several commands ---------------------------------------------------
+
+
+def compact_table(*columns: str, title: str | None = None, wrap: tuple[str, ...] = ()) -> Table:
+    """A compact table; only the ``wrap`` columns may wrap, so ids stay whole and copyable."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left")
+    for name in columns:
+        wraps = name in wrap
+        table.add_column(name, no_wrap=not wraps, overflow="fold", min_width=8 if wraps else None)
+    return table
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def plain(value: Any) -> str:
+    if isinstance(value, list | tuple | set):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
+    table = compact_table("key", "value", title=title, wrap=("value",))
+    table.show_header = False
+    for key, value in rows:
+        table.add_row(key, Text("-" if value is None else str(value)))
+    return table
+
+
+CHECK_NAMES = {
+    "list": "tolerant list",
+    "load": "strict load",
+    "latest": "strict get_latest",
+    "source": "unreadable in the source",
+    "destination": "refused by the destination",
+    "conflict": "id conflict",
+}
+
+
+def problems_table(out: Output, title: str, problems: list[dict[str, Any]]) -> None:
+    """One card per record: which, where, why. Paths and reasons get the full width."""
+    if not problems:
+        return
+    table = compact_table("", "", title=title, wrap=("",))
+    table.show_header = False
+    table.title_style = "bold red"
+    for p in problems:
+        check = CHECK_NAMES.get(p.get("check", ""), "")
+        which = (p["id"] or "(id unknown)") + (f"  ({check})" if check else "")
+        table.add_row(f"seq {p['sequence'] or '?'}", Text(which, style="bold"))
+        table.add_row("where", Text(out.scrub(p["location"])))
+        table.add_row("why", Text(out.scrub(p["reason"])), end_section=True)
+    out.say(table)
 
 
 # -- JSON shapes shared by several commands -------------------------------------------

@@ -18,14 +18,17 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 from ._cli_output import (
     EXIT_PROBLEM,
     Output,
+    compact_table,
+    count,
     header_json,
+    kv_table,
+    plain,
+    problems_table,
     skipped_json,
     state_json,
     when,
@@ -125,33 +128,6 @@ def _progress(out: Output, label: str, total: int | None) -> tuple[Progress, Cal
     return progress, lambda n: progress.advance(task, n)
 
 
-def _table(*columns: str, title: str | None = None, wrap: tuple[str, ...] = ()) -> Table:
-    """A compact table; only the ``wrap`` columns may wrap, so ids stay whole and copyable."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left")
-    for name in columns:
-        wraps = name in wrap
-        table.add_column(name, no_wrap=not wraps, overflow="fold", min_width=8 if wraps else None)
-    return table
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, list | tuple | set):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
-
-def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
-    table = _table("key", "value", title=title, wrap=("value",))
-    table.show_header = False
-    for key, value in rows:
-        table.add_row(key, Text("-" if value is None else str(value)))
-    return table
-
-
 # -- demo ------------------------------------------------------------------------------
 
 
@@ -226,8 +202,8 @@ def info(
             ("high-water mark", si.high_water_mark),
             ("capabilities", ", ".join(k for k, v in caps.items() if v) or "none"),
         ]
-        rows += [(str(k), out.scrub(_plain(v))) for k, v in si.extra.items()]
-        out.say(_kv_table("store", rows))
+        rows += [(str(k), out.scrub(plain(v))) for k, v in si.extra.items()]
+        out.say(kv_table("store", rows))
 
     _run(ctx, url, json_, debug, body)
 
@@ -259,13 +235,15 @@ def streams(
         if out.json:
             out.emit({"streams": [r.as_json() for r in rows], "next_after_name": next_name})
             return
-        table = _table("stream", "count", "unreadable", "latest created_at (UTC)", wrap=("stream",))
+        table = compact_table(
+            "stream", "count", "unreadable", "latest created_at (UTC)", wrap=("stream",)
+        )
         for r in rows:
-            count = f"{r.checkpoints}" if r.exact else f"{r.checkpoints}+"
+            shown = f"{r.checkpoints}" if r.exact else f"{r.checkpoints}+"
             latest = r.latest_created_at or ("unreadable" if not r.latest_readable else "-")
             table.add_row(
                 Text(r.name),
-                count,
+                shown,
                 str(r.unreadable),
                 Text(latest.replace("T", " ").removesuffix("+00:00")),
             )
@@ -358,7 +336,7 @@ def _render_page(
     columns = ("seq", "id", *(() if stream else ("stream",)), "created_at (UTC)", "tags")
     title = f"stream {stream!r}" if stream else "all streams"
     # created_at may wrap (date / time) so that the stream column keeps some room
-    table = _table(
+    table = compact_table(
         *columns, title=title, wrap=("stream", "tags", *(() if stream else columns[3:4]))
     )
     for cp in page.items:
@@ -376,7 +354,7 @@ def _render_page(
         out.line("no checkpoints")
     if page.skipped:
         skipped = [skipped_json(e) for e in page.skipped]
-        _problems_table(out, "unreadable checkpoints (left out of the listing)", skipped)
+        problems_table(out, "unreadable checkpoints (left out of the listing)", skipped)
     base = (
         "statekeeper ls" + (f" {stream!r}" if stream else "") + f" --order {order} --limit {limit}"
     )
@@ -385,32 +363,6 @@ def _render_page(
         out.line(f"next page:     {base} --after {page.next_cursor}")
     if page.prev_cursor:
         out.line(f"previous page: {base} --before {page.prev_cursor}")
-
-
-_CHECKS = {
-    "list": "tolerant list",
-    "load": "strict load",
-    "latest": "strict get_latest",
-    "source": "unreadable in the source",
-    "destination": "refused by the destination",
-    "conflict": "id conflict",
-}
-
-
-def _problems_table(out: Output, title: str, problems: list[dict[str, Any]]) -> None:
-    """One card per record: which, where, why. Paths and reasons get the full width."""
-    if not problems:
-        return
-    table = _table("", "", title=title, wrap=("",))
-    table.show_header = False
-    table.title_style = "bold red"
-    for p in problems:
-        check = _CHECKS.get(p.get("check", ""), "")
-        which = (p["id"] or "(id unknown)") + (f"  ({check})" if check else "")
-        table.add_row(f"seq {p['sequence'] or '?'}", Text(which, style="bold"))
-        table.add_row("where", Text(out.scrub(p["location"])))
-        table.add_row("why", Text(out.scrub(p["reason"])), end_section=True)
-    out.say(table)
 
 
 def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **extra: Any) -> None:
@@ -434,7 +386,7 @@ def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **
     rows: list[tuple[str, Any]] = [(k, h[k]) for k in fields]
     rows += [("tags", ", ".join(f"{k}={v}" for k, v in cp.tags.items()) or None)]
     rows += [("metadata", JSON.from_data(cp.metadata).text.plain if cp.metadata else None)]
-    out.say(_kv_table(f"checkpoint {cp.id}", rows))
+    out.say(kv_table(f"checkpoint {cp.id}", rows))
     out.say(Text("state", style="bold"))
     out.say(JSON.from_data(state))
 
@@ -512,11 +464,11 @@ def verify(
                 }
             )
         else:
-            _problems_table(out, "corrupt or undecodable checkpoints", problems)
+            problems_table(out, "corrupt or undecodable checkpoints", problems)
             verdict = "all readable" if not problems else f"{len(problems)} unreadable"
             out.line(
-                f"checked {_count(result.checked, 'checkpoint')} in "
-                f"{_count(result.streams, 'stream')}: {verdict}",
+                f"checked {count(result.checked, 'checkpoint')} in "
+                f"{count(result.streams, 'stream')}: {verdict}",
                 "green" if not problems else "bold red",
             )
         return EXIT_PROBLEM if problems else 0
@@ -565,7 +517,7 @@ def copy(
                     }
                 )
             else:
-                _problems_table(out, "not copied", problems)
+                problems_table(out, "not copied", problems)
                 out.line(
                     f"copied {result.copied}, already present {result.already_present}, "
                     f"not copied {len(problems)} (of {result.seen} in the source)",
