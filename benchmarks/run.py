@@ -78,6 +78,8 @@ def settings_for(args: argparse.Namespace) -> Settings:
     if args.sizes:
         settings.sizes = [int(x) for x in args.sizes.split(",")]
     settings.only = [x.strip().lower() for x in args.only.split(",")] if args.only else []
+    if args.deadline_minutes:
+        settings.deadline = time.perf_counter() + 60 * args.deadline_minutes
     return settings
 
 
@@ -90,6 +92,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-writers", action="store_true", help="skip the 4-writer workload")
     parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--deadline-minutes",
+        type=float,
+        help="leave out a size whose bulk load would not fit in the time left (default: none)",
+    )
     parser.add_argument(
         "--from-json",
         type=Path,
@@ -144,6 +151,7 @@ async def main(args: argparse.Namespace) -> Path:
     workdir = Path(tempfile.mkdtemp(prefix="skbench-", dir=args.workdir))
     results = Results()
     started = time.perf_counter()
+    load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     say(results, f"{mode} run, sizes {settings.sizes}, stores under {workdir}")
     adapters = []
     record = await record_size()
@@ -166,6 +174,7 @@ async def main(args: argparse.Namespace) -> Path:
             except Exception as exc:  # cleanup must not hide the run's own error
                 say(results, f"cleanup of {adapter.name} failed: {exc}")
         machine = describe_machine(workdir, POSTGRES_URL, REDIS_URL)
+        machine["load_average_start"] = load_at_start
         if args.keep:
             say(results, f"kept {workdir}")
         else:

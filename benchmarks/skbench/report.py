@@ -145,7 +145,8 @@ class Report:
             "|---|---|",
             f"| CPU | {m['cpu']} |",
             f"| cores (nproc) | {m['nproc']}, shared with other work during the run "
-            f"(load average at the end: {m.get('load_average', '?')}) |",
+            f"(1/5/15-minute load averages: {m.get('load_average_start', '?')} at the start, "
+            f"{m.get('load_average', '?')} at the end) |",
             f"| memory | {m['memory']} |",
             f"| kernel | {m['kernel']} ({m['os']}) |",
             f"| file system of the stores | {m['filesystem']} |",

@@ -25,9 +25,10 @@ from typing import Any
 from .adapters.base import MAIN_STREAM, NOISE_STREAMS, WRITERS_STREAM, Adapter, StoreUnavailable
 from .floors import Floors, dict_lookup_seconds
 from .timing import Budget, Op, Stat, format_seconds, measure_interleaved
-from .writers import run_writers
+from .writers import BulkLoad, run_writers
 
 READ_OPS = ("get_latest", "load", "first_page", "middle_page", "list_all")
+BULK_MIN = 5_000  # below this a child process costs more than it saves
 FLOOR = "floor: "  # op-dict key prefix: floors run in the same rounds as the stores
 ADAPTER_MODULES = (
     "skbench.adapters.statekeeper_stores",
@@ -49,6 +50,9 @@ class Settings:
     writer_processes: int
     writer_saves: int
     rss_pass: bool = True  # also measure peak RSS during a separate, untraced listing
+    #: perf_counter() time by which the run should be done; a size whose population
+    #: is projected to eat more than 40% of what is left is left out (with the reason)
+    deadline: float | None = None
     only: list[str] = field(default_factory=list)
 
 
@@ -203,19 +207,40 @@ async def run_sizes(
     for size in settings.sizes:
         noise = int(size * settings.noise_ratio)
         live = [a for a in live if _fits(settings, a, size, noise, previous, results)]
-        for adapter in live:
-            started = time.perf_counter()
-            before = adapter.count + adapter.noise
-            await adapter.populate(_plan(adapter, size, noise))
-            await adapter.after_populate()
-            spent = time.perf_counter() - started
-            added = adapter.count + adapter.noise - before
-            results.populate.setdefault(adapter.name, {})[size] = spent / max(added, 1)
-            say(results, f"N={size}: {adapter.name} populated +{added} in {spent:.1f} s")
+        if not live:
+            break
+        await _populate(live, size, noise, results)
         await _measure_reads(settings, live, size, previous, floors, results)
         await _measure_memory(settings, live, size, results)
         await _measure_saves(settings, live, size, floors, results)
         previous = size
+
+
+async def _populate(live: list[Adapter], size: int, noise: int, results: Results) -> None:
+    """Bulk-load every store to ``size`` (+ noise): shared stores each in a child
+    process, side by side, while the in-process stores fill here."""
+    started = time.perf_counter()
+    loads: list[tuple[Adapter, BulkLoad]] = []
+    for adapter in live:
+        items = list(_plan(adapter, size, noise))
+        if adapter.writer_spec() is not None and len(items) >= BULK_MIN:
+            loads.append((adapter, BulkLoad(adapter, items)))
+            continue
+        t0 = time.perf_counter()
+        await adapter.populate(iter(items))
+        _log_population(results, adapter, size, len(items), time.perf_counter() - t0)
+    for adapter, load in loads:
+        _log_population(results, adapter, size, load.items, load.finish())
+    for adapter in live:
+        await adapter.after_populate()
+    say(results, f"N={size}: populated in {time.perf_counter() - started:.1f} s")
+
+
+def _log_population(
+    results: Results, adapter: Adapter, size: int, added: int, spent: float
+) -> None:
+    results.populate.setdefault(adapter.name, {})[size] = spent / max(added, 1)
+    say(results, f"N={size}: {adapter.name} +{added} in {spent:.1f} s")
 
 
 def _fits(
@@ -231,12 +256,17 @@ def _fits(
     scale = size / previous
     reasons = []
     per_save = results.populate.get(adapter.name, {}).get(previous)
+    cap, what = settings.populate_cap, "population budget"
+    if settings.deadline is not None:
+        left = 0.4 * (settings.deadline - time.perf_counter())
+        if left < cap:
+            cap, what = max(left, 0.0), "share of the run's remaining time"
     if per_save is not None:
         projected = per_save * ((size - adapter.count) + (noise - adapter.noise))
-        if projected > settings.populate_cap:
+        if projected > cap:
             reasons.append(
                 f"populating to N={size} projected at {projected:.0f} s "
-                f"({format_seconds(per_save)}/save), over the {settings.populate_cap:.0f} s budget"
+                f"({format_seconds(per_save)}/save), over the {cap:.0f} s {what}"
             )
     latest = results.median("get_latest", adapter.name, previous)
     if latest is not None and latest * scale > settings.call_cap:

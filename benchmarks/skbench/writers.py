@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .adapters.base import WRITERS_STREAM, Adapter, WriterSpec
+from .adapters.base import MAIN_STREAM, WRITERS_STREAM, Adapter, WriterSpec
 
 
 @dataclass
@@ -88,6 +88,67 @@ async def _child(spec: WriterSpec, worker: int, saves: int, barrier: Any) -> dic
         "errors": errors,
         "first_error": first_error,
     }
+
+
+async def _bulk_child(
+    spec: WriterSpec, state: dict[str, Any], items: list[tuple[str, int]]
+) -> dict[str, Any]:
+    adapter = _build(spec)
+    adapter.import_state(state)
+    await adapter.attach(adapter.populate_label())
+    started = time.perf_counter()
+    try:
+        await adapter.populate(iter(items))
+    finally:
+        await adapter.detach()
+    return {
+        "ids": adapter.ids,
+        "noise": adapter.noise,
+        "state": adapter.export_state(),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _bulk_entry(
+    spec: WriterSpec, state: dict[str, Any], items: list[tuple[str, int]], queue: Any
+) -> None:
+    try:
+        queue.put(asyncio.run(_bulk_child(spec, state, items)))
+    except BaseException as exc:
+        queue.put({"fatal": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+class BulkLoad:
+    """Populate one store from a child process while the parent does other work.
+
+    Only the untimed bulk load runs this way: each store gets its own process, so
+    the stores fill side by side on both cores instead of one after another.
+    """
+
+    def __init__(self, adapter: Adapter, items: list[tuple[str, int]]) -> None:
+        spec = adapter.writer_spec()
+        assert spec is not None, "only stores shared across processes load in a child"
+        self.adapter = adapter
+        self.items = len(items)
+        ctx = mp.get_context("spawn")
+        self.queue = ctx.Queue()
+        self.process = ctx.Process(
+            target=_bulk_entry, args=(spec, adapter.export_state(), items, self.queue)
+        )
+        self.process.start()
+
+    def finish(self) -> float:
+        """Wait for the child; fold its ids and state into the adapter; return seconds."""
+        report = self.queue.get(timeout=7200)
+        self.process.join(timeout=60)
+        if "fatal" in report:
+            raise RuntimeError(f"bulk load of {self.adapter.name} failed: {report['fatal']}")
+        for ident in report["ids"]:
+            self.adapter.track(MAIN_STREAM, ident)
+        self.adapter.noise += report["noise"]
+        self.adapter.import_state(report["state"])
+        return float(report["seconds"])
 
 
 def _child_entry(spec: WriterSpec, worker: int, saves: int, barrier: Any, queue: Any) -> None:

@@ -110,6 +110,19 @@ class Adapter(ABC):
         for stream, step in plan:
             await self.save(stream, step, self.default_mode().label)
 
+    def populate_label(self) -> str | None:
+        """The save mode the bulk load uses (``None``: the default mode)."""
+        return None
+
+    def export_state(self) -> dict[str, Any]:
+        """Client-side state a bulk load in another process must continue from
+        (e.g. each stream's head for a parent-chained checkpoint)."""
+        return {}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`export_state` gave (after a bulk load elsewhere)."""
+        return None
+
     async def after_populate(self) -> None:
         """Untimed: what a store in steady state would have done by now (e.g. ANALYZE)."""
         return None

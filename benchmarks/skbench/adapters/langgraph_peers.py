@@ -78,6 +78,14 @@ class _LangGraph(Adapter):
         self._heads[stream] = (checkpoint["id"], new_version)
         return config, checkpoint, metadata, {"state": new_version}
 
+    def export_state(self) -> dict[str, Any]:
+        return {"heads": dict(self._heads)}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        heads = state.get("heads")
+        if heads is not None:
+            self._heads = {k: tuple(v) if isinstance(v, list) else v for k, v in heads.items()}
+
     def middle_target(self) -> str:
         # ``before=X`` returns ids strictly older than X: skip the newest count//2
         return self.ids[len(self.ids) - self.count // 2]

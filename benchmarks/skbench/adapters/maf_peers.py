@@ -54,6 +54,14 @@ class _Maf(Adapter):
         self._heads[stream] = ident
         return ident
 
+    def export_state(self) -> dict[str, Any]:
+        return {"heads": dict(self._heads)}
+
+    def import_state(self, state: dict[str, Any]) -> None:
+        heads = state.get("heads")
+        if heads is not None:
+            self._heads = {k: tuple(v) if isinstance(v, list) else v for k, v in heads.items()}
+
     async def get_latest(self, stream: str) -> Any:
         return await self.storage.get_latest(workflow_name=stream)
 

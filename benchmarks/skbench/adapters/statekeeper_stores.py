@@ -87,6 +87,10 @@ class StatekeeperAdapter(Adapter):
         """Remove server-side data (files are removed with the work directory)."""
         return None
 
+    def populate_label(self) -> str | None:
+        modes = {m.label for m in self.save_modes()}
+        return self.populate_mode if self.populate_mode in modes else None
+
     @property
     def main(self) -> Any:
         return self.stores[self.default_mode().label]
