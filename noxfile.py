@@ -26,6 +26,9 @@ def _sync(session: nox.Session, *extra: str) -> None:
         "--all-extras",
         "--group",
         "dev",
+        # byte-compile at install: the many subprocess tests otherwise recompile every
+        # import in every child (PYTHONDONTWRITEBYTECODE is common in CI images)
+        "--compile-bytecode",
         *extra,
         env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
         silent=True,
