@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import Backend
+from reliability_support import Backend
+
 from statekeeper.testing.invariants import (
     InvariantViolation,
     Report,

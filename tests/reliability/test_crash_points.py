@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from harness import STRACE, crash_point_sweep
-
-from conftest import FIGURES, Backend
+from reliability_support import FIGURES, Backend
 
 pytestmark = [
     pytest.mark.reliability,

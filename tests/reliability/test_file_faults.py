@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 from fileio_faults import FAULTABLE, FaultyIO, PowerCut, PowerLossIO, RebootedIO
+from reliability_support import FIGURES, backend_available
 
-from conftest import FIGURES, backend_available
 from statekeeper import BaseCheckpointStore
 from statekeeper.errors import CheckpointNotFound, StatekeeperError
 from statekeeper.models import Checkpoint

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from reliability_support import FIGURES, Backend
 
-from conftest import FIGURES, Backend
 from statekeeper.testing.history import (
     History,
     HistoryRecorder,

@@ -33,8 +33,8 @@ import mutants
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_support import FIGURES, Backend
 
-from conftest import FIGURES, Backend
 from statekeeper.codec import Codec
 from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound, InvalidQuery
 from statekeeper.record import StoredRecord

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from harness import kill_loop
+from reliability_support import FIGURES, Backend
 
-from conftest import FIGURES, Backend
 from statekeeper.testing.invariants import InvariantViolation
 
 pytestmark = pytest.mark.reliability
