@@ -57,20 +57,52 @@ pytest.register_assert_rewrite(
 
 if TYPE_CHECKING:
     from ._base import FakeClock, KitColor, KitModel, KitRecord, StoreFactory, assert_same_value
+    from .history import HistoryReport, HistoryViolation, analyze_history, check_history
+    from .invariants import InvariantViolation, Report, Violation, check_invariants, list_all
     from .kit import CheckpointStoreTests
+    from .recording import (
+        Event,
+        History,
+        HistoryRecorder,
+        LoggedOp,
+        LoggedStore,
+        LogWriter,
+        RecordingStore,
+        WriteLog,
+    )
     from .stateful import CheckpointStoreStateMachine, build_state_machine
+    from .workloads import fork_workload, writer_loop
 
 __all__ = [
     "CheckpointStoreStateMachine",
     "CheckpointStoreTests",
+    "Event",
     "FakeClock",
+    "History",
+    "HistoryRecorder",
+    "HistoryReport",
+    "HistoryViolation",
+    "InvariantViolation",
     "KitColor",
     "KitModel",
     "KitRecord",
+    "LogWriter",
+    "LoggedOp",
+    "LoggedStore",
+    "RecordingStore",
+    "Report",
     "StoreFactory",
+    "Violation",
+    "WriteLog",
+    "analyze_history",
     "assert_same_value",
     "build_state_machine",
+    "check_history",
+    "check_invariants",
+    "fork_workload",
+    "list_all",
     "service_url",
+    "writer_loop",
 ]
 
 # Imported lazily so that the pytest plugin (a submodule of this package, loaded in
@@ -85,6 +117,25 @@ _LAZY = {
     "KitRecord": "_base",
     "StoreFactory": "_base",
     "assert_same_value": "_base",
+    "check_invariants": "invariants",
+    "InvariantViolation": "invariants",
+    "Report": "invariants",
+    "Violation": "invariants",
+    "list_all": "invariants",
+    "WriteLog": "recording",
+    "LogWriter": "recording",
+    "LoggedStore": "recording",
+    "LoggedOp": "recording",
+    "History": "recording",
+    "Event": "recording",
+    "HistoryRecorder": "recording",
+    "RecordingStore": "recording",
+    "check_history": "history",
+    "analyze_history": "history",
+    "HistoryReport": "history",
+    "HistoryViolation": "history",
+    "fork_workload": "workloads",
+    "writer_loop": "workloads",
 }
 
 
