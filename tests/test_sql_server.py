@@ -17,8 +17,14 @@ import pytest_asyncio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+import statekeeper
 from sql_helpers import drop_store, finish_children, new_prefix, run_async_in_thread, start_children
-from statekeeper.backends.sql import SqlCheckpointStore
+from statekeeper.backends._sql_server import server_url
+from statekeeper.backends.sql import (
+    MysqlCheckpointStore,
+    PostgresCheckpointStore,
+    SqlCheckpointStore,
+)
 from statekeeper.errors import (
     BackendError,
     PreconditionFailed,
@@ -75,6 +81,26 @@ def pg() -> Iterator[Server]:
     located = Server("postgres")
     yield located
     drop_store(located.url, located.prefix)
+
+
+@pytest.mark.parametrize(
+    ("url", "cls", "sa_driver"),
+    [
+        ("postgresql://u:pw@db.example:5432/app", PostgresCheckpointStore, "postgresql+asyncpg"),
+        ("postgres://u:pw@db.example/app", PostgresCheckpointStore, "postgresql+asyncpg"),
+        ("postgresql+asyncpg://u@db.example/app", PostgresCheckpointStore, "postgresql+asyncpg"),
+        ("mysql://u:pw@db.example:3306/app", MysqlCheckpointStore, "mysql+aiomysql"),
+        ("mariadb://u:pw@db.example/app", MysqlCheckpointStore, "mysql+aiomysql"),
+    ],
+)
+def test_server_urls_pick_the_async_drivers(url: str, cls: type, sa_driver: str) -> None:
+    store = statekeeper.open_store(url, busy_timeout=2)  # nothing connects before open()
+    assert type(store) is cls
+    assert store.capabilities.cross_host
+    assert "pw" not in store.describe() and "db.example" in store.describe()
+    sa_url = server_url(store.url, store.family, store.driver)  # type: ignore[attr-defined]
+    assert sa_url.drivername == sa_driver
+    assert sa_url.password in (None, "pw")  # the driver does get the password
 
 
 # -- S10: sequence order is commit order -----------------------------------------------

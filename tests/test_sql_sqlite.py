@@ -113,6 +113,15 @@ async def test_wal_and_synchronous_follow_durability(
 
 
 @pytest.mark.asyncio
+async def test_echo_logs_each_statement(db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="statekeeper.sql")
+    async with SqlCheckpointStore(f"sqlite:///{db}", echo=True) as store:
+        await store.save("job", 1)
+    assert any("BEGIN IMMEDIATE" in r.getMessage() for r in caplog.records)
+    assert any("INSERT INTO statekeeper_checkpoints" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.asyncio
 async def test_a_file_that_is_not_a_database_is_a_format_error(db: Path) -> None:
     await asyncio.to_thread(db.write_bytes, b"this is not a database" * 100)
     with pytest.raises(StoreFormatError):
