@@ -66,12 +66,12 @@ def settings_for(args: argparse.Namespace) -> Settings:
         settings = Settings(
             sizes=[1_000, 10_000, 100_000],
             noise_ratio=1.0,
-            op_budget=Budget(reps=150, seconds=1.2),
+            op_budget=Budget(reps=150, seconds=1.0),
             list_budget=Budget(reps=5, seconds=6.0, min_reps=1),
-            save_budget=Budget(reps=150, seconds=1.5),
+            save_budget=Budget(reps=150, seconds=1.2),
             call_cap=10.0,
             list_cap=40.0,
-            populate_cap=420.0,
+            populate_cap=900.0,
             writer_processes=4,
             writer_saves=200,
         )

@@ -120,10 +120,11 @@ def _bulk_entry(
 
 
 class BulkLoad:
-    """Populate one store from a child process while the parent does other work.
+    """Populate one store from child processes while the parent does other work.
 
-    Only the untimed bulk load runs this way: each store gets its own process, so
-    the stores fill side by side on both cores instead of one after another.
+    Only the untimed bulk load runs this way: each store gets its own process (or
+    ``adapter.bulk_processes`` of them, each with a slice of the plan), so the stores
+    fill side by side on both cores instead of one after another.
     """
 
     def __init__(self, adapter: Adapter, items: list[tuple[str, int]]) -> None:
@@ -133,22 +134,30 @@ class BulkLoad:
         self.items = len(items)
         ctx = mp.get_context("spawn")
         self.queue = ctx.Queue()
-        self.process = ctx.Process(
-            target=_bulk_entry, args=(spec, adapter.export_state(), items, self.queue)
-        )
-        self.process.start()
+        count = max(1, adapter.bulk_processes)
+        state = adapter.export_state()
+        self.processes = [
+            ctx.Process(target=_bulk_entry, args=(spec, state, items[w::count], self.queue))
+            for w in range(count)
+        ]
+        for process in self.processes:
+            process.start()
 
     def finish(self) -> float:
-        """Wait for the child; fold its ids and state into the adapter; return seconds."""
-        report = self.queue.get(timeout=7200)
-        self.process.join(timeout=60)
-        if "fatal" in report:
-            raise RuntimeError(f"bulk load of {self.adapter.name} failed: {report['fatal']}")
-        for ident in report["ids"]:
-            self.adapter.track(MAIN_STREAM, ident)
-        self.adapter.noise += report["noise"]
-        self.adapter.import_state(report["state"])
-        return float(report["seconds"])
+        """Wait for the children; fold their ids and state into the adapter; return
+        the seconds the slowest one took."""
+        reports = [self.queue.get(timeout=7200) for _ in self.processes]
+        for process in self.processes:
+            process.join(timeout=60)
+        for report in reports:
+            if "fatal" in report:
+                raise RuntimeError(f"bulk load of {self.adapter.name} failed: {report['fatal']}")
+        for report in reports:
+            for ident in report["ids"]:
+                self.adapter.track(MAIN_STREAM, ident)
+            self.adapter.noise += report["noise"]
+            self.adapter.import_state(report["state"])
+        return max(float(report["seconds"]) for report in reports)
 
 
 def _child_entry(spec: WriterSpec, worker: int, saves: int, barrier: Any, queue: Any) -> None:

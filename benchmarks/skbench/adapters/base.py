@@ -67,6 +67,9 @@ class Adapter(ABC):
     notes: ClassVar[dict[str, str]] = {}
     #: Whether several processes may write one store (the 4-writer workload).
     cross_process: ClassVar[bool] = False
+    #: Processes for the untimed bulk load (more than one only where saves commute:
+    #: no client-side chain state, no store-wide write lock).
+    bulk_processes: ClassVar[int] = 1
 
     def __init__(self) -> None:
         self.ids: list[str] = []
