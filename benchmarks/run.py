@@ -71,7 +71,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
             save_budget=Budget(reps=150, seconds=1.2),
             call_cap=10.0,
             list_cap=40.0,
-            populate_cap=900.0,
+            populate_cap=1500.0,
             writer_processes=4,
             writer_saves=200,
         )

@@ -119,6 +119,7 @@ class Report:
             targets_section(self.r, self.s),
             self._plots(images),
             self._skipped(),
+            PEERS_EXPLAINED,
             self._method(),
         ]
         return "\n".join(p for p in parts if p).rstrip() + "\n"
@@ -295,7 +296,10 @@ class Report:
             "stream of a fresh store, started together at a barrier. Throughput is all "
             "saves over the wall time from the first start to the last finish; afterwards "
             "the stream is counted. Stores that cannot be shared across processes are not "
-            "listed.\n",
+            "listed. statekeeper's SQL stores take each sequence from a counter row in the "
+            "save's transaction, so that sequence order is commit order (S10): concurrent "
+            "writers queue on that row, and the PostgreSQL figure is the price of that "
+            "guarantee. The peers promise no such order.\n",
             "| store | throughput | median save latency | errors | saves counted afterwards |",
             "|---|---|---|---|---|",
         ]
@@ -400,6 +404,26 @@ def _mib(value: float | None) -> str:
         return "?"
     return f"{value / 1024 / 1024:.2f} MiB"
 
+
+PEERS_EXPLAINED = """## Why the peers scale as they do (from their source, at the versions above)
+
+- **LangGraph InMemorySaver**: `get_tuple` without an id takes `max()` over the thread's
+  checkpoint ids, and `list` sorts the whole thread before it applies `limit` or `before`,
+  so both grow with the thread.
+- **LangGraph SqliteSaver / AsyncSqliteSaver**: `get_tuple` is one indexed query on
+  `(thread_id, checkpoint_ns, checkpoint_id)`; `list` runs one more query per returned row
+  for its pending writes, which the async saver pays as one thread hop each.
+- **LangGraph PostgresSaver**: its select aggregates each row's channel blobs through a
+  join on `jsonb_each_text(checkpoint -> 'channel_versions')`, which PostgreSQL (analyzed
+  tables) runs as a hash join over all of the thread's blobs, once per returned row: a
+  page or a `get_tuple` costs more as the thread grows.
+- **MAF FileCheckpointStorage**: `get_latest` and every listing read and decode every
+  `*.json` file in the directory, all workflows included, then pick by timestamp; a save
+  writes a temp file and renames it, without fsync.
+- **MAF InMemoryCheckpointStorage**: `get_latest` scans every checkpoint of every workflow;
+  saves and reads deep-copy.
+
+"""
 
 METHOD = """## Method and fairness
 

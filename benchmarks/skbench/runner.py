@@ -51,7 +51,7 @@ class Settings:
     writer_saves: int
     rss_pass: bool = True  # also measure peak RSS during a separate, untraced listing
     #: perf_counter() time by which the run should be done; a size whose population
-    #: is projected to eat more than 40% of what is left is left out (with the reason)
+    #: is projected to eat more than half of what is left is left out (with the reason)
     deadline: float | None = None
     only: list[str] = field(default_factory=list)
 
@@ -258,7 +258,7 @@ def _fits(
     per_save = results.populate.get(adapter.name, {}).get(previous)
     cap, what = settings.populate_cap, "population budget"
     if settings.deadline is not None:
-        left = 0.4 * (settings.deadline - time.perf_counter())
+        left = 0.5 * (settings.deadline - time.perf_counter())
         if left < cap:
             cap, what = max(left, 0.0), "share of the run's remaining time"
     if per_save is not None:
