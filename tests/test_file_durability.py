@@ -66,7 +66,8 @@ class PowerCut(BaseException):
 class SimFS:
     """A :class:`FileIO` over an in-memory tree that forgets what was not fsynced.
 
-    Files and directories only (no links). ``cut_after=n`` cuts the power at the
+    Files and directories only (no links). A power cut keeps each file as of its
+    last fsync, except that half of the very last unsynced write lands (torn). ``cut_after=n`` cuts the power at the
     n-th mutating call: it raises :class:`PowerCut`, and so does every call after.
     """
 
@@ -85,6 +86,8 @@ class SimFS:
         self.mutations = 0
         self.dead = False
         self.trace: list[tuple[str, str]] = []
+        # The last write not yet made durable: a power cut tears it (half lands).
+        self._last_write: tuple[_Node, int, bytes] | None = None
 
     # plumbing ------------------------------------------------------------------------
 
@@ -126,7 +129,11 @@ class SimFS:
             def durable(node: _Node) -> _Node:
                 if node.ino in copies:
                     return copies[node.ino]
-                new = _Node(node.ino, node.is_dir, bytearray(node.synced), node.synced)
+                data = bytearray(node.synced)
+                if self._last_write is not None and self._last_write[0] is node:
+                    _, offset, torn = self._last_write
+                    self._put(_Node(0, False, data), torn[: len(torn) // 2], offset)
+                new = _Node(node.ino, node.is_dir, data, bytes(data))
                 copies[node.ino] = new
                 for name, child in node.synced_entries.items():
                     new.entries[name] = durable(child)
@@ -195,7 +202,8 @@ class SimFS:
             self._step("pread")
             return bytes(self._fds[fd].node.data[offset : offset + size])
 
-    def _put(self, node: _Node, data: bytes, offset: int) -> None:
+    @staticmethod
+    def _put(node: _Node, data: bytes, offset: int) -> None:
         if len(node.data) < offset:
             node.data.extend(bytes(offset - len(node.data)))
         node.data[offset : offset + len(data)] = data
@@ -207,6 +215,7 @@ class SimFS:
             if handle.flags & os.O_APPEND:
                 handle.pos = len(handle.node.data)
             self._put(handle.node, bytes(data), handle.pos)
+            self._last_write = (handle.node, handle.pos, bytes(data))
             handle.pos += len(data)
             return len(data)
 
@@ -215,6 +224,7 @@ class SimFS:
             handle = self._fds[fd]
             self._step("pwrite", handle.name)
             self._put(handle.node, bytes(data), offset)
+            self._last_write = (handle.node, offset, bytes(data))
             return len(data)
 
     def fsync(self, fd: int) -> None:
@@ -235,6 +245,8 @@ class SimFS:
             node.synced_entries = dict(node.entries)
         else:
             node.synced = bytes(node.data)
+            if self._last_write is not None and self._last_write[0] is node:
+                self._last_write = None
 
     def ftruncate(self, fd: int, length: int) -> None:
         with self._mutex:

@@ -104,6 +104,12 @@ class EngineCore:
         self._ids_cache: IdTable | None = None
         self._bucket_cache: dict[int, tuple[int, tuple[int, int]]] = {}
         self._state_cache: tuple[bytes, fmt.State] | None = None
+        # The state generation this process wrote last. If the lock holder finds it
+        # still current, no other process has written since, so the cached
+        # descriptors need no re-validation for this hold (the store drops the cache
+        # entries of files it replaces itself).
+        self._my_gen = -1
+        self._trusted = False
         # Verified stream-index headers by (device, inode, name): readers skip the
         # 4 KiB read and parse. Shared by threads; a plain dict is safe for that.
         self._headers: dict[tuple[int, int, str], str] = {}
@@ -145,6 +151,17 @@ class EngineCore:
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 self.io.close(fd)
+
+    def forget(self, sfile: str | None = None, *, ids: bool = False) -> None:
+        """Drop the cached descriptor of a file this process is about to replace or
+        remove (stream index ``sfile``, or the id table)."""
+        if sfile is not None:
+            idx = self._index_cache.pop(sfile, None)
+            if idx is not None:
+                self.io.close(idx.fd)
+        if ids and self._ids_cache is not None:
+            old, self._ids_cache = self._ids_cache, None
+            self.io.close(old.fd)
 
     def _drop_caches(self) -> None:
         held = [idx.fd for idx in self._index_cache.values()]
@@ -191,6 +208,8 @@ class EngineCore:
         if not self._holding():
             return self.open_dir(records, name, create=create)
         cached = self._bucket_cache.get(number)
+        if cached is not None and self._trusted:
+            return cached[0]
         if cached is not None:
             try:
                 st = self.io.lstat(name, dir_fd=records)
@@ -320,6 +339,10 @@ class EngineCore:
             return StreamIndex.open(
                 self.io, streams, sfile, self.store_id, write=write, headers=self._headers
             )
+        if self._trusted:
+            hit = self._index_cache.get(sfile)
+            if hit is not None:
+                return hit
         try:
             st = self.io.lstat(sfile, dir_fd=streams)
         except FileNotFoundError:
@@ -347,6 +370,8 @@ class EngineCore:
         root = self.fd("root")
         if not self._holding():
             return IdTable.open(self.io, root, self.store_id, write=write)
+        if self._trusted and self._ids_cache is not None:
+            return self._ids_cache
         cached, self._ids_cache = self._ids_cache, None
         if cached is not None:
             try:
@@ -383,6 +408,7 @@ class EngineCore:
             if n <= 0:
                 raise OSError(errno.EIO, "write made no progress")
             done += n
+        self._my_gen = state.gen
         if before is not None:
             raw = before[0]
             self._state_cache = (raw[:offset] + data + raw[offset + len(data) :], state)
@@ -419,6 +445,7 @@ class EngineCore:
                 yield True
             finally:
                 self._owner = None
+                self._trusted = False
                 self.io.flock(lock_fd, fcntl.LOCK_UN)
         finally:
             self._mutex.release()

@@ -135,22 +135,41 @@ class FileEngine(RecoveryMixin):
             self._rebuild_ids(None)
 
     def _startup_recovery(self) -> None:
+        """After a machine restart, index the records above the sync mark again; then
+        finish a crashed writer's journal. Indexes too damaged for either are
+        rebuilt from the records."""
         tx = self._txn()
-        if tx.state.journal is not None:
-            self._recover_journal(tx)
         boot = self.io.boot_id()
         if boot is None or tx.state.boot != boot:
-            self._recover_restart(tx, boot)
+            try:
+                self._recover_restart(tx, boot)
+            except IndexDamaged as exc:
+                _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
+                self._rebuild_all(tx)
+                tx.commit(boot=boot)
+                tx.sync()
+        journal = tx.state.journal
+        if journal is not None and not self._insert_done(tx, journal):
+            try:
+                self._recover_journal(tx)
+            except IndexDamaged as exc:
+                _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
+                self._rebuild_all(tx)
+
+    # -- save ---------------------------------------------------------------------------
 
     def insert(self, record: NewRecord) -> CheckpointHeader:
         key = fmt.id_key(record.id)
         with self.writing() as tx:
             ids = self.open_ids(write=True)
             try:
-                self._check_new_id(tx, ids, record)
                 if tx.state.ids_used + 1 > ids.capacity // 2:
                     ids.close()
                     ids = self._rebuild_ids(tx)
+                live, free, fresh = ids.probe(key)
+                if live:
+                    self._check_new_id(tx, ids, record, live)
+                    live, free, fresh = ids.probe(key)
                 seq = tx.state.hwm + 1
                 stored = record.seal(seq)
                 data = stored.to_bytes(self.store_id)
@@ -161,10 +180,14 @@ class FileEngine(RecoveryMixin):
                 assert bucket is not None
                 try:
                     tmp = fmt.temp_name(seq)
+                    # One write of state per save: it reserves the sequence, counts the
+                    # id-table slot and names the operation; it is not cleared after.
                     tx.commit(
+                        hwm=seq,
+                        ids_used=tx.state.ids_used + fresh,
                         journal=fmt.Journal(
                             "insert", sfile, seq=seq, path=path, tmp=_sibling(path, tmp)
-                        )
+                        ),
                     )
                     try:
                         self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
@@ -173,14 +196,14 @@ class FileEngine(RecoveryMixin):
                         raise
                     slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
                     try:
-                        took = self._index_new(tx, ids, sfile, record.stream, slot, key)
-                        tx.commit(hwm=seq, journal=None, ids_used=tx.state.ids_used + took)
+                        self._index_new(tx, ids, sfile, record.stream, slot, key, at=(free, fresh))
                     except BaseException:
                         # The caller will hear that the save failed, so take it back.
                         self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
                         raise
                 finally:
                     self.close_bucket(bucket)
+                self._done_gen = tx.state.gen
                 if tx.state.hwm - tx.state.synced >= self.sync_interval:
                     # The save is complete and durable; if flushing the indexes fails,
                     # the mark stays put and the next save tries again.
@@ -201,8 +224,10 @@ class FileEngine(RecoveryMixin):
                 f"{self.max_record_bytes}-byte limit for one record file"
             )
 
-    def _check_new_id(self, tx: Txn, ids: IdTable, record: NewRecord) -> None:
-        found = self._find(ids, record.id)
+    def _check_new_id(
+        self, tx: Txn, ids: IdTable, record: NewRecord, live: list[tuple[int, int]]
+    ) -> None:
+        found = self._find(ids, record.id, live)
         if found is None:
             return
         if found.record is None:
@@ -515,17 +540,23 @@ class FileEngine(RecoveryMixin):
             slots = [s for _, s in idx.walk(0, 1)]
             live = [s for s in slots if s.live]
             dead = len(slots) - len(live)
+            if live and (dead < _COMPACT_MIN_DEAD or dead <= len(live)):
+                return
+            self.forget(sfile)
             if not live:
                 self.unlink_missing_ok(sfile, self.fd("streams"))
                 if self.durable:
                     self.io.fsync(self.fd("streams"))
-            elif dead >= _COMPACT_MIN_DEAD and dead > len(live):
+            else:
                 idx.rewrite(self.fd("streams"), live, self.store_id, durable=self.durable)
 
-    def _find(self, ids: IdTable, cid: str) -> _Found | None:
+    def _find(
+        self, ids: IdTable, cid: str, live: list[tuple[int, int]] | None = None
+    ) -> _Found | None:
         """Where ``cid`` lives (expired or not); an unreadable record comes back with
-        ``record=None`` and its error."""
-        for _, seq in ids.lookup(fmt.id_key(cid)):
+        ``record=None`` and its error. ``live`` is the id table's entries for it, if
+        the caller has them already."""
+        for _, seq in ids.lookup(fmt.id_key(cid)) if live is None else live:
             try:
                 got = self.load_record(seq, cid)
             except CheckpointDecodeError as exc:

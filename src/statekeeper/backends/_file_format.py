@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
+import os
 import re
 import secrets
 import struct
@@ -73,9 +75,9 @@ _MICRO = timedelta(microseconds=1)
 # -- names ---------------------------------------------------------------------------
 
 _RECORD_RE = re.compile(r"(\d{20})\.([A-Za-z0-9._:-]{1,200})\.ckpt")
-_TEMP_RE = re.compile(r"\.(\d{20})\.[0-9a-f]{8}\.tmp")
-_BUCKET_RE = re.compile(r"\d{17}")
+_TEMP_RE = re.compile(r"\.(\d{20})\.[0-9a-f]{1,24}\.tmp")
 _SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_TEMP_COUNTER = itertools.count()
 _MAX_ESCAPED = 160
 _KEEP_ESCAPED = 120
 
@@ -89,7 +91,7 @@ def bucket_name(bucket: int) -> str:
 
 
 def parse_bucket_name(name: str) -> int | None:
-    return int(name) if _BUCKET_RE.fullmatch(name) else None
+    return int(name) if len(name) == _BUCKET_DIGITS and name.isascii() and name.isdigit() else None
 
 
 def record_name(seq: int, cid: str) -> str:
@@ -104,8 +106,9 @@ def parse_record_name(name: str) -> tuple[int, str] | None:
 
 
 def temp_name(seq: int) -> str:
-    """A fresh temp-file name for a write of record ``seq`` (in its bucket)."""
-    return f".{seq:0{_SEQ_DIGITS}d}.{secrets.token_hex(4)}.tmp"
+    """A fresh temp-file name for a write of record ``seq`` (in its bucket): unique
+    per process (pid) and call (counter), and created with ``O_EXCL`` anyway."""
+    return f".{seq:0{_SEQ_DIGITS}d}.{os.getpid():x}{next(_TEMP_COUNTER) & 0xFFFFFFFF:08x}.tmp"
 
 
 def parse_temp_name(name: str) -> int | None:
@@ -240,7 +243,10 @@ STATE_COPY = 2048
 STATE_SIZE = 2 * STATE_COPY
 
 
-@dataclass(frozen=True)
+# The save path builds a Journal, two States and a Slot per save; frozen dataclasses
+# pay for object.__setattr__ on every field, so these are plain slotted dataclasses
+# that the code treats as immutable values.
+@dataclass(slots=True)
 class Journal:
     """The multi-step operation in progress, so a crash can be finished or undone.
 
@@ -289,7 +295,7 @@ class _Keep:
 _KEEP = _Keep()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class State:
     """The ``state`` file: two checksummed copies, the newer valid one wins.
 
@@ -305,6 +311,9 @@ class State:
     ids_used: int = 0
     journal: Journal | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Set when read back and the other copy was written but is invalid: a torn write,
+    #: so this copy may be one generation old (never stored).
+    torn: bool = False
 
     def next(
         self,
@@ -347,6 +356,7 @@ class State:
     def from_bytes(cls, data: bytes) -> State | None:
         """The newest valid copy in ``data``, or ``None`` if neither is valid."""
         best: tuple[int, bytes] | None = None
+        invalid = 0
         for i in range(2):
             copy = data[i * STATE_COPY : (i + 1) * STATE_COPY]
             body = copy[: STATE_COPY - 9]
@@ -354,8 +364,11 @@ class State:
                 valid = len(copy) == STATE_COPY and int(copy[-9:-1], 16) == zlib.crc32(body)
                 gen = int(body[:20])
             except ValueError:
+                invalid += any(copy)  # all zeros: never written (a new store)
                 continue
-            if valid and (best is None or gen > best[0]):
+            if not valid:
+                invalid += 1
+            elif best is None or gen > best[0]:
                 best = (gen, body)
         if best is None:
             return None
@@ -371,18 +384,18 @@ class State:
                 ids_used=int(doc["ids_used"]),
                 journal=None if journal is None else Journal.from_json(journal),
                 extra={k: v for k, v in doc.items() if k not in known},
+                torn=invalid > 0,
             )
         except (ValueError, KeyError, TypeError):
             return None
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9._:%~/-]*")
-
-
 def _jstr(value: str | None) -> str:
     if value is None:
         return "null"
-    return f'"{value}"' if _PLAIN.fullmatch(value) else _COMPACT.encode(value)
+    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return _COMPACT.encode(value)
 
 
 def _journal_json(j: Journal | None) -> str:
@@ -405,7 +418,7 @@ _SLOT = struct.Struct("<QqBB200s34x")
 _CRC = struct.Struct("<I")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Slot:
     """One checkpoint in a stream index: its sequence, id, expiry hint and liveness.
 

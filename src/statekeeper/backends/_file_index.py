@@ -59,7 +59,7 @@ def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, o
 class StreamIndex:
     """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
 
-    __slots__ = ("count", "fd", "identity", "io", "keep", "name", "size", "stream")
+    __slots__ = ("_last", "count", "fd", "identity", "io", "keep", "name", "size", "stream")
 
     def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
         self.io = io
@@ -69,12 +69,21 @@ class StreamIndex:
         self.identity = (st.st_dev, st.st_ino)
         #: Held in the writer's cache: ``close`` leaves the descriptor open.
         self.keep = False
+        # (size, sequence of the last slot) as this handle last wrote them.
+        self._last: tuple[int, int] | None = None
         self.refresh(st.st_size)
 
     def refresh(self, size: int) -> None:
         """Take the current file size (from a fresh ``stat`` of the same inode)."""
         self.size = size
         self.count = max(0, (size - fmt.IDX_HEADER_SIZE) // fmt.SLOT_SIZE)
+
+    def last_seq(self) -> int:
+        """The sequence of the last slot (0 if none); no read if this handle wrote it
+        and nobody appended since."""
+        if self._last is not None and self._last[0] == self.size:
+            return self._last[1]
+        return self.seq_at(self.count - 1) if self.count else 0
 
     @classmethod
     def open(
@@ -179,6 +188,10 @@ class StreamIndex:
                 return slots
         raise IndexDamaged(f"streams/{self.name}: slot {start + len(slots)} is corrupt")
 
+    def read_lenient(self, i: int) -> fmt.Slot | None:
+        """Slot ``i``, or ``None`` if it is torn or corrupt (for recovery)."""
+        return fmt.Slot.from_bytes(read_exact(self.io, self.fd, fmt.SLOT_SIZE, self._offset(i)))
+
     def slot(self, i: int) -> fmt.Slot:
         return self.read(i, 1)[0]
 
@@ -244,6 +257,7 @@ class StreamIndex:
         _pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(self.count))
         self.count += 1
         self.size = self._offset(self.count)
+        self._last = (self.size, slot.seq)
 
     def write(self, i: int, slot: fmt.Slot) -> None:
         _pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(i))
@@ -345,6 +359,37 @@ class IdTable:
                 yield pos + k, skey, sseq
             seen += n
             pos = (pos + n) & mask
+
+    def probe(self, key: int) -> tuple[list[tuple[int, int]], int, bool]:
+        """One walk of ``key``'s probe sequence: the ``(position, seq)`` of its live
+        entries, where a new entry for it would go (the first tombstone, else the
+        empty slot that ends the walk), and whether that slot is empty."""
+        mask = self.capacity - 1
+        live: list[tuple[int, int]] = []
+        free: int | None = None
+        after = key & mask
+        probed = 0
+        for pos, skey, sseq in self._probe(key):
+            if skey == key and not sseq & fmt.TOMBSTONE:
+                live.append((pos, sseq))
+            elif free is None and sseq & fmt.TOMBSTONE:
+                free = pos
+            after = (pos + 1) & mask
+            probed += 1
+        if free is not None:
+            return live, free, False
+        if probed >= self.capacity:
+            raise IndexDamaged(f"{fmt.IDS_NAME} is full")
+        return live, after, True
+
+    def put(self, pos: int, key: int, seq: int) -> None:
+        """Write ``key -> seq`` at ``pos`` (from :meth:`probe`, under the lock)."""
+        _pwrite_all(
+            self.io,
+            self.fd,
+            fmt.IDS_SLOT.pack(key, seq),
+            fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size,
+        )
 
     def lookup(self, key: int) -> list[tuple[int, int]]:
         """``(position, seq)`` of the live entries with ``key``."""

@@ -36,15 +36,21 @@ class _Retry(Exception):
 class ReadsMixin(EngineCore):
     """Strict ``latest``/``get``, tolerant ``scan``, and the listings."""
 
+    _bucket_list: list[int] | None = None
+
     def recover_pending(self) -> None:
         """Finish a crashed writer's journal (the engine implements it)."""
         raise NotImplementedError
 
     def heal(self) -> None:
         """If a writer died mid-operation and nobody holds the lock now, finish its
-        work before reading, so no reader sees a half-done delete for long."""
+        work before reading, so no reader sees a half-done delete or update for long.
+
+        Save entries are left to the next writer: every completed save leaves one
+        (see ``_insert_done``), and a save that died before its index entries is one
+        nobody was told about, which strict reads do not show anyway."""
         state = self.read_state()
-        if state is None or state.journal is None:
+        if state is None or state.journal is None or state.journal.op == "insert":
             return
         with self.locked(wait=False) as got:
             if got:
@@ -229,10 +235,7 @@ class ReadsMixin(EngineCore):
     def _scan_all(self, q: ScanQuery) -> list[StoredRecord | Skipped]:
         """Every stream in global sequence order: walk the bucket directories, which
         are named (and sorted) by sequence, and read only the records in the page."""
-        records = self.fd("records")
-        buckets = sorted(
-            b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None
-        )
+        buckets = self._buckets()
         asc = q.order == "asc"
         if q.bound is not None:
             edge = fmt.bucket_of(q.bound)
@@ -245,6 +248,20 @@ class ReadsMixin(EngineCore):
             if len(out) >= q.limit:
                 break
         return out
+
+    def _buckets(self) -> list[int]:
+        """The bucket numbers, ascending. Buckets are only ever added, each one above
+        the last as the high-water mark grows, so a listing stays good until the
+        high-water mark reaches a bucket it does not have."""
+        state = self.read_state()
+        top = fmt.bucket_of(state.hwm) if state is not None else None
+        cached = self._bucket_list
+        if cached and top is not None and cached[-1] >= top:
+            return cached
+        names = self.io.listdir(self.fd("records"))
+        buckets = sorted(b for b in map(fmt.parse_bucket_name, names) if b is not None)
+        self._bucket_list = buckets
+        return buckets
 
     def _scan_bucket(self, bucket: int, q: ScanQuery, out: list[StoredRecord | Skipped]) -> None:
         bname = fmt.bucket_name(bucket)

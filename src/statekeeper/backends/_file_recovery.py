@@ -38,6 +38,8 @@ class RecoveryMixin(ReadsMixin):
 
     _dirty_epoch = -1
     _dirty: frozenset[str] = frozenset()
+    #: The state generation of the last save this process completed (see _insert_done).
+    _done_gen = -1
 
     # -- the lock holder's view ------------------------------------------------------------
 
@@ -48,6 +50,12 @@ class RecoveryMixin(ReadsMixin):
             # high-water mark from the records and re-check everything.
             state = fmt.State(gen=1, hwm=self._max_on_disk(), synced=0, boot=None)
             self.write_state(state)
+        elif state.torn:
+            # The newer copy is torn, so this one may lag a save: never hand out a
+            # sequence that a record on disk already has.
+            state = state.next(hwm=max(state.hwm, self._max_on_disk()))
+            self.write_state(state)
+        self._trusted = state.gen == self._my_gen
         return Txn(self, state)
 
     @contextmanager
@@ -55,20 +63,55 @@ class RecoveryMixin(ReadsMixin):
         """The write lock plus the current state, with any crashed journal finished."""
         with self.locked():
             tx = self._txn()
-            if tx.state.journal is not None:
+            journal = tx.state.journal
+            if journal is not None and not self._insert_done(tx, journal):
                 self._recover_journal(tx)
             yield tx
 
     def recover_pending(self) -> None:
         tx = self._txn()
-        if tx.state.journal is not None:
+        journal = tx.state.journal
+        if journal is not None and not self._insert_done(tx, journal):
             self._recover_journal(tx)
 
+    def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
+        """Whether ``journal`` is a save that completed. A save leaves its journal
+        entry in place (clearing it would cost a second write of ``state``); the
+        next operation's entry replaces it. Checked from memory when this process
+        wrote it and nobody wrote since, else by looking at both indexes."""
+        if journal.op != "insert" or journal.path is None:
+            return False
+        if self._trusted and self._done_gen == tx.state.gen:
+            return True
+        parsed = fmt.parse_record_name(journal.path.rsplit("/", 1)[-1])
+        if parsed is None:
+            return False
+        seq, cid = parsed
+        try:
+            idx = self.open_index(journal.stream)
+            if idx is None:
+                return False
+            with idx:
+                if idx.last_seq() != seq:
+                    return False
+            with self.open_ids() as ids:
+                return ids.find(fmt.id_key(cid), seq) is not None
+        except IndexDamaged:
+            return False
+
     def _index_new(
-        self, tx: Txn, ids: IdTable, sfile: str, stream: str, slot: fmt.Slot, key: int
+        self,
+        tx: Txn,
+        ids: IdTable,
+        sfile: str,
+        stream: str,
+        slot: fmt.Slot,
+        key: int,
+        at: tuple[int, bool] | None = None,
     ) -> int:
         """Add ``slot`` to its stream index and the id table; idempotent (recovery
-        runs it again). Returns 1 if the id table used a fresh slot."""
+        runs it again). ``at`` is the id-table position a save found with
+        :meth:`IdTable.probe` for its new id. Returns 1 if an empty slot was used."""
         idx = self.open_index(sfile, write=True)
         if idx is None:
             StreamIndex.create(
@@ -79,12 +122,22 @@ class RecoveryMixin(ReadsMixin):
                 raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
         with idx:
             idx.repair_tail()
-            last = idx.slot(idx.count - 1).seq if idx.count else 0
+            last = idx.last_seq()
             if last < slot.seq:
                 idx.append(slot)
-            elif last != slot.seq:
-                raise IndexDamaged(f"streams/{sfile} ends at sequence {last} > {slot.seq}")
-        took = int(ids.insert(key, slot.seq))
+            elif last != slot.seq and idx.find(slot.seq) is None:
+                # Recovery of an older save than the index's tail (a state copy that
+                # lagged): put the slot in its place.
+                start = idx.bisect(slot.seq, right=True)
+                tail = idx.read(start, idx.count - start)
+                idx.truncate(start)
+                for one in (slot, *tail):
+                    idx.append(one)
+        if at is None:
+            took = int(ids.insert(key, slot.seq))
+        else:
+            ids.put(at[0], key, slot.seq)
+            took = int(at[1])
         self._mark_dirty(tx, sfile)
         return took
 
@@ -341,8 +394,19 @@ class RecoveryMixin(ReadsMixin):
             assert idx is not None
         with idx:
             idx.repair_tail()
-            start = idx.bisect(lo, right=True)
-            tail = idx.read(start, idx.count - start)
+            # Walk back to the last slot at or below the sync mark: everything after
+            # it was written without an fsync and may be torn (a power cut), so it is
+            # read leniently and rebuilt from the records.
+            start, tail = idx.count, []
+            while start > 0:
+                slot = idx.read_lenient(start - 1)
+                if slot is not None and slot.seq <= lo:
+                    break
+                start -= 1
+                if slot is not None:
+                    tail.append(slot)
+            tail.reverse()
+            garbage = len(tail) < idx.count - start
             keep = [s for s in tail if s.seq in present]
             doomed = [s for s in keep if not s.live]
             have = {s.seq for s in keep}
@@ -352,7 +416,7 @@ class RecoveryMixin(ReadsMixin):
                 if r.sequence not in have
             ]
             keep.sort(key=lambda s: s.seq)
-            if keep != tail:
+            if keep != tail or garbage:
                 idx.truncate(start)
                 for slot in keep:
                     idx.append(slot)
@@ -378,6 +442,7 @@ class RecoveryMixin(ReadsMixin):
                 if idx is not None:
                     with idx:
                         entries += [(fmt.id_key(s.cid), s.seq) for _, s in idx.walk(0, 1) if s.live]
+        self.forget(ids=True)
         used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
         if tx is None:
             tx = self._txn()
@@ -387,35 +452,45 @@ class RecoveryMixin(ReadsMixin):
     def repair(self) -> dict[str, Any]:
         """Rebuild both indexes from the record files (after damage, or after a power
         cut in fast mode). Takes the write lock for the whole pass."""
-        with self.writing() as tx:
-            by_stream: dict[str, list[StoredRecord]] = {}
-            for record in self._records_above(0, max(tx.state.hwm, self._max_on_disk())):
-                by_stream.setdefault(record.stream, []).append(record)
-            streams_fd = self.fd("streams")
-            wanted = {fmt.stream_file_name(s): s for s in by_stream}
-            for sfile in self.io.listdir(streams_fd):
-                if sfile.endswith(".idx") and sfile not in wanted:
-                    self.unlink_missing_ok(sfile, streams_fd)
-            for sfile, stream in wanted.items():
+        with self.locked():
+            tx = self._txn()
+            journal = tx.state.journal
+            if journal is not None and not self._insert_done(tx, journal):
+                with contextlib.suppress(IndexDamaged):
+                    self._recover_journal(tx)
+            return self._rebuild_all(tx)
+
+    def _rebuild_all(self, tx: Txn) -> dict[str, Any]:
+        self._drop_caches()  # every index file is about to be replaced
+        by_stream: dict[str, list[StoredRecord]] = {}
+        for record in self._records_above(0, max(tx.state.hwm, self._max_on_disk())):
+            by_stream.setdefault(record.stream, []).append(record)
+        streams_fd = self.fd("streams")
+        wanted = {fmt.stream_file_name(s): s for s in by_stream}
+        for sfile in self.io.listdir(streams_fd):
+            if sfile.endswith(".idx") and sfile not in wanted:
                 self.unlink_missing_ok(sfile, streams_fd)
-                StreamIndex.create(
-                    self.io, streams_fd, sfile, stream, self.store_id, durable=self.durable
-                )
-                idx = self.open_index(sfile, write=True)
-                assert idx is not None
-                with idx:
-                    for r in by_stream[stream]:
-                        idx.append(fmt.Slot(r.sequence, r.id, fmt.to_micros(r.header.expires_at)))
-                    if self.durable:
-                        idx.sync()
-            entries = [(fmt.id_key(r.id), r.sequence) for rs in by_stream.values() for r in rs]
-            used = IdTable.build(
-                self.io, self.fd("root"), entries, self.store_id, durable=self.durable
+        for sfile, stream in wanted.items():
+            self.unlink_missing_ok(sfile, streams_fd)
+            StreamIndex.create(
+                self.io, streams_fd, sfile, stream, self.store_id, durable=self.durable
             )
-            hwm = max(tx.state.hwm, self._max_on_disk())
-            tx.commit(hwm=hwm, synced=hwm, ids_used=used)
-            tx.sync()
-            return {"records": len(entries), "streams": len(wanted)}
+            idx = self.open_index(sfile, write=True)
+            assert idx is not None
+            with idx:
+                for r in by_stream[stream]:
+                    idx.append(fmt.Slot(r.sequence, r.id, fmt.to_micros(r.header.expires_at)))
+                if self.durable:
+                    idx.sync()
+        entries = [(fmt.id_key(r.id), r.sequence) for rs in by_stream.values() for r in rs]
+        used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
+        self._drop_caches()
+        hwm = max(tx.state.hwm, self._max_on_disk())
+        tx.commit(hwm=hwm, synced=hwm, ids_used=used, journal=None)
+        tx.sync()
+        self.io.ftruncate(self.fd("dirty"), 0)
+        self._dirty = frozenset()
+        return {"records": len(entries), "streams": len(wanted)}
 
     @staticmethod
     def _quietly(action: Any) -> None:
