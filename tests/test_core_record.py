@@ -89,3 +89,43 @@ def test_update_keeps_identity_and_slides_ttl() -> None:
     assert new.header.updated_at == later and new.header.etag == "e2"
     assert new.header.expires_at is not None
     assert (new.header.expires_at - later).total_seconds() == 30.0
+
+
+def _reseal(head: dict[str, object], state: bytes = b"1") -> bytes:
+    """An envelope with a valid checksum around an arbitrary header (a planted record)."""
+    import json
+    import zlib
+
+    raw = json.dumps(head).encode()
+    crc = zlib.crc32(state, zlib.crc32(raw))
+    return b"SK1 %d %d %08x\n" % (len(raw), len(state), crc) + raw + state
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tags", ["k", "v"]),
+        ("tags", {"k": 1}),
+        ("meta", [1]),
+        ("seq", True),
+        ("seq", 0),
+        ("seq", "7"),
+        ("id", 7),
+        ("created", "2026-01-01T00:00:00"),  # naive
+        ("created", 12),
+        ("parent", 3),
+        ("ttl", "30"),
+        ("store", None),
+    ],
+)
+def test_planted_header_with_wrong_types_is_a_decode_error(field: str, value: object) -> None:
+    import json
+
+    good = _record().to_bytes("s")
+    newline = good.index(b"\n")
+    head_len = int(good[:newline].split(b" ")[1])
+    head = json.loads(good[newline + 1 : newline + 1 + head_len])
+    assert StoredRecord.from_bytes(_reseal(dict(head)), location="t").id == "cp-1"
+    head[field] = value
+    with pytest.raises(CheckpointDecodeError, match="malformed record header"):
+        StoredRecord.from_bytes(_reseal(head), location="t")

@@ -37,7 +37,7 @@ from .errors import (
     InvalidQuery,
     StoreClosed,
 )
-from .models import Checkpoint, CheckpointHeader, Page, Skipped
+from .models import Checkpoint, CheckpointHeader, Page, Skipped, checkpoint_with_state
 from .record import NewRecord, StoredRecord
 
 if TYPE_CHECKING:
@@ -751,8 +751,7 @@ class BaseCheckpointStore(ABC):
 
 
 def _with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
-    values = {name: getattr(header, name) for name in CheckpointHeader.model_fields}
-    return Checkpoint.model_construct(**values, state=state)
+    return checkpoint_with_state(header, state)
 
 
 def _merge_options(url: StoreURL, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,36 @@ class Checkpoint(CheckpointHeader):
     state: Any = None
 
 
+_HEADER_FIELDS = frozenset(CheckpointHeader.model_fields)
+_CHECKPOINT_FIELDS = frozenset(Checkpoint.model_fields)
+
+
+def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
+    """A header from values already checked field by field, skipping validation.
+
+    Internal fast path for reads (``model_construct`` costs several times more);
+    ``values`` must hold exactly the header fields with the right types.
+    """
+    obj = object.__new__(CheckpointHeader)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(_HEADER_FIELDS))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+def checkpoint_with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
+    """``header`` plus ``state`` as a :class:`Checkpoint`, without re-validation."""
+    values = {name: header.__dict__[name] for name in CheckpointHeader.__pydantic_fields__}
+    values["state"] = state
+    obj = object.__new__(Checkpoint)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(_CHECKPOINT_FIELDS))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
 class Skipped(BaseModel):
     """A record that a tolerant listing left out, and why.
 

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import CheckpointDecodeError
-from .models import CheckpointHeader
+from .models import CheckpointHeader, trusted_header
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "StoredRecord"]
 
@@ -194,25 +194,17 @@ class StoredRecord:
         if zlib.crc32(state, zlib.crc32(head)) != crc:
             raise fail("checksum mismatch (the record is corrupt)")
         try:
-            h = json.loads(bytes(head))
+            h = json.loads(bytes(head).decode("utf-8"))
+            if not isinstance(h, dict):
+                raise TypeError("the header is not a JSON object")
             if h["v"] != FORMAT_VERSION:
                 raise fail(f"unsupported record format version {h['v']!r}")
-            expires = h["expires"]
-            header = CheckpointHeader.model_validate(
-                {
-                    "id": h["id"],
-                    "stream": h["stream"],
-                    "sequence": h["seq"],
-                    "created_at": datetime.fromisoformat(h["created"]),
-                    "updated_at": datetime.fromisoformat(h["updated"]),
-                    "etag": h["etag"],
-                    "parent_id": h["parent"],
-                    "tags": h["tags"],
-                    "metadata": h["meta"],
-                    "expires_at": datetime.fromisoformat(expires) if expires else None,
-                }
-            )
+            header = _checked_header(h)
             store_id, codec, ttl = h["store"], h["codec"], h["ttl"]
+            if not isinstance(store_id, str) or not isinstance(codec, str):
+                raise TypeError("store and codec must be strings")
+            if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
+                raise TypeError("ttl must be a number or null")
         except CheckpointDecodeError:
             raise
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
@@ -228,3 +220,49 @@ class StoredRecord:
                 header.id,
             )
         return cls(header=header, state=state, codec=codec, ttl=ttl)
+
+
+def _aware(value: object, name: str) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be an ISO timestamp string")
+    parsed = datetime.fromisoformat(value)
+    if parsed.utcoffset() is None:
+        raise ValueError(f"{name} must be timezone-aware")
+    return parsed
+
+
+def _text(value: object, name: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string")
+    return value
+
+
+def _checked_header(h: dict[str, Any]) -> CheckpointHeader:
+    """The header of a parsed envelope, every field type-checked (no pydantic pass)."""
+    seq = h["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise TypeError("seq must be a positive integer")
+    tags, meta = h["tags"], h["meta"]
+    if not isinstance(tags, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+    ):
+        raise TypeError("tags must map strings to strings")
+    if not isinstance(meta, dict):
+        raise TypeError("meta must be an object")
+    expires = h["expires"]
+    return trusted_header(
+        {
+            "id": _text(h["id"], "id"),
+            "stream": _text(h["stream"], "stream"),
+            "sequence": seq,
+            "created_at": _aware(h["created"], "created"),
+            "updated_at": _aware(h["updated"], "updated"),
+            "etag": _text(h["etag"], "etag"),
+            "parent_id": _text(h["parent"], "parent", optional=True),
+            "tags": tags,
+            "metadata": meta,
+            "expires_at": None if expires is None else _aware(expires, "expires"),
+        }
+    )
