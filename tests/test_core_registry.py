@@ -79,3 +79,10 @@ def test_statekeeper_url_is_read_when_no_url_is_given(monkeypatch: pytest.Monkey
 def test_allowed_types_string_must_name_a_real_class() -> None:
     with pytest.raises(InvalidOptions):
         sk.open_store("memory://", allowed_types=["no.such.module:Thing"])
+
+
+def test_unknown_option_error_lists_options_as_users_spell_them() -> None:
+    with pytest.raises(InvalidOptions) as info:
+        sk.open_store("postgresql://u@h/db", bogus=1)
+    message = str(info.value)
+    assert "schema" in message and "db_schema" not in message

@@ -53,7 +53,9 @@ def validate_options(model: type[StoreOptions], values: dict[str, Any]) -> Store
             f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {err['msg']}"
             for err in exc.errors()
         )
-        allowed = ", ".join(sorted(model.model_fields))
+        allowed = ", ".join(
+            sorted(field.alias or name for name, field in model.model_fields.items())
+        )
         raise InvalidOptions(
             f"invalid options for {model.__name__}: {problems} (accepted options: {allowed})"
         ) from exc
