@@ -209,6 +209,7 @@ class FileEngine(RecoveryMixin):
                     # the mark stays put and the next save tries again.
                     try:
                         self._advance_sync(tx, ids)
+                        self._done_gen = tx.state.gen
                     except OSError as exc:
                         _log.warning(
                             "file store %s: flushing the indexes failed: %s", self.root, exc
