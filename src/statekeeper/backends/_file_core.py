@@ -102,14 +102,15 @@ class EngineCore:
         self._owner: int | None = None
         self._index_cache: OrderedDict[str, StreamIndex] = OrderedDict()
         self._ids_cache: IdTable | None = None
-        self._bucket_cache: dict[int, tuple[int, tuple[int, int]]] = {}
+        self._bucket_cache: dict[int, tuple[int, tuple[int, int], int]] = {}
         self._state_cache: tuple[bytes, fmt.State] | None = None
-        # The state generation this process wrote last. If the lock holder finds it
-        # still current, no other process has written since, so the cached
-        # descriptors need no re-validation for this hold (the store drops the cache
-        # entries of files it replaces itself).
+        # The state generation this process wrote last, and the validation epoch of
+        # the writer caches: a lock holder that finds another generation in state
+        # (another process wrote since) starts a new epoch, and a cached descriptor
+        # is used without an lstat only if it was validated in the current epoch.
+        # Files this process replaces itself are dropped from the caches (forget).
         self._my_gen = -1
-        self._trusted = False
+        self._epoch = 0
         # Verified stream-index headers by (device, inode, name): readers skip the
         # 4 KiB read and parse. Shared by threads; a plain dict is safe for that.
         self._headers: dict[tuple[int, int, str], str] = {}
@@ -165,7 +166,7 @@ class EngineCore:
 
     def _drop_caches(self) -> None:
         held = [idx.fd for idx in self._index_cache.values()]
-        held += [fd for fd, _ in self._bucket_cache.values()]
+        held += [entry[0] for entry in self._bucket_cache.values()]
         if self._ids_cache is not None:
             held.append(self._ids_cache.fd)
         self._index_cache.clear()
@@ -208,7 +209,7 @@ class EngineCore:
         if not self._holding():
             return self.open_dir(records, name, create=create)
         cached = self._bucket_cache.get(number)
-        if cached is not None and self._trusted:
+        if cached is not None and cached[2] == self._epoch:
             return cached[0]
         if cached is not None:
             try:
@@ -216,6 +217,7 @@ class EngineCore:
             except FileNotFoundError:
                 st = None
             if st is not None and (st.st_dev, st.st_ino) == cached[1]:
+                self._bucket_cache[number] = (cached[0], cached[1], self._epoch)
                 return cached[0]
             del self._bucket_cache[number]
             self.io.close(cached[0])
@@ -224,13 +226,13 @@ class EngineCore:
             return None
         st = self.io.fstat(fd)
         while len(self._bucket_cache) >= _BUCKETS_KEPT:
-            _, (old, _) = self._bucket_cache.popitem()
+            _, (old, _, _) = self._bucket_cache.popitem()
             self.io.close(old)
-        self._bucket_cache[number] = (fd, (st.st_dev, st.st_ino))
+        self._bucket_cache[number] = (fd, (st.st_dev, st.st_ino), self._epoch)
         return fd
 
     def close_bucket(self, fd: int) -> None:
-        if not any(fd == held for held, _ in self._bucket_cache.values()):
+        if not any(fd == held[0] for held in self._bucket_cache.values()):
             self.io.close(fd)
 
     def record_path(self, seq: int, cid: str) -> str:
@@ -339,10 +341,9 @@ class EngineCore:
             return StreamIndex.open(
                 self.io, streams, sfile, self.store_id, write=write, headers=self._headers
             )
-        if self._trusted:
-            hit = self._index_cache.get(sfile)
-            if hit is not None:
-                return hit
+        hit = self._index_cache.get(sfile)
+        if hit is not None and hit.epoch == self._epoch:
+            return hit
         try:
             st = self.io.lstat(sfile, dir_fd=streams)
         except FileNotFoundError:
@@ -351,6 +352,7 @@ class EngineCore:
         if cached is not None:
             if st is not None and _same_file(st, cached.identity):
                 cached.refresh(st.st_size)
+                cached.epoch = self._epoch
                 self._index_cache[sfile] = cached
                 return cached
             self.io.close(cached.fd)
@@ -359,6 +361,7 @@ class EngineCore:
         idx = StreamIndex.open(self.io, streams, sfile, self.store_id, write=True)
         if idx is not None:
             idx.keep = True
+            idx.epoch = self._epoch
             self._index_cache[sfile] = idx
             while len(self._index_cache) > _INDEXES_KEPT:
                 _, old = self._index_cache.popitem(last=False)
@@ -370,7 +373,7 @@ class EngineCore:
         root = self.fd("root")
         if not self._holding():
             return IdTable.open(self.io, root, self.store_id, write=write)
-        if self._trusted and self._ids_cache is not None:
+        if self._ids_cache is not None and self._ids_cache.epoch == self._epoch:
             return self._ids_cache
         cached, self._ids_cache = self._ids_cache, None
         if cached is not None:
@@ -379,11 +382,13 @@ class EngineCore:
             except FileNotFoundError:
                 st = None
             if st is not None and _same_file(st, cached.identity):
+                cached.epoch = self._epoch
                 self._ids_cache = cached
                 return cached
             self.io.close(cached.fd)
         ids = IdTable.open(self.io, root, self.store_id, write=True)
         ids.keep = True
+        ids.epoch = self._epoch
         self._ids_cache = ids
         return ids
 
@@ -445,7 +450,6 @@ class EngineCore:
                 yield True
             finally:
                 self._owner = None
-                self._trusted = False
                 self.io.flock(lock_fd, fcntl.LOCK_UN)
         finally:
             self._mutex.release()

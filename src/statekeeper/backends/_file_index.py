@@ -59,7 +59,18 @@ def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, o
 class StreamIndex:
     """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
 
-    __slots__ = ("_last", "count", "fd", "identity", "io", "keep", "name", "size", "stream")
+    __slots__ = (
+        "_last",
+        "count",
+        "epoch",
+        "fd",
+        "identity",
+        "io",
+        "keep",
+        "name",
+        "size",
+        "stream",
+    )
 
     def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
         self.io = io
@@ -69,6 +80,8 @@ class StreamIndex:
         self.identity = (st.st_dev, st.st_ino)
         #: Held in the writer's cache: ``close`` leaves the descriptor open.
         self.keep = False
+        #: The writer cache's validation epoch this handle was last checked in.
+        self.epoch = -1
         # (size, sequence of the last slot) as this handle last wrote them.
         self._last: tuple[int, int] | None = None
         self.refresh(st.st_size)
@@ -304,7 +317,7 @@ class IdTable:
     the caller confirms it against the record's own id.
     """
 
-    __slots__ = ("capacity", "fd", "identity", "io", "keep")
+    __slots__ = ("capacity", "epoch", "fd", "identity", "io", "keep")
 
     def __init__(self, io: FileIO, fd: int, capacity: int, st: os.stat_result) -> None:
         self.io = io
@@ -313,6 +326,8 @@ class IdTable:
         self.identity = (st.st_dev, st.st_ino)
         #: Held in the writer's cache: ``close`` leaves the descriptor open.
         self.keep = False
+        #: The writer cache's validation epoch this handle was last checked in.
+        self.epoch = -1
 
     @classmethod
     def open(cls, io: FileIO, root_fd: int, store_id: str, *, write: bool = False) -> IdTable:

@@ -55,7 +55,8 @@ class RecoveryMixin(ReadsMixin):
             # sequence that a record on disk already has.
             state = state.next(hwm=max(state.hwm, self._max_on_disk()))
             self.write_state(state)
-        self._trusted = state.gen == self._my_gen
+        if state.gen != self._my_gen:
+            self._epoch += 1  # another process wrote since: re-validate cached handles
         return Txn(self, state)
 
     @contextmanager
@@ -81,8 +82,8 @@ class RecoveryMixin(ReadsMixin):
         wrote it and nobody wrote since, else by looking at both indexes."""
         if journal.op != "insert" or journal.path is None:
             return False
-        if self._trusted and self._done_gen == tx.state.gen:
-            return True
+        if self._done_gen == tx.state.gen:
+            return True  # this process wrote the current state, for this very save
         parsed = fmt.parse_record_name(journal.path.rsplit("/", 1)[-1])
         if parsed is None:
             return False
