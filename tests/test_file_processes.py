@@ -84,7 +84,14 @@ def _kill_after_some_acks(root: Path, durability: str, start: int, rng: random.R
         acks.append(json.loads(line))
     time.sleep(rng.uniform(0, 0.01))  # land the kill anywhere in the next operation
     proc.send_signal(signal.SIGKILL)
-    out, err = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    # Through the same buffered reader as readline(): lines it has read ahead are in
+    # its buffer, not in the pipe (communicate() would read the pipe and miss them).
+    out = proc.stdout.read()
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    proc.stdout.close()
+    if proc.stderr is not None:
+        proc.stderr.close()
     acks += [json.loads(line) for line in out.splitlines() if line.endswith("]")]
     assert acks, f"the writer acknowledged nothing: {err[-2000:]}"
     return acks
