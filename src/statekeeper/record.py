@@ -38,6 +38,8 @@ __all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "StoredRecord"]
 MAGIC = b"SK1 "
 FORMAT_VERSION = 1
 _MAX_PREFIX = 64
+# one encoder for every record: json.dumps with options builds a new one per call
+_HEADER_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 # strict: decimal lengths without signs or spaces, lowercase hex, so no two spellings
 # of a prefix mean the same thing and every flipped byte is caught
 _PREFIX = re.compile(rb"SK1 (0|[1-9][0-9]{0,11}) (0|[1-9][0-9]{0,11}) ([0-9a-f]{8})\n")
@@ -126,7 +128,7 @@ class StoredRecord:
     def to_bytes(self, store_id: str) -> bytes:
         """The envelope bytes, with length and checksum."""
         h = self.header
-        head = json.dumps(
+        head = _HEADER_ENCODER.encode(
             {
                 "v": FORMAT_VERSION,
                 "store": store_id,
@@ -142,10 +144,7 @@ class StoredRecord:
                 "expires": h.expires_at.isoformat() if h.expires_at else None,
                 "ttl": self.ttl,
                 "codec": self.codec,
-            },
-            ensure_ascii=False,
-            separators=(",", ":"),
-            allow_nan=False,
+            }
         ).encode("utf-8")
         crc = zlib.crc32(self.state, zlib.crc32(head))
         prefix = b"%s%d %d %08x\n" % (MAGIC, len(head), len(self.state), crc)
