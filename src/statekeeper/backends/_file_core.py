@@ -333,6 +333,25 @@ class EngineCore:
             reason, id=cid, location=self.where(self.record_path(seq, cid)), sequence=seq
         )
 
+    def index_files(self) -> list[str]:
+        """The stream index files' names (dot-files and other planted names left out)."""
+        return [
+            name
+            for name in self.io.listdir(self.fd("streams"))
+            if not name.startswith(".") and name.endswith(".idx")
+        ]
+
+    def readable_indexes(self) -> Iterator[StreamIndex]:
+        """Each stream index that opens; a damaged or vanished one is passed over.
+        The caller closes each (``with idx:``)."""
+        for sfile in self.index_files():
+            try:
+                idx = self.open_index(sfile)
+            except IndexDamaged:
+                continue  # a planted or damaged file names no stream we can report
+            if idx is not None:
+                yield idx
+
     def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
         """Open a stream index (``None`` if it does not exist). The lock holder gets a
         cached, writable handle; ``close`` it all the same."""

@@ -418,19 +418,11 @@ class FileEngine(RecoveryMixin):
     def _stream_of(self, seq: int, cid: str) -> str | None:
         """The index holding ``seq`` when its record is too damaged to say (rare: it
         looks through every stream index)."""
-        for sfile in self.io.listdir(self.fd("streams")):
-            if sfile.startswith(".") or not sfile.endswith(".idx"):
-                continue
-            try:
-                idx = self.open_index(sfile)
-            except IndexDamaged:
-                continue
-            if idx is None:
-                continue
+        for idx in self.readable_indexes():
             with idx:
                 pos = idx.find(seq)
                 if pos is not None and idx.slot(pos).cid == cid:
-                    return sfile
+                    return idx.name
         return None
 
     def _delete_slots(
@@ -510,9 +502,7 @@ class FileEngine(RecoveryMixin):
         so other writers are not held up for the whole pass."""
         now_us = fmt.to_micros(now)
         removed = 0
-        for sfile in sorted(self.io.listdir(self.fd("streams"))):
-            if sfile.startswith(".") or not sfile.endswith(".idx"):
-                continue
+        for sfile in sorted(self.index_files()):
             with self.writing() as tx:
                 try:
                     idx = self.open_index(sfile)

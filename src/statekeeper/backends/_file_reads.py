@@ -360,15 +360,7 @@ class ReadsMixin(EngineCore):
     def list_streams(self, now: datetime) -> list[str]:
         now_us = fmt.to_micros(now)
         names: list[str] = []
-        for sfile in self.io.listdir(self.fd("streams")):
-            if sfile.startswith(".") or not sfile.endswith(".idx"):
-                continue
-            try:
-                idx = self.open_index(sfile)
-            except IndexDamaged:
-                continue  # a planted or damaged file names no stream we can report
-            if idx is None:
-                continue
+        for idx in self.readable_indexes():
             with idx:
                 if any(s.live and not s.expired(now_us) for _, s in idx.walk(idx.count - 1, -1)):
                     names.append(idx.stream)
@@ -376,15 +368,7 @@ class ReadsMixin(EngineCore):
 
     def info(self) -> dict[str, Any]:
         streams = checkpoints = 0
-        for sfile in self.io.listdir(self.fd("streams")):
-            if sfile.startswith(".") or not sfile.endswith(".idx"):
-                continue
-            try:
-                idx = self.open_index(sfile)
-            except IndexDamaged:
-                continue
-            if idx is None:
-                continue
+        for idx in self.readable_indexes():
             with idx:
                 n = sum(1 for _, s in idx.walk(0, 1) if s.live)
             if n:

@@ -433,16 +433,9 @@ class RecoveryMixin(ReadsMixin):
             with self.open_ids() as old:
                 entries = [(key, seq) for _, key, seq in old.entries()]
         except IndexDamaged:
-            for sfile in self.io.listdir(self.fd("streams")):
-                if sfile.startswith(".") or not sfile.endswith(".idx"):
-                    continue
-                try:
-                    idx = self.open_index(sfile)
-                except IndexDamaged:
-                    continue
-                if idx is not None:
-                    with idx:
-                        entries += [(fmt.id_key(s.cid), s.seq) for _, s in idx.walk(0, 1) if s.live]
+            for idx in self.readable_indexes():
+                with idx:
+                    entries += [(fmt.id_key(s.cid), s.seq) for _, s in idx.walk(0, 1) if s.live]
         self.forget(ids=True)
         used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
         if tx is None:
