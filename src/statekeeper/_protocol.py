@@ -334,7 +334,7 @@ class BaseCheckpointStore(ABC):
             written_at=now,
         )
         header = await self._insert(record)
-        return _with_state(header, state)
+        return checkpoint_with_state(header, state)
 
     async def import_checkpoint(self, checkpoint: CheckpointHeader, state: Any) -> Checkpoint:
         """Insert a checkpoint copied from another store, keeping its id, timestamps,
@@ -370,7 +370,7 @@ class BaseCheckpointStore(ABC):
             written_at=self.now(),
         )
         header = await self._insert(record)
-        return _with_state(header, state)
+        return checkpoint_with_state(header, state)
 
     async def get_latest(self, stream: str) -> Checkpoint | None:
         """The live checkpoint of ``stream`` with the highest sequence, or ``None``.
@@ -479,7 +479,7 @@ class BaseCheckpointStore(ABC):
             if isinstance(entry, Skipped):
                 skipped.append(entry)
             elif not include_state:
-                items.append(_with_state(entry.header, None))
+                items.append(checkpoint_with_state(entry.header, None))
             else:
                 try:
                     items.append(self._decode_strict(entry))
@@ -517,7 +517,7 @@ class BaseCheckpointStore(ABC):
         header = await self._update(
             id, state=state_bytes, if_match=if_match, now=self.now(), etag=new_etag()
         )
-        return _with_state(header, state)
+        return checkpoint_with_state(header, state)
 
     async def delete(self, id: str, *, if_match: str | None = None) -> bool:
         """Delete checkpoint ``id``; return whether anything was removed.
@@ -600,7 +600,7 @@ class BaseCheckpointStore(ABC):
             raise CheckpointDecodeError(
                 exc.reason, id=record.id, location=exc.location, sequence=record.sequence
             ) from exc
-        return _with_state(record.header, state)
+        return checkpoint_with_state(record.header, state)
 
     def _check_ttl(self, ttl: TTL | None) -> float | None:
         if ttl is None:
@@ -748,12 +748,3 @@ class BaseCheckpointStore(ABC):
         """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
         ``high_water_mark`` and any backend-specific extras."""
         return {}
-
-
-def _with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
-    return checkpoint_with_state(header, state)
-
-
-def _merge_options(url: StoreURL, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Deprecated internal spelling of :meth:`StoreURL.merge_options`."""
-    return url.merge_options(options)
