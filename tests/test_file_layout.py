@@ -412,3 +412,40 @@ def _journal(root: Path) -> dict[str, object] | None:
     journal = json.loads(newest[21:2039])["journal"]
     assert journal is None or isinstance(journal, dict)
     return journal
+
+
+class _ReplaceIndexOnOpen(OsFileIO):
+    """Renames a fresh copy over a stream index right after it is opened, ``times``
+    times: what a concurrent writer's compaction does between a reader's open and fstat."""
+
+    def __init__(self, times: int) -> None:
+        self.times = times
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        fd = super().open(name, flags, mode, dir_fd=dir_fd)
+        if self.times > 0 and name.endswith(".idx") and not flags & (os.O_WRONLY | os.O_RDWR):
+            self.times -= 1
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+            tmp = os.open(".swap.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+            os.write(tmp, data)
+            os.close(tmp)
+            os.rename(".swap.tmp", name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return fd
+
+
+@pytest.mark.asyncio
+async def test_an_index_replaced_under_a_reader_is_retried_not_reported_as_damage(
+    tmp_path: Path,
+) -> None:
+    async with FileCheckpointStore(tmp_path, durability="fast") as store:
+        await store.save("job", {"step": 1})
+        newest = await store.save("job", {"step": 2})
+    io = _ReplaceIndexOnOpen(times=2)
+    async with FileCheckpointStore(tmp_path, io=io, durability="fast") as store:
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == newest.id
+        assert io.times == 0
+    io = _ReplaceIndexOnOpen(times=1000)
+    async with FileCheckpointStore(tmp_path, io=io, durability="fast") as store:
+        with pytest.raises(sk.errors.ConcurrentModificationError):
+            await store.get_latest("job")

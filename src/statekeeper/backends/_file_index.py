@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Iterator
 
+from ..errors import ConcurrentModificationError
 from . import _file_format as fmt
 from ._fileio import FileIO, read_exact
 
@@ -35,25 +36,41 @@ class IndexDamaged(Exception):
 
 def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, os.stat_result]:
     """Open ``name`` without following links or blocking; it must be a regular file
-    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`."""
-    try:
-        fd = io.open(name, flags, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
+    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`.
+
+    A file with *no* link was replaced (an index is rewritten by rename) between the
+    open and the ``fstat``: that is a concurrent writer, not damage, so the open is
+    retried, and after :data:`_REPLACED_RETRIES` tries it is
+    :class:`ConcurrentModificationError`.
+    """
+    for _ in range(_REPLACED_RETRIES):
+        try:
+            fd = io.open(name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise
+            if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
+                raise IndexDamaged(f"{name} is not a regular file ({exc.strerror})") from None
             raise
-        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
-            raise IndexDamaged(f"{name} is not a regular file ({exc.strerror})") from None
-        raise
-    try:
-        st = io.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise IndexDamaged(f"{name} is not a regular file")
-        if st.st_nlink != 1:
-            raise IndexDamaged(f"{name} has {st.st_nlink} hard links")
-    except BaseException:
-        io.close(fd)
-        raise
-    return fd, st
+        try:
+            st = io.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise IndexDamaged(f"{name} is not a regular file")
+            if st.st_nlink == 0:
+                io.close(fd)
+                continue
+            if st.st_nlink != 1:
+                raise IndexDamaged(f"{name} has {st.st_nlink} hard links")
+        except BaseException:
+            io.close(fd)
+            raise
+        return fd, st
+    raise ConcurrentModificationError(
+        f"{name} was replaced by a concurrent writer {_REPLACED_RETRIES} times in a row; retry"
+    )
+
+
+_REPLACED_RETRIES = 8
 
 
 class StreamIndex:
