@@ -17,7 +17,7 @@ from statekeeper import BaseCheckpointStore, Checkpoint
 from statekeeper.record import StoredRecord
 
 TESTS = Path(__file__).resolve().parent
-ENTRY = [sys.executable, "-m", "statekeeper._cli_entry"]
+ENTRY = [sys.executable, "-m", "statekeeper.cli.entry"]
 # Runs the command line with two extra backends registered in code, the way an
 # application registers a plugin: "seeded" is an in-memory store that fills itself
 # on open, "seeded-bad" is the same with two damaged records.
@@ -122,8 +122,8 @@ async def damage(store: BaseCheckpointStore, torn: str, undecodable: str) -> Non
 def seeded_main() -> None:
     """The ``statekeeper`` command line with the ``seeded`` and ``seeded-bad`` backends."""
     import statekeeper
-    from statekeeper._cli_entry import main
     from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
+    from statekeeper.cli.entry import main
 
     class SeededStore(MemoryCheckpointStore):
         damaged = False

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from cli_helpers import SEEDED, run_cli
-from statekeeper._cli_entry import MISSING_EXTRA_MESSAGE
+from statekeeper.cli.entry import MISSING_EXTRA_MESSAGE
 
 # -- packaging ------------------------------------------------------------------------
 
 
 def test_import_statekeeper_never_imports_typer_or_rich(tmp_path: Path) -> None:
     code = (
-        "import sys, statekeeper, statekeeper.sync, statekeeper._cli_entry\n"
-        "import statekeeper.backends.memory, statekeeper._cli_demo\n"
+        "import sys, statekeeper, statekeeper.sync, statekeeper.cli.entry\n"
+        "import statekeeper.backends.memory, statekeeper.cli.demo\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click')))"
     )
     result = run_cli(entry=[sys.executable, "-c", code], cwd=tmp_path)
@@ -33,7 +33,7 @@ def test_missing_cli_extra_prints_one_friendly_line(tmp_path: Path) -> None:
     # None in sys.modules makes the import fail, as it does without the extra.
     code = (
         "import sys; sys.modules['typer'] = None; sys.modules['rich'] = None\n"
-        "from statekeeper._cli_entry import main; main()"
+        "from statekeeper.cli.entry import main; main()"
     )
     result = run_cli("demo", entry=[sys.executable, "-c", code], cwd=tmp_path, expect=2)
     assert result.err == MISSING_EXTRA_MESSAGE + "\n"

@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from statekeeper._cli_output import DEFAULT_URL, Output
-from statekeeper.cli import app
+from statekeeper.cli.commands import app
+from statekeeper.cli.output import DEFAULT_URL, Output
 
 runner = CliRunner()
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from statekeeper.backends._fileio import FileIO
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file.io import FileIO
 from statekeeper.errors import (
     CheckpointDecodeError,
     CheckpointNotFound,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from statekeeper.backends._fileio import OsFileIO
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import BackendError, CheckpointNotFound, StatekeeperError
 from statekeeper.models import Checkpoint
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import statekeeper as sk
-from statekeeper.backends import _file_format as fmt
-from statekeeper.backends._fileio import OsFileIO
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     InvalidOptions,
     InvalidURL,

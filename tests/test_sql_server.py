@@ -19,12 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import statekeeper
 from sql_helpers import drop_store, finish_children, new_prefix, run_async_in_thread, start_children
-from statekeeper.backends._sql_server import server_url
 from statekeeper.backends.sql import (
     MysqlCheckpointStore,
     PostgresCheckpointStore,
     SqlCheckpointStore,
 )
+from statekeeper.backends.sql.server import server_url
 from statekeeper.errors import (
     BackendError,
     PreconditionFailed,

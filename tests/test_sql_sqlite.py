@@ -17,11 +17,11 @@ import pytest_asyncio
 
 import statekeeper
 from sql_helpers import finish_children, start_children
-from statekeeper.backends import _sql_migrations as migrations_module
 from statekeeper.backends import sql as sql_module
-from statekeeper.backends._sql_migrations import MIGRATIONS, Migration
-from statekeeper.backends._sql_schema import Tables
 from statekeeper.backends.sql import SqlCheckpointStore, SqliteCheckpointStore
+from statekeeper.backends.sql import migrations as migrations_module
+from statekeeper.backends.sql.migrations import MIGRATIONS, Migration
+from statekeeper.backends.sql.schema import Tables
 from statekeeper.errors import (
     BackendError,
     BackendNotFound,
@@ -249,7 +249,7 @@ async def test_two_prefixes_in_one_file_are_two_stores(db: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_tag_filters_use_the_tag_indexes(store: SqlCheckpointStore, db: Path) -> None:
-    from statekeeper.backends.sql import _statements
+    from statekeeper.backends.sql.store import _statements
 
     st, compiler = _statements(store.table_prefix, None)
     raw = sqlite3.connect(db)

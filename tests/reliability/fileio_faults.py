@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from statekeeper.backends._fileio import OsFileIO
+from statekeeper.backends.file.io import OsFileIO
 
 
 class PowerCut(BaseException):
@@ -60,7 +60,7 @@ class _Write:
 
 @dataclass
 class PowerLossIO(OsFileIO):
-    """A crash-simulating :class:`~statekeeper.backends._fileio.FileIO` (module docs)."""
+    """A crash-simulating :class:`~statekeeper.backends.file.io.FileIO` (module docs)."""
 
     root: str
     cut_at: int | None = None  # cut the power on entering this mutating call (1-based)

@@ -341,9 +341,9 @@ def restore() -> None:
     if "update" in _ORIGINAL:
         BaseCheckpointStore.update = _ORIGINAL.pop("update")  # type: ignore[method-assign]
     if "next_sequence" in _ORIGINAL:
-        from statekeeper.backends import _sql_dialects
+        from statekeeper.backends.sql import dialects
 
-        _sql_dialects.next_sequence = _ORIGINAL.pop("next_sequence")
+        dialects.next_sequence = _ORIGINAL.pop("next_sequence")
 
 
 # -- mutants of the SQL backend (installed in a workload child with --setup) -------------
@@ -354,16 +354,16 @@ def sql_max_plus_one() -> None:
     instead of from its persisted counter: a deleted newest sequence comes back."""
     import sqlalchemy as sa
 
-    from statekeeper.backends import _sql_dialects
+    from statekeeper.backends.sql import dialects
 
-    _ORIGINAL.setdefault("next_sequence", _sql_dialects.next_sequence)
+    _ORIGINAL.setdefault("next_sequence", dialects.next_sequence)
 
     def next_sequence(s: Any, st: Any) -> int:
         seq = st.t.checkpoints.c.seq
         row = s.first(sa.select(sa.func.coalesce(sa.func.max(seq), 0) + 1))
         return int(row[0])
 
-    _sql_dialects.next_sequence = next_sequence  # type: ignore[assignment]
+    dialects.next_sequence = next_sequence  # type: ignore[assignment]
 
 
 def pg_serial_sequences() -> None:
@@ -372,9 +372,9 @@ def pg_serial_sequences() -> None:
     n + 1, and appear behind a reader that already saw n + 1."""
     import sqlalchemy as sa
 
-    from statekeeper.backends import _sql_dialects
+    from statekeeper.backends.sql import dialects
 
-    original = _sql_dialects.next_sequence
+    original = dialects.next_sequence
     _ORIGINAL.setdefault("next_sequence", original)
     created: set[str] = set()
 
@@ -393,4 +393,4 @@ def pg_serial_sequences() -> None:
             time.sleep(0.3)
         return seq
 
-    _sql_dialects.next_sequence = next_sequence  # type: ignore[assignment]
+    dialects.next_sequence = next_sequence  # type: ignore[assignment]

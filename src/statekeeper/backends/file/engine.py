@@ -4,7 +4,7 @@ Every write runs under the write lock (``flock`` on ``lock``) and follows one ru
 the *record file* is published first (temp file, fsync, rename, fsync of its
 directory) and the soft indexes follow, with the operation named in the journal
 first so that a crash at any point is finished by the next lock holder (see
-:mod:`._file_recovery`). The indexes are not fsynced on the save path. Deletes
+:mod:`.recovery`). The indexes are not fsynced on the save path. Deletes
 and updates, which change old index entries, flush what they change before the
 record file goes, so a power cut never resurrects a deleted checkpoint.
 """
@@ -17,19 +17,19 @@ import os
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from ..errors import (
+from ...errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
     CheckpointNotFound,
     PreconditionFailed,
     StoreFormatError,
 )
-from ..models import CheckpointHeader
-from ..record import NewRecord, StoredRecord
-from . import _file_format as fmt
-from ._file_core import RW_FILE, RecordProblem, Txn
-from ._file_index import IdTable, IndexDamaged
-from ._file_recovery import RecoveryMixin
+from ...models import CheckpointHeader
+from ...record import NewRecord, StoredRecord
+from . import format as fmt
+from .core import RW_FILE, RecordProblem, Txn
+from .index import IdTable, IndexDamaged
+from .recovery import RecoveryMixin
 
 __all__ = ["FileEngine"]
 

@@ -1,6 +1,6 @@
 """The few things the SQL backend does differently per dialect.
 
-Everything else is dialect-neutral SQLAlchemy Core in :mod:`._sql_schema`. What
+Everything else is dialect-neutral SQLAlchemy Core in :mod:`.schema`. What
 differs:
 
 - taking the next sequence from the counter row (``UPDATE ... RETURNING`` on
@@ -26,14 +26,14 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql import Executable
 
-from ..errors import (
+from ...errors import (
     BackendError,
     ConcurrentModificationError,
     StatekeeperError,
     StoreFormatError,
     StoreTimeout,
 )
-from ._sql_schema import Statements, Tables
+from .schema import Statements, Tables
 
 __all__ = [
     "Family",

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import StoreFormatError
+from ...errors import StoreFormatError
 
 __all__ = [
     "BUCKET_SIZE",

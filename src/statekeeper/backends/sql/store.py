@@ -1,11 +1,11 @@
 """``sqlite://``, ``postgresql://`` and ``mysql://``: the SQL backend, on SQLAlchemy Core.
 
 One :class:`SqlCheckpointStore` serves the three dialects. Every operation is
-written once, as a synchronous function over a :class:`~._sql_dialects.Session`;
+written once, as a synchronous function over a :class:`~.dialects.Session`;
 the dialect decides where it runs:
 
 - SQLite: on the connection's own worker thread, one thread hop per operation
-  (:mod:`._sql_schema` statements compiled for SQLite, stdlib ``sqlite3``);
+  (:mod:`.schema` statements compiled for SQLite, stdlib ``sqlite3``);
 - PostgreSQL (asyncpg) and MySQL/MariaDB (aiomysql): inside
   ``AsyncConnection.run_sync`` of a SQLAlchemy async engine.
 
@@ -24,10 +24,10 @@ from typing import Any, ClassVar, Self, TypeVar, cast
 import sqlalchemy as sa
 from pydantic import Field
 
-from .._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
-from .._url import StoreURL
-from ..config import Capabilities, StoreOptions
-from ..errors import (
+from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
+from ..._url import StoreURL
+from ...config import Capabilities, StoreOptions
+from ...errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
     InvalidOptions,
@@ -36,12 +36,11 @@ from ..errors import (
     StoreClosed,
     StoreFormatError,
 )
-from ..models import CheckpointHeader, Skipped
-from ..record import NewRecord, StoredRecord
-from . import _sql_dialects as dialects
-from . import _sql_migrations as migrations
-from ._sql_dialects import Family, Runtime, Session
-from ._sql_schema import (
+from ...models import CheckpointHeader, Skipped
+from ...record import NewRecord, StoredRecord
+from . import dialects, migrations
+from .dialects import Family, Runtime, Session
+from .schema import (
     Statements,
     build_tables,
     expires_micros,
@@ -49,8 +48,8 @@ from ._sql_schema import (
     tag_rows,
     to_micros,
 )
-from ._sql_server import ServerRuntime, check_driver, server_connect_args, server_url
-from ._sql_sqlite import Compiler, SqliteRuntime, sqlite_path
+from .server import ServerRuntime, check_driver, server_connect_args, server_url
+from .sqlite import Compiler, SqliteRuntime, sqlite_path
 
 __all__ = [
     "MysqlCheckpointStore",

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.text import Text
 
-from ._cli_output import (
+from .._protocol import BaseCheckpointStore
+from ..models import Checkpoint, Page
+from .output import (
     EXIT_PROBLEM,
     Output,
     compact_table,
@@ -33,8 +35,6 @@ from ._cli_output import (
     state_json,
     when,
 )
-from ._protocol import BaseCheckpointStore
-from .models import Checkpoint, Page
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -151,7 +151,7 @@ def demo(
     Each run uses a new stream named demo-<time>-<random>, so the demo can run again
     and old runs stay for inspection.
     """
-    from ._cli_demo_render import render_demo
+    from .demo_render import render_demo
 
     kill = steps // 2 if kill_after is None else kill_after
     if not 1 <= kill < steps:
@@ -223,7 +223,7 @@ def streams(
     ] = 10_000,
 ) -> None:
     """List streams with their counts and latest checkpoint."""
-    from ._cli_ops import summarise_stream
+    from .ops import summarise_stream
 
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         names = await store.list_streams()
@@ -446,7 +446,7 @@ def verify(
     Three reads: a tolerant list of the whole store, a strict load of each
     checkpoint, and a strict get_latest of each stream.
     """
-    from ._cli_ops import verify_store
+    from .ops import verify_store
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
         total = (await store.info()).checkpoints
@@ -491,7 +491,7 @@ def copy(
     relative order is kept. Checkpoints already in DST (same id, stream and etag) are
     skipped; a different one with the same id is reported as a conflict (exit 1).
     """
-    from ._cli_ops import copy_store
+    from .ops import copy_store
 
     out, _ = _setup(ctx, json_, debug)
     code = 0
@@ -573,5 +573,5 @@ def purge(
 
 
 def run() -> None:
-    """Entry point used by :func:`statekeeper._cli_entry.main`."""
+    """Entry point used by :func:`statekeeper.cli.entry.main`."""
     app(prog_name="statekeeper")

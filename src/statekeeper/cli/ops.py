@@ -11,14 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._protocol import BaseCheckpointStore
-from .errors import (
+from .._protocol import BaseCheckpointStore
+from ..errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
     CheckpointNotFound,
     PreconditionFailed,
 )
-from .models import Checkpoint, Skipped
+from ..models import Checkpoint, Skipped
 
 __all__ = [
     "CopyResult",

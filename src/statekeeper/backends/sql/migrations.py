@@ -1,11 +1,11 @@
 """Versioned schema migrations of the SQL backend, applied when a store opens.
 
 ``MIGRATIONS`` lists every step; the last one's version is the schema version
-this code writes (:data:`._sql_schema.SCHEMA_VERSION`). Opening a store:
+this code writes (:data:`.schema.SCHEMA_VERSION`). Opening a store:
 
 1. reads the meta table without any lock (the common case: already current);
 2. for each missing version, takes the store's migration lock (see
-   :func:`._sql_dialects.migration_lock`), re-reads the version in a new
+   :func:`.dialects.migration_lock`), re-reads the version in a new
    transaction, and applies the step and records its version in that same
    transaction, unless another process got there first;
 3. refuses a store whose version is newer than ``MIGRATIONS`` knows
@@ -27,10 +27,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import StoreFormatError
-from . import _sql_dialects as dialects
-from ._sql_dialects import Session
-from ._sql_schema import SCHEMA_VERSION, Statements, Tables
+from ...errors import StoreFormatError
+from . import dialects
+from .dialects import Session
+from .schema import SCHEMA_VERSION, Statements, Tables
 
 __all__ = ["MIGRATIONS", "Migration", "apply_migration", "parse_version", "read_meta"]
 

@@ -28,7 +28,7 @@ def main() -> None:
     except ImportError:
         print(MISSING_EXTRA_MESSAGE, file=sys.stderr)
         raise SystemExit(_USAGE) from None
-    from .cli import run
+    from .commands import run
 
     run()
 

@@ -10,10 +10,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ._cli_demo import DemoFailed, DemoResult, demo_stream_name, run_demo, stage_name
-from ._cli_output import DEFAULT_URL, EXIT_PROBLEM, EXIT_USAGE, Output, when
-from ._protocol import BaseCheckpointStore
-from .models import Checkpoint
+from .._protocol import BaseCheckpointStore
+from ..models import Checkpoint
+from .demo import DemoFailed, DemoResult, demo_stream_name, run_demo, stage_name
+from .output import DEFAULT_URL, EXIT_PROBLEM, EXIT_USAGE, Output, when
 
 __all__ = ["render_demo"]
 

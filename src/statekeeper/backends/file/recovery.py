@@ -22,13 +22,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from ..errors import CheckpointDecodeError
-from ..record import StoredRecord
-from . import _file_format as fmt
-from ._file_core import RecordProblem, Txn
-from ._file_index import IdTable, IndexDamaged, StreamIndex
-from ._file_reads import ReadsMixin
-from ._fileio import read_exact
+from ...errors import CheckpointDecodeError
+from ...record import StoredRecord
+from . import format as fmt
+from .core import RecordProblem, Txn
+from .index import IdTable, IndexDamaged, StreamIndex
+from .io import read_exact
+from .reads import ReadsMixin
 
 __all__ = ["RecoveryMixin"]
 

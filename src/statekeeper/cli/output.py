@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._protocol import BaseCheckpointStore
-from ._registry import ENV_URL, open_store
-from ._url import StoreURL
-from .errors import (
+from .._protocol import BaseCheckpointStore
+from .._registry import ENV_URL, open_store
+from .._url import StoreURL
+from ..errors import (
     BackendNotFound,
     CheckpointDecodeError,
     InvalidOptions,
@@ -38,7 +38,7 @@ from .errors import (
     InvalidURL,
     StatekeeperError,
 )
-from .models import CheckpointHeader, Skipped
+from ..models import CheckpointHeader, Skipped
 
 __all__ = [
     "CHECK_NAMES",

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import Executable
 
-from .._url import StoreURL
-from ..errors import BackendNotFound
-from ._sql_dialects import Family
+from ..._url import StoreURL
+from ...errors import BackendNotFound
+from .dialects import Family
 
 __all__ = ["SaSession", "ServerRuntime", "check_driver", "server_connect_args", "server_url"]
 
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 class SaSession:
-    """:class:`~._sql_dialects.Session` over a SQLAlchemy (sync-facing) connection."""
+    """:class:`~.dialects.Session` over a SQLAlchemy (sync-facing) connection."""
 
     def __init__(self, conn: sa.Connection, family: Family) -> None:
         self.conn = conn

@@ -32,9 +32,9 @@ from typing import Any, TypeVar, cast
 from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.sql import ClauseElement, Executable
 
-from .._url import StoreURL
-from ..errors import BackendError, InvalidURL
-from ._sql_dialects import Family
+from ..._url import StoreURL
+from ...errors import BackendError, InvalidURL
+from .dialects import Family
 
 __all__ = ["Compiler", "SqliteRuntime", "SqliteSession", "sqlite_path"]
 
@@ -67,7 +67,7 @@ class Compiler:
 
 
 class SqliteSession:
-    """:class:`~._sql_dialects.Session` over one ``sqlite3`` connection."""
+    """:class:`~.dialects.Session` over one ``sqlite3`` connection."""
 
     family: Family = "sqlite"
     mariadb = False

@@ -3,7 +3,7 @@ a real child process, and resumes from ``get_latest``.
 
 The same :func:`run_job` runs in both processes: it starts from the stream's
 latest checkpoint (or from scratch) and saves after each step. The child is this
-module run as ``python -m statekeeper._cli_demo STREAM STEPS`` with the store URL
+module run as ``python -m statekeeper.cli.demo STREAM STEPS`` with the store URL
 in ``$STATEKEEPER_URL`` (never on the command line, where ``ps`` would show a
 password). It talks to the parent over its stdin/stdout pipes, one line per
 message, so the kill is deterministic rather than timed:
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from ._protocol import BaseCheckpointStore
-from ._registry import ENV_URL, open_store
-from .models import Checkpoint
+from .._protocol import BaseCheckpointStore
+from .._registry import ENV_URL, open_store
+from ..models import Checkpoint
 
 __all__ = ["DemoResult", "demo_stream_name", "run_demo", "run_job"]
 
@@ -174,7 +174,7 @@ async def run_demo(
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "statekeeper._cli_demo",
+            "statekeeper.cli.demo",
             stream,
             str(steps),
             stdin=asyncio.subprocess.PIPE,

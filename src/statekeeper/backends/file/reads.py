@@ -15,13 +15,13 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from .._protocol import ScanQuery, skipped_from
-from ..errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
-from ..models import Skipped
-from ..record import StoredRecord
-from . import _file_format as fmt
-from ._file_core import EngineCore, RecordProblem
-from ._file_index import IndexDamaged, StreamIndex
+from ..._protocol import ScanQuery, skipped_from
+from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
+from ...models import Skipped
+from ...record import StoredRecord
+from . import format as fmt
+from .core import EngineCore, RecordProblem
+from .index import IndexDamaged, StreamIndex
 
 __all__ = ["ReadsMixin"]
 

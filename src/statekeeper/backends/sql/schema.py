@@ -1,9 +1,9 @@
 """The SQL backend's schema: the tables and the statements run against them.
 
 Every statement the backend runs is built here, once, with SQLAlchemy Core and
-bound parameters (the migrations' DDL is in :mod:`._sql_migrations`); dialect
+bound parameters (the migrations' DDL is in :mod:`.migrations`); dialect
 differences are confined to column types (below) and to the few statements in
-:mod:`._sql_dialects`.
+:mod:`.dialects`.
 
 Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
@@ -248,7 +248,7 @@ class Statements:
     """Every statement the backend runs, built once per store and cached by shape.
 
     Statements are cached so that a dialect that compiles them itself (SQLite, see
-    :mod:`._sql_sqlite`) compiles each shape once, and SQLAlchemy's own compiled
+    :mod:`.sqlite`) compiles each shape once, and SQLAlchemy's own compiled
     cache hits for the others.
     """
 
@@ -319,7 +319,7 @@ class Statements:
         self.raw_read = sa.select(cp.c.record).where(cp.c.id == _p("id"))
         self.raw_write = cp.update().where(cp.c.id == _p("at_id")).values(record=_p("new_record"))
         self.scan = cache(self._scan)
-        #: Dialect-specific statements, built on first use by ``_sql_dialects``.
+        #: Dialect-specific statements, built on first use by ``dialects``.
         self.dialect_cache: dict[str, Executable] = {}
 
     def _scan(

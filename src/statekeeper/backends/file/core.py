@@ -1,6 +1,6 @@
 """Shared machinery of the file backend's engine: descriptors, the lock, the state
 file and safe reads of untrusted files. Everything here is synchronous and runs
-in a worker thread; every OS call goes through the :class:`~._fileio.FileIO`."""
+in a worker thread; every OS call goes through the :class:`~.io.FileIO`."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CheckpointDecodeError, StoreClosed, StoreTimeout
-from ..record import StoredRecord
-from . import _file_format as fmt
-from ._file_index import IdTable, IndexDamaged, StreamIndex
-from ._fileio import FileIO, read_exact, write_all
+from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
+from ...record import StoredRecord
+from . import format as fmt
+from .index import IdTable, IndexDamaged, StreamIndex
+from .io import FileIO, read_exact, write_all
 
 __all__ = ["EngineCore", "RecordProblem", "Txn"]
 

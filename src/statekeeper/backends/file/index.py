@@ -1,6 +1,6 @@
 """The file backend's two soft indexes: per-stream slot files and the id table.
 
-Both are derived from the records (see :mod:`._file_format`), written without an
+Both are derived from the records (see :mod:`.format`), written without an
 fsync on the save path, and rebuilt by the store's recovery when a crash may have
 lost them. Readers never lock: every slot carries a CRC, so a slot being written is
 seen as torn and re-read, and files are only ever replaced by rename, so a reader
@@ -15,9 +15,9 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ..errors import ConcurrentModificationError
-from . import _file_format as fmt
-from ._fileio import FileIO, read_exact
+from ...errors import ConcurrentModificationError
+from . import format as fmt
+from .io import FileIO, read_exact
 
 __all__ = ["IdTable", "IndexDamaged", "StreamIndex"]
 

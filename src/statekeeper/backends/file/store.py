@@ -20,15 +20,15 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import Field
 
-from .._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
-from .._url import StoreURL
-from ..config import Capabilities, StoreOptions
-from ..errors import BackendError, InvalidURL, StatekeeperError
-from ..models import CheckpointHeader, Skipped
-from ..record import NewRecord, StoredRecord
-from ._file_engine import FileEngine
-from ._file_index import IndexDamaged
-from ._fileio import FileIO, OsFileIO
+from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
+from ..._url import StoreURL
+from ...config import Capabilities, StoreOptions
+from ...errors import BackendError, InvalidURL, StatekeeperError
+from ...models import CheckpointHeader, Skipped
+from ...record import NewRecord, StoredRecord
+from .engine import FileEngine
+from .index import IndexDamaged
+from .io import FileIO, OsFileIO
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -83,7 +83,7 @@ class FileCheckpointStore(BaseCheckpointStore):
     links. FIFOs, devices, symlinks, hard links, junk and stray temp files are
     skipped by ``list`` and reported in ``page.skipped``.
 
-    Pass ``io=`` (a :class:`~statekeeper.backends._fileio.FileIO`) to run the store
+    Pass ``io=`` (a :class:`~statekeeper.backends.file.io.FileIO`) to run the store
     over a fault-injecting or crash-simulating file system.
     """
 

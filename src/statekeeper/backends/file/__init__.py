@@ -1,0 +1,24 @@
+"""``file://``: a checkpoint store in a local directory, safe across processes and
+crashes. The on-disk layout is documented in ``docs/file-backend.md``.
+
+The modules, from the public class down to the operating system:
+
+- :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
+  class's primitives onto the engine, in one worker thread hop each.
+- :mod:`.engine`: the write side (open, save, update, delete) under ``flock``.
+- :mod:`.recovery`: rebuilding the indexes and the state from the record files,
+  which are the truth; ``verify`` and ``repair``.
+- :mod:`.reads`: the lock-free read side (latest, load, scan).
+- :mod:`.core`: descriptors, the lock, the state file, safe reads of untrusted files.
+- :mod:`.index`: the per-stream slot indexes and the id table (derived data).
+- :mod:`.format`: names and the bytes of every small file; pure, no I/O.
+- :mod:`.io`: :class:`FileIO`, every OS call behind one seam, for durability and
+  fault injection.
+"""
+
+from __future__ import annotations
+
+from .io import FileIO, OsFileIO
+from .store import FileCheckpointStore, FileStoreOptions
+
+__all__ = ["FileCheckpointStore", "FileIO", "FileStoreOptions", "OsFileIO"]
