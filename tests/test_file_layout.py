@@ -315,7 +315,9 @@ async def test_repair_rebuilds_both_indexes_from_the_records(tmp_path: Path) -> 
         index.write_bytes(b"damaged")
     (tmp_path / "ids.idx").write_bytes(b"damaged")
     async with FileCheckpointStore(tmp_path) as store:
-        assert await store.repair() == {"records": 9, "streams": 3}
+        report = await store.repair()
+        assert (report.records, report.rebuilt["stream_indexes"]) == (9, 3)
+        assert report.damaged == report.dropped == []
         assert sorted(await store.list_streams()) == ["s0", "s1", "s2"]
         for cp in saved:
             if cp.id != saved[4].id:

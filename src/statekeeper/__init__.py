@@ -23,7 +23,15 @@ from ._protocol import (
 from ._registry import available_backends, open_store, register_backend
 from ._url import StoreURL
 from .config import Capabilities, StoreOptions
-from .models import Checkpoint, CheckpointHeader, Page, Skipped
+from .models import (
+    Checkpoint,
+    CheckpointHeader,
+    Page,
+    Problem,
+    RepairReport,
+    Skipped,
+    VerifyReport,
+)
 
 __version__ = "0.1.0"
 
@@ -34,12 +42,15 @@ __all__ = [
     "CheckpointHeader",
     "CheckpointStore",
     "Page",
+    "Problem",
+    "RepairReport",
     "ScanQuery",
     "Skipped",
     "StoreIdentity",
     "StoreInfo",
     "StoreOptions",
     "StoreURL",
+    "VerifyReport",
     "__version__",
     "available_backends",
     "errors",

@@ -19,9 +19,10 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, runtime_checkable
 
+from ._integrity import repair_records, verify_store
+from ._paging import ScanQuery, list_page
 from ._validate import (
     check_id,
-    check_limit,
     check_stream,
     check_tags,
     new_etag,
@@ -30,14 +31,24 @@ from ._validate import (
 )
 from .codec import Codec, CodecLimits
 from .config import Capabilities, StoreOptions, validate_options
-from .cursor import CursorSigner, query_fingerprint
+from .cursor import CursorSigner
 from .errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
     InvalidQuery,
+    ReadOnlyStore,
     StoreClosed,
 )
-from .models import Checkpoint, CheckpointHeader, Page, Skipped, checkpoint_with_state
+from .models import (
+    Checkpoint,
+    CheckpointHeader,
+    Page,
+    Problem,
+    RepairReport,
+    Skipped,
+    VerifyReport,
+    checkpoint_with_state,
+)
 from .record import NewRecord, StoredRecord
 
 if TYPE_CHECKING:
@@ -115,25 +126,6 @@ class StoreIdentity:
     store_id: str
     cursor_key: bytes
     format_version: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScanQuery:
-    """One direction of a keyset scan, as the base class asks a backend for it.
-
-    Return up to ``limit`` live (not expired at ``now``) candidates of ``stream``
-    (every stream when ``None``) whose tags include ``tags``, in ``order`` of
-    sequence, strictly beyond ``bound`` (``> bound`` for ``asc``, ``< bound`` for
-    ``desc``; no bound when ``None``).
-    """
-
-    stream: str | None
-    order: Order
-    bound: int | None
-    limit: int
-    tags: Mapping[str, str]
-    now: datetime
-    include_state: bool = True
 
 
 @dataclass(frozen=True)
@@ -273,6 +265,15 @@ class BaseCheckpointStore(ABC):
             )
         return identity
 
+    def _require_writable(self, what: str) -> StoreIdentity:
+        identity = self._require_open()
+        if self.options.read_only:
+            raise ReadOnlyStore(
+                f"{what} would write to {self.describe()}, which was opened with "
+                "read_only=True; open it without read_only to change it"
+            )
+        return identity
+
     def now(self) -> datetime:
         """The store's clock: timezone-aware UTC (injectable for tests via ``clock=``)."""
         return self._clock()
@@ -304,7 +305,7 @@ class BaseCheckpointStore(ABC):
         Concurrent saves, from tasks or (where declared) processes, get distinct
         sequences in commit order.
         """
-        self._require_open()
+        self._require_writable("save")
         check_stream(stream)
         if id is not None:
             check_id(id, what="id")
@@ -343,7 +344,7 @@ class BaseCheckpointStore(ABC):
         Used by ``statekeeper copy``. Raises :class:`PreconditionFailed` if the id is
         live. The same validation as :meth:`save` applies.
         """
-        self._require_open()
+        self._require_writable("import")
         check_stream(checkpoint.stream)
         check_id(checkpoint.id, what="id")
         if checkpoint.parent_id is not None:
@@ -426,71 +427,15 @@ class BaseCheckpointStore(ABC):
         and items carry ``state=None``. A page costs O(limit), whatever its offset.
         """
         self._require_open()
-        if stream is not None:
-            check_stream(stream)
-        check_limit(limit)
-        if order not in ("asc", "desc"):
-            raise InvalidQuery(f"order must be 'asc' or 'desc', got {order!r}")
-        clean_tags = check_tags(tags)
-        if after is not None and before is not None:
-            raise InvalidQuery("pass at most one of after= and before=")
-        assert self._signer is not None
-        signer = self._signer
-        fp = query_fingerprint(stream, order, clean_tags)
-        now = self.now()
-        back: Order = "desc" if order == "asc" else "asc"
-        step = 1 if order == "asc" else -1
-
-        def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
-            return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state)
-
-        def pos(entry: StoredRecord | Skipped) -> int:
-            seq = entry.sequence
-            assert seq is not None, "_scan must report the sequence of every entry"
-            return seq
-
-        async def exists(direction: Order, bound: int) -> bool:
-            return bool(await self._scan(query(direction, bound, 1)))
-
-        if before is None:
-            bound = signer.position(after, fp) if after is not None else None
-            entries = await self._scan(query(order, bound, limit + 1))
-            more = len(entries) > limit
-            entries = entries[:limit]
-            next_pos = pos(entries[-1]) if more else None
-            prev_pos: int | None = None
-            if bound is not None:
-                edge = pos(entries[0]) if entries else bound + step
-                if await exists(back, edge):
-                    prev_pos = edge
-        else:
-            bound = signer.position(before, fp)
-            entries = await self._scan(query(back, bound, limit + 1))
-            earlier = len(entries) > limit
-            entries = entries[:limit]
-            entries.reverse()
-            prev_pos = pos(entries[0]) if earlier else None
-            edge = pos(entries[-1]) if entries else bound - step
-            next_pos = edge if await exists(order, edge) else None
-
-        items: builtins.list[Checkpoint] = []
-        skipped: builtins.list[Skipped] = []
-        for entry in entries:
-            if isinstance(entry, Skipped):
-                skipped.append(entry)
-            elif not include_state:
-                items.append(checkpoint_with_state(entry.header, None))
-            else:
-                try:
-                    items.append(self._decode_strict(entry))
-                except CheckpointDecodeError as exc:
-                    skipped.append(skipped_from(exc, entry.id, entry.sequence))
-        return Page.model_construct(
-            items=items,
-            skipped=skipped,
-            next_cursor=signer.make(next_pos, fp) if next_pos is not None else None,
-            prev_cursor=signer.make(prev_pos, fp) if prev_pos is not None else None,
-            has_more=next_pos is not None,
+        return await list_page(
+            self,
+            stream,
+            limit=limit,
+            order=order,
+            after=after,
+            before=before,
+            tags=tags,
+            include_state=include_state,
         )
 
     async def update(
@@ -509,7 +454,7 @@ class BaseCheckpointStore(ABC):
         live and :class:`CheckpointEncodeError` (nothing written) for state this
         store could not load.
         """
-        self._require_open()
+        self._require_writable("update")
         check_id(id, what="id")
         if if_match is not None and not isinstance(if_match, str):
             raise InvalidQuery("if_match must be an etag string or None")
@@ -526,7 +471,7 @@ class BaseCheckpointStore(ABC):
         ``if_match``, a live checkpoint whose etag differs raises
         :class:`PreconditionFailed`. The sequence is never reused.
         """
-        self._require_open()
+        self._require_writable("delete")
         check_id(id, what="id")
         if if_match is not None and not isinstance(if_match, str):
             raise InvalidQuery("if_match must be an etag string or None")
@@ -534,7 +479,7 @@ class BaseCheckpointStore(ABC):
 
     async def delete_stream(self, stream: str) -> int:
         """Delete every checkpoint of ``stream``; return how many. Other streams are untouched."""
-        self._require_open()
+        self._require_writable("delete_stream")
         check_stream(stream)
         return await self._delete_stream(stream, self.now())
 
@@ -545,7 +490,7 @@ class BaseCheckpointStore(ABC):
 
     async def prune(self, stream: str, *, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest checkpoints of ``stream``; return how many."""
-        self._require_open()
+        self._require_writable("prune")
         check_stream(stream)
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
             raise InvalidQuery(f"keep_last must be an int >= 0, got {keep_last!r}")
@@ -553,7 +498,7 @@ class BaseCheckpointStore(ABC):
 
     async def purge_expired(self) -> int:
         """Remove expired checkpoints for good and reclaim their space; return how many."""
-        self._require_open()
+        self._require_writable("purge_expired")
         return await self._purge_expired(self.now())
 
     async def info(self) -> StoreInfo:
@@ -571,6 +516,36 @@ class BaseCheckpointStore(ABC):
             high_water_mark=extra.pop("high_water_mark", None),
             extra=extra,
         )
+
+    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every record and every index or table against the records.
+
+        Read-only: it writes nothing, so it is the check to run on a store opened
+        with ``read_only=True`` (``statekeeper verify`` does). It reads every record
+        through the tolerant listing, loads each one by id, and reads the latest of
+        every stream strictly, so each read path is exercised; then the backend
+        checks its own derived metadata (:meth:`_verify`). A backend that cannot
+        check its metadata says so with an ``"unchecked"`` problem, so the report
+        is never ``ok`` about a store that was not fully checked. Costs O(store).
+        Writers may run meanwhile; a checkpoint deleted or expired during the walk
+        is not a problem. ``progress``, if given, is called with the number of
+        records checked since its last call.
+        """
+        self._require_open()
+        return await verify_store(self, progress)
+
+    async def repair(self, *, drop_damaged: bool = False) -> RepairReport:
+        """Rebuild what can be rebuilt from the records, and report what stays damaged.
+
+        Records are the truth: every acknowledged checkpoint keeps its sequence.
+        A damaged record stays, and strict reads keep raising
+        :class:`CheckpointDecodeError` for it, unless ``drop_damaged=True``: that
+        is the only way a damaged acknowledged checkpoint goes away. Raises
+        :class:`ReadOnlyStore` on a read-only store. Costs O(store); backends hold
+        their write lock for the rebuild where they have one.
+        """
+        self._require_writable("repair")
+        return await self._repair(drop_damaged)
 
     # -- the backdoor (conformance kit and repair tools only) ------------------------
 
@@ -748,3 +723,23 @@ class BaseCheckpointStore(ABC):
         """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
         ``high_water_mark`` and any backend-specific extras."""
         return {}
+
+    async def _verify(self) -> builtins.list[Problem] | None:
+        """Check the backend's derived metadata (indexes, id tables, counters) against
+        the records, without writing; return the problems found.
+
+        The default returns ``None``: "not checked", which :meth:`verify` reports as
+        an ``"unchecked"`` problem. A backend with no derived metadata returns
+        ``[]``; one with indexes or tables must override this to be verifiable.
+        """
+        return None
+
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        """Rebuild derived metadata from the records, then deal with damaged records.
+
+        The default rebuilds nothing and only walks the records; with
+        ``drop_damaged`` it deletes each damaged record by id through :meth:`_delete`.
+        Backends with derived metadata override this, rebuild, then call
+        :func:`statekeeper._integrity.repair_records` for the damaged records.
+        """
+        return await repair_records(self, drop_damaged, rebuilt={}, actions=[])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InvalidOptions
 
@@ -33,6 +33,22 @@ class StoreOptions(BaseModel):
     max_bytes: int = Field(default=16 * 1024 * 1024, ge=64)
     max_int_digits: int = Field(default=4300, ge=1)
     allow_nan: bool = False
+    #: ``False``: opening a store that does not exist raises
+    #: :class:`~statekeeper.errors.StoreNotFound` and creates nothing.
+    create: bool = True
+    #: ``True``: the store writes nothing (not even a repair, a migration or a lock
+    #: file where the backend can avoid it); every write method raises
+    #: :class:`~statekeeper.errors.ReadOnlyStore`. Implies ``create=False``.
+    read_only: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_only_implies_no_create(cls, values: Any) -> Any:
+        if isinstance(values, dict) and _truthy(values.get("read_only")):
+            if "create" in values and _truthy(values["create"]):
+                raise ValueError("read_only=True implies create=False; do not pass create=True")
+            values = {**values, "create": False}
+        return values
 
     @field_validator("allowed_types", mode="before")
     @classmethod
@@ -42,6 +58,13 @@ class StoreOptions(BaseModel):
         if isinstance(value, type):
             return (value,)
         return value
+
+
+def _truthy(value: Any) -> bool:
+    """The boolean meaning of an option value that may be a URL query string."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def validate_options(model: type[StoreOptions], values: dict[str, Any]) -> StoreOptions:

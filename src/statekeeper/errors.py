@@ -17,6 +17,9 @@ them. Where a builtin is what callers already catch, the error inherits it too.
     ├── InvalidOptions (ValueError)            unknown or invalid backend options
     ├── BackendNotFound (LookupError)          no backend is installed for a scheme
     ├── StoreFormatError                       not a store, or an unsupported format
+    ├── StoreNotFound (LookupError)            ``create=False`` and there is no store there
+    ├── ReadOnlyStore                          a write on a store opened ``read_only=True``
+    ├── DurabilityUnavailable                  the backend cannot give the durability asked for
     ├── StoreClosed                            the store is not open
     └── BackendError                           the storage failed; ``.orig`` keeps the cause
         └── StoreTimeout                       a lock or busy timeout ran out
@@ -34,14 +37,17 @@ __all__ = [
     "CheckpointEncodeError",
     "CheckpointNotFound",
     "ConcurrentModificationError",
+    "DurabilityUnavailable",
     "InvalidCursor",
     "InvalidOptions",
     "InvalidQuery",
     "InvalidURL",
     "PreconditionFailed",
+    "ReadOnlyStore",
     "StatekeeperError",
     "StoreClosed",
     "StoreFormatError",
+    "StoreNotFound",
     "StoreTimeout",
 ]
 
@@ -131,6 +137,22 @@ class BackendNotFound(StatekeeperError, LookupError):
 
 class StoreFormatError(StatekeeperError):
     """The target is not a statekeeper store, or uses a format version this code can't read."""
+
+
+class StoreNotFound(StatekeeperError, LookupError):
+    """There is no store at the URL and ``create=False`` (or ``read_only=True``) forbade
+    making one. Nothing was created: no directory, no file, no table."""
+
+
+class ReadOnlyStore(StatekeeperError):
+    """A write (save, update, delete, prune, purge, repair) on a store opened with
+    ``read_only=True``. Nothing was written."""
+
+
+class DurabilityUnavailable(StatekeeperError):
+    """The backend cannot give the ``durability`` that was asked for (for example a
+    server configured to lose acknowledged writes). A plugin's own error for this
+    subclasses it."""
 
 
 class StoreClosed(StatekeeperError):

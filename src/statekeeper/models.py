@@ -7,7 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["Checkpoint", "CheckpointHeader", "JSONValue", "Page", "Skipped"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointHeader",
+    "JSONValue",
+    "Page",
+    "Problem",
+    "RepairReport",
+    "Skipped",
+    "VerifyReport",
+]
 
 #: Plain JSON: what ``metadata`` values may hold.
 JSONValue = Any
@@ -124,3 +133,72 @@ class Page(BaseModel):
     next_cursor: str | None = None
     prev_cursor: str | None = None
     has_more: bool = False
+
+
+class Problem(BaseModel):
+    """One thing :meth:`~statekeeper.BaseCheckpointStore.verify` found wrong.
+
+    ``kind`` is one of:
+
+    - ``"damaged-record"``: an acknowledged checkpoint whose record cannot be read
+      or decoded. It stays until dropped explicitly (``repair(drop_damaged=True)``).
+    - ``"index"``: derived metadata (a stream index, an id table, a tag row) that is
+      damaged, missing or disagrees with the records. ``repair()`` rebuilds it.
+    - ``"state"``: the store's own bookkeeping (high-water mark, counters, format
+      record) is damaged or missing. ``repair()`` rebuilds it from the records.
+    - ``"foreign"``: something in the store that is not a record of it (a planted
+      file, a link, a FIFO); reported, never followed.
+    - ``"unchecked"``: a part of the store this backend could not check; a report
+      with one is never "all readable".
+
+    ``location`` says where (a path, a row key), ``reason`` is a human sentence.
+    ``id``, ``sequence`` and ``stream`` are set where they are known.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    location: str
+    reason: str
+    id: str | None = None
+    sequence: int | None = None
+    stream: str | None = None
+
+
+class VerifyReport(BaseModel):
+    """What :meth:`~statekeeper.BaseCheckpointStore.verify` checked and found.
+
+    ``ok`` is true only when every record, index and table was checked
+    (``complete``) and nothing was wrong (no ``problems``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int
+    streams: int
+    high_water_mark: int | None = None
+    complete: bool
+    problems: list[Problem] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and not self.problems
+
+
+class RepairReport(BaseModel):
+    """What :meth:`~statekeeper.BaseCheckpointStore.repair` did.
+
+    ``rebuilt`` counts what was rebuilt from the records (for example
+    ``{"stream_indexes": 3, "id_table": 1}``); ``actions`` says it in sentences.
+    ``damaged`` lists the acknowledged checkpoints that are still damaged (kept,
+    and still reported by strict reads), ``dropped`` those removed because
+    ``drop_damaged=True`` was passed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int
+    rebuilt: dict[str, int] = Field(default_factory=dict)
+    actions: list[str] = Field(default_factory=list)
+    damaged: list[Problem] = Field(default_factory=list)
+    dropped: list[Problem] = Field(default_factory=list)

@@ -28,8 +28,9 @@ from ..errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
     PreconditionFailed,
+    StoreNotFound,
 )
-from ..models import CheckpointHeader, Skipped
+from ..models import CheckpointHeader, Problem, Skipped
 from ..record import NewRecord, StoredRecord
 
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
@@ -75,10 +76,52 @@ class MemoryCheckpointStore(BaseCheckpointStore):
 
     def __init__(self, *, storage: MemoryStorage | None = None, **options: Any) -> None:
         super().__init__(**options)
+        #: ``memory://`` with ``create=False`` names no existing store unless a
+        #: ``storage=`` of an earlier store is passed.
+        self._exists = storage is not None
         self.storage = storage if storage is not None else MemoryStorage()
 
     async def _open(self) -> StoreIdentity:
+        if not self._exists and not self.options.create:
+            raise StoreNotFound(
+                "memory:// with create=False names no existing store; pass the storage= "
+                "of an earlier store to reopen it"
+            )
+        self._exists = True
         return StoreIdentity(self.storage.store_id, self.storage.cursor_key, 1)
+
+    async def _verify(self) -> list[Problem]:
+        """Check that the id map, the sequence map and the sorted lists agree."""
+        data = self.storage
+        problems: list[Problem] = []
+        with data.lock:
+            by_stream = {s: set(seqs) for s, seqs in data.stream_seqs.items()}
+            for id, entry in data.by_id.items():
+                if (
+                    data.by_seq.get(entry.sequence) != id
+                    or entry.sequence not in by_stream.get(entry.stream, ())
+                    or entry.sequence > data.high_water_mark
+                ):
+                    problems.append(
+                        Problem(
+                            kind="index",
+                            location=self._location(entry),
+                            reason="the in-memory maps disagree about this checkpoint",
+                            id=id,
+                            sequence=entry.sequence,
+                            stream=entry.stream,
+                        )
+                    )
+            if len(data.all_seqs) != len(data.by_id):
+                problems.append(
+                    Problem(
+                        kind="index",
+                        location="memory://",
+                        reason=f"{len(data.all_seqs)} sequences are listed for "
+                        f"{len(data.by_id)} checkpoints",
+                    )
+                )
+        return problems
 
     async def _close(self) -> None:
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from statekeeper.errors import StatekeeperError
+from statekeeper.errors import DurabilityUnavailable
 
 __all__ = ["PERSISTENCE_SETTINGS", "ServerPersistence", "UnsafeDurabilityError"]
 
@@ -19,7 +19,7 @@ _OPT_OUT = (
 )
 
 
-class UnsafeDurabilityError(StatekeeperError):
+class UnsafeDurabilityError(DurabilityUnavailable):
     """The Redis server cannot keep the durability the store was opened with.
 
     Raised on open. Either configure the server (``appendonly yes`` plus

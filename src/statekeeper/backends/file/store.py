@@ -20,11 +20,12 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import Field
 
+from ..._integrity import repair_records
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import BackendError, InvalidURL, StatekeeperError
-from ...models import CheckpointHeader, Skipped
+from ...models import CheckpointHeader, RepairReport, Skipped
 from ...record import NewRecord, StoredRecord
 from .engine import FileEngine
 from .index import IndexDamaged
@@ -140,15 +141,13 @@ class FileCheckpointStore(BaseCheckpointStore):
     def describe(self) -> str:
         return f"file://{self.path}"
 
-    async def repair(self) -> dict[str, Any]:
-        """Rebuild the stream indexes and the id table from the record files.
-
-        For a store whose indexes were damaged, or one written with
-        ``durability="fast"`` after a power cut. Holds the write lock throughout and
-        reads every record, so it costs O(store). Returns counts.
-        """
-        self._require_open()
-        return await self._run("repair", self._engine.repair)
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        """Rebuild the stream indexes and the id table from the record files, then
+        report (or drop) damaged records. Holds the write lock for the rebuild."""
+        counts = await self._run("repair", self._engine.repair)
+        rebuilt = {"stream_indexes": counts["streams"], "id_table": 1}
+        actions = [f"rebuilt {counts['streams']} stream index(es) and the id table"]
+        return await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
 
     # -- plumbing -----------------------------------------------------------------------
 

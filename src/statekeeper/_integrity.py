@@ -1,0 +1,228 @@
+"""``verify()`` and ``repair()``: the parts every backend shares.
+
+Records are the truth (SPEC S3a). A backend's indexes, id tables and counters are
+derived from them, so a check walks the records through every public read path
+and compares what each path says, and a repair rebuilds the derived data and then
+deals with the records that stay damaged. What only a backend can check (its own
+files, rows or keys) it adds through ``_verify`` and ``_repair``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .errors import CheckpointDecodeError, CheckpointNotFound
+from .models import Checkpoint, Problem, RepairReport, Skipped, VerifyReport
+
+if TYPE_CHECKING:
+    from ._protocol import BaseCheckpointStore
+
+__all__ = ["damaged_problem", "repair_records", "verify_store"]
+
+#: Records per page while walking a store.
+PAGE = 500
+
+Progress = Callable[[int], None]
+
+
+def damaged_problem(entry: Skipped, stream: str | None = None) -> Problem:
+    """A :class:`Problem` for a record that a tolerant listing skipped."""
+    return Problem(
+        kind="damaged-record",
+        location=entry.location,
+        reason=entry.reason,
+        id=entry.id,
+        sequence=entry.sequence,
+        stream=stream,
+    )
+
+
+class _Problems:
+    """Problems in the order found, each record or location reported once."""
+
+    def __init__(self) -> None:
+        self.items: builtins.list[Problem] = []
+        self._seen: set[tuple[str, str]] = set()
+
+    def add(self, problem: Problem) -> None:
+        key = (problem.kind, problem.id or problem.location)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.items.append(problem)
+
+
+async def _still_listed(store: BaseCheckpointStore, after: str | None, item: Checkpoint) -> bool:
+    """Whether ``item`` is still in the page that listed it (so it was not deleted
+    by a concurrent writer while the check ran)."""
+    page = await store.list(None, limit=PAGE, order="asc", after=after, include_state=False)
+    return any(c.id == item.id and c.sequence == item.sequence for c in page.items)
+
+
+async def verify_store(
+    store: BaseCheckpointStore, progress: Progress | None = None
+) -> VerifyReport:
+    """Walk every record of ``store`` and compare what each read path says.
+
+    1. A tolerant listing of the whole store in global order: every ``skipped``
+       entry is a damaged record.
+    2. A strict ``load`` of every listed checkpoint: one that lists but does not
+       load points at a damaged id table.
+    3. A strict ``get_latest`` of every stream, against the newest sequence the
+       listing saw in it: ``None`` or an older checkpoint is damaged metadata, a
+       decode error a damaged record.
+    4. The high-water mark against the highest sequence seen.
+    5. The backend's own check of its metadata (``_verify``).
+    """
+    found = _Problems()
+    newest: dict[str, int] = {}
+    records = 0
+    top = 0
+    cursor: str | None = None
+    while True:
+        page = await store.list(None, limit=PAGE, order="asc", after=cursor)
+        for entry in page.skipped:
+            found.add(damaged_problem(entry))
+            top = max(top, entry.sequence or 0)
+        for item in page.items:
+            newest[item.stream] = max(newest.get(item.stream, 0), item.sequence)
+            top = max(top, item.sequence)
+            try:
+                await store.load(item.id)
+            except CheckpointNotFound:
+                if await _still_listed(store, cursor, item):
+                    found.add(
+                        Problem(
+                            kind="index",
+                            location=store.describe(),
+                            reason=f"checkpoint {item.id!r} lists in stream {item.stream!r} "
+                            "but load() by id says it does not exist",
+                            id=item.id,
+                            sequence=item.sequence,
+                            stream=item.stream,
+                        )
+                    )
+            except CheckpointDecodeError as exc:
+                found.add(_decode_problem(exc, item.stream))
+        records += len(page.items) + len(page.skipped)
+        if progress is not None:
+            progress(len(page.items) + len(page.skipped))
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    streams = set(await store.list_streams())
+    for name in sorted(streams | set(newest)):
+        await _check_latest(store, name, newest.get(name), found)
+    info = await store._info()
+    hwm = info.get("high_water_mark")
+    if isinstance(hwm, int) and hwm < top:
+        found.add(
+            Problem(
+                kind="state",
+                location=store.describe(),
+                reason=f"the high-water mark {hwm} is below sequence {top}, which exists; "
+                "repair() rebuilds it from the records",
+            )
+        )
+    extra = await store._verify()
+    if extra is None:
+        found.add(
+            Problem(
+                kind="unchecked",
+                location=store.describe(),
+                reason=f"the {store.backend_name} backend cannot check its indexes and tables "
+                "against the records, so this store was not fully verified",
+            )
+        )
+    else:
+        for problem in extra:
+            found.add(problem)
+    return VerifyReport(
+        records=records,
+        streams=len(streams | set(newest)),
+        high_water_mark=hwm if isinstance(hwm, int) else None,
+        complete=extra is not None,
+        problems=found.items,
+    )
+
+
+async def _check_latest(
+    store: BaseCheckpointStore, stream: str, listed: int | None, found: _Problems
+) -> None:
+    try:
+        latest = await store.get_latest(stream)
+    except CheckpointDecodeError as exc:
+        found.add(_decode_problem(exc, stream))
+        return
+    if listed is None:
+        return  # only damaged records were listed; get_latest raising is checked above
+    if latest is None or latest.sequence < listed:
+        said = "None" if latest is None else f"sequence {latest.sequence}"
+        found.add(
+            Problem(
+                kind="index",
+                location=store.describe(),
+                reason=f"get_latest({stream!r}) answered {said}, but the listing has "
+                f"sequence {listed}; repair() rebuilds the stream's index",
+                stream=stream,
+            )
+        )
+
+
+def _decode_problem(exc: CheckpointDecodeError, stream: str | None) -> Problem:
+    return Problem(
+        kind="damaged-record",
+        location=exc.location or "",
+        reason=exc.reason,
+        id=exc.id,
+        sequence=exc.sequence,
+        stream=stream,
+    )
+
+
+async def repair_records(
+    store: BaseCheckpointStore,
+    drop_damaged: bool,
+    *,
+    rebuilt: dict[str, int],
+    actions: builtins.list[str],
+) -> RepairReport:
+    """Walk the records after a backend rebuilt its metadata: count them, and list
+    (or, with ``drop_damaged``, delete by id) the damaged ones.
+
+    A damaged record whose id cannot be read cannot be deleted through the public
+    primitives; it is reported in ``damaged`` and the backend's own ``_repair``
+    must remove it by location if it can.
+    """
+    damaged: builtins.list[Problem] = []
+    dropped: builtins.list[Problem] = []
+    records = 0
+    cursor: str | None = None
+    while True:
+        page = await store.list(None, limit=PAGE, order="asc", after=cursor, include_state=True)
+        records += len(page.items) + len(page.skipped)
+        for entry in page.skipped:
+            problem = damaged_problem(entry)
+            if drop_damaged and entry.id is not None:
+                await store._delete(entry.id, if_match=None, now=store.now())
+                dropped.append(problem)
+            else:
+                damaged.append(problem)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    if dropped:
+        actions.append(f"dropped {len(dropped)} damaged checkpoint(s), as drop_damaged asked")
+    if damaged:
+        actions.append(
+            f"kept {len(damaged)} damaged checkpoint(s): strict reads still raise for them; "
+            "repair(drop_damaged=True) removes them"
+        )
+    return RepairReport(
+        records=records - len(dropped),
+        rebuilt=rebuilt,
+        actions=actions,
+        damaged=damaged,
+        dropped=dropped,
+    )

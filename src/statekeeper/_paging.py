@@ -1,0 +1,130 @@
+"""Keyset paging: how :meth:`BaseCheckpointStore.list` turns cursors into scans.
+
+One function, shared by every backend, so that no backend can page differently.
+A cursor is a signed sequence position bound to the query (stream, order, tags);
+``after=`` scans strictly beyond it in the requested order, ``before=`` scans the
+other way and reverses, and a one-item probe in the opposite direction decides
+whether the page has a neighbour. Every step is a keyset scan, so a page costs
+O(limit) whatever its offset, and a cursor survives the deletion, expiry or
+filtering of its item because it names a position, not an item.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from ._validate import check_limit, check_stream, check_tags, skipped_from
+from .cursor import query_fingerprint
+from .errors import CheckpointDecodeError, InvalidQuery
+from .models import Checkpoint, Page, Skipped, checkpoint_with_state
+from .record import StoredRecord
+
+if TYPE_CHECKING:
+    from ._protocol import BaseCheckpointStore
+
+__all__ = ["ScanQuery", "list_page"]
+
+Order = Literal["asc", "desc"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScanQuery:
+    """One direction of a keyset scan, as the base class asks a backend for it.
+
+    Return up to ``limit`` live (not expired at ``now``) candidates of ``stream``
+    (every stream when ``None``) whose tags include ``tags``, in ``order`` of
+    sequence, strictly beyond ``bound`` (``> bound`` for ``asc``, ``< bound`` for
+    ``desc``; no bound when ``None``).
+    """
+
+    stream: str | None
+    order: Order
+    bound: int | None
+    limit: int
+    tags: Mapping[str, str]
+    now: datetime
+    include_state: bool = True
+
+
+async def list_page(
+    store: BaseCheckpointStore,
+    stream: str | None,
+    *,
+    limit: int,
+    order: Order,
+    after: str | None,
+    before: str | None,
+    tags: Mapping[str, str] | None,
+    include_state: bool,
+) -> Page:
+    """One page of ``store.list(...)``; see that method for the contract."""
+    if stream is not None:
+        check_stream(stream)
+    check_limit(limit)
+    if order not in ("asc", "desc"):
+        raise InvalidQuery(f"order must be 'asc' or 'desc', got {order!r}")
+    clean_tags = check_tags(tags)
+    if after is not None and before is not None:
+        raise InvalidQuery("pass at most one of after= and before=")
+    assert store._signer is not None
+    signer = store._signer
+    fp = query_fingerprint(stream, order, clean_tags)
+    now = store.now()
+    back: Order = "desc" if order == "asc" else "asc"
+    step = 1 if order == "asc" else -1
+
+    def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
+        return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state)
+
+    def pos(entry: StoredRecord | Skipped) -> int:
+        seq = entry.sequence
+        assert seq is not None, "_scan must report the sequence of every entry"
+        return seq
+
+    async def exists(direction: Order, bound: int) -> bool:
+        return bool(await store._scan(query(direction, bound, 1)))
+
+    if before is None:
+        bound = signer.position(after, fp) if after is not None else None
+        entries = await store._scan(query(order, bound, limit + 1))
+        more = len(entries) > limit
+        entries = entries[:limit]
+        next_pos = pos(entries[-1]) if more else None
+        prev_pos: int | None = None
+        if bound is not None:
+            edge = pos(entries[0]) if entries else bound + step
+            if await exists(back, edge):
+                prev_pos = edge
+    else:
+        bound = signer.position(before, fp)
+        entries = await store._scan(query(back, bound, limit + 1))
+        earlier = len(entries) > limit
+        entries = entries[:limit]
+        entries.reverse()
+        prev_pos = pos(entries[0]) if earlier else None
+        edge = pos(entries[-1]) if entries else bound - step
+        next_pos = edge if await exists(order, edge) else None
+
+    items: builtins.list[Checkpoint] = []
+    skipped: builtins.list[Skipped] = []
+    for entry in entries:
+        if isinstance(entry, Skipped):
+            skipped.append(entry)
+        elif not include_state:
+            items.append(checkpoint_with_state(entry.header, None))
+        else:
+            try:
+                items.append(store._decode_strict(entry))
+            except CheckpointDecodeError as exc:
+                skipped.append(skipped_from(exc, entry.id, entry.sequence))
+    return Page.model_construct(
+        items=items,
+        skipped=skipped,
+        next_cursor=signer.make(next_pos, fp) if next_pos is not None else None,
+        prev_cursor=signer.make(prev_pos, fp) if prev_pos is not None else None,
+        has_more=next_pos is not None,
+    )
