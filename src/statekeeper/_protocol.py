@@ -17,7 +17,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    Protocol,
+    Self,
+    cast,
+    runtime_checkable,
+)
+
+from typing_extensions import TypeVar
 
 from ._integrity import repair_records, verify_store
 from ._paging import ScanQuery, list_page
@@ -147,7 +159,12 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class BaseCheckpointStore(ABC):
+#: The options model of a backend; ``BaseCheckpointStore[MyOptions]`` types
+#: ``self.options`` as ``MyOptions`` (bare ``BaseCheckpointStore`` means ``StoreOptions``).
+OptionsT = TypeVar("OptionsT", bound=StoreOptions, default=StoreOptions, covariant=True)
+
+
+class BaseCheckpointStore(ABC, Generic[OptionsT]):
     """Base class for backends: implement the ``_`` primitives, inherit the contract.
 
     **The contract** (SPEC S1-S12), which the public methods here enforce for every
@@ -165,11 +182,13 @@ class BaseCheckpointStore(ABC):
     - *Concurrency.* Every method is safe to call concurrently from many tasks;
       what holds across processes and hosts is declared in :attr:`capabilities`.
 
-    **Subclassing.** Set :attr:`Options` to a frozen :class:`StoreOptions` subclass
-    and :attr:`capabilities`, and implement ``_open``, ``_close``, ``_insert``,
-    ``_update``, ``_get``, ``_scan``, ``_delete`` and ``_list_streams``. The other
-    primitives have defaults built on those; override them where the backend can
-    do better or must be atomic (the defaults' notes say where they are racy).
+    **Subclassing.** Subclass ``BaseCheckpointStore[MyOptions]``, set
+    :attr:`Options` to the same frozen :class:`StoreOptions` subclass (so
+    ``self.options`` is typed ``MyOptions``, no casts) and :attr:`capabilities`,
+    and implement ``_open``, ``_close``, ``_insert``, ``_update``, ``_get``,
+    ``_scan``, ``_delete`` and ``_list_streams``. The other primitives have
+    defaults built on those; override them where the backend can do better or
+    must be atomic (the defaults' notes say where they are racy).
     Run :class:`statekeeper.testing.CheckpointStoreTests` against the result.
     """
 
@@ -186,7 +205,8 @@ class BaseCheckpointStore(ABC):
         clock: Callable[[], datetime] | None = None,
         **options: Any,
     ) -> None:
-        self.options = validate_options(self.Options, options)
+        #: The validated options, an instance of :attr:`Options`.
+        self.options: OptionsT = cast(OptionsT, validate_options(self.Options, options))
         limits = CodecLimits(
             max_depth=self.options.max_depth,
             max_bytes=self.options.max_bytes,

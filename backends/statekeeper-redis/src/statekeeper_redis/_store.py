@@ -9,7 +9,7 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
@@ -82,7 +82,7 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-class RedisCheckpointStore(BaseCheckpointStore):
+class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     """A checkpoint store in one Redis database (``redis://`` and ``rediss://`` URLs).
 
     URL: ``redis[s]://[user[:password]@]host[:port][/db][?option=value...]``; the
@@ -165,7 +165,7 @@ class RedisCheckpointStore(BaseCheckpointStore):
 
     @property
     def redis_options(self) -> RedisOptions:
-        return cast(RedisOptions, self.options)
+        return self.options
 
     @property
     def key_prefix(self) -> str:

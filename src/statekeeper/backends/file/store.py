@@ -52,7 +52,7 @@ class FileStoreOptions(StoreOptions):
     sync_interval: int = Field(default=512, ge=1, le=1_000_000)
 
 
-class FileCheckpointStore(BaseCheckpointStore):
+class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     """A :class:`~statekeeper.CheckpointStore` in a local directory.
 
     ``FileCheckpointStore(path, **options)``, or ``open_store("file:///abs/dir")`` /
@@ -113,7 +113,6 @@ class FileCheckpointStore(BaseCheckpointStore):
             raise InvalidURL(f"a file store needs a directory path, got {path!r}")
         self.path = os.path.abspath(raw)
         opts = self.options
-        assert isinstance(opts, FileStoreOptions)
         self._engine = FileEngine(
             self.path,
             io if io is not None else OsFileIO(),

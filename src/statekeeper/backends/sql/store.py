@@ -115,7 +115,7 @@ def _family(url: StoreURL) -> Family:
     return family
 
 
-class SqlCheckpointStore(BaseCheckpointStore):
+class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     """A :class:`~statekeeper.CheckpointStore` in an SQL database.
 
     ``SqlCheckpointStore(url, **options)`` returns the dialect's subclass
@@ -141,7 +141,6 @@ class SqlCheckpointStore(BaseCheckpointStore):
         persistent=True, cross_process=True, power_loss_durable=True, ttl=True, raw_access=True
     )
     backend_name: ClassVar[str] = "sql"
-    options: SqlOptions
 
     def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
         target: type[SqlCheckpointStore] = cls
