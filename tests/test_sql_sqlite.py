@@ -249,9 +249,7 @@ async def test_two_prefixes_in_one_file_are_two_stores(db: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_tag_filters_use_the_tag_indexes(store: SqlCheckpointStore, db: Path) -> None:
-    from statekeeper.backends.sql.store import _statements
-
-    st, compiler = _statements(store.table_prefix, None)
+    st, compiler = store._st, store._compiler
     raw = sqlite3.connect(db)
 
     def plan(stmt: Any) -> list[str]:

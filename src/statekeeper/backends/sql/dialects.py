@@ -136,12 +136,16 @@ def next_sequence(s: Session, st: Statements) -> int:
 
 
 def _insert_or_skip(st: Statements, family: Family) -> Executable:
-    stmt = st.dialect_cache.get("insert_or_skip")
+    # Keyed by family as well: a PostgreSQL compiler handed SQLite's ON CONFLICT
+    # clause fails with an AttributeError (issue 11), so a Statements built for
+    # one dialect must never answer for another, even if shared by mistake.
+    key = f"insert_or_skip:{family}"
+    stmt = st.dialect_cache.get(key)
     if stmt is None:
         cp = st.t.checkpoints
         make = postgresql.insert if family == "postgresql" else sqlite_dialect.insert
         stmt = make(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
-        st.dialect_cache["insert_or_skip"] = stmt
+        st.dialect_cache[key] = stmt
     return stmt
 
 

@@ -245,15 +245,19 @@ def _p(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParam
 
 
 class Statements:
-    """Every statement the backend runs, built once per store and cached by shape.
+    """Every statement the backend runs for one dialect, built once and cached by shape.
 
     Statements are cached so that a dialect that compiles them itself (SQLite, see
     :mod:`.sqlite`) compiles each shape once, and SQLAlchemy's own compiled
-    cache hits for the others.
+    cache hits for the others. One instance serves one dialect only: the few
+    dialect-specific statements (:attr:`dialect_cache`) are built for
+    :attr:`family`, and compiling one under another dialect fails.
     """
 
-    def __init__(self, tables: Tables) -> None:
+    def __init__(self, tables: Tables, family: str) -> None:
         self.t = tables
+        #: The dialect family (``sqlite``, ``postgresql``, ``mysql``) these serve.
+        self.family = family
         cp, meta, counter, tags = tables.checkpoints, tables.meta, tables.counter, tables.tags
         live = sa.or_(cp.c.expires_at.is_(None), cp.c.expires_at > _p("now"))
         self.live = live
@@ -319,7 +323,8 @@ class Statements:
         self.raw_read = sa.select(cp.c.record).where(cp.c.id == _p("id"))
         self.raw_write = cp.update().where(cp.c.id == _p("at_id")).values(record=_p("new_record"))
         self.scan = cache(self._scan)
-        #: Dialect-specific statements, built on first use by ``dialects``.
+        #: Dialect-specific statements for :attr:`family`, built on first use by
+        #: ``dialects``.
         self.dialect_cache: dict[str, Executable] = {}
 
     def _scan(

@@ -155,7 +155,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self.url = parsed.with_(query={})
         self.family: Family = _family(self.url)
         self.table_prefix = self.options.table_prefix
-        self._st, self._compiler = _statements(self.table_prefix, self.options.db_schema)
+        self._st, self._compiler = _statements(
+            self.table_prefix, self.options.db_schema, self.family
+        )
         self.tables = self._st.t
         self._store_id = ""
         self._runtime: Runtime | None = None
@@ -473,9 +475,11 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
 
 @lru_cache(maxsize=64)
-def _statements(prefix: str, schema: str | None) -> tuple[Statements, Compiler]:
-    """Shared by every store with these tables, so statements compile once per process."""
-    return Statements(build_tables(prefix, schema)), Compiler()
+def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statements, Compiler]:
+    """Shared by every store of one dialect with these tables, so statements compile
+    once per process and dialect. Keyed by dialect: the dialect-specific statements
+    built on first use must not reach a store of another dialect (issue 11)."""
+    return Statements(build_tables(prefix, schema), family), Compiler()
 
 
 def _check_etag(current: StoredRecord, if_match: str | None) -> None:
