@@ -33,6 +33,11 @@ class StoreOptions(BaseModel):
     max_bytes: int = Field(default=16 * 1024 * 1024, ge=64)
     max_int_digits: int = Field(default=4300, ge=1)
     allow_nan: bool = False
+    #: How new states are encoded: ``"json"`` (JSON plus tagged values, the
+    #: default) or ``"raw"`` (``bytes`` stored verbatim; see
+    #: :mod:`statekeeper.rawcodec`). Records name their codec, so either store
+    #: reads records of both.
+    codec: Literal["json", "raw"] = "json"
     #: ``False``: opening a store that does not exist raises
     #: :class:`~statekeeper.errors.StoreNotFound` and creates nothing.
     create: bool = True

@@ -6,7 +6,7 @@ after its item is deleted, expired or filtered out. It is URL-safe base64 of::
     version (1 byte) | position (8 bytes, big-endian) | MAC (12 bytes)
 
 The MAC is HMAC-SHA256 under the store's secret cursor key, over the version, the
-position and a fingerprint of the query (stream, order, tags). A cursor from
+position and a fingerprint of the query (stream, order, tags, metadata filter). A cursor from
 another store, from a different query, or edited by hand fails the MAC and raises
 :class:`~statekeeper.errors.InvalidCursor`. Cursors carry no data beyond the
 position: they are tamper-evident, not encrypted.
@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import json
 import struct
+from collections.abc import Mapping
 
 from .errors import InvalidCursor
 
@@ -32,11 +33,19 @@ _TOKEN_LEN = _PACK.size + _MAC_LEN
 _MAX_TEXT = 64
 
 
-def query_fingerprint(stream: str | None, order: str, tags: dict[str, str] | None) -> bytes:
-    """A stable digest of the parts of a query that a cursor is bound to."""
-    canonical = json.dumps(
-        [stream, order, sorted((tags or {}).items())], ensure_ascii=False, separators=(",", ":")
-    )
+def query_fingerprint(
+    stream: str | None,
+    order: str,
+    tags: Mapping[str, str] | None,
+    metadata: Mapping[str, object] | None = None,
+) -> bytes:
+    """A stable digest of the parts of a query that a cursor is bound to: the
+    stream, the order, the tag filter and the metadata filter (each value with its
+    JSON kind, so a cursor for ``{"a": True}`` is not one for ``{"a": 1}``)."""
+    parts: list[object] = [stream, order, sorted((tags or {}).items())]
+    if metadata:
+        parts.append(sorted((k, type(v).__name__, v) for k, v in metadata.items()))
+    canonical = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).digest()
 
 

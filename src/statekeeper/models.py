@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -11,6 +11,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointHeader",
     "JSONValue",
+    "NewCheckpoint",
     "Page",
     "Problem",
     "RepairReport",
@@ -202,3 +203,22 @@ class RepairReport(BaseModel):
     actions: list[str] = Field(default_factory=list)
     damaged: list[Problem] = Field(default_factory=list)
     dropped: list[Problem] = Field(default_factory=list)
+
+
+class NewCheckpoint(BaseModel):
+    """One item of :meth:`~statekeeper.BaseCheckpointStore.save_many`: the arguments
+    of one ``save``. The store validates and encodes every item before it writes
+    any, so a bad item fails the whole batch with nothing written. Fields are
+    strict (no coercion): ``ttl=True`` is an error, not one second."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, strict=True
+    )
+
+    stream: str
+    state: Any = None
+    tags: dict[str, str] | None = None
+    metadata: dict[str, Any] | None = None
+    parent_id: str | None = None
+    ttl: float | timedelta | None = None
+    id: str | None = None

@@ -33,7 +33,7 @@ from typing import Any
 from .errors import CheckpointDecodeError
 from .models import CheckpointHeader, trusted_header
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "StoredRecord"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "RecordEdits", "StoredRecord"]
 
 MAGIC = b"SK1 "
 FORMAT_VERSION = 1
@@ -92,6 +92,19 @@ class NewRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordEdits:
+    """What an ``update`` replaces besides the state; ``None`` keeps the field."""
+
+    tags: dict[str, str] | None = None
+    metadata: dict[str, Any] | None = None
+    parent_id: str | None = None
+
+    @property
+    def tags_changed(self) -> bool:
+        return self.tags is not None
+
+
+@dataclass(frozen=True, slots=True)
 class StoredRecord:
     """A checkpoint as stored: its header, its encoded state and its TTL."""
 
@@ -117,13 +130,31 @@ class StoredRecord:
         expires = self.header.expires_at
         return expires is not None and expires <= now
 
-    def updated(self, state: bytes, *, now: datetime, etag: str) -> StoredRecord:
-        """This record with a new state: same id, sequence and created_at; TTL slides."""
+    def updated(
+        self,
+        state: bytes,
+        *,
+        now: datetime,
+        etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
+    ) -> StoredRecord:
+        """This record with a new state: same id, sequence and created_at; TTL slides.
+
+        ``edits`` replaces tags, metadata and the parent link where it says so;
+        ``codec`` names the codec of the new state (default: unchanged).
+        """
         expires_at = now + timedelta(seconds=self.ttl) if self.ttl is not None else None
-        header = self.header.model_copy(
-            update={"updated_at": now, "etag": etag, "expires_at": expires_at}
-        )
-        return replace(self, header=header, state=state)
+        update: dict[str, Any] = {"updated_at": now, "etag": etag, "expires_at": expires_at}
+        if edits is not None:
+            if edits.tags is not None:
+                update["tags"] = edits.tags
+            if edits.metadata is not None:
+                update["metadata"] = edits.metadata
+            if edits.parent_id is not None:
+                update["parent_id"] = edits.parent_id
+        header = self.header.model_copy(update=update)
+        return replace(self, header=header, state=state, codec=codec or self.codec)
 
     def to_bytes(self, store_id: str) -> bytes:
         """The envelope bytes, with length and checksum."""
