@@ -1,38 +1,32 @@
-"""The contract: ``CheckpointStore`` (what applications type against) and
-``BaseCheckpointStore`` (what backend authors subclass).
+"""``BaseCheckpointStore``: the contract, written once for every backend.
 
 ``BaseCheckpointStore`` implements every public method once: argument validation,
 the codec, TTL arithmetic, cursors and paging. A backend implements a handful of
-primitives over :class:`~statekeeper.record.StoredRecord` values. That split is
-what makes every backend behave the same: a backend cannot accept state another
-would refuse, or page differently, because it never sees those decisions.
+primitives over :class:`~statekeeper.record.StoredRecord` values (declared in
+``_primitives.py``, which this class inherits). That split is what makes every
+backend behave the same: a backend cannot accept state another would refuse, or
+page differently, because it never sees those decisions.
+
+What applications type against, ``CheckpointStore``, lives in ``_interface.py``;
+it, ``StoreIdentity``, ``StoreInfo``, ``ScanQuery`` and ``skipped_from`` are
+re-exported here because backends import them from this module.
 """
 
 from __future__ import annotations
 
 import builtins
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    ClassVar,
-    Generic,
-    Literal,
-    Protocol,
-    Self,
-    cast,
-    runtime_checkable,
-)
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, cast
 
 from typing_extensions import TypeVar
 
-from ._integrity import repair_records, verify_store
+from ._integrity import verify_store
+from ._interface import TTL, CheckpointStore, Order, StoreInfo
 from ._paging import ScanQuery, list_page
+from ._primitives import StoreIdentity, StorePrimitives
 from ._validate import (
     check_id,
     check_stream,
@@ -55,9 +49,7 @@ from .models import (
     Checkpoint,
     CheckpointHeader,
     Page,
-    Problem,
     RepairReport,
-    Skipped,
     VerifyReport,
     checkpoint_with_state,
 )
@@ -67,6 +59,7 @@ if TYPE_CHECKING:
     from ._url import StoreURL
 
 __all__ = [
+    "TTL",
     "BaseCheckpointStore",
     "CheckpointStore",
     "Order",
@@ -75,84 +68,6 @@ __all__ = [
     "StoreInfo",
     "skipped_from",
 ]
-
-Order = Literal["asc", "desc"]
-TTL = int | float | timedelta
-
-
-@runtime_checkable
-class CheckpointStore(Protocol):
-    """What applications type against. See :class:`BaseCheckpointStore` for the contract."""
-
-    async def open(self) -> None: ...
-    async def close(self) -> None: ...
-    async def __aenter__(self) -> Self: ...
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-    async def save(
-        self,
-        stream: str,
-        state: Any,
-        *,
-        tags: Mapping[str, str] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        parent_id: str | None = None,
-        ttl: TTL | None = None,
-        id: str | None = None,
-    ) -> Checkpoint: ...
-    async def get_latest(self, stream: str) -> Checkpoint | None: ...
-    async def load(self, id: str) -> Checkpoint: ...
-    async def list(
-        self,
-        stream: str | None = None,
-        *,
-        limit: int = 20,
-        order: Order = "desc",
-        after: str | None = None,
-        before: str | None = None,
-        tags: Mapping[str, str] | None = None,
-        include_state: bool = True,
-    ) -> Page: ...
-    async def update(
-        self,
-        id: str,
-        state: Any,
-        *,
-        if_match: str | None = None,
-    ) -> Checkpoint: ...
-    async def delete(self, id: str, *, if_match: str | None = None) -> bool: ...
-    async def delete_stream(self, stream: str) -> int: ...
-    async def list_streams(self) -> builtins.list[str]: ...
-    async def prune(self, stream: str, *, keep_last: int) -> int: ...
-    async def purge_expired(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StoreIdentity:
-    """What ``_open`` returns: the persisted store id, cursor key and format version."""
-
-    store_id: str
-    cursor_key: bytes
-    format_version: int | None = None
-
-
-@dataclass(frozen=True)
-class StoreInfo:
-    """What ``info()`` reports about a store (for tools such as ``statekeeper info``)."""
-
-    backend: str
-    url: str
-    store_id: str
-    format_version: int | None
-    capabilities: Capabilities
-    checkpoints: int | None = None
-    streams: int | None = None
-    high_water_mark: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _utcnow() -> datetime:
@@ -164,7 +79,7 @@ def _utcnow() -> datetime:
 OptionsT = TypeVar("OptionsT", bound=StoreOptions, default=StoreOptions, covariant=True)
 
 
-class BaseCheckpointStore(ABC, Generic[OptionsT]):
+class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
     """Base class for backends: implement the ``_`` primitives, inherit the contract.
 
     **The contract** (SPEC S1-S12), which the public methods here enforce for every
@@ -567,20 +482,6 @@ class BaseCheckpointStore(ABC, Generic[OptionsT]):
         self._require_writable("repair")
         return await self._repair(drop_damaged)
 
-    # -- the backdoor (conformance kit and repair tools only) ------------------------
-
-    async def backdoor_read_raw(self, id: str) -> bytes:
-        """The stored envelope bytes of ``id``, bypassing decoding. For the test kit.
-
-        Backends that declare ``capabilities.raw_access`` implement this and
-        :meth:`backdoor_write_raw`.
-        """
-        raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
-
-    async def backdoor_write_raw(self, id: str, data: bytes) -> None:
-        """Overwrite the stored bytes of ``id`` without validation. For the test kit."""
-        raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
-
     # -- helpers for subclasses ------------------------------------------------------
 
     def _decode_strict(self, record: StoredRecord) -> Checkpoint:
@@ -613,153 +514,3 @@ class BaseCheckpointStore(ABC, Generic[OptionsT]):
                 f"ttl must be a positive number of seconds or timedelta, got {ttl!r}"
             )
         return float(seconds)
-
-    # -- primitives: the abstract core ------------------------------------------------
-
-    @abstractmethod
-    async def _open(self) -> StoreIdentity:
-        """Open or create the underlying storage; return its persisted identity.
-
-        Create a random store id and a random cursor key (at least 16 bytes) on
-        first open and persist them; raise :class:`StoreFormatError` for storage
-        that is not a store or has a newer format.
-        """
-
-    @abstractmethod
-    async def _close(self) -> None:
-        """Release connections, handles and locks."""
-
-    @abstractmethod
-    async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        """Atomically assign the next sequence and persist ``record.seal(sequence)``.
-
-        The sequence must exceed every sequence this store ever assigned (keep a
-        persisted high-water mark; ``max(existing) + 1`` is wrong) and sequence order
-        must equal commit order. Raise :class:`PreconditionFailed` if a checkpoint
-        with ``record.id`` is live at ``record.now`` (the store's clock, not
-        ``record.created_at``, which ``import_checkpoint`` copies from elsewhere);
-        an expired one may be replaced.
-        """
-
-    @abstractmethod
-    async def _update(
-        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
-    ) -> CheckpointHeader:
-        """Atomically replace the state of live checkpoint ``id``.
-
-        Read the current record, raise :class:`CheckpointNotFound` if it is not live,
-        :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
-        then persist ``current.updated(state, now=now, etag=etag)``. The read and the
-        write form one compare-and-set.
-        """
-
-    @abstractmethod
-    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
-        """The live record ``id`` (``None`` if missing or expired at ``now``).
-
-        Raise :class:`CheckpointDecodeError` if it exists but its bytes are unreadable.
-        """
-
-    @abstractmethod
-    async def _scan(self, query: ScanQuery) -> builtins.list[StoredRecord | Skipped]:
-        """Keyset scan; see :class:`ScanQuery`. Cost must be O(limit), not O(offset).
-
-        A record whose bytes cannot be read is returned as a :class:`Skipped` whose
-        ``sequence`` is set (the position must be known for cursors). Use
-        :func:`skipped_from` to build it from a :class:`CheckpointDecodeError`.
-        """
-
-    @abstractmethod
-    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
-        """Atomically delete live ``id``; ``False`` if missing or expired.
-
-        With ``if_match``, raise :class:`PreconditionFailed` if the etag differs.
-        """
-
-    @abstractmethod
-    async def _list_streams(self, now: datetime) -> builtins.list[str]:
-        """Names of streams with at least one live checkpoint (any order)."""
-
-    # -- primitives with defaults ----------------------------------------------------
-
-    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
-        """The live record of ``stream`` with the highest sequence.
-
-        The default is a one-item descending scan: correct and O(1) for backends
-        whose scan is keyset-indexed. If the winner is unreadable it raises rather
-        than falling back. Note for implementers: a backend whose scan is not
-        atomic with respect to writers must retry here and finally raise
-        :class:`~statekeeper.errors.ConcurrentModificationError`.
-        """
-        entries = await self._scan(ScanQuery(stream, "desc", None, 1, {}, now))
-        if not entries:
-            return None
-        top = entries[0]
-        if isinstance(top, Skipped):
-            raise CheckpointDecodeError(
-                top.reason, id=top.id, location=top.location, sequence=top.sequence
-            )
-        return top
-
-    async def _delete_stream(self, stream: str, now: datetime) -> int:
-        """Delete all of ``stream``. Note for implementers: the default deletes page by
-        page through ``_scan``/``_delete``, so a save that commits meanwhile may
-        survive; override with one atomic statement where the backend can."""
-        removed = 0
-        bound: int | None = None
-        while True:
-            batch = await self._scan(ScanQuery(stream, "asc", bound, 500, {}, now, False))
-            if not batch:
-                return removed
-            for entry in batch:
-                if entry.id is not None:
-                    removed += await self._delete(entry.id, if_match=None, now=now)
-            bound = batch[-1].sequence
-
-    async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        """Delete all but the newest ``keep_last`` of ``stream``. Same note as
-        ``_delete_stream``."""
-        removed = 0
-        bound: int | None = None
-        if keep_last:
-            kept = await self._scan(ScanQuery(stream, "desc", None, keep_last, {}, now, False))
-            if len(kept) < keep_last:
-                return 0
-            bound = kept[-1].sequence
-        while True:
-            batch = await self._scan(ScanQuery(stream, "desc", bound, 500, {}, now, False))
-            if not batch:
-                return removed
-            for entry in batch:
-                if entry.id is not None:
-                    removed += await self._delete(entry.id, if_match=None, now=now)
-            bound = batch[-1].sequence
-
-    async def _purge_expired(self, now: datetime) -> int:
-        """Remove records expired at ``now``; backends with ``capabilities.ttl`` override."""
-        return 0
-
-    async def _info(self) -> dict[str, Any]:
-        """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
-        ``high_water_mark`` and any backend-specific extras."""
-        return {}
-
-    async def _verify(self) -> builtins.list[Problem] | None:
-        """Check the backend's derived metadata (indexes, id tables, counters) against
-        the records, without writing; return the problems found.
-
-        The default returns ``None``: "not checked", which :meth:`verify` reports as
-        an ``"unchecked"`` problem. A backend with no derived metadata returns
-        ``[]``; one with indexes or tables must override this to be verifiable.
-        """
-        return None
-
-    async def _repair(self, drop_damaged: bool) -> RepairReport:
-        """Rebuild derived metadata from the records, then deal with damaged records.
-
-        The default rebuilds nothing and only walks the records; with
-        ``drop_damaged`` it deletes each damaged record by id through :meth:`_delete`.
-        Backends with derived metadata override this, rebuild, then call
-        :func:`statekeeper._integrity.repair_records` for the damaged records.
-        """
-        return await repair_records(self, drop_damaged, rebuilt={}, actions=[])

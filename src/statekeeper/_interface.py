@@ -1,0 +1,91 @@
+"""What applications type against: the ``CheckpointStore`` Protocol, the ``Order``
+and ``TTL`` argument types, and ``StoreInfo``.
+
+Code that only uses a store types against :class:`CheckpointStore`; every backend,
+built-in or third-party, satisfies it by subclassing
+:class:`~statekeeper.BaseCheckpointStore` (in ``_protocol.py``), which states the
+contract in full.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self, runtime_checkable
+
+from .config import Capabilities
+from .models import Checkpoint, Page
+
+__all__ = ["TTL", "CheckpointStore", "Order", "StoreInfo"]
+
+Order = Literal["asc", "desc"]
+TTL = int | float | timedelta
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """What applications type against. See :class:`BaseCheckpointStore` for the contract."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def __aenter__(self) -> Self: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    async def save(
+        self,
+        stream: str,
+        state: Any,
+        *,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+        ttl: TTL | None = None,
+        id: str | None = None,
+    ) -> Checkpoint: ...
+    async def get_latest(self, stream: str) -> Checkpoint | None: ...
+    async def load(self, id: str) -> Checkpoint: ...
+    async def list(
+        self,
+        stream: str | None = None,
+        *,
+        limit: int = 20,
+        order: Order = "desc",
+        after: str | None = None,
+        before: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        include_state: bool = True,
+    ) -> Page: ...
+    async def update(
+        self,
+        id: str,
+        state: Any,
+        *,
+        if_match: str | None = None,
+    ) -> Checkpoint: ...
+    async def delete(self, id: str, *, if_match: str | None = None) -> bool: ...
+    async def delete_stream(self, stream: str) -> int: ...
+    async def list_streams(self) -> builtins.list[str]: ...
+    async def prune(self, stream: str, *, keep_last: int) -> int: ...
+    async def purge_expired(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What ``info()`` reports about a store (for tools such as ``statekeeper info``)."""
+
+    backend: str
+    url: str
+    store_id: str
+    format_version: int | None
+    capabilities: Capabilities
+    checkpoints: int | None = None
+    streams: int | None = None
+    high_water_mark: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

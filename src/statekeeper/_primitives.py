@@ -1,0 +1,215 @@
+"""What a backend implements: the storage primitives, and honest defaults for the
+optional ones.
+
+:class:`StorePrimitives` is the backend-facing half of
+:class:`~statekeeper.BaseCheckpointStore`, which inherits it. Every primitive works
+on :class:`~statekeeper.record.StoredRecord` values that the base class has
+already validated and encoded, so a backend never decides what is valid, how a
+page is cut or what a cursor means. The eight abstract primitives are the whole
+of a minimal backend; the others have defaults built on them, each saying where
+it is racy and when to override it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from ._integrity import repair_records
+from ._paging import ScanQuery
+from .errors import CheckpointDecodeError
+from .models import CheckpointHeader, Problem, RepairReport, Skipped
+from .record import NewRecord, StoredRecord
+
+if TYPE_CHECKING:
+    from ._protocol import BaseCheckpointStore
+
+__all__ = ["StoreIdentity", "StorePrimitives"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIdentity:
+    """What ``_open`` returns: the persisted store id, cursor key and format version."""
+
+    store_id: str
+    cursor_key: bytes
+    format_version: int | None = None
+
+
+class StorePrimitives(ABC):
+    """The primitives a backend implements (the ``_`` methods), and the backdoor.
+
+    Concurrency: the base class calls these from many tasks at once; each
+    primitive documented as atomic must be atomic against other tasks and, where
+    the backend declares it, other processes and hosts.
+    """
+
+    # -- the backdoor (conformance kit and repair tools only) ------------------------
+
+    async def backdoor_read_raw(self, id: str) -> bytes:
+        """The stored envelope bytes of ``id``, bypassing decoding. For the test kit.
+
+        Backends that declare ``capabilities.raw_access`` implement this and
+        :meth:`backdoor_write_raw`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
+
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:
+        """Overwrite the stored bytes of ``id`` without validation. For the test kit."""
+        raise NotImplementedError(f"{type(self).__name__} has no raw-record backdoor")
+
+    # -- primitives: the abstract core ------------------------------------------------
+
+    @abstractmethod
+    async def _open(self) -> StoreIdentity:
+        """Open or create the underlying storage; return its persisted identity.
+
+        Create a random store id and a random cursor key (at least 16 bytes) on
+        first open and persist them; raise :class:`StoreFormatError` for storage
+        that is not a store or has a newer format.
+        """
+
+    @abstractmethod
+    async def _close(self) -> None:
+        """Release connections, handles and locks."""
+
+    @abstractmethod
+    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        """Atomically assign the next sequence and persist ``record.seal(sequence)``.
+
+        The sequence must exceed every sequence this store ever assigned (keep a
+        persisted high-water mark; ``max(existing) + 1`` is wrong) and sequence order
+        must equal commit order. Raise :class:`PreconditionFailed` if a checkpoint
+        with ``record.id`` is live at ``record.now`` (the store's clock, not
+        ``record.created_at``, which ``import_checkpoint`` copies from elsewhere);
+        an expired one may be replaced.
+        """
+
+    @abstractmethod
+    async def _update(
+        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
+    ) -> CheckpointHeader:
+        """Atomically replace the state of live checkpoint ``id``.
+
+        Read the current record, raise :class:`CheckpointNotFound` if it is not live,
+        :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
+        then persist ``current.updated(state, now=now, etag=etag)``. The read and the
+        write form one compare-and-set.
+        """
+
+    @abstractmethod
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        """The live record ``id`` (``None`` if missing or expired at ``now``).
+
+        Raise :class:`CheckpointDecodeError` if it exists but its bytes are unreadable.
+        """
+
+    @abstractmethod
+    async def _scan(self, query: ScanQuery) -> builtins.list[StoredRecord | Skipped]:
+        """Keyset scan; see :class:`ScanQuery`. Cost must be O(limit), not O(offset).
+
+        A record whose bytes cannot be read is returned as a :class:`Skipped` whose
+        ``sequence`` is set (the position must be known for cursors). Use
+        :func:`skipped_from` to build it from a :class:`CheckpointDecodeError`.
+        """
+
+    @abstractmethod
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
+        """Atomically delete live ``id``; ``False`` if missing or expired.
+
+        With ``if_match``, raise :class:`PreconditionFailed` if the etag differs.
+        """
+
+    @abstractmethod
+    async def _list_streams(self, now: datetime) -> builtins.list[str]:
+        """Names of streams with at least one live checkpoint (any order)."""
+
+    # -- primitives with defaults ----------------------------------------------------
+
+    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        """The live record of ``stream`` with the highest sequence.
+
+        The default is a one-item descending scan: correct and O(1) for backends
+        whose scan is keyset-indexed. If the winner is unreadable it raises rather
+        than falling back. Note for implementers: a backend whose scan is not
+        atomic with respect to writers must retry here and finally raise
+        :class:`~statekeeper.errors.ConcurrentModificationError`.
+        """
+        entries = await self._scan(ScanQuery(stream, "desc", None, 1, {}, now))
+        if not entries:
+            return None
+        top = entries[0]
+        if isinstance(top, Skipped):
+            raise CheckpointDecodeError(
+                top.reason, id=top.id, location=top.location, sequence=top.sequence
+            )
+        return top
+
+    async def _delete_stream(self, stream: str, now: datetime) -> int:
+        """Delete all of ``stream``. Note for implementers: the default deletes page by
+        page through ``_scan``/``_delete``, so a save that commits meanwhile may
+        survive; override with one atomic statement where the backend can."""
+        removed = 0
+        bound: int | None = None
+        while True:
+            batch = await self._scan(ScanQuery(stream, "asc", bound, 500, {}, now, False))
+            if not batch:
+                return removed
+            for entry in batch:
+                if entry.id is not None:
+                    removed += await self._delete(entry.id, if_match=None, now=now)
+            bound = batch[-1].sequence
+
+    async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        """Delete all but the newest ``keep_last`` of ``stream``. Same note as
+        ``_delete_stream``."""
+        removed = 0
+        bound: int | None = None
+        if keep_last:
+            kept = await self._scan(ScanQuery(stream, "desc", None, keep_last, {}, now, False))
+            if len(kept) < keep_last:
+                return 0
+            bound = kept[-1].sequence
+        while True:
+            batch = await self._scan(ScanQuery(stream, "desc", bound, 500, {}, now, False))
+            if not batch:
+                return removed
+            for entry in batch:
+                if entry.id is not None:
+                    removed += await self._delete(entry.id, if_match=None, now=now)
+            bound = batch[-1].sequence
+
+    async def _purge_expired(self, now: datetime) -> int:
+        """Remove records expired at ``now``; backends with ``capabilities.ttl`` override."""
+        return 0
+
+    async def _info(self) -> dict[str, Any]:
+        """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
+        ``high_water_mark`` and any backend-specific extras."""
+        return {}
+
+    async def _verify(self) -> builtins.list[Problem] | None:
+        """Check the backend's derived metadata (indexes, id tables, counters) against
+        the records, without writing; return the problems found.
+
+        The default returns ``None``: "not checked", which :meth:`verify` reports as
+        an ``"unchecked"`` problem. A backend with no derived metadata returns
+        ``[]``; one with indexes or tables must override this to be verifiable.
+        """
+        return None
+
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        """Rebuild derived metadata from the records, then deal with damaged records.
+
+        The default rebuilds nothing and only walks the records; with
+        ``drop_damaged`` it deletes each damaged record by id through :meth:`_delete`.
+        Backends with derived metadata override this, rebuild, then call
+        :func:`statekeeper._integrity.repair_records` for the damaged records.
+        """
+        # Only BaseCheckpointStore subclasses this mixin, and the walk needs its
+        # public reads.
+        store = cast("BaseCheckpointStore[Any]", self)
+        return await repair_records(store, drop_damaged, rebuilt={}, actions=[])
