@@ -1,8 +1,9 @@
 """The checkpoint codec ``sk-json/1``: JSON plus tagged values, with an allowlist.
 
-This module is the only place that turns state into bytes and back. There is no
-pickle: decoding never imports a module, never looks up an attribute by a name taken
-from the data, and calls only the classes listed in ``allowed_types``.
+This module (with ``_codec_tags.py``, which holds one encoder and one decoder per
+tag) is the only place that turns state into bytes and back. There is no pickle:
+decoding never imports a module, never looks up an attribute by a name taken from
+the data, and calls only the classes listed in ``allowed_types``.
 
 Format
 ======
@@ -86,29 +87,38 @@ and nothing else: invalid UTF-8 or JSON, duplicate keys, a limit, a bad tag.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import enum
-import importlib
-import inspect
 import json
 import re
 import sys
-import uuid
-from collections.abc import Callable, Iterable
-from datetime import date, datetime, time, timedelta, timezone
-from decimal import Decimal
+from collections.abc import Iterable
+from datetime import date, datetime, time
 from itertools import accumulate
 from typing import Any, ClassVar
-from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import BaseModel, ConfigDict, Field
 
+from statekeeper._codec_tags import (
+    _DECODERS,
+    _LEAF_ENCODERS,
+    _NOTHING,
+    TAG,
+    _allow,
+    _Allowed,
+    _bad,
+    _enc_class,
+    _enc_items,
+    _enc_nonfinite,
+    _enc_pairs,
+    _Refuse,
+    _resolve,
+    _short,
+    _type_name,
+)
 from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError, InvalidOptions
 
 __all__ = ["DEFAULT_LIMITS", "Codec", "CodecLimits"]
-
-TAG = "$sk"
 
 
 class CodecLimits(BaseModel):
@@ -137,32 +147,9 @@ _ESCAPE_RE = re.compile(
     re.S,
 )
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
-_MICROSECOND = timedelta(microseconds=1)
-_NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
-_VALIDATE_BY_NAME = "by_name" in inspect.signature(BaseModel.model_validate).parameters
-_MISSING = object()
-_V = frozenset({TAG, "v"})
-_TV = frozenset({TAG, "t", "v"})
-_FOLD = frozenset({"fold"})
-_FOLD_TZ = frozenset({"fold", "tz"})
-# IANA zone names; no dots, so a name can't become a module path inside zoneinfo.
-_ZONE_KEY_RE = re.compile(r"[A-Za-z0-9_+-]{1,64}(?:/[A-Za-z0-9_+-]{1,64}){0,3}\Z")
-_ZONES: dict[str, ZoneInfo] = {}
-_OFFSET_US_RE = re.compile(r"([+-])(\d\d):(\d\d):(\d\d)\.(\d{6})\Z")
-_NONE: frozenset[str] = frozenset()
 _STR = frozenset({str})
 _SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _SCALARS_NOT_INT: frozenset[type] = frozenset({str, float, bool, type(None)})
-_NOTHING: frozenset[type] = frozenset()
-
-
-def _type_name(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _json_depth(text: str) -> int:
@@ -170,52 +157,6 @@ def _json_depth(text: str) -> int:
     skeleton = _STRING_RE.sub("", text).encode("utf-8", "surrogatepass")
     steps = skeleton.translate(_BRACKET_STEPS, _NOT_BRACKETS)
     return max(accumulate(memoryview(steps).cast("b")), default=0)
-
-
-class _Refuse(Exception):
-    """Raised inside the encoder walk; collects the path while it unwinds."""
-
-    def __init__(self, reason: str, *, depth: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.depth = depth
-        self.path: list[str] = []
-        self.ids: list[int] = []
-
-    def at(self, step: str, container: object) -> None:
-        self.path.append(step)
-        self.ids.append(id(container))
-
-    def message(self, root: str) -> str:
-        reason = self.reason
-        if self.depth and len(set(self.ids)) < len(self.ids):
-            reason = "it contains a reference cycle (a container that contains itself)"
-        steps = self.path[::-1]
-        if len(steps) > 12:
-            steps[6:-5] = ["..."]
-        return f"cannot encode {root}{''.join(steps)}: {reason}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Allowed:
-    """An allowlisted class and what the codec needs to know about it."""
-
-    cls: type
-    kind: str  # the tag: "enum", "model" or "dataclass"
-    name: str  # "module:Qualname"
-    fields: tuple[str, ...] = ()  # what to store: model or dataclass fields
-    init: tuple[str, ...] = ()  # dataclass fields passed to __init__
-    root: bool = False  # a pydantic RootModel
-
-
-def _bad(reason: str) -> CheckpointDecodeError:
-    return CheckpointDecodeError(reason)
-
-
-def _want(value: Any, kind: type, tag: str) -> Any:
-    if type(value) is not kind:
-        raise _bad(f"malformed {tag!r} tag: expected {kind.__name__}, got {type(value).__name__}")
-    return value
 
 
 class Codec:
@@ -342,7 +283,7 @@ class Codec:
                 raise _Refuse(f"nested deeper than max_depth={self._max_depth}", depth=True)
             if t is dict:
                 if TAG in v or not _STR.issuperset(map(type, v)):
-                    return self._enc_pairs(v, d, skip)
+                    return _enc_pairs(self, v, d, skip)
                 if skip.issuperset(map(type, v.values())):
                     return v
                 pairs: Iterable[tuple[Any, Any]] = v.items()
@@ -377,88 +318,21 @@ class Codec:
                 return v
             raise _Refuse(f"an int has more than max_int_digits={self._digits} digits")
         if t is float:
-            return v if v - v == 0.0 else self._enc_nonfinite(v, d)
+            return v if v - v == 0.0 else _enc_nonfinite(self, v, d)
         d += 1
         if d > self._max_depth:
             raise _Refuse(f"nested deeper than max_depth={self._max_depth}", depth=True)
         if t is tuple:
-            return {TAG: "tuple", "v": self._enc_items(v, d, skip)}
+            return {TAG: "tuple", "v": _enc_items(self, v, d, skip)}
         if t is set or t is frozenset:
-            return {TAG: t.__name__, "v": self._enc_items(v, d, skip, in_set=True)}
+            return {TAG: t.__name__, "v": _enc_items(self, v, d, skip, in_set=True)}
         leaf = _LEAF_ENCODERS.get(t)
         if leaf is not None:
             return leaf(self, v)
         entry = self._by_type.get(t)
         if entry is None:
             raise _Refuse(_why_unsupported(v))
-        kind, tag_name = entry.kind, entry.name
-        if kind == "enum":
-            return {TAG: kind, "t": tag_name, "v": self._enc_attr(v, "value", v.value, d, skip)}
-        if entry.root:
-            return {TAG: kind, "t": tag_name, "v": self._enc_attr(v, "root", v.root, d, skip)}
-        fields: dict[str, Any] = {}
-        for name in entry.fields:
-            field_value = getattr(v, name, _MISSING)
-            if field_value is not _MISSING:
-                fields[name] = field_value
-        if kind == "model" and v.__pydantic_extra__:
-            fields.update(v.__pydantic_extra__)
-            if TAG in fields:  # an extra field named "$sk": let the dict rules handle it
-                return {TAG: kind, "t": tag_name, "v": self._enc(fields, d, skip)}
-        if d + 1 > self._max_depth:
-            raise _Refuse(f"nested deeper than max_depth={self._max_depth}", depth=True)
-        encoded = {n: self._enc_attr(v, n, x, d + 1, skip) for n, x in fields.items()}
-        return {TAG: kind, "t": tag_name, "v": encoded}
-
-    def _enc_attr(self, owner: Any, name: str, value: Any, d: int, skip: frozenset[type]) -> Any:
-        try:
-            return self._enc(value, d, skip)
-        except _Refuse as e:
-            e.at(f".{name}", owner)
-            raise
-
-    def _enc_items(
-        self, v: Iterable[Any], d: int, skip: frozenset[type], *, in_set: bool = False
-    ) -> list[Any]:
-        """A JSON array (one level below the tag object at depth ``d``) of ``v``'s items."""
-        d += 1
-        if d > self._max_depth:
-            raise _Refuse(f"nested deeper than max_depth={self._max_depth}", depth=True)
-        out: list[Any] = []
-        x: Any = None
-        try:
-            for x in v:
-                out.append(self._enc(x, d, skip))
-        except _Refuse as e:
-            e.at(f"{{{_short(x)}}}" if in_set else f"[{len(out)}]", v)
-            raise
-        return out
-
-    def _enc_pairs(self, v: dict[Any, Any], d: int, skip: frozenset[type]) -> dict[str, Any]:
-        """A dict with a non-str or reserved key, as a list of [key, value] pairs."""
-        if d + 2 > self._max_depth:
-            raise _Refuse(f"nested deeper than max_depth={self._max_depth}", depth=True)
-        pairs: list[list[Any]] = []
-        k: Any = None
-        try:
-            for k, x in v.items():
-                pairs.append([self._enc(k, d + 2, skip), self._enc(x, d + 2, skip)])
-        except _Refuse as e:
-            e.at(f"[{_short(k)}]", v)
-            raise
-        return {TAG: "dict", "v": pairs}
-
-    def _enc_nonfinite(self, v: float, d: int) -> dict[str, str]:
-        if not self.limits.allow_nan:
-            raise _Refuse(f"{v!r} is not allowed (allow_nan=False)")
-        if d + 1 > self._max_depth:
-            raise _Refuse(f"nested deeper than max_depth={self._max_depth}", depth=True)
-        return {TAG: "float", "v": "nan" if v != v else ("inf" if v > 0 else "-inf")}
-
-    def _enc_decimal(self, v: Decimal) -> dict[str, str]:
-        if not v.is_finite() and not self.limits.allow_nan:
-            raise _Refuse(f"Decimal({str(v)!r}) is not allowed (allow_nan=False)")
-        return {TAG: "decimal", "v": str(v)}
+        return _enc_class(self, v, entry, d, skip)
 
     # -- decoding -------------------------------------------------------------
 
@@ -595,84 +469,6 @@ class Codec:
         except Exception as e:
             raise _bad(f"malformed {tag!r} tag: {type(e).__name__}: {e}") from e
 
-    def _dec_nonfinite(self, obj: dict[str, Any]) -> float:
-        if not self.limits.allow_nan:
-            raise _bad("NaN and infinities are not allowed (allow_nan=False)")
-        return _NONFINITE[_want(obj["v"], str, "float")]
-
-    def _dec_decimal(self, obj: dict[str, Any]) -> Decimal:
-        value = Decimal(_want(obj["v"], str, "decimal"))
-        if not value.is_finite() and not self.limits.allow_nan:
-            raise _bad(f"Decimal({str(value)!r}) is not allowed (allow_nan=False)")
-        return value
-
-    def _dec_class(self, obj: dict[str, Any]) -> Any:
-        kind, name, v = obj[TAG], obj["t"], obj["v"]
-        entry = self._by_name.get(name) if type(name) is str else None
-        if entry is None:
-            raise _bad(f"type {_short(name)} is not in allowed_types; add it there if you trust it")
-        cls: Any = entry.cls
-        if entry.kind != kind:
-            raise _bad(f"{name} is not a {kind} (it is a {entry.kind})")
-        if kind == "enum":
-            result = cls(v)
-        elif entry.root:
-            result = cls.model_validate(v)
-        else:
-            fields = _want(v, dict, kind)
-            if kind == "model":
-                if _VALIDATE_BY_NAME:
-                    result = cls.model_validate(fields, by_alias=False, by_name=True)
-                else:  # pragma: no cover - pydantic < 2.11
-                    result = cls.model_validate(fields)
-            else:
-                unknown = fields.keys() - set(entry.fields)
-                if unknown:
-                    raise _bad(f"{name} has no fields {sorted(map(str, unknown))!r}")
-                result = cls(**{k: fields[k] for k in entry.init if k in fields})
-                for k in entry.fields:
-                    if k not in entry.init and k in fields:
-                        object.__setattr__(result, k, fields[k])
-        if type(result) is not cls:
-            raise _bad(f"{name} decoded to a {type(result).__name__}")
-        return result
-
-
-def _resolve(item: type | str) -> type:
-    if isinstance(item, type):
-        return item
-    if not isinstance(item, str):
-        raise InvalidOptions(f"allowed_types entries must be classes or strings, not {item!r}")
-    module_name, _, qualname = item.partition(":")
-    if not module_name or not qualname:
-        raise InvalidOptions(f"allowed_types entry {item!r} must look like 'module:Qualname'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception as e:
-        raise InvalidOptions(f"allowed_types entry {item!r} cannot be imported: {e}") from e
-    if not isinstance(obj, type):
-        raise InvalidOptions(f"allowed_types entry {item!r} is not a class")
-    return obj
-
-
-def _allow(cls: type) -> _Allowed:
-    name = _type_name(cls)
-    if issubclass(cls, enum.Enum):
-        return _Allowed(cls, "enum", name)
-    if issubclass(cls, BaseModel):
-        if issubclass(cls, RootModel):
-            return _Allowed(cls, "model", name, root=True)
-        return _Allowed(cls, "model", name, tuple(cls.model_fields))
-    if dataclasses.is_dataclass(cls):
-        fields = dataclasses.fields(cls)
-        init = tuple(f.name for f in fields if f.init)
-        return _Allowed(cls, "dataclass", name, tuple(f.name for f in fields), init)
-    raise InvalidOptions(
-        f"allowed_types entry {_type_name(cls)} is not an Enum, a pydantic model or a dataclass"
-    )
-
 
 def _why_unsupported(v: Any) -> str:
     t = type(v)
@@ -736,105 +532,3 @@ def _check_escapes(text: str) -> None:
     for match in _ESCAPE_RE.finditer(text):
         if match["lone"] or (match["hi"] and not match["lo"]):
             raise _bad(f"{match[0]!r} is a lone surrogate escape (not valid UTF-8)")
-
-
-def _zone_key(tz: ZoneInfo) -> str | None:
-    """``tz.key`` if ``ZoneInfo(tz.key)`` gives back this very object, else None."""
-    key = tz.key
-    if _ZONES.get(key) is tz:
-        return key
-    try:
-        if not _ZONE_KEY_RE.match(key) or ZoneInfo(key) is not tz:
-            return None
-    except Exception:
-        return None
-    _ZONES[key] = tz
-    return key
-
-
-def _time_fields(v: datetime | time) -> dict[str, Any]:
-    tz = v.tzinfo
-    out: dict[str, Any] = {TAG: type(v).__name__, "v": v.isoformat()}
-    if tz is not None:
-        offset = v.utcoffset()
-        if offset is None:
-            raise _Refuse(f"{type(v).__name__} has a tzinfo without a UTC offset ({tz!r})")
-        key = _zone_key(tz) if type(tz) is ZoneInfo and type(v) is datetime else None
-        if key is not None:
-            out["tz"] = key
-        elif type(tz) is not timezone and v.replace(fold=1 - v.fold).utcoffset() != offset:
-            # Python never finds such a time equal to one in another zone, and only
-            # a fixed offset could be stored for this tzinfo.
-            raise _Refuse(
-                f"{v!r} is an ambiguous or skipped wall time in a zone that can only be "
-                "stored as a fixed offset; use a ZoneInfo zone or a datetime.timezone"
-            )
-    if v.fold:
-        out["fold"] = 1
-    return out
-
-
-def _dec_time(obj: dict[str, Any], parse: Callable[[str], Any]) -> Any:
-    text = _want(obj["v"], str, obj[TAG])
-    value = parse(text)
-    offset = _OFFSET_US_RE.search(text)
-    if offset:  # CPython 3.11 parses "+00:00:00.000001" as UTC; do it ourselves
-        sign, h, m, s, us = offset.groups()
-        delta = timedelta(hours=int(h), minutes=int(m), seconds=int(s), microseconds=int(us))
-        value = value.replace(tzinfo=timezone(-delta if sign == "-" else delta))
-    if "tz" in obj:
-        key = _want(obj["tz"], str, obj[TAG])
-        if not _ZONE_KEY_RE.match(key):
-            raise _bad(f"malformed 'datetime' tag: bad time zone name {_short(key)}")
-        value = value.replace(tzinfo=ZoneInfo(key))
-    if "fold" in obj:
-        if _want(obj["fold"], int, obj[TAG]) != 1:
-            raise _bad(f"malformed {obj[TAG]!r} tag: fold must be 1")
-        value = value.replace(fold=1)
-    return value
-
-
-def _dec_items(obj: dict[str, Any], make: Callable[[list[Any]], Any]) -> Any:
-    items = _want(obj["v"], list, obj[TAG])
-    result = make(items)
-    if len(result) != len(items):
-        raise _bad(f"malformed {obj[TAG]!r} tag: repeated items")
-    return result
-
-
-def _dec_pairs(obj: dict[str, Any]) -> Any:
-    pairs = _want(obj["v"], list, "dict")
-    for pair in pairs:
-        if type(pair) is not list or len(pair) != 2:
-            raise _bad("malformed 'dict' tag: expected [key, value] pairs")
-    return _dec_items(obj, dict)
-
-
-_LEAF_ENCODERS: dict[type, Callable[[Codec, Any], dict[str, Any]]] = {
-    datetime: lambda _, v: _time_fields(v),
-    time: lambda _, v: _time_fields(v),
-    date: lambda _, v: {TAG: "date", "v": v.isoformat()},
-    timedelta: lambda c, v: {TAG: "timedelta", "v": c._enc(v // _MICROSECOND, 0, _NOTHING)},
-    uuid.UUID: lambda _, v: {TAG: "uuid", "v": str(v)},
-    Decimal: Codec._enc_decimal,
-    bytes: lambda _, v: {TAG: "bytes", "v": base64.b64encode(v).decode("ascii")},
-}
-
-_Decoder = Callable[[Codec, dict[str, Any]], Any]
-_DECODERS: dict[str, tuple[frozenset[str], frozenset[str], _Decoder]] = {
-    "datetime": (_V, _FOLD_TZ, lambda _, o: _dec_time(o, datetime.fromisoformat)),
-    "time": (_V, _FOLD, lambda _, o: _dec_time(o, time.fromisoformat)),
-    "date": (_V, _NONE, lambda _, o: date.fromisoformat(_want(o["v"], str, "date"))),
-    "timedelta": (_V, _NONE, lambda _, o: timedelta(microseconds=_want(o["v"], int, "timedelta"))),
-    "uuid": (_V, _NONE, lambda _, o: uuid.UUID(_want(o["v"], str, "uuid"))),
-    "decimal": (_V, _NONE, Codec._dec_decimal),
-    "bytes": (_V, _NONE, lambda _, o: base64.b64decode(_want(o["v"], str, "bytes"), validate=True)),
-    "tuple": (_V, _NONE, lambda _, o: tuple(_want(o["v"], list, "tuple"))),
-    "set": (_V, _NONE, lambda _, o: _dec_items(o, set)),
-    "frozenset": (_V, _NONE, lambda _, o: _dec_items(o, frozenset)),
-    "dict": (_V, _NONE, lambda _, o: _dec_pairs(o)),
-    "float": (_V, _NONE, Codec._dec_nonfinite),
-    "enum": (_TV, _NONE, Codec._dec_class),
-    "model": (_TV, _NONE, Codec._dec_class),
-    "dataclass": (_TV, _NONE, Codec._dec_class),
-}
