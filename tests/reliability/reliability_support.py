@@ -21,7 +21,7 @@ import pytest
 
 import statekeeper
 from statekeeper._protocol import BaseCheckpointStore
-from statekeeper.testing.services import service_url
+from statekeeper.testing.services import require_services, service_url
 
 HERE = Path(__file__).parent
 if str(HERE) not in sys.path:
@@ -41,15 +41,27 @@ _MODULES = {
     "postgres": "statekeeper.backends.sql",
     "mysql": "statekeeper.backends.sql",
     "snap": "mutants",
+    # the plugin is its own distribution (backends/statekeeper-redis)
+    "redis": "statekeeper_redis",
 }
 
 
 def backend_available(kind: str) -> None:
-    """Skip (with the reason) if the backend for ``kind`` is not importable yet."""
+    """Skip (with the reason) if the backend for ``kind`` is not importable yet.
+
+    The Redis plugin is a separate distribution, so a missing one means the
+    environment was synced without it; under ``STATEKEEPER_REQUIRE_SERVICES`` that
+    is a failure, like a missing server, so CI cannot go green by skipping Redis.
+    """
     try:
         importlib.import_module(_MODULES[kind])
     except ImportError as exc:
-        pytest.skip(f"the {kind} backend is not importable: {exc}")
+        problem = f"the {kind} backend is not importable: {exc}"
+        if kind == "redis":
+            problem += " (uv sync --all-packages, or pip install backends/statekeeper-redis)"
+            if require_services():
+                pytest.fail(f"{problem}; STATEKEEPER_REQUIRE_SERVICES is set, so this is a failure")
+        pytest.skip(problem)
 
 
 def _sql_prefix() -> str:
@@ -80,6 +92,27 @@ class Backend:
             self._cleanup()
 
 
+def _with_query(url: str, **query: str) -> str:
+    qs = "&".join(f"{k}={v}" for k, v in query.items())
+    if not qs:
+        return url
+    return url + ("&" if "?" in url else "?") + qs
+
+
+def _drop_redis_keys(url: str, key_prefix: str) -> None:
+    """Unlink every key of a Redis test store (its key prefix is unique to the test);
+    never FLUSHDB: the database is shared with other tests and engineers."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match="{" + key_prefix + "}:*", count=1000))
+        for i in range(0, len(keys), 500):
+            client.unlink(*keys[i : i + 500])
+    finally:
+        client.close()
+
+
 def _drop_sql_tables(url: str) -> None:
     """Drop the tables of an SQL test store (its table prefix is unique to the test)."""
 
@@ -105,6 +138,13 @@ def make_backend(kind: str, root: Path, **query: str) -> Backend:
     if kind == "sqlite":
         root.mkdir(parents=True, exist_ok=True)
         return Backend(kind, f"sqlite:///{root / 'store.db'}" + (f"?{qs}" if qs else ""))
+    if kind == "redis":
+        base = service_url("redis")
+        key_prefix = f"sk-rel-{secrets.token_hex(6)}"
+        # the local and CI servers run without AOF: the kill loop kills the client,
+        # never the server, so the opt-out does not weaken what is checked here
+        url = _with_query(base, key_prefix=key_prefix, allow_unsafe_durability="true", **query)
+        return Backend(kind, url, cleanup=lambda: _drop_redis_keys(base, key_prefix))
     service = {"postgres": "postgres", "mysql": "mysql"}[kind]
     base = service_url(service)
     prefix = _sql_prefix()

@@ -97,7 +97,7 @@ def run_history(
     return asyncio.run(check())
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "mysql", "snap"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "mysql", "redis", "snap"])
 def test_concurrent_history_is_consistent(
     kind: str, backend_factory: Callable[..., Backend], tmp_path: Path, long_run: bool
 ) -> None:

@@ -42,7 +42,7 @@ from statekeeper.testing.invariants import LoggedStore, LogWriter, WriteLog, che
 
 pytestmark = pytest.mark.reliability
 
-KINDS = ["memory", "snap", "file", "sqlite", "postgres", "mysql"]
+KINDS = ["memory", "snap", "file", "sqlite", "postgres", "mysql", "redis"]
 MARKER_ENV = "STATEKEEPER_HOSTILE_MARKER"
 
 

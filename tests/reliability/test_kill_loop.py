@@ -20,7 +20,7 @@ pytestmark = pytest.mark.reliability
 SEED = 20240611
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "snap"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres", "mysql", "redis", "snap"])
 def test_random_kill_loop_keeps_invariants(
     kind: str, backend_factory: Callable[..., Backend], tmp_path: Path, long_run: bool
 ) -> None:
