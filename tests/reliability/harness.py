@@ -1,4 +1,5 @@
-"""Drivers shared by the crash tests: the random kill loop and the strace crash points."""
+"""Drivers shared by the crash tests: the random kill loop (of the client or of the
+database server) and the strace crash points."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from reliability_support import Backend
 
@@ -100,6 +102,116 @@ def kill_loop(
             raise AssertionError(f"round {r}: the writer died before it was ready (exit {code})")
         result.rounds += 1
         result.kills += code == -signal.SIGKILL
+        log = WriteLog.read(log_path)
+        report = asyncio.run(check_store(backend, log, floor=floor))
+        floor = max(floor, report.probe_sequence or 0)
+        result.ops, result.acked = report.ops, report.acked
+        result.in_doubt, result.records = report.in_doubt, report.records
+    return result
+
+
+# -- server crash ----------------------------------------------------------------------
+
+
+class CrashableServer(Protocol):
+    """A database server the test runs itself (``scratch_postgres.ScratchPostgres``)."""
+
+    def crash(self) -> int: ...
+
+    def start(self) -> None: ...
+
+
+@dataclass
+class ServerCrashResult:
+    rounds: int = 0
+    server_kills: int = 0
+    acked_by_crash: int = 0
+    acked_after_restart: int = 0
+    ops: int = 0
+    acked: int = 0
+    in_doubt: int = 0
+    records: int = 0
+
+
+def _acks(log_path: Path, writer: str, *, since: int = 0) -> int:
+    """Acknowledged operations of ``writer`` (a ``--prefix``) begun after ``since`` (ns)."""
+    log = WriteLog.read(log_path)
+    return sum(
+        1
+        for op in log.ops
+        if op.session.startswith(f"{writer}:") and op.acked and op.t_begin > since
+    )
+
+
+def _wait_acks(log_path: Path, writer: str, *, since: int, timeout: float, what: str) -> int:
+    deadline = time.monotonic() + timeout
+    while (n := _acks(log_path, writer, since=since)) == 0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{writer}: no acknowledged write {what} within {timeout:.0f} s")
+        time.sleep(0.05)
+    return n
+
+
+def server_crash_loop(
+    backend: Backend,
+    server: CrashableServer,
+    workdir: Path,
+    *,
+    rounds: int,
+    seed: int,
+    max_delay: float = 0.5,
+) -> ServerCrashResult:
+    """Run the writer workload against ``server`` and SIGKILL the server, not the
+    writer, at a seeded random moment, ``rounds`` times; check the invariants after each.
+
+    Each round: the writer runs until it has an acknowledged write, then a random
+    while longer; the server's postmaster is SIGKILLed; after a random pause (the
+    writer's calls fail meanwhile) the server restarts, running crash recovery; the
+    same writer process must then get a write acknowledged again (its store
+    reconnects by itself); a random while later the writer is killed, since the
+    checker needs a quiet store, and D, A, R, L, S are checked on a freshly opened
+    store.
+
+    Raises :class:`InvariantViolation` at the first round that breaks one.
+    """
+    rng = random.Random(seed)
+    log_path = workdir / f"{backend.kind}-server-crash-writes.log"
+    result = ServerCrashResult()
+    floor = 0
+    for r in range(rounds):
+        writer = f"sc{r}"
+        child = fork_workload(
+            [
+                "writer",
+                *backend.child_args(),
+                "--log",
+                str(log_path),
+                "--seed",
+                str(seed * 1000 + r),
+                "--prefix",
+                writer,
+            ]
+        )
+        try:
+            if not child.wait_ready(60):
+                raise AssertionError(f"round {r}: the writer died before it was ready")
+            _wait_acks(log_path, writer, since=0, timeout=60, what="before the crash")
+            time.sleep(rng.uniform(0.0, max_delay))
+            server.crash()
+            result.server_kills += 1
+            result.acked_by_crash += _acks(log_path, writer)
+            time.sleep(rng.uniform(0.0, max_delay))
+            server.start()
+            restarted = time.monotonic_ns()
+            _wait_acks(
+                log_path, writer, since=restarted, timeout=60, what="after the server restarted"
+            )
+            time.sleep(rng.uniform(0.0, max_delay))
+        finally:
+            child.kill()
+            child.wait(30)
+        result.acked_after_restart += _acks(log_path, writer, since=restarted)
+        result.rounds += 1
         log = WriteLog.read(log_path)
         report = asyncio.run(check_store(backend, log, floor=floor))
         floor = max(floor, report.probe_sequence or 0)
