@@ -38,22 +38,24 @@ class attributes ``state_machine_examples``, ``state_machine_steps`` and
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-from .services import service_url
+from ._deps import missing_dependency
 
 # The kit's assertions are its findings, so pytest must rewrite them to show the
-# values; this has to happen before the kit modules are first imported.
-pytest.register_assert_rewrite(
-    "statekeeper.testing.kit",
-    "statekeeper.testing.stateful",
-    "statekeeper.testing._base",
-    "statekeeper.testing._core_tests",
-    "statekeeper.testing._read_tests",
-    "statekeeper.testing._list_tests",
-)
+# values; this has to happen before the kit modules are first imported. Only a
+# process already running pytest needs it: a workload child process does not pay
+# for importing pytest.
+if "pytest" in sys.modules:
+    sys.modules["pytest"].register_assert_rewrite(
+        "statekeeper.testing.kit",
+        "statekeeper.testing.stateful",
+        "statekeeper.testing._base",
+        "statekeeper.testing._core_tests",
+        "statekeeper.testing._read_tests",
+        "statekeeper.testing._list_tests",
+    )
 
 if TYPE_CHECKING:
     from ._base import FakeClock, KitColor, KitModel, KitRecord, StoreFactory, assert_same_value
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
         RecordingStore,
         WriteLog,
     )
+    from .services import service_url
     from .stateful import CheckpointStoreStateMachine, build_state_machine
     from .workloads import fork_workload, writer_loop
 
@@ -106,8 +109,10 @@ __all__ = [
 ]
 
 # Imported lazily so that the pytest plugin (a submodule of this package, loaded in
-# every pytest run) does not import the kit, Hypothesis and the store core.
+# every pytest run) does not import the kit, Hypothesis and the store core, and a
+# workload child process imports neither the kit nor pytest.
 _LAZY = {
+    "service_url": "services",
     "CheckpointStoreTests": "kit",
     "CheckpointStoreStateMachine": "stateful",
     "build_state_machine": "stateful",
@@ -145,6 +150,10 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib import import_module
 
-    value = getattr(import_module(f"{__name__}.{module}"), name)
+    try:
+        imported = import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as exc:
+        raise missing_dependency(exc) from exc
+    value = getattr(imported, name)
     globals()[name] = value
     return value

@@ -7,7 +7,16 @@ public entry point and the only one a backend's tests subclass.
 
 from __future__ import annotations
 
-import pytest
+from ._deps import missing_dependency
+
+try:
+    # All three are checked here, before the kit modules need them, so that a
+    # missing one is reported with the install hint.
+    import hypothesis  # noqa: F401
+    import pytest
+    import pytest_asyncio  # noqa: F401
+except ModuleNotFoundError as exc:
+    raise missing_dependency(exc) from exc
 
 from ._base import StoreFactory
 from ._core_tests import CoreTests

@@ -13,8 +13,6 @@ import os
 import socket
 from urllib.parse import urlsplit
 
-import pytest
-
 __all__ = ["SERVICE_ENV", "require_services", "service_url"]
 
 SERVICE_ENV = {
@@ -45,6 +43,9 @@ def service_url(name: str) -> str:
             except OSError as exc:
                 problem = f"{name} at {host}:{port} (from {env}) is unreachable: {exc}"
     if problem is not None:
+        # Imported here: the workloads import this package, and must not pay for pytest.
+        import pytest
+
         if require_services():
             pytest.fail(f"{problem} (STATEKEEPER_REQUIRE_SERVICES is set, so this is a failure)")
         pytest.skip(problem)
