@@ -104,6 +104,7 @@ def test_concurrent_history_is_consistent(
     backend = backend_factory(kind)
     report = run_history(backend, tmp_path, duration=20.0 if long_run else 3.0)
     FIGURES["histories: events checked"] += report.events
+    FIGURES[f"histories: events checked ({kind})"] += report.events
     FIGURES["histories: compare-and-set conflicts resolved"] += report.cas_conflicts
     FIGURES["histories: pages checked"] += report.pages
     FIGURES["histories: get_latest reads checked"] += report.latest_reads

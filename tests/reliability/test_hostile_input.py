@@ -353,6 +353,7 @@ def test_planted_records_are_reported_never_trusted(
 ) -> None:
     planted = plant_and_check(_make(kind, backend_factory), tmp_path, marker)
     FIGURES["hostile input: records planted in a backend"] += planted
+    FIGURES[f"hostile input: records planted ({kind})"] += planted
 
 
 @pytest.mark.parametrize(
