@@ -1,9 +1,12 @@
-"""The README opens with the two quick-start commands, and CI runs the second one."""
+"""The README opens with the two quick-start commands, and CI runs the second one; what
+it says about installing, server tests and URLs is true."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,3 +36,46 @@ def test_ci_runs_the_readme_demo_command_from_a_fresh_copy() -> None:
     quickstart = (ROOT / ".ci" / "quickstart").read_text("utf-8")
     assert "git clone" in quickstart and "python3 -m venv" in quickstart
     assert "bash .ci/quickstart" in (ROOT / ".ci" / "run").read_text("utf-8")
+
+
+def test_readme_shows_the_server_test_exports_that_ci_uses() -> None:
+    from statekeeper.testing.services import SERVICE_ENV
+
+    def exports(text: str) -> list[str]:
+        return sorted(
+            line.strip()
+            for line in text.splitlines()
+            if line.strip().startswith("export STATEKEEPER_TEST_")
+        )
+
+    readme = exports((ROOT / "README.md").read_text("utf-8"))
+    assert readme == exports((ROOT / ".ci" / "run").read_text("utf-8"))
+    assert sorted(line.split("=")[0].removeprefix("export ") for line in readme) == sorted(
+        SERVICE_ENV.values()
+    )
+
+
+def test_readme_lists_every_extra_and_how_to_install_from_a_checkout() -> None:
+    import tomllib
+
+    text = (ROOT / "README.md").read_text("utf-8")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    for extra in pyproject["project"]["optional-dependencies"]:
+        assert f"| `{extra}` |" in text, f"README's install table lacks the extra {extra!r}"
+    assert "uv sync --all-extras" in text
+    assert "pip install -e '.[cli,postgres,mysql,testing]'" in text
+
+
+def test_readme_slash_rules_for_sqlite_and_file_urls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import statekeeper as sk
+
+    monkeypatch.chdir(tmp_path)
+    text = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    assert "`sqlite:///x/y.db` is `x/y.db` relative to the working directory" in text
+    assert "`sqlite:////x/y.db`" in text and "`file:///x/y` is the absolute directory" in text
+    assert sk.open_store("sqlite:///x/y.db").describe() == f"sqlite:///{tmp_path}/x/y.db"
+    assert sk.open_store("sqlite:////x/y.db").describe() == "sqlite:////x/y.db"
+    assert sk.open_store("file:///x/y").describe() == "file:///x/y"
+    assert sk.open_store("file:x/y").describe() == f"file://{tmp_path}/x/y"
