@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,17 +49,14 @@ def run_cli(
     env: dict[str, str] | None = None,
     entry: list[str] | None = None,
     timeout: float = 120,
+    unset: tuple[str, ...] = (),
 ) -> Result:
     """Run the command line in a subprocess and check its exit status.
 
-    Without ``--debug`` no output may contain a traceback, whatever happened.
+    ``unset`` names environment variables to take away. Without ``--debug`` no
+    output may contain a traceback, whatever happened.
     """
-    skip = {"STATEKEEPER_URL", "PYTHONDONTWRITEBYTECODE"}
-    full_env = {k: v for k, v in os.environ.items() if k not in skip}
-    full_env.update(
-        {"COLUMNS": "200", "PYTHONPATH": str(TESTS), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
-    )
-    full_env.update(env or {})
+    full_env = cli_env(env, unset)
     proc = subprocess.run(
         [*(entry or ENTRY), *args],
         cwd=cwd,
@@ -73,6 +71,45 @@ def run_cli(
         assert result.code == expect, f"exit {result.code}, wanted {expect}: {result}"
     if "--debug" not in args:
         assert "Traceback" not in result.out + result.err, result
+    return result
+
+
+def cli_env(env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment the command line runs in: this one, without a store URL."""
+    skip = {"STATEKEEPER_URL", "PYTHONDONTWRITEBYTECODE", *unset}
+    full_env = {k: v for k, v in os.environ.items() if k not in skip}
+    # This checkout's code, also when the tests run from a copy of the tests.
+    path = os.pathsep.join([str(TESTS), str(TESTS.parent / "src")])
+    full_env.update({"COLUMNS": "200", "PYTHONPATH": path, "PYTHONPYCACHEPREFIX": str(PYCACHE)})
+    full_env.update(env or {})
+    return full_env
+
+
+#: Marks of ``uv run``: without them a printed hint names the program plainly.
+UV_MARKS = ("UV", "UV_RUN_RECURSION_DEPTH")
+
+
+def hint_lines(out: str, marker: str) -> list[str]:
+    """The commands printed after ``marker`` (e.g. ``"next page:"``), one per line."""
+    return [line.split(marker, 1)[1].strip() for line in out.splitlines() if marker in line]
+
+
+def run_hint(
+    hint: str, *, cwd: Path, expect: int | None = 0, env: dict[str, str] | None = None
+) -> Result:
+    """Run a command the command line printed, as a POSIX shell would split it."""
+    proc = subprocess.run(
+        shlex.split(hint),
+        cwd=cwd,
+        env=env if env is not None else cli_env(unset=UV_MARKS),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    result = Result(proc.returncode, proc.stdout, proc.stderr)
+    if expect is not None:
+        assert result.code == expect, f"{hint!r}: exit {result.code}, wanted {expect}: {result}"
     return result
 
 
@@ -119,11 +156,10 @@ async def damage(store: BaseCheckpointStore, torn: str, undecodable: str) -> Non
     await store.backdoor_write_raw(undecodable, bad.to_bytes(store.store_id))
 
 
-def seeded_main() -> None:
-    """The ``statekeeper`` command line with the ``seeded`` and ``seeded-bad`` backends."""
+def register_seeded() -> None:
+    """Register the ``seeded`` and ``seeded-bad`` backends in this process."""
     import statekeeper
     from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
-    from statekeeper.cli.entry import main
 
     class SeededStore(MemoryCheckpointStore):
         damaged = False
@@ -134,16 +170,25 @@ def seeded_main() -> None:
             super().__init__(storage=storage, **options)
 
         async def open(self) -> None:
-            fresh = not self.is_open and self.storage.high_water_mark == 0
+            if not self.is_open and self.storage.high_water_mark == 0:
+                # Seeded through a writable twin on the same storage, so that a
+                # store the command line opens with read_only=True still has data.
+                async with MemoryCheckpointStore(storage=self.storage) as writer:
+                    made = await seed(writer)
+                    if self.damaged:
+                        await damage(writer, made["orders"][-1].id, made["users"][0].id)
             await super().open()
-            if fresh:
-                made = await seed(self)
-                if self.damaged:
-                    await damage(self, made["orders"][-1].id, made["users"][0].id)
 
     class DamagedStore(SeededStore):
         damaged = True
 
     statekeeper.register_backend("seeded", SeededStore)
     statekeeper.register_backend("seeded-bad", DamagedStore)
+
+
+def seeded_main() -> None:
+    """The ``statekeeper`` command line with the ``seeded`` and ``seeded-bad`` backends."""
+    from statekeeper.cli.entry import main
+
+    register_seeded()
     main()

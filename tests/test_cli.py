@@ -44,7 +44,8 @@ def test_console_script_is_installed_and_lists_every_command(tmp_path: Path) -> 
     script = Path(sys.executable).parent / "statekeeper"
     assert script.exists(), "the statekeeper console script is not installed in this environment"
     result = run_cli("--help", entry=[str(script)], cwd=tmp_path)
-    for command in ("demo", "info", "streams", "ls", "show", "latest", "verify", "copy", "prune"):
+    commands = ("demo", "info", "streams", "ls", "show", "latest", "verify", "repair", "copy")
+    for command in (*commands, "prune"):
         assert f"  {command} " in result.out
     assert "  purge " in result.out
 
@@ -126,7 +127,21 @@ def test_every_command_on_a_memory_store(tmp_path: Path) -> None:
     assert (shown["stream"], shown["sequence"], shown["state"]) == ("users", 3, {"name": "user2"})
 
     report = seeded("verify", *url, cwd=tmp_path)
-    assert report == {"url": "memory://", "checked": 8, "streams": 3, "ok": True, "problems": []}
+    assert report == {
+        "url": "memory://",
+        "records": 8,
+        "streams": 3,
+        "high_water_mark": 8,
+        "complete": True,
+        "problems": [],
+        "ok": True,
+    }
+    human = run_cli("verify", *url, entry=SEEDED, cwd=tmp_path)
+    assert "checked 8 checkpoints in 3 streams, and every index and table against them: ok" in (
+        human.out
+    )
+    repaired = seeded("repair", *url, cwd=tmp_path)
+    assert (repaired["ok"], repaired["records"], repaired["damaged"]) == (True, 8, [])
     assert seeded("prune", "orders", "--keep-last", "2", *url, cwd=tmp_path) == {
         "url": "memory://",
         "stream": "orders",
@@ -156,13 +171,20 @@ def test_damaged_records_are_reported_and_never_papered_over(tmp_path: Path) -> 
 
     report = run_cli("verify", *url, entry=SEEDED, cwd=tmp_path, expect=1)
     assert "verifying" in report.err and "8/8" in report.err  # the progress bar
-    assert "checked 8 checkpoints in 3 streams: 2 unreadable" in report.out
+    assert "checked 8 checkpoints in 3 streams: 2 problems" in report.out
     assert "torn or truncated" in report.out and "os:system" in report.out
+    assert "ok" not in report.out.split() and "readable" not in report.out
+    problems = seeded("verify", *url, cwd=tmp_path, expect=1)["problems"]
+    assert {(p["kind"], p["id"], p["sequence"]) for p in problems} == {
+        ("damaged-record", "orders-5", 7),
+        ("damaged-record", "users-2", 3),
+    }
 
     listing = seeded("ls", *url, cwd=tmp_path, expect=1)
     assert {s["id"] for s in listing["skipped"]} == {"orders-5", "users-2"}
     assert len(listing["items"]) == 6
-    streams = {r["name"]: r for r in seeded("streams", *url, cwd=tmp_path)["streams"]}
+    by_name = seeded("streams", *url, cwd=tmp_path, expect=1)["streams"]
+    streams = {r["name"]: r for r in by_name}
     assert streams["orders"]["latest_readable"] is False and streams["orders"]["unreadable"] == 1
 
 

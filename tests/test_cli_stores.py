@@ -121,16 +121,16 @@ def test_verify_and_latest_on_planted_corrupt_records(url: str, tmp_path: Path) 
     with_store(url, seed)
     with_store(url, lambda store: damage(store, "orders-5", "users-2"))
     report = cli("verify", "--url", url, cwd=tmp_path, expect=1)
-    assert report["ok"] is False and report["checked"] == 8 and report["streams"] == 3
-    problems = {p["id"]: p for p in report["problems"]}
+    assert report["ok"] is False and report["records"] == 8 and report["streams"] == 3
+    problems = {p["id"]: p for p in report["problems"] if p["kind"] == "damaged-record"}
     assert set(problems) == {"orders-5", "users-2"}
     assert "torn or truncated" in problems["orders-5"]["reason"]
     assert problems["orders-5"]["location"] and problems["orders-5"]["sequence"] == 7
     assert "os:system" in problems["users-2"]["reason"]
 
     human = run_cli("verify", "--url", url, cwd=tmp_path, expect=1)
-    assert "corrupt or undecodable checkpoints" in human.out and "orders-5" in human.out
-    assert "2 unreadable" in human.out
+    assert "damaged record" in human.out and "orders-5" in human.out
+    assert f"{len(report['problems'])} problems" in human.out
 
     # The newest of 'orders' is unreadable: latest says so, and never returns orders-4.
     err = cli("latest", "orders", "--url", url, cwd=tmp_path, expect=1)["error"]

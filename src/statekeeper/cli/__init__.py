@@ -1,11 +1,17 @@
 """The ``statekeeper`` command line. ``docs/cli.md`` documents every command.
 
 Importing this package imports nothing beyond the standard library; only
-:mod:`.commands` imports typer and rich, so ``import statekeeper`` never does.
+:mod:`.base` and the command modules import typer and rich, so
+``import statekeeper`` never does.
 
 - :mod:`.entry`: the console script; explains a missing ``cli`` extra.
-- :mod:`.commands`: the typer app, one function per command.
+- :mod:`.base`: the typer app, the common options, how a command opens its store
+  (read-only, writable, or allowed to create it), ``--json`` usage errors.
+- :mod:`.commands`: ``demo``, ``info``, ``streams``, ``ls``, ``show``, ``latest``;
+  registers every command in ``--help`` order.
+- :mod:`.maintenance`: ``verify``, ``repair``, ``copy``, ``prune``, ``purge``.
 - :mod:`.output`: the store URL, rich or ``--json`` output, errors and exit codes.
-- :mod:`.ops`: the long-running work (``streams``, ``verify``, ``repair``, ``copy``).
+- :mod:`.hints`: commands printed for the user to run next, so that they run as printed.
+- :mod:`.ops`: the long-running work of ``streams`` and ``copy``.
 - :mod:`.demo` and :mod:`.demo_render`: ``statekeeper demo`` and how it tells its story.
 """

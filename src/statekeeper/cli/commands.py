@@ -1,32 +1,36 @@
-"""The ``statekeeper`` command line (typer and rich, from the ``cli`` extra).
+"""The ``statekeeper`` commands that run the demo and look inside a store (typer
+and rich, from the ``cli`` extra); :mod:`.maintenance` has the ones that check,
+repair, copy and clean up. :func:`run` registers both, in the order ``--help``
+lists them.
 
 Every command works on any store URL the registry can open, plugins included:
 ``--url``, else ``$STATEKEEPER_URL``, else ``sqlite:///./statekeeper.db``. The
 common options ``--url``, ``--json`` and ``--debug`` may be given before the
-command or after it. Exit statuses: 0 ok, 1 a problem found in the data or the
-store, 2 a usage error. See ``docs/cli.md``.
+command or after it. Commands that only read open the store with
+``read_only=True``: they write nothing and never create a store, so a mistyped
+URL is ``StoreNotFound`` (exit 1), not a new empty store. Exit statuses: 0 ok,
+1 a problem found in the data or the store, 2 a usage error. See ``docs/cli.md``.
 
 Importing this module imports typer and rich; ``import statekeeper`` never does.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
 from .._protocol import BaseCheckpointStore
 from ..models import Checkpoint, Page
+from . import maintenance
+from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, app, run_command
+from .hints import command
 from .output import (
     EXIT_PROBLEM,
     Output,
     compact_table,
-    count,
     header_json,
     kv_table,
     plain,
@@ -36,102 +40,16 @@ from .output import (
     when,
 )
 
-if TYPE_CHECKING:
-    from rich.progress import Progress
-
 __all__ = ["app", "run"]
 
-app = typer.Typer(
-    name="statekeeper",
-    help="Inspect, verify and copy statekeeper checkpoint stores, and run the demo.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-
-# -- common options -------------------------------------------------------------------
-
-UrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--url",
-        "-u",
-        help="Store URL. Default: $STATEKEEPER_URL, then sqlite:///./statekeeper.db.",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document with stable keys.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the traceback of an error.")]
-
-
-@dataclass(frozen=True)
-class _Globals:
-    url: str | None = None
-    json: bool = False
-    debug: bool = False
-
-
-@app.callback()
-def _main(
-    ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
-) -> None:
-    """statekeeper: durable checkpoints. Exit status 0 ok, 1 problem found, 2 usage error."""
-    ctx.obj = _Globals(url, json_, debug)
-
-
-def _setup(ctx: typer.Context, json_: bool, debug: bool) -> tuple[Output, _Globals]:
-    root = ctx.find_root().obj
-    g = root if isinstance(root, _Globals) else _Globals()
-    return Output(json=json_ or g.json, debug=debug or g.debug), g
-
-
-def _run(
-    ctx: typer.Context,
-    url: str | None,
-    json_: bool,
-    debug: bool,
-    body: Callable[[Output, BaseCheckpointStore], Awaitable[int | None]],
-) -> None:
-    """Open the store for one command, run ``body`` in one event loop, exit with its status."""
-    out, g = _setup(ctx, json_, debug)
-    code: int | None = None
-    with out.guard():
-        store = out.open(out.resolve_url(url or g.url))
-
-        async def main() -> int | None:
-            async with store:
-                out.store_url = out.scrub(store.describe())
-                return await body(out, store)
-
-        code = asyncio.run(main())
-    if code:
-        raise typer.Exit(code)
-
-
-def _progress(out: Output, label: str, total: int | None) -> tuple[Progress, Callable[[int], None]]:
-    """A progress bar on stderr (none with ``--json``) and its advance function."""
-    # Imported here: rich.progress is a fifth of the command line's start-up time.
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=out.stderr,
-        disable=out.json,
-        transient=False,
-    )
-    task = progress.add_task(label, total=total)
-    return progress, lambda n: progress.advance(task, n)
+COUNT_LIMIT = 10_000
+#: Columns from which ``ls`` across streams prints a timestamp on one line.
+_WIDE = 120
 
 
 # -- demo ------------------------------------------------------------------------------
 
 
-@app.command()
 def demo(
     ctx: typer.Context,
     url: UrlOpt = None,
@@ -162,13 +80,12 @@ def demo(
     async def body(out: Output, store: BaseCheckpointStore) -> int:
         return await render_demo(out, store, steps, kill)
 
-    _run(ctx, url, json_, debug, body)
+    run_command(ctx, url, json_, debug, Mode.CREATE, body)
 
 
 # -- info, streams ----------------------------------------------------------------------
 
 
-@app.command()
 def info(
     ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
 ) -> None:
@@ -205,10 +122,9 @@ def info(
         rows += [(str(k), out.scrub(plain(v))) for k, v in si.extra.items()]
         out.say(kv_table("store", rows))
 
-    _run(ctx, url, json_, debug, body)
+    run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
-@app.command()
 def streams(
     ctx: typer.Context,
     url: UrlOpt = None,
@@ -220,21 +136,25 @@ def streams(
     ] = None,
     count_limit: Annotated[
         int, typer.Option(min=1, help="Stop counting a stream's checkpoints here.")
-    ] = 10_000,
+    ] = COUNT_LIMIT,
 ) -> None:
-    """List streams with their counts and latest checkpoint."""
+    """List streams with their counts and latest checkpoint.
+
+    Exit 1 if a stream on the page has unreadable checkpoints, as ls does.
+    """
     from .ops import summarise_stream
 
-    async def body(out: Output, store: BaseCheckpointStore) -> None:
+    async def body(out: Output, store: BaseCheckpointStore) -> int:
         names = await store.list_streams()
         if after_name is not None:
             names = [n for n in names if n > after_name]
         page, more = names[:limit], len(names) > limit
         rows = [await summarise_stream(store, name, count_limit) for name in page]
         next_name = page[-1] if more else None
+        code = EXIT_PROBLEM if any(r.unreadable for r in rows) else 0
         if out.json:
             out.emit({"streams": [r.as_json() for r in rows], "next_after_name": next_name})
-            return
+            return code
         table = compact_table(
             "stream", "count", "unreadable", "latest created_at (UTC)", wrap=("stream",)
         )
@@ -249,9 +169,14 @@ def streams(
             )
         out.say(table)
         if next_name is not None:
-            out.line(f"next page: statekeeper streams --after-name {next_name!r}")
+            more_args = ["--limit", str(limit)]
+            if count_limit != COUNT_LIMIT:
+                more_args += ["--count-limit", str(count_limit)]
+            hint = command("streams", *more_args, *out.url_args(), f"--after-name={next_name}")
+            out.line(f"next page: {hint}")
+        return code
 
-    _run(ctx, url, json_, debug, body)
+    run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
 # -- ls, show, latest --------------------------------------------------------------------
@@ -272,12 +197,11 @@ def _parse_tags(values: list[str] | None) -> dict[str, str]:
     return tags
 
 
-@app.command("ls")
 def ls(
     ctx: typer.Context,
     stream: Annotated[
         str | None,
-        typer.Argument(help="Stream to list (default: all streams)."),
+        typer.Argument(metavar="STREAM", help="Stream to list (default: all streams)."),
     ] = None,
     url: UrlOpt = None,
     json_: JsonOpt = False,
@@ -327,7 +251,7 @@ def ls(
             _render_page(out, stream, page, order.value, limit, tags)
         return EXIT_PROBLEM if page.skipped else 0
 
-    _run(ctx, url, json_, debug, body)
+    run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
 def _render_page(
@@ -335,18 +259,21 @@ def _render_page(
 ) -> None:
     columns = ("seq", "id", *(() if stream else ("stream",)), "created_at (UTC)", "tags")
     title = f"stream {stream!r}" if stream else "all streams"
-    # created_at may wrap (date / time) so that the stream column keeps some room
-    table = compact_table(
-        *columns, title=title, wrap=("stream", "tags", *(() if stream else columns[3:4]))
-    )
+    # Ids never wrap, so that they can be copied. Across streams a row also needs
+    # the stream's name: on a narrow terminal the timestamp then takes two lines
+    # (date, time) rather than being folded mid-number, and the stream and the
+    # tags wrap in what is left.
+    stacked = stream is None and out.stdout.width < _WIDE
+    table = compact_table(*columns, title=title, wrap=("stream", "tags"))
     for cp in page.items:
         tag_text = ", ".join(f"{k}={v}" for k, v in cp.tags.items())
         stream_col = () if stream else (Text(cp.stream),)
+        created = when(cp.created_at)
         table.add_row(
             str(cp.sequence),
             Text(cp.id),
             *stream_col,
-            when(cp.created_at),
+            created.replace(" ", "\n") if stacked else created,
             Text(tag_text),
         )
     out.say(table)
@@ -355,14 +282,19 @@ def _render_page(
     if page.skipped:
         skipped = [skipped_json(e) for e in page.skipped]
         problems_table(out, "unreadable checkpoints (left out of the listing)", skipped)
-    base = (
-        "statekeeper ls" + (f" {stream!r}" if stream else "") + f" --order {order} --limit {limit}"
-    )
-    base += "".join(f" --tag {k}={v}" for k, v in tags.items())
+    args = ["--order", order, "--limit", str(limit)]
+    args += [f"--tag={k}={v}" for k, v in tags.items()]
+    args += out.url_args()
+    # A stream that starts with "-" goes after "--", or it would be read as an option.
+    dashed = stream is not None and stream.startswith("-")
+    lead = [stream] if stream is not None and not dashed else []
+    tail = ["--", stream] if stream is not None and dashed else []
     if page.next_cursor:
-        out.line(f"next page:     {base} --after {page.next_cursor}")
+        hint = command("ls", *lead, *args, "--after", page.next_cursor, *tail)
+        out.line(f"next page:     {hint}")
     if page.prev_cursor:
-        out.line(f"previous page: {base} --before {page.prev_cursor}")
+        hint = command("ls", *lead, *args, "--before", page.prev_cursor, *tail)
+        out.line(f"previous page: {hint}")
 
 
 def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **extra: Any) -> None:
@@ -391,7 +323,6 @@ def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **
     out.say(JSON.from_data(state))
 
 
-@app.command()
 def show(
     ctx: typer.Context,
     checkpoint_id: Annotated[str, typer.Argument(metavar="ID", help="Checkpoint id.")],
@@ -404,13 +335,12 @@ def show(
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         _show_checkpoint(out, store, await store.load(checkpoint_id))
 
-    _run(ctx, url, json_, debug, body)
+    run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
-@app.command()
 def latest(
     ctx: typer.Context,
-    stream: Annotated[str, typer.Argument(help="Stream name.")],
+    stream: StreamArg,
     url: UrlOpt = None,
     json_: JsonOpt = False,
     debug: DebugOpt = False,
@@ -431,145 +361,31 @@ def latest(
         _show_checkpoint(out, store, cp, stream=stream)
         return 0
 
-    _run(ctx, url, json_, debug, body)
+    run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
-# -- verify, copy -------------------------------------------------------------------------
+_COMMANDS = (
+    demo,
+    info,
+    streams,
+    ls,
+    show,
+    latest,
+    maintenance.verify,
+    maintenance.repair,
+    maintenance.copy,
+    maintenance.prune,
+    maintenance.purge,
+)
 
 
-@app.command()
-def verify(
-    ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
-) -> None:
-    """Read every checkpoint; exit 1 if any is corrupt or undecodable.
-
-    Three reads: a tolerant list of the whole store, a strict load of each
-    checkpoint, and a strict get_latest of each stream.
-    """
-    from .ops import verify_store
-
-    async def body(out: Output, store: BaseCheckpointStore) -> int:
-        total = (await store.info()).checkpoints
-        progress, advance = _progress(out, "verifying", total)
-        with progress:
-            result = await verify_store(store, advance)
-        problems = [p.as_json() for p in result.problems]
-        if out.json:
-            out.emit(
-                {
-                    "checked": result.checked,
-                    "streams": result.streams,
-                    "ok": not problems,
-                    "problems": problems,
-                }
-            )
-        else:
-            problems_table(out, "corrupt or undecodable checkpoints", problems)
-            verdict = "all readable" if not problems else f"{len(problems)} unreadable"
-            out.line(
-                f"checked {count(result.checked, 'checkpoint')} in "
-                f"{count(result.streams, 'stream')}: {verdict}",
-                "green" if not problems else "bold red",
-            )
-        return EXIT_PROBLEM if problems else 0
-
-    _run(ctx, url, json_, debug, body)
+def _register() -> None:
+    if not app.registered_commands:
+        for function in _COMMANDS:
+            app.command()(function)
 
 
-@app.command()
-def copy(
-    ctx: typer.Context,
-    source: Annotated[str, typer.Argument(metavar="SRC", help="Store URL to copy from.")],
-    destination: Annotated[str, typer.Argument(metavar="DST", help="Store URL to copy into.")],
-    json_: JsonOpt = False,
-    debug: DebugOpt = False,
-) -> None:
-    """Copy every checkpoint of store SRC into store DST, in order.
-
-    Safe to re-run.
-    Ids, streams, timestamps, etags, parent links, tags, metadata and expiry are kept;
-    relative order is kept. Checkpoints already in DST (same id, stream and etag) are
-    skipped; a different one with the same id is reported as a conflict (exit 1).
-    """
-    from .ops import copy_store
-
-    out, _ = _setup(ctx, json_, debug)
-    code = 0
-    with out.guard():
-        src, dst = out.open(source), out.open(destination)
-
-        async def main() -> int:
-            async with src, dst:
-                total = (await src.info()).checkpoints
-                progress, advance = _progress(out, "copying", total)
-                with progress:
-                    result = await copy_store(src, dst, advance)
-            problems = [p.as_json() for p in result.problems]
-            if out.json:
-                out.emit(
-                    {
-                        "source": out.scrub(src.describe()),
-                        "destination": out.scrub(dst.describe()),
-                        "seen": result.seen,
-                        "copied": result.copied,
-                        "already_present": result.already_present,
-                        "problems": problems,
-                    }
-                )
-            else:
-                problems_table(out, "not copied", problems)
-                out.line(
-                    f"copied {result.copied}, already present {result.already_present}, "
-                    f"not copied {len(problems)} (of {result.seen} in the source)",
-                    "green" if not problems else "bold red",
-                )
-            return EXIT_PROBLEM if problems else 0
-
-        code = asyncio.run(main())
-    if code:
-        raise typer.Exit(code)
-
-
-# -- prune, purge -------------------------------------------------------------------------
-
-
-@app.command()
-def prune(
-    ctx: typer.Context,
-    stream: Annotated[str, typer.Argument(help="Stream name.")],
-    keep_last: Annotated[
-        int, typer.Option(min=0, help="How many of the newest to keep (0: none).")
-    ],
-    url: UrlOpt = None,
-    json_: JsonOpt = False,
-    debug: DebugOpt = False,
-) -> None:
-    """Delete all but the newest N checkpoints of a stream."""
-
-    async def body(out: Output, store: BaseCheckpointStore) -> None:
-        removed = await store.prune(stream, keep_last=keep_last)
-        if out.json:
-            out.emit({"stream": stream, "keep_last": keep_last, "removed": removed})
-        else:
-            out.line(f"removed {removed} checkpoints from {stream!r}, kept the newest {keep_last}")
-
-    _run(ctx, url, json_, debug, body)
-
-
-@app.command()
-def purge(
-    ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
-) -> None:
-    """Remove expired checkpoints for good."""
-
-    async def body(out: Output, store: BaseCheckpointStore) -> None:
-        removed = await store.purge_expired()
-        if out.json:
-            out.emit({"removed": removed})
-        else:
-            out.line(f"removed {removed} expired checkpoints")
-
-    _run(ctx, url, json_, debug, body)
+_register()
 
 
 def run() -> None:

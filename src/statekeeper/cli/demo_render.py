@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 from typing import Any
 
 from rich import box
@@ -13,7 +12,8 @@ from rich.text import Text
 from .._protocol import BaseCheckpointStore
 from ..models import Checkpoint
 from .demo import DemoFailed, DemoResult, demo_stream_name, run_demo, stage_name
-from .output import DEFAULT_URL, EXIT_PROBLEM, EXIT_USAGE, Output, when
+from .hints import command
+from .output import EXIT_PROBLEM, EXIT_USAGE, Output, when
 
 __all__ = ["render_demo"]
 
@@ -105,14 +105,12 @@ def _print_summary(out: Output, result: DemoResult, resume_pid: int) -> None:
     for key, ok in result.checks.items():
         mark, style = ("ok  ", "green") if ok else ("FAIL", "bold red")
         out.line(f"  {mark} {_CHECKS.get(key, key)}", style)
-    hint = ""
-    if out.url != DEFAULT_URL and out.url is not None:
-        hint = f" --url {shlex.quote(out.safe_url(out.url))}"
+    url = out.url_args()
     out.line("")
     out.line("Look around (each run of the demo uses a new stream):")
-    out.line(f"  statekeeper ls {result.stream} --order asc{hint}")
-    out.line(f"  statekeeper latest {result.stream}{hint}")
-    out.line(f"  statekeeper verify{hint}")
+    out.line(f"  {command('ls', result.stream, '--order', 'asc', *url)}")
+    out.line(f"  {command('latest', result.stream, *url)}")
+    out.line(f"  {command('verify', *url)}")
 
 
 def _as_json(result: DemoResult, resume_pid: int) -> dict[str, Any]:

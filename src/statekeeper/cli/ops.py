@@ -1,4 +1,6 @@
-"""The long-running work behind ``statekeeper streams``, ``verify`` and ``copy``.
+"""The long-running work behind ``statekeeper streams`` and ``copy``. (``verify``
+and ``repair`` are the store's own :meth:`~statekeeper.BaseCheckpointStore.verify`
+and :meth:`~statekeeper.BaseCheckpointStore.repair`.)
 
 These functions only use the public store API, so they work on every backend,
 plugins included. They report progress through a callback and return plain
@@ -24,10 +26,8 @@ __all__ = [
     "CopyResult",
     "Problem",
     "StreamSummary",
-    "VerifyResult",
     "copy_store",
     "summarise_stream",
-    "verify_store",
 ]
 
 PAGE = 500
@@ -36,7 +36,7 @@ Advance = Callable[[int], None]
 
 @dataclass(frozen=True)
 class Problem:
-    """One record that a check could not read, or a copy could not place."""
+    """One record that a copy could not read or could not place."""
 
     check: str
     id: str | None
@@ -60,20 +60,6 @@ class Problem:
 
 def _from_skipped(check: str, entry: Skipped) -> Problem:
     return Problem(check, entry.id, entry.sequence, entry.location, entry.reason, entry.error)
-
-
-def _from_decode(
-    check: str, exc: CheckpointDecodeError, stream: str | None, seq: int | None
-) -> Problem:
-    return Problem(
-        check,
-        exc.id,
-        exc.sequence if exc.sequence is not None else seq,
-        exc.location or (f"id {exc.id}" if exc.id else "unknown"),
-        exc.reason,
-        type(exc).__name__,
-        stream,
-    )
 
 
 # -- streams --------------------------------------------------------------------------
@@ -133,61 +119,6 @@ async def summarise_stream(store: BaseCheckpointStore, name: str, cap: int) -> S
             break
     seq, created, readable = newest if newest is not None else (None, None, True)
     return StreamSummary(name, count, cursor is None, unreadable, seq, created, readable)
-
-
-# -- verify ---------------------------------------------------------------------------
-
-
-@dataclass
-class VerifyResult:
-    checked: int = 0
-    streams: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-
-async def verify_store(store: BaseCheckpointStore, advance: Advance) -> VerifyResult:
-    """Read every record of every stream, tolerantly and strictly.
-
-    Three checks, so that each read path a backend has is exercised: a tolerant
-    listing of the whole store in global order (its ``skipped`` entries are
-    problems), a strict :meth:`load` of every record the listing could read, and a
-    strict :meth:`get_latest` of every stream. A record deleted or expired while
-    the check runs is not a problem. The same record is reported once.
-    """
-    result = VerifyResult()
-    seen: set[str] = set()
-
-    def add(problem: Problem) -> None:
-        key = problem.id or problem.location
-        if key not in seen:
-            seen.add(key)
-            result.problems.append(problem)
-
-    cursor: str | None = None
-    while True:
-        page = await store.list(None, limit=PAGE, order="asc", after=cursor)
-        for entry in page.skipped:
-            add(_from_skipped("list", entry))
-        for item in page.items:
-            try:
-                await store.load(item.id)
-            except CheckpointNotFound:
-                pass
-            except CheckpointDecodeError as exc:
-                add(_from_decode("load", exc, item.stream, item.sequence))
-        result.checked += len(page.items) + len(page.skipped)
-        advance(len(page.items) + len(page.skipped))
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    streams = await store.list_streams()
-    result.streams = len(streams)
-    for name in streams:
-        try:
-            await store.get_latest(name)
-        except CheckpointDecodeError as exc:
-            add(_from_decode("latest", exc, name, None))
-    return result
 
 
 # -- copy -----------------------------------------------------------------------------

@@ -91,16 +91,37 @@ class Output:
     url: str | None = None
     #: Where the open store lives, safe to print; every JSON result leads with it.
     store_url: str | None = None
+    #: Where :attr:`url` came from: ``"option"``, ``"env"`` or ``"default"``.
+    url_source: str | None = None
     _secrets: set[str] = field(default_factory=set)
 
     # -- URLs and stores -------------------------------------------------------------
 
     def resolve_url(self, url: str | None) -> str:
         """``--url``, then ``$STATEKEEPER_URL``, then the embedded SQLite default."""
-        chosen = url or os.environ.get(ENV_URL) or DEFAULT_URL
+        env = os.environ.get(ENV_URL)
+        chosen = url or env or DEFAULT_URL
+        self.url_source = "option" if url else "env" if env else "default"
         self.remember(chosen)
         self.url = chosen
         return chosen
+
+    def url_args(self) -> list[str]:
+        """``--url URL`` for a command printed for the user to run next.
+
+        Left out for the default URL, and for a URL with a password that came
+        from ``$STATEKEEPER_URL`` (the shell still has it). A password given with
+        ``--url`` is printed as ``***``: never shown, so that hint needs it back.
+        """
+        if self.url is None or self.url_source == "default":
+            return []
+        try:
+            secret = StoreURL.parse(self.url).password is not None
+        except InvalidURL:
+            secret = True
+        if not secret:
+            return ["--url", self.url]  # as typed: it works from where it was typed
+        return [] if self.url_source == "env" else ["--url", self.safe_url(self.url)]
 
     def remember(self, url: str) -> None:
         """Note the password of ``url`` so that no message can print it."""
@@ -118,10 +139,14 @@ class Output:
         except InvalidURL:
             return self.scrub(url)
 
-    def open(self, url: str) -> BaseCheckpointStore:
-        """An unopened store for ``url`` (the scheme and options are checked now)."""
+    def open(self, url: str, **options: Any) -> BaseCheckpointStore:
+        """An unopened store for ``url`` (the scheme and options are checked now).
+
+        ``options`` are the command's: ``read_only=True`` for commands that only
+        read, ``create=False`` for those that change a store but never make one.
+        """
         self.remember(url)
-        return open_store(url)
+        return open_store(url, **options)
 
     def scrub(self, text: str) -> str:
         """``text`` with every known password, and anything shaped like one, hidden."""
@@ -231,9 +256,11 @@ def kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
 
 
 CHECK_NAMES = {
-    "list": "tolerant list",
-    "load": "strict load",
-    "latest": "strict get_latest",
+    "damaged-record": "damaged record",
+    "index": "index or id table",
+    "state": "store state",
+    "foreign": "not a record",
+    "unchecked": "not checked",
     "source": "unreadable in the source",
     "destination": "refused by the destination",
     "conflict": "id conflict",
@@ -248,9 +275,14 @@ def problems_table(out: Output, title: str, problems: list[dict[str, Any]]) -> N
     table.show_header = False
     table.title_style = "bold red"
     for p in problems:
-        check = CHECK_NAMES.get(p.get("check", ""), "")
-        which = (p["id"] or "(id unknown)") + (f"  ({check})" if check else "")
-        table.add_row(f"seq {p['sequence'] or '?'}", Text(which, style="bold"))
+        kind = p.get("kind") or p.get("check") or ""
+        check = CHECK_NAMES.get(kind, kind)
+        which = p.get("id") or ("(id unknown)" if kind in ("damaged-record", "source") else "")
+        if p.get("stream") and not p.get("id"):
+            which = f"stream {p['stream']!r}"
+        which += f"  ({check})" if check else ""
+        label = f"seq {p['sequence']}" if p.get("sequence") else "-"
+        table.add_row(label, Text(which.strip(), style="bold"))
         table.add_row("where", Text(out.scrub(p["location"])))
         table.add_row("why", Text(out.scrub(p["reason"])), end_section=True)
     out.say(table)

@@ -1,0 +1,246 @@
+"""The ``statekeeper`` commands that check, repair, copy and clean up a store:
+``verify``, ``repair``, ``copy``, ``prune`` and ``purge``.
+
+- ``verify`` opens the store with ``read_only=True`` and runs
+  :meth:`~statekeeper.BaseCheckpointStore.verify`: it writes nothing, lists every
+  problem, and says "ok" only when the report is ``ok`` (everything was checked
+  and nothing is wrong); otherwise it exits 1.
+- ``repair`` opens the store writable but never creates one (``create=False``),
+  and runs :meth:`~statekeeper.BaseCheckpointStore.repair`. Damaged checkpoints
+  stay (exit 1) until ``--drop-damaged``, the only way they go away.
+- ``copy`` reads its source with ``read_only=True``; its destination may be created.
+- ``prune`` and ``purge`` change a store, so they open it with ``create=False``.
+
+The functions are registered on the app by :mod:`.commands`, in ``--help`` order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import typer
+
+from .._protocol import BaseCheckpointStore
+from ..errors import StatekeeperError
+from ..models import Problem, RepairReport, VerifyReport
+from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, progress_bar, run_command, setup
+from .hints import command
+from .output import EXIT_PROBLEM, Output, count, problems_table
+
+__all__ = ["copy", "prune", "purge", "repair", "verify"]
+
+
+def _problem_json(problem: Problem) -> dict[str, Any]:
+    return problem.model_dump(mode="json")
+
+
+# -- verify ---------------------------------------------------------------------------
+
+
+def verify(
+    ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
+) -> None:
+    """Check every record, index and table, read-only.
+
+    Exit 1 on any problem. Opens the store read-only and writes nothing. Every
+    record is read through a tolerant listing, a strict load and a strict
+    get_latest of its stream; then the backend checks its indexes and tables
+    against the records. It says "ok" only when all of that was checked and
+    nothing is wrong.
+    """
+
+    async def body(out: Output, store: BaseCheckpointStore) -> int:
+        try:
+            total = (await store.info()).checkpoints
+        except StatekeeperError:
+            total = None  # damaged bookkeeping: verify itself will say what is wrong
+        progress, advance = progress_bar(out, "verifying", total)
+        with progress:
+            report = await store.verify(progress=advance)
+        if out.json:
+            out.emit({**report.model_dump(mode="json"), "ok": report.ok})
+        else:
+            _print_verify(out, report)
+        return 0 if report.ok else EXIT_PROBLEM
+
+    run_command(ctx, url, json_, debug, Mode.READ, body)
+
+
+def _print_verify(out: Output, report: VerifyReport) -> None:
+    problems_table(out, "problems", [_problem_json(p) for p in report.problems])
+    checked = f"checked {count(report.records, 'checkpoint')} in {count(report.streams, 'stream')}"
+    if report.ok:
+        out.line(f"{checked}, and every index and table against them: ok", "green")
+        return
+    verdict = f"{checked}: {count(len(report.problems), 'problem')}"
+    if not report.complete:
+        verdict += " (and not every index and table could be checked)"
+    out.line(verdict, "bold red")
+    if any(p.kind != "unchecked" for p in report.problems):
+        out.line(f"repair what can be rebuilt: {command('repair', *out.url_args())}")
+
+
+# -- repair ---------------------------------------------------------------------------
+
+
+def repair(
+    ctx: typer.Context,
+    url: UrlOpt = None,
+    json_: JsonOpt = False,
+    debug: DebugOpt = False,
+    drop_damaged: Annotated[
+        bool,
+        typer.Option(
+            "--drop-damaged",
+            help="Delete the checkpoints whose records stay damaged (the only way they go).",
+        ),
+    ] = False,
+) -> None:
+    """Rebuild indexes and tables from the records.
+
+    Shows what it rebuilt and what stays damaged. Never creates a store. Every
+    checkpoint keeps its sequence; a damaged one stays (strict reads keep
+    raising for it, exit 1) until --drop-damaged deletes it.
+    """
+
+    async def body(out: Output, store: BaseCheckpointStore) -> int:
+        report = await store.repair(drop_damaged=drop_damaged)
+        if out.json:
+            out.emit(
+                {
+                    "drop_damaged": drop_damaged,
+                    **report.model_dump(mode="json"),
+                    "ok": not report.damaged,
+                }
+            )
+        else:
+            _print_repair(out, report, drop_damaged)
+        return EXIT_PROBLEM if report.damaged else 0
+
+    run_command(ctx, url, json_, debug, Mode.WRITE, body)
+
+
+def _print_repair(out: Output, report: RepairReport, drop_damaged: bool) -> None:
+    rebuilt = ", ".join(f"{k} {v}" for k, v in report.rebuilt.items()) or "nothing"
+    out.line(f"rebuilt from the records: {rebuilt}")
+    for action in report.actions:
+        out.line(f"  - {action}")
+    problems_table(out, "dropped (deleted for good)", [_problem_json(p) for p in report.dropped])
+    problems_table(
+        out, "still damaged (kept, strict reads raise)", [_problem_json(p) for p in report.damaged]
+    )
+    summary = f"{count(report.records, 'checkpoint')} in the store"
+    if report.dropped:
+        summary += f", {len(report.dropped)} dropped"
+    if not report.damaged:
+        out.line(f"{summary}; nothing stays damaged", "green")
+        return
+    out.line(f"{summary}; {len(report.damaged)} damaged and kept", "bold red")
+    if drop_damaged:
+        out.line(
+            "these could not be dropped by id (their id cannot be read); "
+            "remove their records by hand (see where)"
+        )
+    else:
+        out.line(
+            "strict reads keep raising for them; --drop-damaged deletes them, and is the "
+            f"only way they go away: {command('repair', '--drop-damaged', *out.url_args())}"
+        )
+
+
+# -- copy -----------------------------------------------------------------------------
+
+
+def copy(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(metavar="SRC", help="Store URL to copy from.")],
+    destination: Annotated[str, typer.Argument(metavar="DST", help="Store URL to copy into.")],
+    json_: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Copy every checkpoint of store SRC into store DST, in order.
+
+    Safe to re-run. SRC is opened read-only (it must exist); DST is created if needed.
+    Ids, streams, timestamps, etags, parent links, tags, metadata and expiry are kept;
+    relative order is kept. Checkpoints already in DST (same id, stream and etag) are
+    skipped; a different one with the same id is reported as a conflict (exit 1).
+    """
+    from .ops import copy_store
+
+    out, _ = setup(ctx, json_, debug)
+    code = 0
+    with out.guard():
+        src = out.open(source, **Mode.READ.options())
+        dst = out.open(destination, **Mode.CREATE.options())
+
+        async def main() -> int:
+            async with src, dst:
+                total = (await src.info()).checkpoints
+                progress, advance = progress_bar(out, "copying", total)
+                with progress:
+                    result = await copy_store(src, dst, advance)
+            problems = [p.as_json() for p in result.problems]
+            if out.json:
+                out.emit(
+                    {
+                        "source": out.scrub(src.describe()),
+                        "destination": out.scrub(dst.describe()),
+                        "seen": result.seen,
+                        "copied": result.copied,
+                        "already_present": result.already_present,
+                        "problems": problems,
+                    }
+                )
+            else:
+                problems_table(out, "not copied", problems)
+                out.line(
+                    f"copied {result.copied}, already present {result.already_present}, "
+                    f"not copied {len(problems)} (of {result.seen} in the source)",
+                    "green" if not problems else "bold red",
+                )
+            return EXIT_PROBLEM if problems else 0
+
+        code = asyncio.run(main())
+    if code:
+        raise typer.Exit(code)
+
+
+# -- prune, purge -------------------------------------------------------------------------
+
+
+def prune(
+    ctx: typer.Context,
+    stream: StreamArg,
+    keep_last: Annotated[
+        int, typer.Option(min=0, help="How many of the newest to keep (0: none).")
+    ],
+    url: UrlOpt = None,
+    json_: JsonOpt = False,
+    debug: DebugOpt = False,
+) -> None:
+    """Delete all but the newest N checkpoints of a stream."""
+
+    async def body(out: Output, store: BaseCheckpointStore) -> None:
+        removed = await store.prune(stream, keep_last=keep_last)
+        if out.json:
+            out.emit({"stream": stream, "keep_last": keep_last, "removed": removed})
+        else:
+            out.line(f"removed {removed} checkpoints from {stream!r}, kept the newest {keep_last}")
+
+    run_command(ctx, url, json_, debug, Mode.WRITE, body)
+
+
+def purge(
+    ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
+) -> None:
+    """Remove expired checkpoints for good."""
+
+    async def body(out: Output, store: BaseCheckpointStore) -> None:
+        removed = await store.purge_expired()
+        if out.json:
+            out.emit({"removed": removed})
+        else:
+            out.line(f"removed {removed} expired checkpoints")
+
+    run_command(ctx, url, json_, debug, Mode.WRITE, body)
