@@ -34,6 +34,7 @@ from .models import (
 )
 
 __version__ = "0.1.0"
+"""The version of this statekeeper distribution."""
 
 __all__ = [
     "BaseCheckpointStore",

@@ -159,6 +159,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
 
     @property
     def is_open(self) -> bool:
+        """Whether the store is open: between a successful ``open()`` and ``close()``."""
         return self._identity is not None
 
     @property

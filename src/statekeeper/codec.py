@@ -133,6 +133,7 @@ class CodecLimits(BaseModel):
 
 
 DEFAULT_LIMITS = CodecLimits()
+"""The limits every store uses unless its options set others."""
 
 # Strings are removed before counting brackets. The pattern also matches an
 # unterminated string to the end of the text, so it can never fail and backtrack.

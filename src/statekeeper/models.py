@@ -183,6 +183,7 @@ class VerifyReport(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """True only if every check ran (``complete``) and found no problem."""
         return self.complete and not self.problems
 
 

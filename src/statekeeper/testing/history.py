@@ -71,9 +71,11 @@ class HistoryReport:
 
     @property
     def ok(self) -> bool:
+        """True if the history broke no rule."""
         return not self.violations
 
     def add(self, kind: str, message: str) -> None:
+        """Record one violation of the rule ``kind``."""
         self.violations.append(f"[{kind}] {message}")
 
 

@@ -110,6 +110,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """True if no invariant was broken."""
         return not self.violations
 
     def codes(self) -> set[str]:
@@ -117,6 +118,7 @@ class Report:
         return {v.code for v in self.violations}
 
     def add(self, code: str, message: str) -> None:
+        """Record one violation of the invariant with letter ``code``."""
         self.violations.append(Violation(code, message))
 
 

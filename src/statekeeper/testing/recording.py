@@ -102,6 +102,7 @@ class LogWriter:
                         self._emit(b"\n")
 
     def close(self) -> None:
+        """Close the socket, and the file if this writer opened it."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -219,6 +220,7 @@ class LoggedOp:
 
     @property
     def acked(self) -> bool:
+        """Whether the store call returned (the write was acknowledged)."""
         return self.outcome == "ack"
 
     @property
@@ -292,6 +294,7 @@ class WriteLog:
 
     @property
     def streams(self) -> list[str]:
+        """The streams the logged operations touched, sorted."""
         return sorted({op.stream for op in self.ops if op.stream is not None})
 
 
@@ -306,11 +309,13 @@ class HistoryRecorder:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def close(self) -> None:
+        """Close the file; closing twice does nothing."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def write(self, event: Mapping[str, Any]) -> None:
+        """Append one event as a JSON line, tagged with this process's name."""
         data = json.dumps({"proc": self.proc, **event}, separators=(",", ":")).encode() + b"\n"
         view = memoryview(data)
         while view:
@@ -454,6 +459,7 @@ class History:
 
     @classmethod
     def read(cls, *paths: str | os.PathLike[str]) -> History:
+        """Parse the JSON-lines files of a :class:`HistoryRecorder` into one history."""
         events = []
         for path in paths:
             for line in Path(path).read_bytes().splitlines():
@@ -475,4 +481,5 @@ class History:
         return cls(events)
 
     def of(self, op: str) -> list[Event]:
+        """The events of one operation (``"save"``, ``"get_latest"``, ...), in order."""
         return [e for e in self.events if e.op == op]

@@ -156,6 +156,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         self.store: BaseCheckpointStore = self.run(self._open(clear=True))
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one coroutine to completion on this machine's event loop."""
         return self.runner.run(coro)
 
     async def _open(self, *, clear: bool = False) -> BaseCheckpointStore:
@@ -171,6 +172,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         return store
 
     def teardown(self) -> None:
+        """Close the store at the end of each Hypothesis example."""
         try:
             self.run(self.store.close())
         finally:
