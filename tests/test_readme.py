@@ -79,3 +79,14 @@ def test_readme_slash_rules_for_sqlite_and_file_urls(
     assert sk.open_store("sqlite:////x/y.db").describe() == "sqlite:////x/y.db"
     assert sk.open_store("file:///x/y").describe() == "file:///x/y"
     assert sk.open_store("file:x/y").describe() == f"file://{tmp_path}/x/y"
+
+
+def test_contributing_is_linked_and_lists_every_nox_session() -> None:
+    contributing = (ROOT / "CONTRIBUTING.md").read_text("utf-8")
+    assert "](CONTRIBUTING.md)" in (ROOT / "README.md").read_text("utf-8")
+    assert "](../CONTRIBUTING.md)" in (ROOT / "docs" / "backend-authors.md").read_text("utf-8")
+    noxfile = (ROOT / "noxfile.py").read_text("utf-8")
+    sessions = re.findall(r"@nox\.session\([^)]*\)\ndef (\w+)\(", noxfile)
+    assert sessions, "no sessions found in noxfile.py"
+    for name in sessions:
+        assert f"| `{name}` |" in contributing, f"CONTRIBUTING.md does not describe nox -s {name}"
