@@ -24,11 +24,15 @@ from statekeeper.backends.sql import (
     PostgresCheckpointStore,
     SqlCheckpointStore,
 )
+from statekeeper.backends.sql import migrations as migrations_module
+from statekeeper.backends.sql.migrations import MIGRATIONS, Migration
 from statekeeper.backends.sql.server import server_url
 from statekeeper.errors import (
     BackendError,
     PreconditionFailed,
+    ReadOnlyStore,
     StoreFormatError,
+    StoreNotFound,
     StoreTimeout,
 )
 from statekeeper.testing import service_url
@@ -61,6 +65,12 @@ class Server:
     async def dispose(self) -> None:
         for engine in self.engines:
             await engine.dispose()
+
+    async def our_tables(self) -> list[str]:
+        """Tables of this test's prefix in the default schema."""
+        async with self.engine().connect() as conn:
+            names = await conn.run_sync(lambda c: sa.inspect(c).get_table_names())
+        return sorted(n for n in names if n.startswith(self.prefix))
 
 
 @pytest.fixture(params=SERVICES)
@@ -269,6 +279,75 @@ async def test_newer_schema_is_a_format_error(engines_closed: Server) -> None:
     await server.execute(f"UPDATE {meta} SET value = '99' WHERE name = 'schema_version'")
     with pytest.raises(StoreFormatError, match="schema version 99"):
         await server.store().open()
+
+
+# -- create=False and read_only ----------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("options", [{"create": False}, {"read_only": True}])
+async def test_missing_tables_are_store_not_found_and_nothing_is_created(
+    engines_closed: Server, options: dict[str, bool]
+) -> None:
+    server = engines_closed
+    with pytest.raises(StoreNotFound, match=server.prefix):
+        await server.store(**options).open()
+    assert await server.our_tables() == []
+
+
+@pytest.mark.asyncio
+async def test_create_false_never_creates_a_postgres_schema(pg: Server) -> None:
+    schema = f"s{pg.prefix}"
+    with pytest.raises(StoreNotFound):
+        await pg.store(schema=schema, create=False).open()
+    engine = create_async_engine(pg.url)
+    try:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :n"), {"n": schema}
+            )
+            assert found.first() is None
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_read_only_reads_and_its_transactions_cannot_write(engines_closed: Server) -> None:
+    server = engines_closed
+    async with server.store() as first:
+        cp = await first.save("job", {"n": 1}, tags={"k": "v"})
+    async with server.store(read_only=True) as ro:
+        assert await ro.get_latest("job") == cp
+        assert (await ro.list("job", tags={"k": "v"})).items == [cp]
+        assert (await ro.verify()).ok
+        for write in (ro.save("job", 2), ro.delete(cp.id), ro.prune("job", keep_last=0)):
+            with pytest.raises(ReadOnlyStore):
+                await write
+        # Below the public methods, the server itself refuses: read-only transactions.
+        for run in (ro._read, ro._write):
+            with pytest.raises(BackendError, match=r"(?i)read.only"):
+                await ro._guard("writing", run(lambda s: s.run(ro._st.set_hwm, {"new_hwm": 9})))
+    async with server.store(create=False) as again:
+        assert (await again.info()).high_water_mark == 1
+        assert (await again.save("job", 2)).sequence == 2
+
+
+@pytest.mark.asyncio
+async def test_read_only_never_migrates_an_older_schema(
+    engines_closed: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = engines_closed
+    async with server.store() as v1:
+        await v1.save("job", 1)
+    applied: list[int] = []
+    v2 = Migration(2, "test: a step", lambda tables, ddl: applied.append(2))
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    with pytest.raises(StoreFormatError, match="without read_only"):
+        await server.store(read_only=True).open()
+    assert applied == []
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", MIGRATIONS)
+    async with server.store(read_only=True) as ro:
+        assert (await ro.info()).format_version == 1
 
 
 # -- hostile values and isolation ------------------------------------------------------

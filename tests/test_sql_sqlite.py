@@ -27,7 +27,9 @@ from statekeeper.errors import (
     BackendNotFound,
     InvalidOptions,
     InvalidURL,
+    ReadOnlyStore,
     StoreFormatError,
+    StoreNotFound,
     StoreTimeout,
 )
 
@@ -279,6 +281,99 @@ async def test_purge_gives_the_space_back(store: SqlCheckpointStore, db: Path) -
         assert raw.execute("PRAGMA freelist_count").fetchone()[0] == 0
     finally:
         raw.close()
+
+
+# -- create=False and read_only ----------------------------------------------------------
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("options", [{"create": False}, {"read_only": True}])
+async def test_a_missing_file_is_store_not_found_and_nothing_is_created(
+    tmp_path: Path, options: dict[str, bool]
+) -> None:
+    db = tmp_path / "mistyped.db"
+    with pytest.raises(StoreNotFound, match=r"mistyped\.db"):
+        await SqlCheckpointStore(f"sqlite:///{db}", **options).open()
+    assert _files(tmp_path) == {}
+    with pytest.raises(StoreNotFound):
+        await SqlCheckpointStore(f"sqlite:///{tmp_path}/no/such/dir.db", **options).open()
+    assert _files(tmp_path) == {}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("options", [{"create": False}, {"read_only": True}])
+async def test_a_database_without_the_store_is_store_not_found_and_left_alone(
+    db: Path, options: dict[str, bool]
+) -> None:
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("CREATE TABLE theirs (x)")
+    raw.close()
+    before = _files(db.parent)
+    with pytest.raises(StoreNotFound, match="no meta table"):
+        await SqlCheckpointStore(f"sqlite:///{db}", **options).open()
+    assert _files(db.parent) == before  # no table, no WAL switch, no -wal file
+
+
+@pytest.mark.asyncio
+async def test_create_false_opens_an_existing_store_for_writing(db: Path) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}") as first:
+        cp = await first.save("job", 1)
+    async with SqlCheckpointStore(f"sqlite:///{db}", create=False) as again:
+        assert await again.get_latest("job") == cp
+        assert (await again.save("job", 2)).sequence == 2
+
+
+@pytest.mark.asyncio
+async def test_read_only_reads_and_writes_nothing(db: Path) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}") as first:
+        cp = await first.save("job", {"n": 1}, tags={"k": "v"})
+    # A rollback-journal database: a read-only open must not switch it to WAL.
+    raw = sqlite3.connect(db, isolation_level=None)
+    assert raw.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    raw.close()
+    before = _files(db.parent)
+    async with SqlCheckpointStore(f"sqlite:///{db}", read_only=True) as ro:
+        assert await ro.get_latest("job") == cp
+        assert (await ro.list("job", tags={"k": "v"})).items == [cp]
+        assert (await ro.verify()).ok
+        for write in (
+            ro.save("job", 2),
+            ro.update(cp.id, 3),
+            ro.delete(cp.id),
+            ro.purge_expired(),
+            ro.repair(),
+        ):
+            with pytest.raises(ReadOnlyStore):
+                await write
+        # Below the public methods too: the connections themselves refuse to write.
+        with pytest.raises(BackendError, match=r"readonly|read-only|query_only"):
+            await ro._guard("writing", ro._read(lambda s: s.run(ro._st.set_hwm, {"new_hwm": 99})))
+    assert _files(db.parent) == before
+
+
+@pytest.mark.asyncio
+async def test_read_only_never_migrates_an_older_schema(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}") as v1:
+        await v1.save("job", 1)
+    before = _files(db.parent)
+    applied: list[int] = []
+    v2 = Migration(2, "test: a step", lambda tables, ddl: applied.append(2))
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    with pytest.raises(StoreFormatError, match="without read_only"):
+        await SqlCheckpointStore(f"sqlite:///{db}", read_only=True).open()
+    assert applied == []
+    after = _files(db.parent)
+    assert after["store.db"] == before["store.db"]
+    # What SQLite itself adds to read a WAL database (docs/sql-backend.md): an
+    # empty -wal and the -shm index, nothing else, and nothing in the database.
+    assert set(after) <= {"store.db", "store.db-wal", "store.db-shm"}
+    assert after.get("store.db-wal", b"") == b""
 
 
 # -- processes: contention, crashes, fork ----------------------------------------------

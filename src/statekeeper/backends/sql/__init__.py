@@ -3,11 +3,14 @@
 
 The modules:
 
-- :mod:`.store`: :class:`SqlCheckpointStore` and its per-dialect subclasses; every
-  operation written once, as a synchronous function over a ``Session``.
+- :mod:`.store`: :class:`SqlCheckpointStore`; every operation written once, as a
+  synchronous function over a ``Session``; opening, ``verify`` and ``repair``.
+- :mod:`.stores`: the per-dialect subclasses (capabilities, runtime, options).
+- :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
+  ``verify`` and the rebuilds of ``repair`` (records are the truth).
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
 - :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
-  locks, error mapping), with statements cached per dialect.
+  locks, error mapping); statements are built and cached per dialect.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
 - :mod:`.sqlite`: stdlib ``sqlite3`` on one worker thread per connection.
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
@@ -15,13 +18,8 @@ The modules:
 
 from __future__ import annotations
 
-from .store import (
-    MysqlCheckpointStore,
-    PostgresCheckpointStore,
-    SqlCheckpointStore,
-    SqliteCheckpointStore,
-    SqlOptions,
-)
+from .store import SqlCheckpointStore, SqlOptions
+from .stores import MysqlCheckpointStore, PostgresCheckpointStore, SqliteCheckpointStore
 
 __all__ = [
     "MysqlCheckpointStore",

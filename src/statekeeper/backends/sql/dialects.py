@@ -83,10 +83,16 @@ class Runtime(Protocol):
     """Where a store's operations run: connections, threads or an async engine."""
 
     async def start(self) -> None:
-        """Connect and prepare (raises if the database cannot be reached)."""
+        """Connect (raises if the database cannot be reached); create nothing."""
+
+    async def prepare(self) -> None:
+        """Make a writable store ready for writes (SQLite: WAL mode); never on read-only."""
 
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` outside a transaction: each statement is its own snapshot."""
+
+    async def snapshot(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in one read-only transaction: every statement sees one snapshot."""
 
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one write transaction, committed if ``fn`` returns."""
@@ -115,24 +121,56 @@ def next_sequence(s: Session, st: Statements) -> int:
     The row lock taken here is held until the transaction ends, so a second writer
     waits for the first to commit before it gets the next sequence: sequence order
     is commit order, and a reader that sees sequence n sees every committed n' < n.
+
+    A missing counter row, or one that is not above every stored sequence, raises
+    :class:`BackendError` saying how to repair (and the transaction rolls back):
+    restarting at 1, or below an existing sequence, would reuse sequences and put
+    the new checkpoint behind older ones.
     """
     if s.family == "mysql":
         # LAST_INSERT_ID(expr) makes the server report expr as the statement's
         # insert id, so the new value comes back in the same round trip.
         value = s.lastrowid(st.bump_mysql)
-        if not value:
-            raise BackendError("the sequence counter row is missing; the store is damaged")
+        # A separate check here: a subquery inside the UPDATE would take InnoDB
+        # next-key locks on the checkpoints table and deadlock concurrent savers.
+        # This plain read runs after the counter lock is ours, so it sees every
+        # committed save.
+        top = s.first(st.max_seq)
+        if not value or (top is not None and int(value) <= int(top[0])):
+            raise BackendError(counter_damage(s, st))
         return int(value)
     if s.family == "sqlite" and not SQLITE_HAS_RETURNING:
         # Under BEGIN IMMEDIATE nobody else can write between the two statements.
         if s.run(st.bump_no_returning) != 1:
-            raise BackendError("the sequence counter row is missing; the store is damaged")
+            raise BackendError(counter_damage(s, st))
         row = s.first(st.read_hwm)
     else:
         row = s.first(st.bump)
     if row is None:
-        raise BackendError("the sequence counter row is missing; the store is damaged")
+        raise BackendError(counter_damage(s, st))
     return int(row[0])
+
+
+def counter_damage(s: Session, st: Statements) -> str:
+    """Why the counter row cannot give the next sequence, and how to repair it."""
+    row = s.first(st.read_hwm)
+    top = s.first(st.max_seq)
+    highest = int(top[0]) if top is not None else 0
+    table = st.t.counter.name
+    if row is None:
+        what = f"the sequence counter row of {table} is missing"
+    elif not isinstance(row[0], int) or isinstance(row[0], bool):
+        what = f"the sequence counter of {table} holds {row[0]!r}, not an integer"
+    else:
+        what = (
+            f"the sequence counter of {table} is {row[0]}, not above sequence {highest}, "
+            "which exists"
+        )
+    return (
+        f"{what}, so the next sequence cannot be known and nothing was saved; run "
+        "store.repair() (or 'statekeeper repair URL'), which rebuilds it from the "
+        f"highest sequence stored ({highest}) without ever lowering it"
+    )
 
 
 def _insert_or_skip(st: Statements, family: Family) -> Executable:
@@ -256,7 +294,8 @@ def run_ddl(s: Session, element: Any) -> None:
 _PG_TIMEOUT = {"55P03", "57014"}  # lock_not_available, query_canceled (statement_timeout)
 _PG_CONFLICT = {"40P01", "40001"}  # deadlock_detected, serialization_failure
 _MYSQL_TIMEOUT = {1205, 3024}  # lock wait timeout, max_execution_time exceeded
-_MYSQL_CONFLICT = {1213}  # deadlock
+# deadlock; a table created after this transaction's snapshot ("please retry")
+_MYSQL_CONFLICT = {1213, 1412}
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
 _SQLITE_NOTADB = 26
 

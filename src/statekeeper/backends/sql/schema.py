@@ -265,15 +265,18 @@ class Statements:
         self.insert_meta = meta.insert()
         self.insert_counter = counter.insert().values(name=COUNTER_NAME, hwm=0)
         self.read_hwm = sa.select(counter.c.hwm).where(counter.c.name == COUNTER_NAME)
-        self.bump = (
-            counter.update()
-            .where(counter.c.name == COUNTER_NAME)
-            .values(hwm=counter.c.hwm + 1)
-            .returning(counter.c.hwm)
-        )
-        self.bump_no_returning = (
-            counter.update().where(counter.c.name == COUNTER_NAME).values(hwm=counter.c.hwm + 1)
-        )
+        self.max_seq = sa.select(sa.func.coalesce(sa.func.max(cp.c.seq), 0))
+        # The bump refuses (matches no row) when the counter is not above every
+        # sequence in the table: a damaged or lowered counter must fail the save,
+        # never hand out a sequence below an existing one. max(seq) is one index
+        # probe; a stale snapshot of it only makes the guard weaker, never wrong.
+        sane = [counter.c.name == COUNTER_NAME, counter.c.hwm + 1 > self.max_seq.scalar_subquery()]
+        if family == "sqlite":
+            # SQLite would store text in the column, and 'x' + 1 is 1 there.
+            sane.append(sa.func.typeof(counter.c.hwm) == "integer")
+        self.bump = counter.update().where(*sane).values(hwm=counter.c.hwm + 1)
+        self.bump = self.bump.returning(counter.c.hwm)
+        self.bump_no_returning = counter.update().where(*sane).values(hwm=counter.c.hwm + 1)
         self.bump_mysql = (
             counter.update()
             .where(counter.c.name == COUNTER_NAME)
@@ -322,6 +325,37 @@ class Statements:
         self.count_streams = sa.select(sa.func.count(sa.distinct(cp.c.stream)))
         self.raw_read = sa.select(cp.c.record).where(cp.c.id == _p("id"))
         self.raw_write = cp.update().where(cp.c.id == _p("at_id")).values(record=_p("new_record"))
+        # -- verify and repair (.integrity)
+        self.set_hwm = (
+            counter.update().where(counter.c.name == COUNTER_NAME).values(hwm=_p("new_hwm"))
+        )
+        self.insert_hwm = counter.insert().values(name=COUNTER_NAME, hwm=_p("new_hwm"))
+        self.max_tag_seq = sa.select(sa.func.coalesce(sa.func.max(tags.c.seq), 0))
+        self.delete_meta_name = meta.delete().where(meta.c.name == _p("at_name"))
+        self.rows_after = (
+            sa.select(cp.c.seq, cp.c.id, cp.c.stream, cp.c.expires_at, cp.c.record)
+            .where(cp.c.seq > _p("after"))
+            .order_by(cp.c.seq)
+            .limit(_p("limit", sa.Integer()))
+        )
+        self.rows_after_locked = self.rows_after.with_for_update()
+        self.newest_records = (
+            sa.select(cp.c.seq, cp.c.record)
+            .order_by(cp.c.seq.desc())
+            .limit(_p("limit", sa.Integer()))
+        )
+        self.tags_between = sa.select(
+            tags.c.seq, tags.c.key, tags.c.vkey, tags.c.value, tags.c.shash
+        ).where(tags.c.seq >= _p("lo"), tags.c.seq <= _p("hi"))
+        orphan = ~sa.exists().where(cp.c.seq == tags.c.seq)
+        self.orphan_tags = sa.select(tags.c.seq).where(orphan).distinct().order_by(tags.c.seq)
+        self.delete_orphan_tags = tags.delete().where(orphan)
+        self.delete_tags_seq = tags.delete().where(tags.c.seq == _p("at_seq"))
+        self.set_columns = (
+            cp.update()
+            .where(cp.c.seq == _p("at_seq"))
+            .values(id=_p("new_id"), stream=_p("new_stream"), expires_at=_p("new_expires_at"))
+        )
         self.scan = cache(self._scan)
         #: Dialect-specific statements for :attr:`family`, built on first use by
         #: ``dialects``.

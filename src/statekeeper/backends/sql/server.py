@@ -87,12 +87,23 @@ def server_url(url: StoreURL, family: Family, driver: str) -> sa.URL:
 
 
 def server_connect_args(
-    family: Family, *, busy_timeout: float, fast: bool, extra: Mapping[str, Any]
+    family: Family,
+    *,
+    busy_timeout: float,
+    fast: bool,
+    extra: Mapping[str, Any],
+    read_only: bool = False,
 ) -> dict[str, Any]:
-    """Driver ``connect()`` arguments: lock timeout and commit durability, plus ``extra``."""
+    """Driver ``connect()`` arguments: lock timeout and commit durability, plus ``extra``.
+
+    ``read_only`` makes every PostgreSQL transaction read-only from the start
+    (MySQL gets the same from :class:`ServerRuntime`, on connect).
+    """
     args = dict(extra)
     if family == "postgresql":
         settings = {"application_name": "statekeeper", "lock_timeout": f"{busy_timeout * 1000:.0f}"}
+        if read_only:
+            settings["default_transaction_read_only"] = "on"
         if fast:
             # The commit returns before the WAL reaches disk: a crash of the client
             # loses nothing, a crash of the server may lose the last transactions.
@@ -105,8 +116,21 @@ def server_connect_args(
     return args
 
 
+def _mysql_session_read_only(dbapi_conn: Any, record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("SET SESSION TRANSACTION READ ONLY")
+    finally:
+        cursor.close()
+
+
 class ServerRuntime:
-    """The async engine of one PostgreSQL or MySQL store, recreated after ``fork``."""
+    """The async engine of one PostgreSQL or MySQL store, recreated after ``fork``.
+
+    With ``read_only`` every connection's transactions are read-only on the server
+    (PostgreSQL ``default_transaction_read_only``, MySQL ``SET SESSION TRANSACTION
+    READ ONLY``), so a write that slipped past the store would fail, not land.
+    """
 
     def __init__(
         self,
@@ -116,8 +140,10 @@ class ServerRuntime:
         pool_size: int,
         echo: bool,
         connect_args: dict[str, Any],
+        read_only: bool = False,
     ) -> None:
         self.family = family
+        self.read_only = read_only
         self._url = url
         self._kwargs: dict[str, Any] = {
             "pool_size": pool_size,
@@ -138,6 +164,8 @@ class ServerRuntime:
         if self._engine is None or self._reader is None:
             self._pid = os.getpid()
             self._engine = create_async_engine(self._url, **self._kwargs)
+            if self.read_only and self.family == "mysql":
+                sa.event.listen(self._engine.sync_engine, "connect", _mysql_session_read_only)
             self._reader = (
                 self._engine.execution_options(isolation_level="AUTOCOMMIT")
                 if self.family == "postgresql"
@@ -148,8 +176,25 @@ class ServerRuntime:
     async def start(self) -> None:
         await self._engines()
 
+    async def prepare(self) -> None:
+        """Nothing: a server database needs no per-file settings."""
+
     async def reclaim(self) -> None:
         """Nothing: autovacuum (PostgreSQL) and InnoDB reuse freed space themselves."""
+
+    async def snapshot(self, fn: Callable[[SaSession], T]) -> T:
+        """``fn`` in one read-only REPEATABLE READ transaction (one snapshot), rolled back."""
+        engine, _ = await self._engines()
+        family = self.family
+        options: dict[str, Any] = {"isolation_level": "REPEATABLE READ"}
+        if family == "postgresql":
+            options["postgresql_readonly"] = True
+        async with engine.connect() as conn:
+            await conn.execution_options(**options)
+            try:
+                return await conn.run_sync(lambda c: fn(SaSession(c, family)))
+            finally:
+                await conn.rollback()
 
     async def read(self, fn: Callable[[SaSession], T]) -> T:
         _, reader = await self._engines()

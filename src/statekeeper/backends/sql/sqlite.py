@@ -27,18 +27,22 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from queue import SimpleQueue
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
+from urllib.parse import quote
 
 from sqlalchemy.dialects.sqlite import pysqlite
 from sqlalchemy.sql import ClauseElement, Executable
 
 from ..._url import StoreURL
-from ...errors import BackendError, InvalidURL
+from ...errors import BackendError, InvalidURL, StoreNotFound
 from .dialects import Family
 
-__all__ = ["Compiler", "SqliteRuntime", "SqliteSession", "sqlite_path"]
+__all__ = ["Compiler", "OpenMode", "SqliteRuntime", "SqliteSession", "sqlite_path"]
 
 T = TypeVar("T")
+#: SQLite's URI open modes: read-write-create (``create=True``), read-write
+#: (``create=False``: a missing file is an error, never created), read-only.
+OpenMode = Literal["rwc", "rw", "ro"]
 logger = logging.getLogger("statekeeper.sql")
 
 #: Connections abandoned by ``fork``: kept referenced so that the child never
@@ -189,6 +193,10 @@ class SqliteRuntime:
     queue here instead of spinning in SQLite's busy handler; writers in other
     processes are waited for up to ``busy_timeout``. Reads use the reader
     connections (started on demand) and, in WAL mode, never wait for writers.
+
+    Every connection opens the file through a ``file:`` URI with ``mode``: ``rwc``
+    may create it, ``rw`` never creates it, and ``ro`` opens it read-only (and
+    ``query_only``); a ``ro`` runtime never starts its writer thread.
     """
 
     def __init__(
@@ -200,8 +208,11 @@ class SqliteRuntime:
         busy_timeout: float,
         readers: int,
         echo: bool,
+        mode: OpenMode = "rwc",
     ) -> None:
         self.path = path
+        self.mode: OpenMode = mode
+        self._uri = f"file:{quote(path)}?mode={mode}"
         self.compiler = compiler
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
@@ -212,12 +223,8 @@ class SqliteRuntime:
         self._readers: list[_Worker] = []
 
     def _connect_writer(self) -> sqlite3.Connection:
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):  # sqlite3 would only say "unable to open"
-            raise BackendError(
-                f"cannot create the SQLite store {self.path!r}: the directory "
-                f"{directory!r} does not exist"
-            )
+        if self.mode == "ro":
+            raise AssertionError("a read-only SQLite runtime has no writer")
         conn = self.connect()
         # The writer waits for the write lock in _begin_immediate, not in SQLite's
         # busy handler (see there); other statements of its own have no lock to wait for.
@@ -226,8 +233,20 @@ class SqliteRuntime:
 
     def connect(self) -> sqlite3.Connection:
         """A new connection with this store's settings (called on a worker thread)."""
+        if self.mode != "rwc" and not os.path.isfile(self.path):
+            raise StoreNotFound(
+                f"there is no SQLite store at {self.path!r} (no such file); nothing was "
+                "created, because create=False or read_only=True"
+            )
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):  # sqlite3 would only say "unable to open"
+            raise BackendError(
+                f"cannot create the SQLite store {self.path!r}: the directory "
+                f"{directory!r} does not exist"
+            )
         conn = sqlite3.connect(
-            self.path,
+            self._uri,
+            uri=True,
             timeout=self._busy_timeout,
             isolation_level=None,  # we issue BEGIN IMMEDIATE / COMMIT ourselves
             cached_statements=256,
@@ -235,6 +254,10 @@ class SqliteRuntime:
         try:
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
+            if self.mode == "ro":
+                # mode=ro already refuses writes; query_only also refuses the
+                # statements that would write only a -wal or journal file.
+                conn.execute("PRAGMA query_only = 1")
             if self._echo:
                 conn.set_trace_callback(lambda sql: logger.info("%s: %s", self.path, sql))
         except BaseException:
@@ -242,18 +265,21 @@ class SqliteRuntime:
             raise
         return conn
 
-    def _writer_worker(self) -> _Worker:
+    def _check_fork(self) -> None:
         if self._pid != os.getpid():
             # Forked: the parent's threads do not exist here, and its connections
             # must be neither used nor closed by this process.
             _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
             self._writer, self._readers, self._pid = None, [], os.getpid()
+
+    def _writer_worker(self) -> _Worker:
+        self._check_fork()
         if self._writer is None:
             self._writer = _Worker(self._connect_writer, "statekeeper-sqlite-writer")
         return self._writer
 
     def _reader_worker(self) -> _Worker:
-        self._writer_worker()  # the fork check
+        self._check_fork()
         idle = [w for w in self._readers if not w.pending]
         if idle:
             return idle[0]
@@ -297,7 +323,26 @@ class SqliteRuntime:
         worker = self._reader_worker()
         return await worker.call(lambda conn: fn(SqliteSession(conn, compiler)))
 
+    async def snapshot(self, fn: Callable[[SqliteSession], T]) -> T:
+        """Run ``fn`` in one read transaction on a reader thread: one WAL snapshot."""
+        compiler = self.compiler
+
+        def body(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN")
+            try:
+                return fn(SqliteSession(conn, compiler))
+            finally:
+                conn.execute("ROLLBACK")
+
+        return await self._reader_worker().call(body)
+
     async def start(self) -> None:
+        """Check that the file can be opened; create nothing unless ``mode`` is ``rwc``."""
+        # Reads the header: a file that is not a database fails here (SQLITE_NOTADB).
+        await self._reader_worker().call(lambda conn: conn.execute("PRAGMA schema_version"))
+
+    async def prepare(self) -> None:
+        """Make the file ready for writing: incremental auto-vacuum (new files) and WAL."""
         ms = round(self._busy_timeout * 1000)
         await self._writer_worker().call(lambda conn: _with_busy_timeout(conn, ms, _prepare_file))
 

@@ -16,29 +16,32 @@ same transaction, so the row lock orders commits by sequence. See
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, ClassVar, Self, TypeVar, cast
 
 import sqlalchemy as sa
 from pydantic import Field
 
+from ..._integrity import repair_records
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
-    InvalidOptions,
+    ConcurrentModificationError,
     InvalidURL,
     PreconditionFailed,
     StoreClosed,
     StoreFormatError,
+    StoreNotFound,
 )
-from ...models import CheckpointHeader, Skipped
+from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, StoredRecord
-from . import dialects, migrations
+from . import dialects, integrity, migrations
 from .dialects import Family, Runtime, Session
 from .schema import (
     Statements,
@@ -48,18 +51,13 @@ from .schema import (
     tag_rows,
     to_micros,
 )
-from .server import ServerRuntime, check_driver, server_connect_args, server_url
-from .sqlite import Compiler, SqliteRuntime, sqlite_path
+from .sqlite import Compiler
 
-__all__ = [
-    "MysqlCheckpointStore",
-    "PostgresCheckpointStore",
-    "SqlCheckpointStore",
-    "SqlOptions",
-    "SqliteCheckpointStore",
-]
+__all__ = ["SqlCheckpointStore", "SqlOptions"]
 
 T = TypeVar("T")
+
+_REBUILD = "repair() rebuilds the meta table from the records"
 
 _IDENT = r"^[a-z_][a-z0-9_]{0,39}$"
 _FAMILIES: dict[str, Family] = {
@@ -145,7 +143,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
         target: type[SqlCheckpointStore] = cls
         if cls is SqlCheckpointStore:
-            target = _STORE_CLASSES[_family(StoreURL.parse(url))]
+            from .stores import STORE_CLASSES
+
+            target = STORE_CLASSES[_family(StoreURL.parse(url))]
         return cast(Self, super().__new__(target))
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
@@ -160,6 +160,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         )
         self.tables = self._st.t
         self._store_id = ""
+        self._meta_damage: list[str] = []
         self._runtime: Runtime | None = None
 
     @classmethod
@@ -221,38 +222,63 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     async def _open(self) -> StoreIdentity:
         await self._start()
         try:
-            meta = await self._guard("reading the schema version", self._read(self._op_meta))
-            version = migrations.parse_version(meta, self.describe())
-            latest = migrations.MIGRATIONS[-1].version
-            if version is None or version < latest:
-                for migration in migrations.MIGRATIONS:
-                    if migration.version > (version or 0):
-                        await self._migrate(migration)
-                meta = await self._guard("reading the store identity", self._read(self._op_meta))
-                version = migrations.parse_version(meta, self.describe())
-            assert meta is not None and version is not None
-            if version > latest:
-                raise StoreFormatError(
-                    f"{self.describe()} has schema version {version}, but this statekeeper "
-                    f"reads versions up to {latest}; upgrade statekeeper"
-                )
-            try:
-                store_id, key = meta["store_id"], bytes.fromhex(meta["cursor_key"])
-            except (KeyError, ValueError) as exc:
-                raise StoreFormatError(
-                    f"{self.describe()}: the meta table lacks a valid store id or cursor key"
-                ) from exc
+            return await self._open_tables()
         except BaseException:
             await self._stop()
             raise
-        self._store_id = store_id
-        return StoreIdentity(store_id, key, version)
+
+    async def _probe(self) -> integrity.MetaProbe:
+        where = self.describe()
+        for attempt in range(5):
+            try:
+                return await self._guard(
+                    "reading the meta table",
+                    self._read(lambda s: integrity.probe_meta(s, self._st, where)),
+                )
+            except ConcurrentModificationError:
+                # MySQL: another process created a table after this read's snapshot
+                # began (its creation is committing meanwhile); a new snapshot sees it.
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _open_tables(self) -> StoreIdentity:
+        opts, where = self.options, self.describe()
+        latest = migrations.MIGRATIONS[-1].version
+        probe = await self._probe()
+        if probe.absent is not None and not opts.create:
+            raise StoreNotFound(
+                f"there is no statekeeper store at {where}: {probe.absent}. Nothing was "
+                "created (create=False or read_only=True); check the URL and table_prefix"
+            )
+        if not opts.read_only:
+            await self._guard("preparing the database", self._rt().prepare())
+        version = probe.version
+        if probe.absent is not None or (version is not None and version < latest):
+            if opts.read_only:
+                raise StoreFormatError(
+                    f"{where} has schema version {version}, older than the version {latest} "
+                    "this statekeeper reads; open it once without read_only=True to "
+                    "migrate it, or read it with the statekeeper version that wrote it"
+                )
+            for migration in migrations.MIGRATIONS:
+                if migration.version > (version or 0):
+                    await self._migrate(migration)
+            probe = await self._probe()
+            version = probe.version
+        assert version is not None
+        if version > latest:
+            raise StoreFormatError(
+                f"{where} has schema version {version}, but this statekeeper "
+                f"reads versions up to {latest}; upgrade statekeeper"
+            )
+        self._store_id = probe.store_id
+        self._meta_damage = probe.damage
+        return StoreIdentity(probe.store_id, probe.cursor_key, version)
 
     async def _close(self) -> None:
         await self._stop()
-
-    def _op_meta(self, s: Session) -> dict[str, str] | None:
-        return migrations.read_meta(s, self._st)
 
     async def _migrate(self, migration: migrations.Migration) -> None:
         what = f"migrating to schema version {migration.version}"
@@ -263,6 +289,15 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             lambda s: dialects.migration_unlock(s, tables),
         )
         await self._guard(what, call)
+
+    def _check_meta(self) -> None:
+        """Refuse to write records while the meta table is damaged (see ``_open``)."""
+        if self._meta_damage:
+            raise StoreFormatError(
+                f"{self.describe()}: the meta table is damaged ({'; '.join(self._meta_damage)}); "
+                "reads work, but nothing is written until store.repair() (or "
+                "'statekeeper repair URL') rebuilds it from the records"
+            )
 
     # -- record helpers --------------------------------------------------------------
 
@@ -281,6 +316,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     # -- primitives --------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        self._check_meta()
         return await self._guard("saving", self._write(lambda s: self._op_insert(s, record)))
 
     def _op_insert(self, s: Session, record: NewRecord) -> CheckpointHeader:
@@ -314,6 +350,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         now: datetime,
         etag: str,
     ) -> CheckpointHeader:
+        self._check_meta()
+
         def op(s: Session) -> CheckpointHeader:
             seq, current = self._locked_live(s, id, now)
             _check_etag(current, if_match)
@@ -426,12 +464,73 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
-                "high_water_mark": int(hwm[0]) if hwm else 0,
+                # None, never 0, for a missing or damaged counter row: verify says which.
+                "high_water_mark": integrity.counter_value(hwm),
                 "dialect": self.family,
                 "tables": [t.fullname for t in self.tables.all],
             }
 
         return await self._guard("reading store info", self._read(op))
+
+    # -- verify and repair ---------------------------------------------------------------
+
+    async def _verify(self) -> list[Problem]:
+        """Meta rows, the counter, every row's columns and tag rows against its record,
+        and orphan tag rows; reads only, one snapshot per page of rows."""
+        st, where, rt = self._st, self.describe(), self._rt()
+        problems = [
+            Problem(kind="state", location=self.tables.meta.name, reason=f"{damage}; {_REBUILD}")
+            for damage in (await self._probe()).damage
+        ]
+        problems += await self._guard(
+            "checking the counter", rt.snapshot(lambda s: integrity.check_counter(s, st, where))
+        )
+        for found in await self._pages(rt.snapshot, integrity.check_rows):
+            problems += found
+        problems += await self._guard(
+            "checking tag rows", rt.snapshot(lambda s: integrity.check_orphan_tags(s, st))
+        )
+        return problems
+
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        """Rebuild the meta rows, row columns, tag rows and the counter from the records
+        (each page of rows in its own transaction, its rows locked), then deal with
+        the damaged records."""
+        st = self._st
+        probe = await self._probe()
+        if probe.damage:
+            # Persist the identity this store was opened with (and reads use).
+            identity = self._require_open()
+            probe.store_id, probe.cursor_key = identity.store_id, identity.cursor_key
+        meta = await self._guard(
+            "rebuilding the meta table", self._write(lambda s: integrity.rebuild_meta(s, st, probe))
+        )
+        self._meta_damage = []
+        rows = await self._pages(self._write, integrity.rebuild_rows)
+        orphans = await self._guard(
+            "deleting orphan tag rows", self._write(lambda s: s.run(st.delete_orphan_tags))
+        )
+        counter = await self._guard(
+            "rebuilding the counter", self._write(lambda s: integrity.rebuild_counter(s, st))
+        )
+        rebuilt, actions = integrity.repair_summary(meta, rows, orphans, counter)
+        return await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
+
+    async def _pages(
+        self,
+        run: Callable[[Callable[[Session], tuple[T, int | None]]], Awaitable[tuple[T, int | None]]],
+        step: integrity.PageStep[T],
+    ) -> list[T]:
+        """``step`` over every page of checkpoint rows, each page in its own ``run``."""
+        st, store_id, out = self._st, self._store_id, []
+        after: int | None = 0
+        while after is not None:
+            result, after = await self._guard(
+                "walking the checkpoint rows",
+                run(partial(step, st=st, after=after, store_id=store_id, locate=self._location)),
+            )
+            out.append(result)
+        return out
 
     # -- backdoor and maintenance ------------------------------------------------------
 
@@ -487,109 +586,3 @@ def _check_etag(current: StoredRecord, if_match: str | None) -> None:
         raise PreconditionFailed(
             f"checkpoint {current.id!r} has etag {current.header.etag!r}, not {if_match!r}"
         )
-
-
-# -- the dialects ---------------------------------------------------------------------
-
-
-class SqliteCheckpointStore(SqlCheckpointStore):
-    """``sqlite:///relative.db`` / ``sqlite:////absolute.db``: the embedded SQL store.
-
-    WAL mode; ``synchronous=FULL`` under ``durability="full"`` (a save survives
-    power loss) and ``NORMAL`` under ``"fast"`` (it survives a process crash).
-    Writes take the lock up front (``BEGIN IMMEDIATE``) and wait up to
-    ``busy_timeout`` for writers in other processes. Safe to share between
-    processes on one host, and across ``fork``; not on a network file system.
-    """
-
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=True,
-        cross_process=True,
-        cross_host=False,
-        power_loss_durable=True,
-        ttl=True,
-        raw_access=True,
-    )
-    backend_name: ClassVar[str] = "sqlite"
-
-    def __init__(self, url: str | StoreURL, **options: Any) -> None:
-        super().__init__(url, **options)
-        if self.options.db_schema is not None:
-            raise InvalidOptions("the schema option is not available on SQLite; use table_prefix")
-        self.path = sqlite_path(self.url)
-
-    def describe(self) -> str:
-        where = f"sqlite:///{self.path}"
-        if self.table_prefix != "statekeeper_":
-            where += f" (tables {self.table_prefix}*)"
-        return where
-
-    def _make_runtime(self) -> Runtime:
-        return SqliteRuntime(
-            self.path,
-            compiler=self._compiler,
-            synchronous="FULL" if self.options.durability == "full" else "NORMAL",
-            busy_timeout=self.options.busy_timeout,
-            readers=self.options.pool_size or 2,
-            echo=self.options.echo,
-        )
-
-
-class _ServerSqlStore(SqlCheckpointStore):
-    """A store on a database server, through a SQLAlchemy async engine."""
-
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=True,
-        cross_process=True,
-        cross_host=True,
-        power_loss_durable=True,
-        ttl=True,
-        raw_access=True,
-    )
-
-    def __init__(self, url: str | StoreURL, **options: Any) -> None:
-        super().__init__(url, **options)
-        self.driver = check_driver(self.url, self.family)
-
-    def _make_runtime(self) -> Runtime:
-        opts = self.options
-        return ServerRuntime(
-            server_url(self.url, self.family, self.driver),
-            self.family,
-            pool_size=opts.pool_size or 5,
-            echo=opts.echo,
-            connect_args=server_connect_args(
-                self.family,
-                busy_timeout=opts.busy_timeout,
-                fast=opts.durability == "fast",
-                extra=opts.connect_args,
-            ),
-        )
-
-
-class PostgresCheckpointStore(_ServerSqlStore):
-    """``postgresql://`` (asyncpg): the store to share between hosts.
-
-    ``durability="fast"`` sets ``synchronous_commit=off``. Power-loss durability
-    under ``"full"`` is the server's (``fsync=on``, the default).
-    """
-
-    backend_name: ClassVar[str] = "postgresql"
-
-
-class MysqlCheckpointStore(_ServerSqlStore):
-    """``mysql://`` / ``mariadb://`` (aiomysql), InnoDB.
-
-    Durability is the server's (``innodb_flush_log_at_trx_commit=1``, the
-    default); ``durability="fast"`` changes nothing here, since that setting is
-    global.
-    """
-
-    backend_name: ClassVar[str] = "mysql"
-
-
-_STORE_CLASSES: dict[Family, type[SqlCheckpointStore]] = {
-    "sqlite": SqliteCheckpointStore,
-    "postgresql": PostgresCheckpointStore,
-    "mysql": MysqlCheckpointStore,
-}

@@ -1,0 +1,412 @@
+"""Damage in the SQL backend's tables: finding it on open, in ``verify``, and repairing it.
+
+The ``record`` column of the checkpoints table is the truth (SPEC S3a). Everything
+else is derived from it and may be rebuilt:
+
+- the **meta** rows (``schema_version``, ``store_id``, ``cursor_key``): the store id
+  is in every record, the schema version follows from the tables, and a lost
+  cursor key only invalidates cursors handed out before;
+- the **counter** row: the high-water mark, rebuilt as the highest of its own
+  value and every sequence in the checkpoints and tags tables, never lowered;
+- the ``id``, ``stream`` and ``expires_at`` **columns** of a checkpoint row;
+- the **tag rows** of a checkpoint.
+
+A row whose record cannot be read stays: strict reads keep raising
+:class:`~statekeeper.errors.CheckpointDecodeError` for it until
+``repair(drop_damaged=True)``. Every function here is a synchronous operation over
+one :class:`~.dialects.Session`; the ``check_*`` ones only read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from ...errors import CheckpointDecodeError, StoreFormatError
+from ...models import Problem
+from ...record import MAGIC, StoredRecord
+from . import dialects
+from .dialects import Session
+from .migrations import read_meta
+from .schema import SCHEMA_VERSION, Statements, expires_micros, tag_rows
+
+__all__ = [
+    "PAGE",
+    "MetaProbe",
+    "PageStep",
+    "check_counter",
+    "check_orphan_tags",
+    "check_rows",
+    "counter_value",
+    "probe_meta",
+    "rebuild_counter",
+    "rebuild_meta",
+    "rebuild_rows",
+    "repair_summary",
+]
+
+#: Checkpoint rows per verify or repair step (one snapshot or transaction each).
+PAGE = 500
+
+_STORE_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+_CURSOR_KEY = re.compile(r"(?:[0-9a-f]{2}){16,}")
+
+Locate = Callable[[int], str]
+T_co = TypeVar("T_co", covariant=True)
+
+
+class PageStep(Protocol[T_co]):
+    """One page of a walk over the checkpoint rows: a result and where to continue."""
+
+    def __call__(
+        self, s: Session, *, st: Statements, after: int, store_id: str, locate: Locate
+    ) -> tuple[T_co, int | None]: ...
+
+
+@dataclass
+class MetaProbe:
+    """What the meta table says, and what an open should do about it.
+
+    ``absent`` names why there is no store here (no meta table, or a creation
+    interrupted before its first commit); ``damage`` lists meta rows that are
+    missing or unreadable, each with the value used instead (``identity`` then
+    holds the recovered store id and a stand-in cursor key).
+    """
+
+    meta: dict[str, str] | None
+    absent: str | None = None
+    version: int | None = None
+    store_id: str = ""
+    cursor_key: bytes = b""
+    damage: list[str] = field(default_factory=list)
+
+
+def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
+    """Read the meta table and tell a fresh, an intact and a damaged store apart."""
+    tables = st.t
+    meta = read_meta(s, st)
+    if meta is None:
+        return MetaProbe(None, absent="it has no meta table")
+    raw_version = meta.get("schema_version")
+    version = int(raw_version) if raw_version is not None and raw_version.isdigit() else None
+    store_id = meta.get("store_id", "")
+    key = meta.get("cursor_key", "")
+    if version is not None and _STORE_ID.fullmatch(store_id) and _CURSOR_KEY.fullmatch(key):
+        return MetaProbe(meta, version=version, store_id=store_id, cursor_key=bytes.fromhex(key))
+    missing = [
+        t.name for t in (tables.counter, tables.checkpoints) if not dialects.table_exists(s, t)
+    ]
+    counter = None if missing else s.first(st.read_hwm)
+    rows = None if missing else s.first(st.newest_records, {"limit": 1})
+    if not meta and counter is None and rows is None:
+        # Meta rows and the counter row are written in one transaction; with none of
+        # them and no checkpoints, the creation stopped after its DDL (MySQL commits
+        # DDL by itself). Nothing was ever stored.
+        return MetaProbe(meta, absent="its creation was interrupted before it committed")
+    ours = {"schema_version", "store_id", "cursor_key"} & meta.keys()
+    if missing or not (ours or counter is not None):
+        raise StoreFormatError(
+            f"{where}: the meta table has no valid schema_version and the store's other "
+            "tables do not look like a statekeeper store; it is not a statekeeper store "
+            "(choose another table_prefix)"
+        )
+    probe = MetaProbe(meta, version=version)
+    if version is None:
+        probe.version = SCHEMA_VERSION
+        probe.damage.append(
+            f"the schema_version row is missing or unreadable ({raw_version!r}); read as "
+            f"version {SCHEMA_VERSION}, whose tables are all present"
+        )
+    if _STORE_ID.fullmatch(store_id):
+        probe.store_id = store_id
+    else:
+        recovered = _store_id_from_records(s, st, where)
+        probe.store_id = recovered or secrets.token_hex(16)
+        source = "taken from the newest readable record" if recovered else "no record is readable"
+        probe.damage.append(f"the store_id row is missing or unreadable ({source})")
+    if _CURSOR_KEY.fullmatch(key):
+        probe.cursor_key = bytes.fromhex(key)
+    else:
+        probe.cursor_key = secrets.token_bytes(32)
+        probe.damage.append(
+            "the cursor_key row is missing or unreadable (cursors handed out before "
+            "cannot be honoured; a new key is used)"
+        )
+    return probe
+
+
+def _store_id_from_records(s: Session, st: Statements, where: str) -> str | None:
+    """The store id written in the newest readable record (checksum verified)."""
+    for seq, blob in s.rows(st.newest_records, {"limit": 50}):
+        data = bytes(blob)
+        try:
+            StoredRecord.from_bytes(data, location=where, expect_sequence=int(seq))
+            end = data.index(b"\n")
+            hlen = int(data[len(MAGIC) : end].split()[0])
+            store = json.loads(data[end + 1 : end + 1 + hlen])["store"]
+        except (CheckpointDecodeError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(store, str) and _STORE_ID.fullmatch(store):
+            return store
+    return None
+
+
+def rebuild_meta(s: Session, st: Statements, probe: MetaProbe) -> list[str]:
+    """Write the meta rows a damaged probe stood in for; return what was written."""
+    if not probe.damage:
+        return []
+    wanted = {
+        "schema_version": str(probe.version),
+        "store_id": probe.store_id,
+        "cursor_key": probe.cursor_key.hex(),
+    }
+    meta = probe.meta or {}
+    written = []
+    for name, value in wanted.items():
+        if meta.get(name) != value:
+            s.run(st.delete_meta_name, {"at_name": name})
+            s.run(st.insert_meta, {"name": name, "value": value})
+            written.append(name)
+    return written
+
+
+# -- the counter ------------------------------------------------------------------------
+
+
+def counter_value(row: Any) -> int | None:
+    """The counter row's value, or ``None`` if the row is missing or not an integer."""
+    value = None if row is None else row[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_counter(s: Session, st: Statements, where: str) -> list[Problem]:
+    """The counter row: present, an integer, and not below any stored sequence."""
+    location = f"{st.t.counter.name}[name=sequence]"
+    row = s.first(st.read_hwm)
+    top = max(int(s.first(st.max_seq)[0]), int(s.first(st.max_tag_seq)[0]))  # type: ignore[index]
+    hwm = counter_value(row)
+    if row is None:
+        reason = "the sequence counter row is missing"
+    elif hwm is None:
+        reason = f"the sequence counter holds {row[0]!r}, not an integer"
+    elif hwm < top:
+        reason = f"the sequence counter is {hwm}, below sequence {top}, which exists"
+    else:
+        return []
+    return [
+        Problem(
+            kind="state",
+            location=location,
+            reason=f"{reason}; saves refuse to run until repair() rebuilds it (never lowering it)",
+        )
+    ]
+
+
+def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
+    """Raise the counter to every stored sequence; ``(old, new)`` if it changed.
+
+    Never lowers it: the counter may rightly be above every stored sequence (the
+    newest checkpoints were deleted), and those sequences must not come back.
+    """
+    row = s.first(st.read_hwm)
+    top = max(int(s.first(st.max_seq)[0]), int(s.first(st.max_tag_seq)[0]))  # type: ignore[index]
+    hwm = counter_value(row)
+    if row is None:
+        s.run(st.insert_hwm, {"new_hwm": top})
+        return (0, top)
+    if hwm is None or hwm < top:
+        # Saves fail while the counter is below a stored sequence, so no saver
+        # can have moved it between the read above and this write.
+        s.run(st.set_hwm, {"new_hwm": top})
+        return (hwm or 0, top)
+    return None
+
+
+# -- checkpoint rows and their tag rows ---------------------------------------------------
+
+
+@dataclass
+class _Row:
+    seq: int
+    id: str
+    stream: str
+    expires_at: int | None
+    record: StoredRecord | None  # None: unreadable (a damaged record, reported elsewhere)
+
+
+def _rows(
+    s: Session, st: Statements, after: int, store_id: str, locate: Locate, locked: bool
+) -> list[_Row]:
+    stmt = st.rows_after_locked if locked else st.rows_after
+    out = []
+    for seq, rid, stream, expires_at, blob in s.rows(stmt, {"after": after, "limit": PAGE}):
+        seq = int(seq)
+        try:
+            # No expect_id: a row whose id column disagrees with its record is a
+            # damaged column, which repair() can fix, not a damaged record.
+            record: StoredRecord | None = StoredRecord.from_bytes(
+                bytes(blob), location=locate(seq), expect_store_id=store_id, expect_sequence=seq
+            )
+        except CheckpointDecodeError:
+            record = None
+        out.append(_Row(seq, str(rid), str(stream), expires_at, record))
+    return out
+
+
+def _tags_by_seq(
+    s: Session, st: Statements, rows: list[_Row]
+) -> dict[int, dict[str, tuple[str, str, int]]]:
+    found: dict[int, dict[str, tuple[str, str, int]]] = defaultdict(dict)
+    if rows:
+        bounds = {"lo": rows[0].seq, "hi": rows[-1].seq}
+        for seq, key, vkey, value, shash in s.rows(st.tags_between, bounds):
+            found[int(seq)][str(key)] = (str(vkey), str(value), int(shash))
+    return found
+
+
+def _expected_tags(row: _Row) -> dict[str, tuple[str, str, int]]:
+    assert row.record is not None
+    rows = tag_rows(row.seq, row.record.stream, dict(row.record.header.tags))
+    return {r["key"]: (r["vkey"], r["value"], r["shash"]) for r in rows}
+
+
+def _disagreements(row: _Row, actual: dict[str, tuple[str, str, int]]) -> list[str]:
+    """How the row's columns and tag rows disagree with its record."""
+    record = row.record
+    assert record is not None
+    out = []
+    if row.id != record.id:
+        out.append(f"its id column says {row.id!r} but its record says {record.id!r}")
+    if row.stream != record.stream:
+        out.append(f"its stream column says {row.stream!r} but its record says {record.stream!r}")
+    if row.expires_at != expires_micros(record.header.expires_at):
+        out.append("its expires_at column disagrees with its record")
+    expected = _expected_tags(row)
+    if actual != expected:
+        missing = sorted(expected.keys() - actual.keys())
+        extra = sorted(actual.keys() - expected.keys())
+        wrong = sorted(k for k in expected.keys() & actual.keys() if expected[k] != actual[k])
+        parts = [
+            f"{label} {', '.join(map(repr, keys))}"
+            for label, keys in (("missing", missing), ("extra", extra), ("wrong", wrong))
+            if keys
+        ]
+        out.append(f"its tag rows disagree with its record's tags ({'; '.join(parts)})")
+    return out
+
+
+def check_rows(
+    s: Session, *, st: Statements, after: int, store_id: str, locate: Locate
+) -> tuple[list[Problem], int | None]:
+    """Check one page of rows after sequence ``after``; return the problems and the
+    sequence to continue after (``None`` at the end)."""
+    rows = _rows(s, st, after, store_id, locate, locked=False)
+    tags = _tags_by_seq(s, st, rows)
+    problems = []
+    for row in rows:
+        if row.record is None:
+            continue
+        for reason in _disagreements(row, tags.get(row.seq, {})):
+            problems.append(
+                Problem(
+                    kind="index",
+                    location=locate(row.seq),
+                    reason=f"{reason}; repair() rebuilds it from the record",
+                    id=row.record.id,
+                    sequence=row.seq,
+                    stream=row.record.stream,
+                )
+            )
+    return problems, (rows[-1].seq if len(rows) == PAGE else None)
+
+
+def rebuild_rows(
+    s: Session, *, st: Statements, after: int, store_id: str, locate: Locate
+) -> tuple[dict[str, int], int | None]:
+    """Rewrite, from the records, the columns and tag rows of one page of rows that
+    disagree with them (rows locked); return counts and where to continue."""
+    rows = _rows(s, st, after, store_id, locate, locked=True)
+    tags = _tags_by_seq(s, st, rows)
+    counts = {"columns": 0, "tag_rows": 0}
+    for row in rows:
+        record = row.record
+        if record is None:
+            continue
+        if (row.id, row.stream, row.expires_at) != (
+            record.id,
+            record.stream,
+            expires_micros(record.header.expires_at),
+        ):
+            params = {
+                "at_seq": row.seq,
+                "new_id": record.id,
+                "new_stream": record.stream,
+                "new_expires_at": expires_micros(record.header.expires_at),
+            }
+            s.run(st.set_columns, params)
+            counts["columns"] += 1
+        expected = _expected_tags(row)
+        if tags.get(row.seq, {}) != expected:
+            s.run(st.delete_tags_seq, {"at_seq": row.seq})
+            if expected:
+                s.run_many(
+                    st.insert_tag, tag_rows(row.seq, record.stream, dict(record.header.tags))
+                )
+            counts["tag_rows"] += 1
+    return counts, (rows[-1].seq if len(rows) == PAGE else None)
+
+
+def check_orphan_tags(s: Session, st: Statements) -> list[Problem]:
+    """Tag rows of sequences that have no checkpoint row."""
+    seqs = [int(r[0]) for r in s.rows(st.orphan_tags)]
+    if not seqs:
+        return []
+    shown = ", ".join(map(str, seqs[:10])) + (" ..." if len(seqs) > 10 else "")
+    return [
+        Problem(
+            kind="index",
+            location=st.t.tags.name,
+            reason=f"tag rows of {len(seqs)} sequence(s) with no checkpoint row ({shown}); "
+            "repair() deletes them",
+        )
+    ]
+
+
+def repair_summary(
+    meta: list[str],
+    pages: list[dict[str, int]],
+    orphans: int,
+    counter: tuple[int, int] | None,
+) -> tuple[dict[str, int], list[str]]:
+    """``RepairReport.rebuilt`` and ``actions`` for what the rebuild steps did."""
+    rebuilt: dict[str, int] = {}
+    actions: list[str] = []
+    columns = sum(p["columns"] for p in pages)
+    tagged = sum(p["tag_rows"] for p in pages)
+    if meta:
+        rebuilt["meta_rows"] = len(meta)
+        actions.append(f"rewrote the meta row(s) {', '.join(meta)} from the records")
+    if columns:
+        rebuilt["row_columns"] = columns
+        actions.append(
+            f"rewrote the id/stream/expires_at columns of {columns} row(s) from their records"
+        )
+    if tagged or orphans:
+        rebuilt["tag_rows"] = tagged + orphans
+        actions.append(
+            f"rebuilt the tag rows of {tagged} checkpoint(s) from their records and "
+            f"deleted {orphans} orphan tag row(s)"
+        )
+    if counter is not None:
+        rebuilt["counter"] = 1
+        actions.append(
+            f"raised the sequence counter from {counter[0]} to {counter[1]}, the highest "
+            "sequence stored; it is never lowered, but the sequences of checkpoints "
+            "deleted above it while the counter was damaged cannot be known"
+        )
+    return rebuilt, actions

@@ -1,0 +1,331 @@
+"""The damage sweep of the SQL backend (SPEC S3, S3a; issue 11).
+
+Each case damages one kind of row behind the store's back, then checks, on SQLite
+and (when their URL variables are set) PostgreSQL and MariaDB/MySQL:
+
+1. S3/S3a after a reopen: every intact acknowledged checkpoint still loads, lists
+   and wins ``get_latest`` of its stream; a damaged record makes ``get_latest``
+   raise naming it (never an older answer), ``load`` raise and ``list`` report it
+   in ``skipped``; a damaged counter or meta row makes saves refuse with a message
+   that says to repair, and is never read as 0 or "empty";
+2. ``verify()`` on a ``read_only`` open is not ok and names the damage;
+3. ``repair()`` rebuilds what is derived and keeps damaged records; S3/S3a hold
+   again and ``verify()`` only reports what stays damaged;
+4. ``repair(drop_damaged=True)`` drops those, and ``verify()`` is ok.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from sql_helpers import ServerStores
+from statekeeper import Checkpoint
+from statekeeper.backends.sql import SqlCheckpointStore
+from statekeeper.backends.sql.schema import stream_hash
+from statekeeper.errors import (
+    BackendError,
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    StoreFormatError,
+)
+
+
+@dataclass
+class Target:
+    """One store location and raw SQL access to its tables, behind the store's back."""
+
+    name: str
+    url: str
+    prefix: str
+
+    def store(self, **options: Any) -> SqlCheckpointStore:
+        return SqlCheckpointStore(self.url, table_prefix=self.prefix, **options)
+
+    async def sql(self, statement: str, params: dict[str, Any] | None = None) -> None:
+        if self.name == "sqlite":
+            path = self.store().path  # type: ignore[attr-defined]
+
+            def run() -> None:
+                conn = sqlite3.connect(path, isolation_level=None)
+                try:
+                    conn.execute(statement, params or {})
+                finally:
+                    conn.close()
+
+            await asyncio.to_thread(run)
+            return
+        engine = create_async_engine(self.url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(sa.text(statement), params or {})
+        finally:
+            await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def postgres_stores() -> Iterator[ServerStores]:
+    stores = ServerStores("postgres")
+    yield stores
+    stores.drop()
+
+
+@pytest.fixture(scope="module")
+def mysql_stores() -> Iterator[ServerStores]:
+    stores = ServerStores("mysql")
+    yield stores
+    stores.drop()
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        yield Target("sqlite", f"sqlite:///{tmp_path / 'store.db'}", "statekeeper_")
+        return
+    # Skips, naming the variable to set, when the server's URL is not set.
+    stores: ServerStores = request.getfixturevalue(f"{request.param}_stores")
+    for _ in stores.factory():  # wipes the tables after the test
+        yield Target(request.param, stores.url, stores.prefix)
+
+
+# -- the store before damage -------------------------------------------------------------
+
+
+@dataclass
+class Saved:
+    """What was acknowledged: every live checkpoint, and the highest sequence ever given."""
+
+    cps: dict[int, Checkpoint] = field(default_factory=dict)
+    hwm: int = 0
+    store_id: str = ""
+
+    def newest(self, stream: str) -> Checkpoint:
+        return max((c for c in self.cps.values() if c.stream == stream), key=lambda c: c.sequence)
+
+
+async def populate(target: Target) -> Saved:
+    saved = Saved()
+    async with target.store() as store:
+        for i in range(5):  # job: sequences 1..5
+            cp = await store.save("job", {"i": i}, tags={"k": f"v{i}", "all": "yes"})
+            saved.cps[cp.sequence] = cp
+        for i in range(2):  # other: 6, 7
+            cp = await store.save("other", {"o": i}, tags={"all": "yes"})
+            saved.cps[cp.sequence] = cp
+        gone = await store.save("job", "deleted")  # 8: the high-water mark stays 8
+        assert await store.delete(gone.id)
+        saved.hwm = gone.sequence
+        saved.store_id = store.store_id
+    return saved
+
+
+# -- the damage ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One way to damage the tables; ``records`` are the sequences left unreadable."""
+
+    name: str
+    apply: Callable[[Target, SqlCheckpointStore], Awaitable[None]]
+    records: frozenset[int] = frozenset()
+    counter: bool = False  # saves must refuse until repair
+    meta: bool = False  # saves must refuse until repair
+    kind: str = "index"  # the verify problem kind it must cause
+    only: str | None = None  # dialect it applies to
+
+
+def _flip(seq: int) -> Callable[[Target, SqlCheckpointStore], Awaitable[None]]:
+    async def apply(target: Target, store: SqlCheckpointStore) -> None:
+        page = await store.list(None, limit=100)
+        (cp,) = [c for c in page.items if c.sequence == seq]
+        raw = bytearray(await store.backdoor_read_raw(cp.id))
+        raw[-2] ^= 0x40  # a byte of the state: only the checksum can tell
+        await store.backdoor_write_raw(cp.id, bytes(raw))
+
+    return apply
+
+
+def _sql(statement: str, **params: Any) -> Callable[[Target, SqlCheckpointStore], Awaitable[None]]:
+    async def apply(target: Target, store: SqlCheckpointStore) -> None:
+        t = store.tables
+        names = {"meta": t.meta.name, "counter": t.counter.name, "tags": t.tags.name}
+        names["key"] = "`key`" if target.name == "mysql" else '"key"'  # a reserved word
+        await target.sql(statement.format(**names), params)
+
+    return apply
+
+
+def _both(
+    *steps: Callable[[Target, SqlCheckpointStore], Awaitable[None]],
+) -> Callable[[Target, SqlCheckpointStore], Awaitable[None]]:
+    async def apply(target: Target, store: SqlCheckpointStore) -> None:
+        for step in steps:
+            await step(target, store)
+
+    return apply
+
+
+DAMAGE = [
+    Damage("newest record corrupt", _flip(5), records=frozenset({5}), kind="damaged-record"),
+    Damage("middle record corrupt", _flip(3), records=frozenset({3}), kind="damaged-record"),
+    Damage(
+        "two records corrupt",
+        _both(_flip(7), _flip(2)),
+        records=frozenset({2, 7}),
+        kind="damaged-record",
+    ),
+    Damage("counter row deleted", _sql("DELETE FROM {counter}"), counter=True, kind="state"),
+    Damage("counter lowered", _sql("UPDATE {counter} SET hwm = 2"), counter=True, kind="state"),
+    Damage(
+        "counter not a number",
+        _sql("UPDATE {counter} SET hwm = 'garbage'"),
+        counter=True,
+        kind="state",
+        only="sqlite",
+    ),
+    Damage("tag rows deleted", _sql("DELETE FROM {tags} WHERE seq = 4")),
+    Damage(
+        "tag row planted",
+        _sql(
+            "INSERT INTO {tags} (seq, {key}, vkey, value, shash) "
+            "VALUES (2, 'planted', 'x', 'x', :h)",
+            h=stream_hash("job"),
+        ),
+    ),
+    Damage("tag value forged", _sql("UPDATE {tags} SET vkey = 'v0', value = 'v0' WHERE seq = 3")),
+    *(
+        Damage(
+            f"meta row {name} deleted",
+            _sql("DELETE FROM {meta} WHERE name = :n", n=name),
+            meta=True,
+            kind="state",
+        )
+        for name in ("store_id", "cursor_key", "schema_version")
+    ),
+    Damage("meta rows all deleted", _sql("DELETE FROM {meta}"), meta=True, kind="state"),
+]
+
+
+# -- what must hold --------------------------------------------------------------------
+
+
+async def assert_remembered(
+    store: SqlCheckpointStore, saved: Saved, damaged: set[int], *, tag_rows_intact: bool = True
+) -> None:
+    """S3 and S3a: every acknowledged checkpoint is answered for, none silently lost.
+
+    A tag-filtered listing answers from the tag rows (docs/sql-backend.md): with
+    those damaged, only verify() notices, so that part waits for the repair.
+    """
+    for seq, cp in saved.cps.items():
+        if seq in damaged:
+            with pytest.raises(CheckpointDecodeError) as caught:
+                await store.load(cp.id)
+            assert caught.value.id == cp.id
+        else:
+            assert await store.load(cp.id) == cp
+    for stream in ("job", "other"):
+        newest = saved.newest(stream)
+        if newest.sequence in damaged:
+            with pytest.raises(CheckpointDecodeError) as caught:
+                await store.get_latest(stream)
+            assert caught.value.id == newest.id  # named, and no older answer
+        else:
+            assert await store.get_latest(stream) == newest
+        page = await store.list(stream, limit=100)
+        mine = {s for s, c in saved.cps.items() if c.stream == stream}
+        assert [c.sequence for c in page.items] == sorted(mine - damaged, reverse=True)
+        assert [(s.id, s.sequence) for s in page.skipped] == [
+            (saved.cps[s].id, s) for s in sorted(mine & damaged, reverse=True)
+        ]
+    if not tag_rows_intact:
+        return
+    tagged = await store.list(None, tags={"all": "yes"}, limit=100)
+    assert {c.sequence for c in tagged.items} == set(saved.cps) - damaged
+    for seq in set(saved.cps) - damaged:
+        cp = saved.cps[seq]
+        if "k" in cp.tags:  # unique per checkpoint
+            page = await store.list(cp.stream, tags=dict(cp.tags), limit=100)
+            assert [c.id for c in page.items] == [cp.id]
+
+
+async def assert_saves(
+    store: SqlCheckpointStore, saved: Saved, *, refuse: type[Exception] | None
+) -> None:
+    if refuse is not None:
+        with pytest.raises(refuse, match="repair"):
+            await store.save("job", "after damage")
+        return
+    cp = await store.save("job", "after damage", tags={"all": "yes"})
+    # Above every stored sequence (and, unless the counter row itself was lost,
+    # above the high-water mark, deleted sequences included).
+    assert cp.sequence > max(saved.cps)
+    saved.cps[cp.sequence] = cp
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.name.replace(" ", "-"))
+async def test_damage_is_detected_reported_and_repaired(target: Target, damage: Damage) -> None:
+    if damage.only is not None and damage.only != target.name:
+        pytest.skip(f"{damage.name!r} can only happen on {damage.only}")
+    saved = await populate(target)
+    async with target.store() as store:
+        await damage.apply(target, store)
+    damaged = set(damage.records)
+    tags_ok = damage.kind != "index"
+
+    # 1. After a reopen (read-only, then writable): remembered, or refused with advice.
+    async with target.store(read_only=True) as ro:
+        assert ro.store_id == saved.store_id  # recovered from the records if need be
+        await assert_remembered(ro, saved, damaged, tag_rows_intact=tags_ok)
+        info = await ro.info()
+        if damage.counter:
+            assert info.high_water_mark in (None, 2)  # never a made-up 0
+        # 2. verify(), without writing: not ok, and it names the damage.
+        report = await ro.verify()
+        assert not report.ok
+        kinds = {p.kind for p in report.problems}
+        assert damage.kind in kinds, report.problems
+        assert kinds <= {"damaged-record", "index", "state"}, report.problems
+        assert {p.sequence for p in report.problems if p.kind == "damaged-record"} == damaged
+    async with target.store() as store:
+        await assert_remembered(store, saved, damaged, tag_rows_intact=tags_ok)
+        refuse = BackendError if damage.counter else StoreFormatError if damage.meta else None
+        await assert_saves(store, saved, refuse=refuse)
+
+        # 3. repair(): derived rows rebuilt, damaged records kept.
+        report = await store.repair()
+        assert {p.sequence for p in report.damaged} == damaged
+        assert report.dropped == []
+        if damage.kind != "damaged-record":
+            assert report.rebuilt and report.actions, report
+        await assert_remembered(store, saved, damaged)
+        await assert_saves(store, saved, refuse=None)
+    async with target.store(read_only=True) as ro:
+        assert ro.store_id == saved.store_id
+        await assert_remembered(ro, saved, damaged)
+        report = await ro.verify()
+        assert {(p.kind, p.sequence) for p in report.problems} == {
+            ("damaged-record", s) for s in damaged
+        }
+        assert report.complete
+
+    # 4. repair(drop_damaged=True): the explicit way a damaged checkpoint goes away.
+    async with target.store() as store:
+        report = await store.repair(drop_damaged=True)
+        assert {p.sequence for p in report.dropped} == damaged
+        for seq in damaged:
+            with pytest.raises(CheckpointNotFound):
+                await store.load(saved.cps.pop(seq).id)
+        await assert_remembered(store, saved, set())
+        assert (await store.verify()).ok
+        await assert_saves(store, saved, refuse=None)
