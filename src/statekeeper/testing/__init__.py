@@ -34,6 +34,11 @@ class attributes ``state_machine_examples``, ``state_machine_steps`` and
 ``conformance`` marker that every kit test carries).
 
 :func:`service_url` gives tests the URL of a real database server, or skips.
+
+The kit needs pytest, pytest-asyncio and Hypothesis (the ``testing`` extra) and
+says so when one is missing. The reliability checkers (``workloads``,
+``invariants``, ``history``, ``recording``) need none of them: importing them, as
+every workload child process does, never imports pytest.
 """
 
 from __future__ import annotations
