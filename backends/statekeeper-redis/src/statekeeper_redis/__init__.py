@@ -12,6 +12,7 @@ See :class:`RedisCheckpointStore` for the guarantees and :class:`RedisOptions`
 for the options. Built on statekeeper's public extension API only.
 """
 
+from ._audit import DamagedStoreError
 from ._server import ServerPersistence, UnsafeDurabilityError
 from ._store import FORMAT_VERSION, RedisCheckpointStore, RedisOptions
 
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "FORMAT_VERSION",
+    "DamagedStoreError",
     "RedisCheckpointStore",
     "RedisOptions",
     "ServerPersistence",

@@ -28,6 +28,16 @@ is after ``now``. Redis' own expiry of the record key reclaims the bytes; the
 index entries of expired checkpoints stay until ``purge_expired`` (reads skip
 them).
 
+Records are the truth, and an index entry is a promise that its record exists.
+An id that is indexed but whose record key is missing, while its expiry (if any)
+is more than ``EXPIRY_GRACE_SECONDS`` away, is **lost**: an acknowledged
+checkpoint deleted outside statekeeper or evicted under ``maxmemory``. Reads
+report it as damaged (``get_latest`` never answers an older one instead); only
+a delete or ``repair(drop_damaged=True)`` removes its entries. Scripts that would
+write to a key of the wrong Redis type, or unlink an id whose ``P i`` entry is
+gone (so its stream and tag entries cannot be found), refuse before writing
+anything, since a Redis script that fails half-way keeps its first writes.
+
 Numbers that must stay exact (sequences, microsecond timestamps) travel as
 strings: Lua prints numbers with 14 significant digits.
 """
@@ -35,8 +45,11 @@ strings: Lua prints numbers with 14 significant digits.
 from __future__ import annotations
 
 __all__ = [
+    "APPLY",
     "DELETE",
     "DELETE_STREAM",
+    "DROP_WRONGTYPE",
+    "FIX_NAMES",
     "GET",
     "INFO",
     "INIT",
@@ -44,22 +57,75 @@ __all__ = [
     "LIVE_STREAMS",
     "PRUNE",
     "PURGE",
+    "RESTORE_META",
     "SCAN",
+    "SET_HWM",
     "UPDATE",
 ]
 
-_PRELUDE = r"""
+#: A record key missing less than this long before its expiry (by the caller's
+#: clock) counts as expired, not lost: clocks of different clients disagree a little.
+EXPIRY_GRACE_SECONDS = 5
+
+_PRELUDE = (
+    r"""
 local P = ARGV[1]
 local META, ALL, EXP, IDX, ETAG, NAMES = KEYS[1], P .. 'all', P .. 'x', P .. 'i', P .. 'e', P .. 'n'
+local GRACE = """
+    + str(EXPIRY_GRACE_SECONDS * 1_000_000)
+    + r"""
 local function rkey(id) return P .. 'r:' .. id end
 local function skey(stream) return P .. 's:' .. stream end
 local function tkey(k, v) return P .. 't:' .. k .. '\0' .. v end
 
-local function live(id, now)
-  if redis.call('HEXISTS', IDX, id) == 0 then return false end
-  if redis.call('EXISTS', rkey(id)) == 0 then return false end
+-- the record bytes; a key of another type reads as '' (a record that fails to decode)
+local function rget(id)
+  local blob = redis.pcall('GET', rkey(id))
+  if type(blob) == 'table' and blob.err then return '' end
+  return blob
+end
+
+-- 'live'; 'gone' (never existed, deleted, or expired at now); or 'lost': the record
+-- key is missing although the id is indexed and not expired
+local function status(id, now, indexed)
   local e = redis.call('ZSCORE', EXP, id)
-  return (not e) or tonumber(e) > now
+  if redis.call('EXISTS', rkey(id)) == 1 then
+    if e and tonumber(e) <= now then return 'gone' end
+    return 'live'
+  end
+  if e and tonumber(e) <= now + GRACE then return 'gone' end
+  if indexed or redis.call('ZSCORE', ALL, id) or redis.call('HEXISTS', IDX, id) == 1 then
+    return 'lost'
+  end
+  return 'gone'
+end
+
+local function live(id, now) return status(id, now, false) == 'live' end
+
+-- whether unlink(id) can find every entry of id (its P i entry says where they are)
+local function unlinkable(id)
+  return redis.call('HEXISTS', IDX, id) == 1 or not redis.call('ZSCORE', ALL, id)
+end
+
+-- the first of keys whose type is not the wanted one (or nil); scripts check before
+-- writing, because a script that fails half-way keeps its first writes
+local FIXED = {{ALL, 'zset'}, {EXP, 'zset'}, {IDX, 'hash'}, {ETAG, 'hash'}, {NAMES, 'set'}}
+local function badtype(extra)
+  for _, kt in ipairs(FIXED) do
+    local t = redis.call('TYPE', kt[1])['ok']
+    if t ~= 'none' and t ~= kt[2] then return kt[1] end
+  end
+  for _, k in ipairs(extra or {}) do
+    local t = redis.call('TYPE', k)['ok']
+    if t ~= 'none' and t ~= 'zset' then return k end
+  end
+  return nil
+end
+
+local function topscore(k)
+  local top = redis.call('ZREVRANGE', k, 0, 0, 'WITHSCORES')
+  if top[2] then return tonumber(top[2]) end
+  return 0
 end
 
 -- remove every trace of id: record, index entries, expiry, etag
@@ -89,14 +155,21 @@ local function write_record(id, blob, exp_us, pexpire_ms)
   end
 end
 """
+)
 
-#: Create the store's meta hash on first open; return its fields.
-#: ARGV: P, kind, format, store_id, cursor_key.
+#: The store's meta hash, created only when ARGV[6] is '1' and the store has no
+#: index key (a store whose meta hash was lost is not a new store).
+#: ARGV: P, kind, format, store_id, cursor_key, create ('1' | '0').
+#: Returns {'ok', kind, format, store_id, cursor_key, hwm}, {'missing'} (nothing
+#: written), {'orphaned', n} (no meta, n index keys) or {'wrongtype', type}.
 INIT = (
     _PRELUDE
     + r"""
 local t = redis.call('TYPE', META)['ok']
 if t == 'none' then
+  local n = redis.call('EXISTS', ALL, EXP, IDX, ETAG, NAMES)
+  if n > 0 then return {'orphaned', n} end
+  if ARGV[6] ~= '1' then return {'missing'} end
   redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
              'cursor_key', ARGV[5], 'hwm', '0')
 elseif t ~= 'hash' then
@@ -106,24 +179,65 @@ return {'ok', unpack(redis.call('HMGET', META, 'kind', 'format', 'store_id', 'cu
 """
 )
 
+#: Recreate a lost meta hash (only if it is still missing).
+#: ARGV: P, kind, format, store_id, cursor_key, hwm. Returns 1 if it wrote it.
+RESTORE_META = (
+    _PRELUDE
+    + r"""
+if redis.call('EXISTS', META) == 1 then return 0 end
+local hwm = math.max(tonumber(ARGV[6]), topscore(ALL))
+redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
+           'cursor_key', ARGV[5], 'hwm', string.format('%d', hwm))
+return 1
+"""
+)
+
+#: Raise a missing, malformed or too low high-water mark to at least ARGV[2] (and
+#: the top of P all). ARGV: P, candidate. Returns {old or '', new} ({old, old} if kept).
+SET_HWM = (
+    _PRELUDE
+    + r"""
+local old = redis.call('HGET', META, 'hwm')
+local want = math.max(tonumber(ARGV[2]), topscore(ALL))
+if old and string.match(old, '^%d+$') and tonumber(old) >= want then return {old, old} end
+local new = string.format('%d', want)
+redis.call('HSET', META, 'hwm', new)
+return {old or '', new}
+"""
+)
+
 #: Insert a record sealed at sequence ARGV[3], which must be hwm + 1.
 #: ARGV: P, id, seq, blob, stream, index JSON, exp_us | '', pexpire_ms, now_us, etag.
-#: Returns {'ok'}, {'exists'}, {'seq', hwm} (lost the race: reseal at hwm + 1), {'nometa'}.
+#: Returns {'ok'}, {'exists'}, {'lost'} (the id is a lost checkpoint), {'seq', hwm}
+#: (lost the race: reseal at hwm + 1), {'nometa'}, {'badhwm', hwm | '', top} (the
+#: high-water mark is missing, malformed or below a sequence in use), {'noidx'} (an
+#: expired checkpoint with this id cannot be unlinked) or {'wrongtype', key}.
 INSERT = (
     _PRELUDE
     + r"""
 local id, seq, now = ARGV[2], ARGV[3], tonumber(ARGV[9])
-if live(id, now) then return {'exists'} end
+local st = status(id, now, false)
+if st == 'live' then return {'exists'} end
+if st == 'lost' then return {'lost'} end
+if redis.call('EXISTS', META) == 0 then return {'nometa'} end
+local info = cjson.decode(ARGV[6])
+local keys = {skey(ARGV[5])}
+for k, v in pairs(info.t) do keys[#keys + 1] = tkey(k, v) end
+local bad = badtype(keys)
+if bad then return {'wrongtype', bad} end
 local hwm = redis.call('HGET', META, 'hwm')
-if not hwm then return {'nometa'} end
+local top = math.max(topscore(ALL), topscore(keys[1]))
+if not hwm or not string.match(hwm, '^%d+$') or tonumber(hwm) < top then
+  return {'badhwm', hwm or '', string.format('%d', top)}
+end
 if tonumber(hwm) + 1 ~= tonumber(seq) then return {'seq', hwm} end
+if not unlinkable(id) then return {'noidx'} end
 -- an expired (or vanished) checkpoint with this id is replaced: drop its old entries
 unlink(id)
 redis.call('HSET', META, 'hwm', seq)
 write_record(id, ARGV[4], ARGV[7], ARGV[8])
-local info = cjson.decode(ARGV[6])
 redis.call('ZADD', ALL, seq, id)
-redis.call('ZADD', skey(ARGV[5]), seq, id)
+redis.call('ZADD', keys[1], seq, id)
 redis.call('SADD', NAMES, ARGV[5])
 for k, v in pairs(info.t) do redis.call('ZADD', tkey(k, v), seq, id) end
 redis.call('HSET', IDX, id, ARGV[6])
@@ -132,102 +246,135 @@ return {'ok'}
 """
 )
 
-#: The live record id: {blob, sequence, etag}, or nil. ARGV: P, id, now_us.
+#: The record of id: {'live', blob, sequence | false, etag | false}, {'lost',
+#: sequence | false}, or nil. ARGV: P, id, now_us.
 GET = (
     _PRELUDE
     + r"""
 local id = ARGV[2]
-if not live(id, tonumber(ARGV[3])) then return false end
-return {redis.call('GET', rkey(id)), redis.call('ZSCORE', ALL, id), redis.call('HGET', ETAG, id)}
+local st = status(id, tonumber(ARGV[3]), false)
+if st == 'gone' then return false end
+local score = redis.call('ZSCORE', ALL, id)
+if st == 'lost' then return {'lost', score} end
+return {'live', rget(id), score, redis.call('HGET', ETAG, id)}
 """
 )
 
 #: Compare-and-set the record of id.
 #: ARGV: P, id, now_us, etag the caller read, if_match | '', blob, new etag, exp_us | '',
-#: pexpire_ms. Returns {'ok'}, {'notfound'}, {'etag', current} (if_match failed) or
-#: {'conflict', current} (someone wrote since the caller read: re-read and retry).
+#: pexpire_ms. Returns {'ok'}, {'notfound'}, {'etag', current} (if_match failed),
+#: {'conflict', current} (someone wrote since the caller read: re-read and retry),
+#: {'noetag'} (its P e entry is gone) or {'wrongtype', key}.
 UPDATE = (
     _PRELUDE
     + r"""
 local id = ARGV[2]
 if not live(id, tonumber(ARGV[3])) then return {'notfound'} end
 local cur = redis.call('HGET', ETAG, id)
+if not cur then return {'noetag'} end
 if ARGV[5] ~= '' and cur ~= ARGV[5] then return {'etag', cur} end
 if cur ~= ARGV[4] then return {'conflict', cur} end
+local bad = badtype()
+if bad then return {'wrongtype', bad} end
 write_record(id, ARGV[6], ARGV[8], ARGV[9])
 redis.call('HSET', ETAG, id, ARGV[7])
 return {'ok'}
 """
 )
 
-#: Delete live id. ARGV: P, id, now_us, if_match | ''.
-#: Returns {'ok'}, {'missing'} or {'etag', current}.
+#: Delete id, live or lost (a lost checkpoint is acknowledged until deleted).
+#: ARGV: P, id, now_us, if_match | ''.
+#: Returns {'ok'}, {'missing'}, {'etag', current}, {'noidx'} or {'wrongtype', key}.
 DELETE = (
     _PRELUDE
     + r"""
 local id = ARGV[2]
-if not live(id, tonumber(ARGV[3])) then return {'missing'} end
+if status(id, tonumber(ARGV[3]), false) == 'gone' then return {'missing'} end
 if ARGV[4] ~= '' then
   local cur = redis.call('HGET', ETAG, id)
   if cur ~= ARGV[4] then return {'etag', cur} end
 end
+local bad = badtype()
+if bad then return {'wrongtype', bad} end
+if not unlinkable(id) then return {'noidx'} end
 unlink(id)
 return {'ok'}
 """
 )
 
-#: Remove every entry of a stream; return how many were live. ARGV: P, stream, now_us.
+#: Remove every entry of a stream; return how many were live or lost, or -1 if one
+#: of them cannot be unlinked (its P i entry is gone). ARGV: P, stream, now_us.
 DELETE_STREAM = (
     _PRELUDE
     + r"""
 local now = tonumber(ARGV[3])
+if badtype() then return -2 end
+local ids = redis.call('ZRANGE', skey(ARGV[2]), 0, -1)
+for _, id in ipairs(ids) do
+  if not unlinkable(id) then return -1 end
+end
 local removed = 0
-for _, id in ipairs(redis.call('ZRANGE', skey(ARGV[2]), 0, -1)) do
-  if live(id, now) then removed = removed + 1 end
+for _, id in ipairs(ids) do
+  if status(id, now, true) ~= 'gone' then removed = removed + 1 end
   unlink(id)
 end
 return removed
 """
 )
 
-#: Remove all but the newest keep_last live entries of a stream; expired ones are left
-#: for purge_expired. ARGV: P, stream, keep_last, now_us. Returns how many were removed.
+#: Remove all but the newest keep_last live entries of a stream; expired ones are
+#: left for purge_expired, lost ones for repair(drop_damaged=True).
+#: ARGV: P, stream, keep_last, now_us. Returns how many were removed, or -1.
 PRUNE = (
     _PRELUDE
     + r"""
 local keep, now = tonumber(ARGV[3]), tonumber(ARGV[4])
-local kept, removed = 0, 0
+if badtype() then return -2 end
+local kept, doomed = 0, {}
 for _, id in ipairs(redis.call('ZREVRANGE', skey(ARGV[2]), 0, -1)) do
   if live(id, now) then
-    if kept < keep then kept = kept + 1 else unlink(id); removed = removed + 1 end
+    if kept < keep then kept = kept + 1 else doomed[#doomed + 1] = id end
   end
 end
-return removed
+for _, id in ipairs(doomed) do
+  if not unlinkable(id) then return -1 end
+end
+for _, id in ipairs(doomed) do unlink(id) end
+return #doomed
 """
 )
 
-#: Unlink up to ARGV[3] checkpoints expired at ARGV[2] (µs). Returns how many.
+#: Unlink up to ARGV[3] checkpoints expired at ARGV[2] (µs). Returns how many, or -1.
 PURGE = (
     _PRELUDE
     + r"""
+if badtype() then return -2 end
 local ids = redis.call('ZRANGEBYSCORE', EXP, '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
+for _, id in ipairs(ids) do
+  if not unlinkable(id) then return -1 end
+end
 for _, id in ipairs(ids) do unlink(id) end
 return #ids
 """
 )
 
-#: Which of the given stream names have a live checkpoint. ARGV: P, now_us, names...
+#: Which of the given stream names have a live or lost checkpoint.
+#: ARGV: P, now_us, names... Returns {'ok', names...}, or {'noindex', name} for a
+#: stream that P n names but whose index is missing (damage, never "no stream").
 LIVE_STREAMS = (
     _PRELUDE
     + r"""
 local now = tonumber(ARGV[2])
-local out = {}
+local out = {'ok'}
 for i = 3, #ARGV do
   local sk, off, found = skey(ARGV[i]), 0, false
+  if redis.call('ZCARD', sk) == 0 and redis.call('SISMEMBER', NAMES, ARGV[i]) == 1 then
+    return {'noindex', ARGV[i]}
+  end
   while not found do
     local ids = redis.call('ZREVRANGE', sk, off, off + 63)
     for _, id in ipairs(ids) do
-      if live(id, now) then found = true; break end
+      if status(id, now, true) ~= 'gone' then found = true; break end
     end
     if #ids < 64 then break end
     off = off + 64
@@ -244,9 +391,11 @@ return out
 #: Walks the smallest of the candidate indexes (the stream's or the global zset and
 #: one zset per tag) from the bound and checks membership in the others with ZSCORE.
 #: Examines at most ``budget`` index entries, so one call never blocks the server
-#: for long. Returns {exhausted (0|1), last examined score | '', id, seq, blob, ...}:
+#: for long. Returns {exhausted (0|1|2), last examined score | '', id, seq, blob, ...}:
 #: a caller with fewer than ``limit`` results and exhausted == 0 continues from the
-#: returned bound.
+#: returned bound. blob is nil for a lost checkpoint. exhausted == 2 means the
+#: stream's (or the global) index is missing although P n names the stream (or
+#: some stream): damaged metadata, never "empty".
 SCAN = (
     _PRELUDE
     + r"""
@@ -259,6 +408,12 @@ for i = 8, #ARGV, 2 do cands[#cands + 1] = tkey(ARGV[i], ARGV[i + 1]) end
 local drive, best = 1, -1
 for i, k in ipairs(cands) do
   local n = redis.call('ZCARD', k)
+  if i == 1 and n == 0 then
+    local named
+    if ARGV[7] ~= '' then named = redis.call('SISMEMBER', NAMES, ARGV[7]) == 1
+    else named = redis.call('SCARD', NAMES) > 0 end
+    if named then return {2, ''} end
+  end
   if best < 0 or n < best then drive, best = i, n end
 end
 local dkey, others = cands[drive], {}
@@ -282,7 +437,8 @@ while found < limit and examined < budget do
     local id, score = batch[j], batch[j + 1]
     examined = examined + 1
     bound = score
-    local ok = live(id, now)
+    local st = status(id, now, true)
+    local ok = st ~= 'gone'
     if ok then
       for _, k in ipairs(others) do
         if not redis.call('ZSCORE', k, id) then ok = false; break end
@@ -291,7 +447,7 @@ while found < limit and examined < budget do
     if ok then
       out[#out + 1] = id
       out[#out + 1] = score
-      out[#out + 1] = redis.call('GET', rkey(id))
+      if st == 'live' then out[#out + 1] = rget(id) else out[#out + 1] = false end
       found = found + 1
       if found >= limit then break end
     end
@@ -308,6 +464,71 @@ INFO = (
     _PRELUDE
     + r"""
 return {redis.call('ZCARD', ALL), redis.call('SCARD', NAMES),
-        redis.call('HGET', META, 'hwm') or '0', redis.call('ZCARD', EXP)}
+        redis.call('HGET', META, 'hwm') or '', redis.call('ZCARD', EXP)}
+"""
+)
+
+#: Repair one id: apply the given edits only if its record is as the repair read
+#: it (so a concurrent save, update or delete is never undone).
+#: ARGV: P, id, guard (sha1 of the record bytes, or 'absent'), witness (for
+#: 'absent': a key suffix, 'all', 's:<stream>' or 'i', that must still hold id, so a
+#: lost checkpoint deleted meanwhile is not brought back; '' for none), then edits
+#: of four arguments each: op ('zadd' | 'zrem' | 'hset' | 'hdel'), key suffix after
+#: P, member or field, score or value. Returns 1 if applied, 0 if the record changed.
+APPLY = (
+    _PRELUDE
+    + r"""
+local id, guard, witness = ARGV[2], ARGV[3], ARGV[4]
+local blob = redis.pcall('GET', rkey(id))
+if type(blob) == 'table' and blob.err then blob = '' end
+if guard == 'absent' then
+  if blob then return 0 end
+  if witness == 'i' then
+    if redis.call('HEXISTS', IDX, id) == 0 then return 0 end
+  elseif witness ~= '' and not redis.call('ZSCORE', P .. witness, id) then
+    return 0
+  end
+elseif not blob or redis.sha1hex(blob) ~= guard then
+  return 0
+end
+for i = 5, #ARGV, 4 do
+  local op, key, a, b = ARGV[i], P .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if op == 'zadd' then redis.call('ZADD', key, b, a)
+  elseif op == 'zrem' then redis.call('ZREM', key, a)
+  elseif op == 'hset' then redis.call('HSET', key, a, b)
+  elseif op == 'hdel' then redis.call('HDEL', key, a)
+  end
+end
+return 1
+"""
+)
+
+#: Make P n name exactly the given streams that have entries. ARGV: P, names...
+#: Returns how many names were added or removed.
+FIX_NAMES = (
+    _PRELUDE
+    + r"""
+local changed = 0
+for i = 2, #ARGV do
+  if redis.call('ZCARD', skey(ARGV[i])) > 0 then
+    changed = changed + redis.call('SADD', NAMES, ARGV[i])
+  else
+    changed = changed + redis.call('SREM', NAMES, ARGV[i])
+  end
+end
+return changed
+"""
+)
+
+#: Delete the key P .. ARGV[2] if it holds another type than ARGV[3] (an index key
+#: overwritten by something else; repair rebuilds it). Returns 1 if deleted.
+DROP_WRONGTYPE = (
+    _PRELUDE
+    + r"""
+local key = P .. ARGV[2]
+local t = redis.call('TYPE', key)['ok']
+if t == 'none' or t == ARGV[3] then return 0 end
+redis.call('DEL', key)
+return 1
 """
 )

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
-import secrets
+import re
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
 import redis.asyncio as aioredis
@@ -20,11 +19,14 @@ from statekeeper import (
     BaseCheckpointStore,
     Capabilities,
     CheckpointHeader,
+    Problem,
+    RepairReport,
     ScanQuery,
     Skipped,
     StoreIdentity,
     StoreOptions,
     StoreURL,
+    VerifyReport,
     skipped_from,
 )
 from statekeeper.errors import (
@@ -39,16 +41,14 @@ from statekeeper.errors import (
 )
 from statekeeper.record import NewRecord, StoredRecord
 
-from . import _lua
+from . import _lua, _meta, _repair
+from ._audit import DamagedStoreError, index_json, us
+from ._meta import FORMAT_VERSION
 from ._server import PERSISTENCE_SETTINGS, ServerPersistence
 
 __all__ = ["FORMAT_VERSION", "RedisCheckpointStore", "RedisOptions"]
 
-#: The key-layout version written to ``{prefix}:meta`` (see ``_lua``).
-FORMAT_VERSION = 1
-_KIND = b"statekeeper-redis"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
+_DIGITS = re.compile(rb"[0-9]+")
 _PURGE_BATCH = 500
 _STREAM_BATCH = 500
 # Races lost before a save or update gives up with ConcurrentModificationError;
@@ -73,9 +73,7 @@ class RedisOptions(StoreOptions):
     max_connections: int | None = Field(default=None, ge=1)
 
 
-def _us(moment: datetime) -> int:
-    """Microseconds since the epoch, exactly (a float timestamp would round)."""
-    return (moment - _EPOCH) // _MICROSECOND
+_us = us
 
 
 def _text(value: bytes | str) -> str:
@@ -158,6 +156,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         self._hwm = 0
         self._insert_lock = asyncio.Lock()
         self.server: ServerPersistence | None = None
+        # what an open that had to rebuild the meta hash did, for the next repair report
+        self._meta_rebuilt: str | None = None
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> RedisCheckpointStore:
@@ -200,7 +200,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         )
         try:
             self.server = await self._guard(self._read_persistence(client))
-            if not opts.allow_unsafe_durability:
+            # a read-only store cannot lose a write, so it opens on any server
+            if not opts.allow_unsafe_durability and not self.options.read_only:
                 refusal = self.server.refuse(self.describe(), self.options.durability)
                 if refusal is not None:
                     raise refusal
@@ -242,33 +243,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         await pipe.execute()
 
     async def _init_meta(self) -> StoreIdentity:
-        reply = await self._call(
-            "INIT", _KIND, FORMAT_VERSION, secrets.token_hex(16), secrets.token_hex(32)
-        )
-        where = f"{self.describe()} (key {self._meta_key})"
-        if reply[0] == b"wrongtype":
-            raise StoreFormatError(
-                f"{where} holds a Redis {_text(reply[1])}, not a statekeeper store; "
-                "choose another key_prefix"
-            )
-        kind, fmt, store_id, cursor_key, hwm = reply[1:]
-        if kind != _KIND or store_id is None or cursor_key is None:
-            raise StoreFormatError(
-                f"{where} is not a statekeeper-redis store (kind {kind!r}); "
-                "choose another key_prefix"
-            )
-        try:
-            version = int(fmt)
-            key = bytes.fromhex(_text(cursor_key))
-        except (TypeError, ValueError) as exc:
-            raise StoreFormatError(f"{where} has a malformed meta hash: {exc}") from None
-        if version > FORMAT_VERSION:
-            raise StoreFormatError(
-                f"{where} uses key-layout format {version}, newer than the {FORMAT_VERSION} "
-                "this statekeeper-redis reads; upgrade statekeeper-redis"
-            )
-        self._hwm = int(hwm or 0)
-        return StoreIdentity(_text(store_id), key, version)
+        identity, self._hwm = await _meta.open_meta(self)
+        return identity
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -281,6 +257,13 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 f"{self.describe()} did not answer within {self.redis_options.socket_timeout}s",
                 orig=exc,
             ) from exc
+        except rex.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise BackendError(f"{self.describe()} failed: {exc}", orig=exc) from exc
+            raise self._damaged(
+                "a key of the store holds the wrong Redis type (overwritten by another "
+                f"program?): {exc}"
+            ) from exc
         except rex.RedisError as exc:
             raise BackendError(f"{self.describe()} failed: {exc}", orig=exc) from exc
 
@@ -289,10 +272,42 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         run = self._scripts[script]
         return await self._guard(run(keys=[self._meta_key], args=[self._prefix, *args]))
 
+    def _damaged(self, what: str) -> DamagedStoreError:
+        return DamagedStoreError(
+            f"{self.describe()}: {what}. Nothing was written. verify() lists the damage; "
+            "repair() (statekeeper repair URL) rebuilds the store's indexes and counter "
+            "from its records"
+        )
+
+    def _check_status(self, reply: Any, id: str | None = None) -> None:
+        """Raise for the damage statuses the writing scripts share."""
+        status = reply[0] if isinstance(reply, list) else reply
+        if status == b"wrongtype":
+            raise self._damaged(f"the key {_text(reply[1])} holds the wrong Redis type")
+        if status in (b"noidx", -1):
+            whose = f"checkpoint {id!r}" if id else "a checkpoint"
+            raise self._damaged(
+                f"the id-hash entry ({self._prefix}i) of {whose} is missing, so its "
+                "stream and tag index entries cannot be found to remove them"
+            )
+        if status == -2:
+            raise self._damaged("an index key of the store holds the wrong Redis type")
+
+    def _lost(self, id: str, sequence: int | None) -> CheckpointDecodeError:
+        return CheckpointDecodeError(
+            "the record key is missing although the store's indexes hold this checkpoint "
+            "and it has not expired (deleted outside statekeeper, or evicted by Redis "
+            "under maxmemory); it stays reported until delete() or "
+            "repair(drop_damaged=True) removes it",
+            id=id,
+            location=self._location(id),
+            sequence=sequence,
+        )
+
     def _location(self, id: str) -> str:
         return f"{self.describe()} key {self._prefix}r:{id}"
 
-    def _parse(self, id: str, sequence: int, blob: bytes) -> StoredRecord:
+    def _parse(self, id: str, sequence: int | None, blob: bytes) -> StoredRecord:
         return StoredRecord.from_bytes(
             blob,
             location=self._location(id),
@@ -315,9 +330,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     # -- primitives ------------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        index = json.dumps(
-            {"s": record.stream, "t": record.tags}, ensure_ascii=False, separators=(",", ":")
-        )
+        index = index_json(record.stream, record.tags)
         # one writer per store instance at a time: tasks of one process would only
         # lose sequence races to each other
         async with self._insert_lock:
@@ -342,15 +355,30 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 if status == b"ok":
                     self._hwm = max(self._hwm, seq)
                     return stored.header
-                if status == b"exists":
+                if status in (b"exists", b"lost"):
                     raise PreconditionFailed(
                         f"checkpoint id {record.id!r} already exists in {self.describe()}"
+                        + (
+                            " (its record key is missing: a damaged checkpoint, which "
+                            "delete() or repair(drop_damaged=True) removes)"
+                            if status == b"lost"
+                            else ""
+                        )
                     )
                 if status == b"nometa":
                     raise StoreFormatError(
                         f"{self.describe()}: {self._meta_key} disappeared while the store "
-                        "was open (was the store deleted?); reopen it"
+                        "was open (was the store deleted?); reopen it, which rebuilds it "
+                        "from the records if any are left"
                     )
+                if status == b"badhwm":
+                    said = f"{reply[1]!r}" if reply[1] else "missing"
+                    raise self._damaged(
+                        f"the sequence counter (field hwm of {self._meta_key}) is {said}, "
+                        f"but sequence {_text(reply[2])} is in use, so a save could reuse "
+                        "a sequence"
+                    )
+                self._check_status(reply, record.id)
                 self._hwm = int(reply[1])
                 seq = self._hwm + 1
                 if attempt >= 4:
@@ -370,11 +398,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         etag: str,
     ) -> CheckpointHeader:
         for _ in range(_MAX_ATTEMPTS):
-            reply = await self._call("GET", id, _us(now))
-            if reply is None:
+            current, read_etag = await self._read(id, now)
+            if current is None:
                 raise CheckpointNotFound(id)
-            blob, score, read_etag = reply
-            current = self._parse(id, int(score), blob)
+            if read_etag is None:
+                raise self._damaged(f"the etag entry ({self._prefix}e) of {id!r} is missing")
             seen = _text(read_etag)
             if if_match is not None and seen != if_match:
                 raise PreconditionFailed(f"checkpoint {id!r} has etag {seen!r}, not {if_match!r}")
@@ -400,17 +428,28 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 raise PreconditionFailed(
                     f"checkpoint {id!r} has etag {_text(result[1])!r}, not {if_match!r}"
                 )
+            if status == b"noetag":
+                raise self._damaged(f"the etag entry ({self._prefix}e) of {id!r} is missing")
+            self._check_status(result, id)
             # b"conflict": another writer updated it since we read it; read again
         raise ConcurrentModificationError(
             f"update of {id!r} in {self.describe()} kept losing to concurrent writers; retry"
         )
 
-    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+    async def _read(self, id: str, now: datetime) -> tuple[StoredRecord | None, bytes | None]:
+        """The live record of ``id`` and its etag entry; raises for a damaged or lost one."""
         reply = await self._call("GET", id, _us(now))
         if reply is None:
-            return None
-        blob, score, _etag = reply
-        return self._parse(id, int(score), blob)
+            return None, None
+        if reply[0] == b"lost":
+            raise self._lost(id, None if reply[1] is None else int(reply[1]))
+        _status, blob, score, etag = reply
+        # a record missing from P all is still read (by its own sequence): records
+        # are the truth, and verify() reports the index
+        return self._parse(id, None if score is None else int(score), blob), etag
+
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        return (await self._read(id, now))[0]
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
         out: list[StoredRecord | Skipped] = []
@@ -427,10 +466,20 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 query.stream or "",
                 *tag_args,
             )
+            if reply[0] == 2:
+                raise self._damaged(
+                    f"the index {self._prefix}s:{query.stream} of stream {query.stream!r} is "
+                    f"missing although {self._prefix}n names the stream"
+                    if query.stream
+                    else f"the global index {self._prefix}all is missing although "
+                    f"{self._prefix}n names streams"
+                )
             exhausted, bound = reply[0], _text(reply[1])
             for i in range(2, len(reply), 3):
                 rid, seq, blob = _text(reply[i]), int(reply[i + 1]), reply[i + 2]
                 try:
+                    if blob is None:
+                        raise self._lost(rid, seq)
                     out.append(self._parse(rid, seq, blob))
                 except CheckpointDecodeError as exc:
                     out.append(skipped_from(exc, rid, seq))
@@ -455,20 +504,27 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         reply = await self._call("DELETE", id, _us(now), if_match or "")
         if reply[0] == b"etag":
             raise PreconditionFailed(
-                f"checkpoint {id!r} has etag {_text(reply[1])!r}, not {if_match!r}"
+                f"checkpoint {id!r} has etag {_text(reply[1]) if reply[1] else None!r}, "
+                f"not {if_match!r}"
             )
+        self._check_status(reply, id)
         return bool(reply[0] == b"ok")
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
-        return int(await self._call("DELETE_STREAM", stream, _us(now)))
+        removed = int(await self._call("DELETE_STREAM", stream, _us(now)))
+        self._check_status(removed)
+        return removed
 
     async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        return int(await self._call("PRUNE", stream, keep_last, _us(now)))
+        removed = int(await self._call("PRUNE", stream, keep_last, _us(now)))
+        self._check_status(removed)
+        return removed
 
     async def _purge_expired(self, now: datetime) -> int:
         removed = 0
         while True:
             n = int(await self._call("PURGE", _us(now), _PURGE_BATCH))
+            self._check_status(n)
             removed += n
             if n < _PURGE_BATCH:
                 return removed
@@ -476,15 +532,29 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     async def _list_streams(self, now: datetime) -> list[str]:
         names: set[str] = set()
         cursor: int = 0
+        seen = False
         while True:
             cursor, batch = await self._guard(
                 self.client.sscan(self._prefix + "n", cursor, count=_STREAM_BATCH)
             )
             if batch:
+                seen = True
                 live = await self._call("LIVE_STREAMS", _us(now), *batch)
-                names.update(_text(name) for name in live)
+                if live[0] == b"noindex":
+                    raise self._damaged(
+                        f"the index {self._prefix}s:{_text(live[1])} is missing although "
+                        f"{self._prefix}n names the stream"
+                    )
+                names.update(_text(name) for name in live[1:])
             if not cursor:
-                return list(names)
+                break
+        if not seen and int((await self._call("INFO"))[0]):
+            # every indexed checkpoint has a stream, so an empty name set is damage
+            raise self._damaged(
+                f"the stream-name set {self._prefix}n is empty although "
+                f"{self._prefix}all indexes checkpoints"
+            )
+        return list(names)
 
     async def _info(self) -> dict[str, Any]:
         checkpoints, streams, hwm, expiring = await self._call("INFO")
@@ -494,7 +564,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         return {
             "checkpoints": int(checkpoints),
             "streams": int(streams),
-            "high_water_mark": int(hwm),
+            # None when the counter is missing or malformed (verify() reports it)
+            "high_water_mark": int(hwm) if _DIGITS.fullmatch(hwm) else None,
             "expiring": int(expiring),
             "key_prefix": self.redis_options.key_prefix,
             "appendonly": server.appendonly if server else None,
@@ -505,6 +576,36 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 else f"NOT guaranteed, opened with allow_unsafe_durability: {problems[0]}"
             ),
         }
+
+    # -- verify and repair -----------------------------------------------------------------
+
+    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        """Check every record and every key of the store against the records.
+
+        As :meth:`BaseCheckpointStore.verify`, plus a walk of every key under the
+        prefix (:meth:`_verify`). Writes nothing. When the store's read paths refuse
+        to answer (an index key missing or of the wrong type), the report comes from
+        that walk alone, with the refusal as one more problem.
+        """
+        try:
+            return await super().verify(progress=progress)
+        except DamagedStoreError as exc:
+            return await _repair.verify_by_walk(self, str(exc))
+
+    async def _verify(self) -> list[Problem]:
+        """Every derived key checked against the records (a read-only walk)."""
+        return await _repair.problems(self)
+
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        """Rebuild every derived key from the records; keep damaged checkpoints.
+
+        A damaged or lost checkpoint keeps its place (its entries are completed
+        from whatever index still places it), so strict reads keep raising for it
+        until ``drop_damaged=True`` deletes it. Each id's edits apply only if its
+        record is unchanged since it was read, so concurrent writers are never
+        undone; the high-water mark is raised to the highest sequence found.
+        """
+        return await _repair.repair(self, drop_damaged)
 
     # -- backdoor (conformance kit) --------------------------------------------------------
 

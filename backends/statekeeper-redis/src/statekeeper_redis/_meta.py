@@ -1,0 +1,125 @@
+"""The meta hash ``{prefix}:meta``: opening a store, and rebuilding a lost one.
+
+``create=False`` and ``read_only=True`` are honoured here: neither creates a key,
+and a read-only open writes none at all. A prefix whose meta hash is missing while
+other keys of the store exist is a damaged store, never a new one: a read-only
+open refuses it, a writable open rebuilds the hash from the records.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from statekeeper import StoreIdentity
+from statekeeper.errors import StoreFormatError, StoreNotFound
+
+from ._audit import walk
+
+if TYPE_CHECKING:
+    from ._store import RedisCheckpointStore
+
+__all__ = ["FORMAT_VERSION", "open_meta", "restore_meta"]
+
+#: The key-layout version written to ``{prefix}:meta`` (see ``_lua``).
+FORMAT_VERSION = 1
+KIND = b"statekeeper-redis"
+_DIGITS = re.compile(rb"[0-9]+")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+async def open_meta(store: RedisCheckpointStore) -> tuple[StoreIdentity, int]:
+    """The identity of the store at ``store``'s prefix, and its high-water mark
+    (0 if unreadable: only the first save's guess, which the insert script checks)."""
+    where = f"{store.describe()} (key {store.key_prefix}meta)"
+    reply = await _init(store, create=False)
+    if reply[0] == b"missing":
+        orphaned = await _has_keys(store)
+        if not orphaned and not store.options.create:
+            raise StoreNotFound(
+                f"there is no statekeeper store at {store.describe()}: no key "
+                f"{store.key_prefix}meta and no other key under its prefix (create=False, "
+                "so nothing was created); check the URL and key_prefix"
+            )
+        if not orphaned:
+            reply = await _init(store, create=True)
+    if reply[0] in (b"missing", b"orphaned"):
+        # keys of the store exist but its meta hash is gone: never a fresh store
+        if store.options.read_only:
+            raise StoreFormatError(
+                f"{where} is missing although the store has other keys, so its store "
+                "id and sequence counter are lost; open it without read_only (for "
+                "example `statekeeper repair URL`) to rebuild them from the records"
+            )
+        store._meta_rebuilt = await restore_meta(store)
+        reply = await _init(store, create=False)
+    if reply[0] == b"wrongtype":
+        raise StoreFormatError(
+            f"{where} holds a Redis {_text(reply[1])}, not a statekeeper store; "
+            "choose another key_prefix"
+        )
+    if reply[0] != b"ok":
+        raise StoreFormatError(f"{where} disappeared while it was being opened; retry")
+    kind, fmt, store_id, cursor_key, hwm = reply[1:]
+    if kind != KIND or store_id is None or cursor_key is None:
+        raise StoreFormatError(
+            f"{where} is not a statekeeper-redis store (kind {kind!r}); choose another key_prefix"
+        )
+    try:
+        version = int(fmt)
+        key = bytes.fromhex(_text(cursor_key))
+    except (TypeError, ValueError) as exc:
+        raise StoreFormatError(f"{where} has a malformed meta hash: {exc}") from None
+    if version > FORMAT_VERSION:
+        raise StoreFormatError(
+            f"{where} uses key-layout format {version}, newer than the {FORMAT_VERSION} "
+            "this statekeeper-redis reads; upgrade statekeeper-redis"
+        )
+    guess = int(hwm) if hwm is not None and _DIGITS.fullmatch(hwm) else 0
+    return StoreIdentity(_text(store_id), key, version), guess
+
+
+async def _init(store: RedisCheckpointStore, *, create: bool) -> Any:
+    return await store._call(
+        "INIT",
+        KIND,
+        FORMAT_VERSION,
+        secrets.token_hex(16),
+        secrets.token_hex(32),
+        "1" if create else "0",
+    )
+
+
+async def _has_keys(store: RedisCheckpointStore) -> bool:
+    """Whether any key exists under the prefix (SCAN: O(database) when none does)."""
+    async for _ in store.client.scan_iter(match=store.key_prefix + "*", count=1000):
+        return True
+    return False
+
+
+async def restore_meta(store: RedisCheckpointStore) -> str:
+    """Recreate a lost meta hash from the records (on a writable open); say what it did.
+
+    The store id is the one the records carry; the high-water mark is the highest
+    sequence any key mentions (sequences of checkpoints deleted above it are lost
+    with the counter and may be assigned again); the cursor key is new, so cursors
+    issued before are refused as foreign (``InvalidCursor``), never misread.
+    """
+    audit = await store._guard(walk(store.client, store.key_prefix, None, store.describe()))
+    if audit.store_ids:
+        store_id, count = audit.store_ids.most_common(1)[0]
+        source = f"store id {store_id} from {count} readable record(s)"
+    else:
+        store_id = secrets.token_hex(16)
+        source = "a new store id (no record was readable; they stay damaged)"
+    top = audit.top
+    await store._call("RESTORE_META", KIND, FORMAT_VERSION, store_id, secrets.token_hex(32), top)
+    return (
+        f"rebuilt the lost meta hash {store.key_prefix}meta on open: {source}, "
+        f"high-water mark {top} (the highest sequence found), and a new cursor key "
+        "(cursors issued before are refused)"
+    )

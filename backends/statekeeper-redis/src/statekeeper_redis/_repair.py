@@ -1,0 +1,172 @@
+"""``verify()`` and ``repair()`` of the Redis backend.
+
+The walk of every key is in ``_audit``; this module runs it against an open store
+and applies what it finds (a lost meta hash is rebuilt on open, by ``_meta``).
+Each id's edits run in one script guarded by the record bytes the walk read
+(``APPLY``), so a save, update or delete that runs during a repair is never
+undone; an id that changed is left for the next repair.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from statekeeper import Problem, RepairReport, VerifyReport
+from statekeeper._integrity import repair_records
+
+from ._audit import Audit, Fix, walk
+
+if TYPE_CHECKING:
+    from ._store import RedisCheckpointStore
+
+__all__ = ["problems", "repair", "verify_by_walk"]
+
+_APPLY_BATCH = 200
+#: What each key family is called in ``RepairReport.rebuilt``.
+_FAMILY = {"all": "all", "i": "id_hash", "e": "etags", "x": "expiries"}
+
+
+def _family(suffix: str) -> str:
+    if suffix.startswith("s:"):
+        return "stream_indexes"
+    if suffix.startswith("t:"):
+        return "tag_indexes"
+    return _FAMILY.get(suffix, suffix)
+
+
+async def _walk(store: RedisCheckpointStore) -> Audit:
+    return await store._guard(
+        walk(store.client, store.key_prefix, store.store_id, store.describe())
+    )
+
+
+async def problems(store: RedisCheckpointStore) -> list[Problem]:
+    """Every problem the walk of the keys finds (reads only)."""
+    found, _fixes = (await _walk(store)).assess(store.now())
+    return found
+
+
+async def verify_by_walk(store: RedisCheckpointStore, refusal: str) -> VerifyReport:
+    """The report when the read paths refuse to answer: the walk's findings alone.
+
+    Incomplete, since states were not decoded through the store's codec; it has
+    problems anyway.
+    """
+    audit = await _walk(store)
+    found, _fixes = audit.assess(store.now())
+    first = Problem(kind="index", location=store.describe(), reason=refusal)
+    return VerifyReport(
+        records=audit.records(),
+        streams=len(audit.names | audit.stream_keys),
+        high_water_mark=audit.hwm(),
+        complete=False,
+        problems=[first, *found],
+    )
+
+
+async def repair(store: RedisCheckpointStore, drop_damaged: bool) -> RepairReport:
+    audit = await _walk(store)
+    found, fixes = audit.assess(store.now())
+    rebuilt: dict[str, int] = {}
+    actions: list[str] = []
+    if store._meta_rebuilt is not None:
+        actions.append(store._meta_rebuilt)
+        rebuilt["meta"] = 1
+        store._meta_rebuilt = None
+    replaced = 0
+    for suffix, _has, wants in audit.wrongtype:
+        if suffix != "meta":
+            replaced += int(await store._call("DROP_WRONGTYPE", suffix, wants))
+    if replaced:
+        rebuilt["wrong_type_keys"] = replaced
+        actions.append(f"replaced {replaced} key(s) of the wrong Redis type with rebuilt ones")
+    applied, changed = await _apply(store, fixes, rebuilt)
+    if applied:
+        actions.append(f"rebuilt the index entries of {applied} checkpoint(s) from their records")
+    if changed:
+        actions.append(
+            f"left {changed} checkpoint(s) alone that changed during the repair "
+            "(a concurrent write); run repair() again to check them"
+        )
+    streams = audit.names | audit.stream_keys
+    streams |= {
+        suffix[2:] for fix in fixes for _op, suffix, _a, _b in fix.edits if suffix[:2] == "s:"
+    }
+    if streams:
+        names = int(await store._call("FIX_NAMES", *sorted(streams)))
+        if names:
+            rebuilt["names"] = names
+            actions.append(f"corrected {names} entry(ies) of the stream-name set")
+    old, new = await store._call("SET_HWM", audit.top)
+    if old != new:
+        rebuilt["high_water_mark"] = 1
+        said = old.decode("utf-8", "replace") if old else "missing"
+        actions.append(
+            f"set the high-water mark to {int(new)}, the highest sequence in the store "
+            f"(it was {said!r})"
+        )
+        store._hwm = int(new)
+    report = await repair_records(store, drop_damaged, rebuilt=rebuilt, actions=actions)
+    return await _unplaced(store, report, found, drop_damaged)
+
+
+async def _apply(
+    store: RedisCheckpointStore, fixes: list[Fix], rebuilt: dict[str, int]
+) -> tuple[int, int]:
+    """Run the guarded edits; count them by key family. Returns (applied, changed)."""
+    applied = changed = 0
+    script = store._scripts["APPLY"]
+    for i in range(0, len(fixes), _APPLY_BATCH):
+        batch = fixes[i : i + _APPLY_BATCH]
+        pipe = store.client.pipeline(transaction=False)
+        for fix in batch:
+            args: list[Any] = [store.key_prefix, fix.id, fix.guard, fix.witness]
+            for edit in fix.edits:
+                args.extend(edit)
+            await script(keys=[store._meta_key], args=args, client=pipe)
+        results = await store._guard(pipe.execute())
+        for fix, ok in zip(batch, results, strict=True):
+            if not ok:
+                changed += 1
+                continue
+            applied += 1
+            for _op, suffix, _a, _b in fix.edits:
+                family = _family(suffix)
+                rebuilt[family] = rebuilt.get(family, 0) + 1
+    return applied, changed
+
+
+async def _unplaced(
+    store: RedisCheckpointStore, report: RepairReport, found: list[Problem], drop: bool
+) -> RepairReport:
+    """Damaged checkpoints that no index places (so no listing shows them): keep and
+    report them, or drop them by id."""
+    listed = {p.id for p in report.damaged} | {p.id for p in report.dropped}
+    unplaced = [
+        p for p in found if p.kind == "damaged-record" and p.sequence is None and p.id not in listed
+    ]
+    if not unplaced:
+        return report
+    if not drop:
+        return report.model_copy(
+            update={
+                "damaged": [*report.damaged, *unplaced],
+                "actions": [
+                    *report.actions,
+                    f"kept {len(unplaced)} damaged record(s) that no index places "
+                    "(their sequence is unknown); repair(drop_damaged=True) removes them",
+                ],
+            }
+        )
+    for problem in unplaced:
+        if problem.id is not None:
+            await store._delete(problem.id, if_match=None, now=store.now())
+    return report.model_copy(
+        update={
+            "dropped": [*report.dropped, *unplaced],
+            "actions": [
+                *report.actions,
+                f"dropped {len(unplaced)} damaged record(s) that no index placed",
+            ],
+        }
+    )
