@@ -406,3 +406,64 @@ async def test_records_alone_are_enough_to_rebuild_a_store(make_store: Maker) ->
         assert sorted(await store.list_streams()) == ["job", "other"]
         assert (await store.verify()).ok
         assert (await store.save("job", {})).sequence == len(cps) + 1
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_record_no_index_places_is_reported_and_dropped(make_store: Maker) -> None:
+    async with make_store() as store:
+        cps = await _seed(store)
+        p, stray = store.key_prefix, cps[-1]
+        await store.backdoor_write_raw(stray.id, b"garbage")
+        await store.client.zrem(p + "all", stray.id)
+        await store.client.zrem(p + "s:job", stray.id)
+        await store.client.hdel(p + "i", stray.id)
+        with pytest.raises(CheckpointDecodeError):
+            await store.load(stray.id)  # the record key is still the truth for its id
+        report = await store.verify()
+        assert ("damaged-record", stray.id) in [(x.kind, x.id) for x in report.problems]
+        kept = await store.repair()
+        assert [x.id for x in kept.damaged] == [stray.id]
+        assert await store.client.exists(f"{p}r:{stray.id}")
+        dropped = await store.repair(drop_damaged=True)
+        assert [x.id for x in dropped.dropped] == [stray.id]
+        assert not await store.client.exists(f"{p}r:{stray.id}")
+        assert (await store.verify()).ok
+
+
+@pytest.mark.asyncio
+async def test_a_foreign_key_under_the_prefix_is_reported_and_left_alone(make_store: Maker) -> None:
+    async with make_store() as store:
+        await _seed(store)
+        junk = store.key_prefix + "somebody-elses"
+        await store.client.set(junk, b"x")
+        problems = (await store.verify()).problems
+        assert [(x.kind, junk in x.location) for x in problems] == [("foreign", True)]
+        await store.repair()
+        assert await store.client.get(junk) == b"x"
+
+
+@pytest.mark.asyncio
+async def test_repair_never_undoes_a_write_made_while_it_ran(
+    make_store: Maker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statekeeper_redis import _audit, _repair
+
+    async with make_store() as store:
+        cps = await _seed(store)
+        target = cps[-1]
+        await store.client.hdel(store.key_prefix + "i", target.id)
+        real_walk = _audit.walk
+
+        async def walk_then_write(*args: Any) -> _audit.Audit:
+            audit = await real_walk(*args)
+            await store.update(target.id, {"during": "repair"})  # the record changes
+            return audit
+
+        monkeypatch.setattr(_repair, "walk", walk_then_write)
+        report = await store.repair()
+        assert any("changed during the repair" in a for a in report.actions), report.actions
+        monkeypatch.setattr(_repair, "walk", real_walk)
+        assert (await store.load(target.id)).state == {"during": "repair"}
+        await store.repair()
+        assert (await store.verify()).ok
+        assert await store.delete(target.id) is True

@@ -232,7 +232,7 @@ class Audit:
         seq, stream = k.place()
         if lost and seq is None and stream is None:
             # only fragments (etag, tag, expiry entries) of an id nothing places: stale
-            edits = self._drop_fragments(id, k)
+            edits = self.drop_fragments(id, k)
             reason = f"entries of {id!r}, which is neither stored nor indexed"
             return [self._index(f"{self.prefix}e/t/x", reason, id)], Fix(id, "absent", "", edits)
         why = (
@@ -321,7 +321,7 @@ class Audit:
         return problems, Fix(id, guard, witness, edits)
 
     @staticmethod
-    def _drop_fragments(id: str, k: Known) -> list[tuple[str, str, str, str]]:
+    def drop_fragments(id: str, k: Known) -> list[tuple[str, str, str, str]]:
         edits = [("zrem", f"t:{t}\0{v}", id, "") for (t, v) in sorted(k.tags)]
         if k.etag is not None:
             edits.append(("hdel", "e", id, ""))

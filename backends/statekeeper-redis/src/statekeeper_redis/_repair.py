@@ -107,7 +107,7 @@ async def repair(store: RedisCheckpointStore, drop_damaged: bool) -> RepairRepor
         )
         store._hwm = int(new)
     report = await repair_records(store, drop_damaged, rebuilt=rebuilt, actions=actions)
-    return await _unplaced(store, report, found, drop_damaged)
+    return await _unplaced(store, audit, report, found, drop_damaged)
 
 
 async def _apply(
@@ -137,7 +137,11 @@ async def _apply(
 
 
 async def _unplaced(
-    store: RedisCheckpointStore, report: RepairReport, found: list[Problem], drop: bool
+    store: RedisCheckpointStore,
+    audit: Audit,
+    report: RepairReport,
+    found: list[Problem],
+    drop: bool,
 ) -> RepairReport:
     """Damaged checkpoints that no index places (so no listing shows them): keep and
     report them, or drop them by id."""
@@ -158,9 +162,14 @@ async def _unplaced(
                 ],
             }
         )
+    fragments: list[Fix] = []
     for problem in unplaced:
         if problem.id is not None:
             await store._delete(problem.id, if_match=None, now=store.now())
+            # its tag entries, which no id-hash entry pointed at
+            edits = Audit.drop_fragments(problem.id, audit.known(problem.id))
+            fragments.append(Fix(problem.id, "absent", "", edits))
+    await _apply(store, fragments, {})
     return report.model_copy(
         update={
             "dropped": [*report.dropped, *unplaced],
