@@ -108,6 +108,19 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     entries are ignored by reads from the moment it expires (by the store's clock)
     and removed by :meth:`purge_expired`.
 
+    **Damage** (SPEC S3a). Records are the truth. An indexed checkpoint whose
+    record key is missing before its expiry (deleted outside statekeeper, or
+    evicted) is *lost*: strict reads raise :class:`CheckpointDecodeError` for it and
+    listings report it, like a corrupt record, until :meth:`delete` or
+    ``repair(drop_damaged=True)``. A missing or wrong-typed index key, id-hash or
+    etag entry, or sequence counter makes the calls that need it raise
+    :class:`DamagedStoreError` (never "empty", never a reused sequence);
+    :meth:`verify` reports it without writing and :meth:`repair` rebuilds it. A
+    lost meta hash is rebuilt on a writable open; a read-only open refuses.
+
+    **create / read_only.** ``create=False`` on a prefix without any key raises
+    :class:`StoreNotFound` and writes nothing; ``read_only=True`` writes no key.
+
     **Durability.** On open the store reads ``appendonly``, ``appendfsync`` and
     ``maxmemory-policy``. ``durability="full"`` (the default) refuses a server
     without ``appendfsync always``, ``"fast"`` one without AOF, and both refuse
