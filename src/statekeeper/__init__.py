@@ -26,6 +26,7 @@ from .config import Capabilities, StoreOptions
 from .models import (
     Checkpoint,
     CheckpointHeader,
+    NewCheckpoint,
     Page,
     Problem,
     RepairReport,
@@ -42,6 +43,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointHeader",
     "CheckpointStore",
+    "NewCheckpoint",
     "Page",
     "Problem",
     "RepairReport",

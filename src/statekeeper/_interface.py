@@ -10,14 +10,21 @@ contract in full.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self, runtime_checkable
+from typing import Any, Literal, Protocol, Self, overload, runtime_checkable
 
 from .config import Capabilities
-from .models import Checkpoint, Page
+from .models import (
+    Checkpoint,
+    CheckpointHeader,
+    NewCheckpoint,
+    Page,
+    RepairReport,
+    VerifyReport,
+)
 
 __all__ = ["TTL", "CheckpointStore", "Order", "StoreInfo"]
 
@@ -50,7 +57,23 @@ class CheckpointStore(Protocol):
         id: str | None = None,
     ) -> Checkpoint: ...
     async def get_latest(self, stream: str) -> Checkpoint | None: ...
-    async def load(self, id: str) -> Checkpoint: ...
+    @overload
+    async def load(self, id: str, *, include_state: Literal[True] = True) -> Checkpoint: ...
+    @overload
+    async def load(self, id: str, *, include_state: bool) -> CheckpointHeader: ...
+    async def load_many(
+        self, ids: Iterable[str], *, include_state: bool = True
+    ) -> dict[str, Checkpoint]: ...
+    async def cursor_at(
+        self,
+        id: str,
+        *,
+        order: Order = "desc",
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str: ...
+    async def save_many(self, items: Sequence[NewCheckpoint]) -> builtins.list[Checkpoint]: ...
+    async def delete_many(self, ids: Iterable[str]) -> int: ...
     async def list(
         self,
         stream: str | None = None,
@@ -60,6 +83,7 @@ class CheckpointStore(Protocol):
         after: str | None = None,
         before: str | None = None,
         tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
         include_state: bool = True,
     ) -> Page: ...
     async def update(
@@ -68,12 +92,18 @@ class CheckpointStore(Protocol):
         state: Any,
         *,
         if_match: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
     ) -> Checkpoint: ...
     async def delete(self, id: str, *, if_match: str | None = None) -> bool: ...
     async def delete_stream(self, stream: str) -> int: ...
-    async def list_streams(self) -> builtins.list[str]: ...
+    async def list_streams(self, *, prefix: str | None = None) -> builtins.list[str]: ...
     async def prune(self, stream: str, *, keep_last: int) -> int: ...
     async def purge_expired(self) -> int: ...
+    async def info(self) -> StoreInfo: ...
+    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport: ...
+    async def repair(self, *, drop_damaged: bool = False) -> RepairReport: ...
 
 
 @dataclass(frozen=True)

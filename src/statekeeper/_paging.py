@@ -1,7 +1,8 @@
 """Keyset paging: how :meth:`BaseCheckpointStore.list` turns cursors into scans.
 
 One function, shared by every backend, so that no backend can page differently.
-A cursor is a signed sequence position bound to the query (stream, order, tags);
+A cursor is a signed sequence position bound to the query (stream, order, tags,
+metadata filter);
 ``after=`` scans strictly beyond it in the requested order, ``before=`` scans the
 other way and reverses, and a one-item probe in the opposite direction decides
 whether the page has a neighbour. Every step is a keyset scan, so a page costs
@@ -13,11 +14,19 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ._validate import check_limit, check_stream, check_tags, skipped_from
+from ._validate import (
+    Scalar,
+    check_limit,
+    check_metadata_filter,
+    check_stream,
+    check_tags,
+    metadata_matches,
+    skipped_from,
+)
 from .cursor import query_fingerprint
 from .errors import CheckpointDecodeError, InvalidQuery
 from .models import Checkpoint, Page, Skipped, checkpoint_with_state
@@ -26,9 +35,10 @@ from .record import StoredRecord
 if TYPE_CHECKING:
     from ._protocol import BaseCheckpointStore
 
-__all__ = ["ScanQuery", "list_page"]
+__all__ = ["ScanQuery", "list_page", "scan"]
 
 Order = Literal["asc", "desc"]
+Entry = StoredRecord | Skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +48,12 @@ class ScanQuery:
     Return up to ``limit`` live (not expired at ``now``) candidates of ``stream``
     (every stream when ``None``) whose tags include ``tags``, in ``order`` of
     sequence, strictly beyond ``bound`` (``> bound`` for ``asc``, ``< bound`` for
-    ``desc``; no bound when ``None``).
+    ``desc``; no bound when ``None``). When ``metadata`` is not empty, only
+    records whose top-level metadata matches it
+    (:func:`statekeeper._validate.metadata_matches`) count, but only backends that
+    declare ``capabilities.metadata_filter`` are ever asked that; for the others
+    the base class filters by scanning. A record that cannot be read is returned
+    as :class:`Skipped` whatever the filters say.
     """
 
     stream: str | None
@@ -48,10 +63,41 @@ class ScanQuery:
     tags: Mapping[str, str]
     now: datetime
     include_state: bool = True
+    metadata: Mapping[str, Scalar] = field(default_factory=dict)
+
+
+#: Records per scan when the base class filters metadata by scanning.
+_FILTER_CHUNK = 256
+
+
+async def scan(store: BaseCheckpointStore[Any], query: ScanQuery) -> builtins.list[Entry]:
+    """``store._scan(query)``, filtering metadata by scanning where the backend
+    does not declare ``capabilities.metadata_filter``. Costs O(records scanned)."""
+    if not query.metadata or store.capabilities.metadata_filter:
+        return await store._scan(query)
+    found: builtins.list[Entry] = []
+    bound = query.bound
+    chunk = max(_FILTER_CHUNK, query.limit)
+    while len(found) < query.limit:
+        # full headers are needed to filter, so ask for records with their state
+        batch = await store._scan(
+            replace(query, bound=bound, limit=chunk, metadata={}, include_state=True)
+        )
+        for entry in batch:
+            if isinstance(entry, Skipped) or metadata_matches(
+                entry.header.metadata, query.metadata
+            ):
+                found.append(entry)
+                if len(found) == query.limit:
+                    break
+        if len(batch) < chunk:
+            break
+        bound = batch[-1].sequence
+    return found
 
 
 async def list_page(
-    store: BaseCheckpointStore,
+    store: BaseCheckpointStore[Any],
     stream: str | None,
     *,
     limit: int,
@@ -59,6 +105,7 @@ async def list_page(
     after: str | None,
     before: str | None,
     tags: Mapping[str, str] | None,
+    metadata: Mapping[str, Scalar] | None,
     include_state: bool,
 ) -> Page:
     """One page of ``store.list(...)``; see that method for the contract."""
@@ -68,17 +115,18 @@ async def list_page(
     if order not in ("asc", "desc"):
         raise InvalidQuery(f"order must be 'asc' or 'desc', got {order!r}")
     clean_tags = check_tags(tags)
+    clean_meta = check_metadata_filter(metadata)
     if after is not None and before is not None:
         raise InvalidQuery("pass at most one of after= and before=")
     assert store._signer is not None
     signer = store._signer
-    fp = query_fingerprint(stream, order, clean_tags)
+    fp = query_fingerprint(stream, order, clean_tags, clean_meta)
     now = store.now()
     back: Order = "desc" if order == "asc" else "asc"
     step = 1 if order == "asc" else -1
 
     def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
-        return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state)
+        return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state, clean_meta)
 
     def pos(entry: StoredRecord | Skipped) -> int:
         seq = entry.sequence
@@ -86,11 +134,11 @@ async def list_page(
         return seq
 
     async def exists(direction: Order, bound: int) -> bool:
-        return bool(await store._scan(query(direction, bound, 1)))
+        return bool(await scan(store, query(direction, bound, 1)))
 
     if before is None:
         bound = signer.position(after, fp) if after is not None else None
-        entries = await store._scan(query(order, bound, limit + 1))
+        entries = await scan(store, query(order, bound, limit + 1))
         more = len(entries) > limit
         entries = entries[:limit]
         next_pos = pos(entries[-1]) if more else None
@@ -101,7 +149,7 @@ async def list_page(
                 prev_pos = edge
     else:
         bound = signer.position(before, fp)
-        entries = await store._scan(query(back, bound, limit + 1))
+        entries = await scan(store, query(back, bound, limit + 1))
         earlier = len(entries) > limit
         entries = entries[:limit]
         entries.reverse()

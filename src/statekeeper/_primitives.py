@@ -22,7 +22,7 @@ from ._integrity import repair_records
 from ._paging import ScanQuery
 from .errors import CheckpointDecodeError
 from .models import CheckpointHeader, Problem, RepairReport, Skipped
-from .record import NewRecord, StoredRecord
+from .record import NewRecord, RecordEdits, StoredRecord
 
 if TYPE_CHECKING:
     from ._protocol import BaseCheckpointStore
@@ -90,14 +90,24 @@ class StorePrimitives(ABC):
 
     @abstractmethod
     async def _update(
-        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
+        self,
+        id: str,
+        *,
+        state: bytes,
+        if_match: str | None,
+        now: datetime,
+        etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
         """Atomically replace the state of live checkpoint ``id``.
 
         Read the current record, raise :class:`CheckpointNotFound` if it is not live,
         :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
-        then persist ``current.updated(state, now=now, etag=etag)``. The read and the
-        write form one compare-and-set.
+        then persist ``current.updated(state, now=now, etag=etag, edits=edits,
+        codec=codec)``, re-indexing tags (and metadata) where the backend indexes
+        them. The read and the write form one compare-and-set. ``edits`` and
+        ``codec`` are passed only when they change something.
         """
 
     @abstractmethod
@@ -128,6 +138,48 @@ class StorePrimitives(ABC):
         """Names of streams with at least one live checkpoint (any order)."""
 
     # -- primitives with defaults ----------------------------------------------------
+
+    async def _get_many(self, ids: builtins.list[str], now: datetime) -> dict[str, StoredRecord]:
+        """The live records among ``ids`` (distinct, valid), by id; missing ones absent.
+
+        Raise :class:`CheckpointDecodeError` for one that exists but is unreadable,
+        as :meth:`_get` does. Note for implementers: the default calls :meth:`_get`
+        once per id; override it to answer in one round trip or one pass.
+        """
+        found: dict[str, StoredRecord] = {}
+        for id in ids:
+            record = await self._get(id, now)
+            if record is not None:
+                found[id] = record
+        return found
+
+    async def _insert_many(
+        self, records: builtins.list[NewRecord]
+    ) -> builtins.list[CheckpointHeader]:
+        """Insert ``records`` atomically, with consecutive sequences in the given order.
+
+        All or nothing, also after a crash; no reader sees part of the batch, and no
+        concurrent insert takes a sequence between its items; one commit or one
+        fsync group. The same id rules as :meth:`_insert` apply to each record (if
+        one fails, none is written). Note for implementers: the default inserts one
+        by one and is NOT atomic; override it and declare
+        ``Capabilities(atomic_batches=True)``.
+        """
+        return [await self._insert(record) for record in records]
+
+    async def _delete_many(self, ids: builtins.list[str], now: datetime) -> int:
+        """Delete the live records among ``ids``; return how many. Note for
+        implementers: the default calls :meth:`_delete` once per id; override it to
+        delete in one pass or one round trip."""
+        removed = 0
+        for id in ids:
+            removed += await self._delete(id, if_match=None, now=now)
+        return removed
+
+    async def _list_streams_prefixed(self, now: datetime, prefix: str) -> builtins.list[str]:
+        """Names of live streams that start with ``prefix``. The default filters
+        :meth:`_list_streams`; backends with an index on stream names override it."""
+        return [name for name in await self._list_streams(now) if name.startswith(prefix)]
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         """The live record of ``stream`` with the highest sequence.

@@ -15,24 +15,24 @@ re-exported here because backends import them from this module.
 from __future__ import annotations
 
 import builtins
-import math
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Self, cast, overload
 
 from typing_extensions import TypeVar
 
+from . import _batch as batch
+from . import _writes as writes
 from ._integrity import verify_store
 from ._interface import TTL, CheckpointStore, Order, StoreInfo
 from ._paging import ScanQuery, list_page
 from ._primitives import StoreIdentity, StorePrimitives
 from ._validate import (
+    Scalar,
     check_id,
     check_stream,
-    check_tags,
     new_etag,
-    new_id,
     skipped_from,
 )
 from .codec import Codec, CodecLimits
@@ -48,11 +48,13 @@ from .errors import (
 from .models import (
     Checkpoint,
     CheckpointHeader,
+    NewCheckpoint,
     Page,
     RepairReport,
     VerifyReport,
     checkpoint_with_state,
 )
+from .rawcodec import RawCodec
 from .record import NewRecord, StoredRecord
 
 if TYPE_CHECKING:
@@ -129,13 +131,19 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             allow_nan=self.options.allow_nan,
         )
         try:
-            self.codec = Codec(allowed_types=self.options.allowed_types, limits=limits)
+            #: The JSON codec: metadata always, and states when ``codec="json"``.
+            self.json_codec = Codec(allowed_types=self.options.allowed_types, limits=limits)
         except ValueError as exc:
             from .errors import InvalidOptions
 
             if isinstance(exc, InvalidOptions):
                 raise
             raise InvalidOptions(str(exc)) from exc
+        raw = RawCodec(max_bytes=self.options.max_bytes)
+        #: The codec new states are encoded with (the ``codec`` option).
+        self.codec: Codec | RawCodec = raw if self.options.codec == "raw" else self.json_codec
+        # Records name their codec, so this store reads records of either.
+        self._decoders: dict[str, Codec | RawCodec] = {Codec.name: self.json_codec, raw.name: raw}
         self._clock = clock or _utcnow
         self._identity: StoreIdentity | None = None
         self._signer: CursorSigner | None = None
@@ -242,33 +250,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         sequences in commit order.
         """
         self._require_writable("save")
-        check_stream(stream)
-        if id is not None:
-            check_id(id, what="id")
-        if parent_id is not None:
-            check_id(parent_id, what="parent_id")
-        clean_tags = check_tags(tags)
-        ttl_s = self._check_ttl(ttl)
-        meta: Any = {} if metadata is None else metadata
-        # check_metadata refuses a non-mapping with CheckpointEncodeError; calling
-        # dict() on it first would raise a bare TypeError, or accept a list of pairs.
-        clean_meta = self.codec.check_metadata(dict(meta) if isinstance(meta, Mapping) else meta)
-        state_bytes = self.codec.encode(state)
-        now = self.now()
-        record = NewRecord(
-            id=id or new_id(),
-            stream=stream,
-            state=state_bytes,
-            codec=self.codec.name,
-            created_at=now,
-            updated_at=now,
-            etag=new_etag(),
-            parent_id=parent_id,
-            tags=clean_tags,
-            metadata=clean_meta,
-            ttl=ttl_s,
-            expires_at=now + timedelta(seconds=ttl_s) if ttl_s is not None else None,
-            written_at=now,
+        record = self._new_record(
+            stream, state, tags=tags, metadata=metadata, parent_id=parent_id, ttl=ttl, id=id
         )
         header = await self._insert(record)
         return checkpoint_with_state(header, state)
@@ -281,31 +264,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         live. The same validation as :meth:`save` applies.
         """
         self._require_writable("import")
-        check_stream(checkpoint.stream)
-        check_id(checkpoint.id, what="id")
-        if checkpoint.parent_id is not None:
-            check_id(checkpoint.parent_id, what="parent_id")
-        clean_tags = check_tags(checkpoint.tags)
-        clean_meta = self.codec.check_metadata(dict(checkpoint.metadata))
-        state_bytes = self.codec.encode(state)
-        ttl_s = None
-        if checkpoint.expires_at is not None:
-            ttl_s = max((checkpoint.expires_at - checkpoint.updated_at).total_seconds(), 1e-6)
-        record = NewRecord(
-            id=checkpoint.id,
-            stream=checkpoint.stream,
-            state=state_bytes,
-            codec=self.codec.name,
-            created_at=checkpoint.created_at,
-            updated_at=checkpoint.updated_at,
-            etag=checkpoint.etag,
-            parent_id=checkpoint.parent_id,
-            tags=clean_tags,
-            metadata=clean_meta,
-            ttl=ttl_s,
-            expires_at=checkpoint.expires_at,
-            written_at=self.now(),
-        )
+        record = writes.imported_record(self, checkpoint, state)
         header = await self._insert(record)
         return checkpoint_with_state(header, state)
 
@@ -323,18 +282,60 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         record = await self._latest(stream, self.now())
         return None if record is None else self._decode_strict(record)
 
-    async def load(self, id: str) -> Checkpoint:
+    @overload
+    async def load(self, id: str, *, include_state: Literal[True] = True) -> Checkpoint: ...
+    @overload
+    async def load(self, id: str, *, include_state: bool) -> CheckpointHeader: ...
+    async def load(self, id: str, *, include_state: bool = True) -> CheckpointHeader:
         """The live checkpoint ``id``, decoded.
 
         Raises :class:`CheckpointNotFound` if there is none (never existed, deleted,
-        expired) and :class:`CheckpointDecodeError` if it cannot be decoded.
+        expired) and :class:`CheckpointDecodeError` if it cannot be read or decoded.
+        With ``include_state=False`` it returns the :class:`CheckpointHeader` and
+        decodes no state (a record whose envelope is damaged still raises).
         """
         self._require_open()
         check_id(id, what="id")
         record = await self._get(id, self.now())
         if record is None:
             raise CheckpointNotFound(id)
-        return self._decode_strict(record)
+        return self._decode_strict(record) if include_state else record.header
+
+    async def load_many(
+        self, ids: Iterable[str], *, include_state: bool = True
+    ) -> dict[str, Checkpoint]:
+        """The live checkpoints among ``ids``, by id; missing or expired ids are absent.
+
+        Strict like :meth:`load`: a damaged record raises
+        :class:`CheckpointDecodeError` naming it. At most 1000 ids; duplicates are
+        read once. One round trip or one pass, not one per id. With
+        ``include_state=False`` the values are headers (typed as checkpoints whose
+        ``state`` is ``None``) and nothing is decoded.
+        """
+        self._require_open()
+        return await batch.load_many(self, ids, include_state)
+
+    async def cursor_at(
+        self,
+        id: str,
+        *,
+        order: Order = "desc",
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Scalar] | None = None,
+    ) -> str:
+        """The cursor of checkpoint ``id``'s position in ``list(<its stream>, order=,
+        tags=, metadata=)``.
+
+        ``list(stream, after=c)`` continues strictly past the checkpoint and
+        ``list(stream, before=c)`` gives the page before it, with the same query
+        arguments (the cursor is bound to them). It costs what one :meth:`load`
+        costs (no state is decoded), whatever the checkpoint's depth. Raises
+        :class:`CheckpointNotFound` and :class:`CheckpointDecodeError` like
+        :meth:`load`. The checkpoint need not match the filters: a cursor marks a
+        position, not an item.
+        """
+        self._require_open()
+        return await batch.cursor_at(self, id, order, tags, metadata)
 
     async def list(
         self,
@@ -345,6 +346,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         after: str | None = None,
         before: str | None = None,
         tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Scalar] | None = None,
         include_state: bool = True,
     ) -> Page:
         """One page of checkpoints of ``stream`` (of every stream when ``None``).
@@ -358,9 +360,12 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         gives the adjacent preceding page, still in the requested order. Cursors
         mark positions, not items, so they survive deletion, expiry and tag
         filtering of their item; they are bound to this store and to
-        ``(stream, order, tags)`` and raise :class:`InvalidCursor` elsewhere.
-        ``limit`` is 1..1000. With ``include_state=False`` states are not decoded
-        and items carry ``state=None``. A page costs O(limit), whatever its offset.
+        ``(stream, order, tags, metadata)`` and raise :class:`InvalidCursor` elsewhere.
+        ``tags`` keeps checkpoints that have all those tags; ``metadata`` keeps those
+        whose top-level metadata keys equal the given JSON scalars, by JSON kind and
+        value (``True`` is not ``1``, ``1`` is not ``1.0``). ``limit`` is 1..1000.
+        With ``include_state=False`` states are not decoded and items carry
+        ``state=None``. A page costs O(limit), whatever its offset.
         """
         self._require_open()
         return await list_page(
@@ -371,6 +376,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             after=after,
             before=before,
             tags=tags,
+            metadata=metadata,
             include_state=include_state,
         )
 
@@ -380,11 +386,15 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         state: Any,
         *,
         if_match: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
     ) -> Checkpoint:
-        """Replace the state of checkpoint ``id``.
+        """Replace the state of checkpoint ``id``, and its ``tags``, ``metadata`` and
+        ``parent_id`` where given (``None`` keeps them).
 
-        Keeps ``id``, ``sequence`` and ``created_at``; changes ``etag`` and
-        ``updated_at``; a TTL slides. With ``if_match`` this is a true
+        Keeps ``id``, ``sequence`` (its position) and ``created_at``; changes
+        ``etag`` and ``updated_at``; a TTL slides. With ``if_match`` this is a true
         compare-and-set: it raises :class:`PreconditionFailed` unless the current
         etag equals ``if_match``. Raises :class:`CheckpointNotFound` if ``id`` is not
         live and :class:`CheckpointEncodeError` (nothing written) for state this
@@ -394,9 +404,17 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         check_id(id, what="id")
         if if_match is not None and not isinstance(if_match, str):
             raise InvalidQuery("if_match must be an etag string or None")
+        edits = writes.record_edits(self, tags, metadata, parent_id)
         state_bytes = self.codec.encode(state)
+        extra: dict[str, Any] = {}
+        # Backends written before update() took edits keep working for plain JSON
+        # updates: the new keywords are passed only when they say something.
+        if edits is not None:
+            extra["edits"] = edits
+        if self.codec.name != Codec.name:
+            extra["codec"] = self.codec.name
         header = await self._update(
-            id, state=state_bytes, if_match=if_match, now=self.now(), etag=new_etag()
+            id, state=state_bytes, if_match=if_match, now=self.now(), etag=new_etag(), **extra
         )
         return checkpoint_with_state(header, state)
 
@@ -419,10 +437,38 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         check_stream(stream)
         return await self._delete_stream(stream, self.now())
 
-    async def list_streams(self) -> builtins.list[str]:
-        """The names of the streams that have a live checkpoint, sorted."""
+    async def list_streams(self, *, prefix: str | None = None) -> builtins.list[str]:
+        """The names of the streams that have a live checkpoint, sorted; only those
+        that start with ``prefix`` when it is given (SQL answers from its index)."""
         self._require_open()
-        return sorted(await self._list_streams(self.now()))
+        if prefix is None:
+            return sorted(await self._list_streams(self.now()))
+        if not isinstance(prefix, str) or "\x00" in prefix:
+            raise InvalidQuery(f"prefix must be a string without NUL, got {prefix!r}")
+        return sorted(await self._list_streams_prefixed(self.now(), prefix))
+
+    async def save_many(self, items: Sequence[NewCheckpoint]) -> builtins.list[Checkpoint]:
+        """Save several checkpoints atomically and return them in the order given.
+
+        Every item is validated and encoded first: one bad item raises (as
+        :meth:`save` would) and nothing is written. Items may span streams and get
+        consecutive sequences in the order given; a concurrent save never lands
+        between them. After a crash either every item is there or none is, and no
+        reader sees part of a batch. It costs one commit (one fsync group), not one
+        per item. At most 1000 items; two items with the same ``id`` raise
+        :class:`PreconditionFailed`. Atomicity needs ``capabilities.atomic_batches``.
+        """
+        self._require_writable("save_many")
+        return await batch.save_many(self, items)
+
+    async def delete_many(self, ids: Iterable[str]) -> int:
+        """Delete the live checkpoints among ``ids``; return how many were removed.
+
+        Idempotent like :meth:`delete` (missing ids count 0); one pass or one round
+        trip, not one per id. At most 1000 ids.
+        """
+        self._require_writable("delete_many")
+        return await batch.delete_many(self, ids)
 
     async def prune(self, stream: str, *, keep_last: int) -> int:
         """Delete all but the ``keep_last`` newest checkpoints of ``stream``; return how many."""
@@ -485,33 +531,33 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
 
     # -- helpers for subclasses ------------------------------------------------------
 
+    def _new_record(
+        self,
+        stream: str,
+        state: Any,
+        *,
+        tags: Mapping[str, str] | None,
+        metadata: Mapping[str, Any] | None,
+        parent_id: str | None,
+        ttl: TTL | None,
+        id: str | None,
+    ) -> NewRecord:
+        """Validate and encode one save's arguments (raising before anything is written)."""
+        return writes.new_record(
+            self, stream, state, tags=tags, metadata=metadata, parent_id=parent_id, ttl=ttl, id=id
+        )
+
     def _decode_strict(self, record: StoredRecord) -> Checkpoint:
         """Decode a record's state, or raise :class:`CheckpointDecodeError` naming it."""
-        if record.codec != self.codec.name:
+        decoder = self._decoders.get(record.codec)
+        if decoder is None:
             raise CheckpointDecodeError(
                 f"unknown codec {record.codec!r}", id=record.id, sequence=record.sequence
             )
         try:
-            state = self.codec.decode(record.state)
+            state = decoder.decode(record.state)
         except CheckpointDecodeError as exc:
             raise CheckpointDecodeError(
                 exc.reason, id=record.id, location=exc.location, sequence=record.sequence
             ) from exc
         return checkpoint_with_state(record.header, state)
-
-    def _check_ttl(self, ttl: TTL | None) -> float | None:
-        if ttl is None:
-            return None
-        if not self.capabilities.ttl:
-            raise InvalidQuery(f"the {self.backend_name} backend does not support ttl")
-        seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not math.isfinite(seconds)
-            or seconds <= 0
-        ):
-            raise InvalidQuery(
-                f"ttl must be a positive number of seconds or timedelta, got {ttl!r}"
-            )
-        return float(seconds)

@@ -109,3 +109,9 @@ class Capabilities:
     #: The store implements the raw-record backdoor used by the conformance kit
     #: (:meth:`BaseCheckpointStore.backdoor_read_raw` / ``backdoor_write_raw``).
     raw_access: bool = False
+    #: ``save_many`` is atomic (all or nothing, also after a crash) and takes one
+    #: commit: the backend overrides ``_insert_many``.
+    atomic_batches: bool = False
+    #: ``_scan`` applies ``ScanQuery.metadata`` itself (from an index). Otherwise
+    #: the base class filters by scanning, which costs O(records scanned).
+    metadata_filter: bool = False

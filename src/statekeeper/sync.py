@@ -21,14 +21,21 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, overload
 
 from ._protocol import TTL, BaseCheckpointStore, Order, StoreInfo
 from ._registry import open_store as _open_async
 from ._url import StoreURL
-from .models import Checkpoint, Page
+from .models import (
+    Checkpoint,
+    CheckpointHeader,
+    NewCheckpoint,
+    Page,
+    RepairReport,
+    VerifyReport,
+)
 
 __all__ = ["SyncCheckpointStore", "open_store"]
 
@@ -122,8 +129,31 @@ class SyncCheckpointStore:
     def get_latest(self, stream: str) -> Checkpoint | None:
         return self._run(self.store.get_latest(stream))
 
-    def load(self, id: str) -> Checkpoint:
-        return self._run(self.store.load(id))
+    @overload
+    def load(self, id: str, *, include_state: Literal[True] = True) -> Checkpoint: ...
+    @overload
+    def load(self, id: str, *, include_state: bool) -> CheckpointHeader: ...
+    def load(self, id: str, *, include_state: bool = True) -> CheckpointHeader:
+        return self._run(self.store.load(id, include_state=include_state))
+
+    def load_many(self, ids: Iterable[str], *, include_state: bool = True) -> dict[str, Checkpoint]:
+        return self._run(self.store.load_many(ids, include_state=include_state))
+
+    def cursor_at(
+        self,
+        id: str,
+        *,
+        order: Order = "desc",
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        return self._run(self.store.cursor_at(id, order=order, tags=tags, metadata=metadata))
+
+    def save_many(self, items: Sequence[NewCheckpoint]) -> builtins.list[Checkpoint]:
+        return self._run(self.store.save_many(items))
+
+    def delete_many(self, ids: Iterable[str]) -> int:
+        return self._run(self.store.delete_many(ids))
 
     def list(
         self,
@@ -134,6 +164,7 @@ class SyncCheckpointStore:
         after: str | None = None,
         before: str | None = None,
         tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
         include_state: bool = True,
     ) -> Page:
         return self._run(
@@ -144,12 +175,26 @@ class SyncCheckpointStore:
                 after=after,
                 before=before,
                 tags=tags,
+                metadata=metadata,
                 include_state=include_state,
             )
         )
 
-    def update(self, id: str, state: Any, *, if_match: str | None = None) -> Checkpoint:
-        return self._run(self.store.update(id, state, if_match=if_match))
+    def update(
+        self,
+        id: str,
+        state: Any,
+        *,
+        if_match: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        parent_id: str | None = None,
+    ) -> Checkpoint:
+        return self._run(
+            self.store.update(
+                id, state, if_match=if_match, tags=tags, metadata=metadata, parent_id=parent_id
+            )
+        )
 
     def delete(self, id: str, *, if_match: str | None = None) -> bool:
         return self._run(self.store.delete(id, if_match=if_match))
@@ -157,8 +202,8 @@ class SyncCheckpointStore:
     def delete_stream(self, stream: str) -> int:
         return self._run(self.store.delete_stream(stream))
 
-    def list_streams(self) -> builtins.list[str]:
-        return self._run(self.store.list_streams())
+    def list_streams(self, *, prefix: str | None = None) -> builtins.list[str]:
+        return self._run(self.store.list_streams(prefix=prefix))
 
     def prune(self, stream: str, *, keep_last: int) -> int:
         return self._run(self.store.prune(stream, keep_last=keep_last))
@@ -168,3 +213,9 @@ class SyncCheckpointStore:
 
     def info(self) -> StoreInfo:
         return self._run(self.store.info())
+
+    def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
+        return self._run(self.store.verify(progress=progress))
+
+    def repair(self, *, drop_damaged: bool = False) -> RepairReport:
+        return self._run(self.store.repair(drop_damaged=drop_damaged))

@@ -31,7 +31,7 @@ from ..errors import (
     StoreNotFound,
 )
 from ..models import CheckpointHeader, Problem, Skipped
-from ..record import NewRecord, StoredRecord
+from ..record import NewRecord, RecordEdits, StoredRecord
 
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
 
@@ -70,7 +70,12 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=False, cross_process=False, power_loss_durable=False, ttl=True, raw_access=True
+        persistent=False,
+        cross_process=False,
+        power_loss_durable=False,
+        ttl=True,
+        raw_access=True,
+        atomic_batches=True,
     )
     backend_name: ClassVar[str] = "memory"
 
@@ -157,27 +162,65 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     # -- primitives ------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        with self.storage.lock:
+            self._check_free(record)
+            return self._insert_locked(record)
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        # one hold of the lock: consecutive sequences, and no reader sees half
+        with self.storage.lock:
+            for record in records:
+                self._check_free(record)
+            return [self._insert_locked(record) for record in records]
+
+    def _check_free(self, record: NewRecord) -> None:
+        existing = self.storage.by_id.get(record.id)
+        if existing is not None and existing.live(record.now):
+            raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+
+    def _insert_locked(self, record: NewRecord) -> CheckpointHeader:
+        data = self.storage
+        existing = data.by_id.get(record.id)
+        if existing is not None:  # expired: _check_free let it through
+            self._unlink(record.id, existing)
+        data.high_water_mark += 1
+        seq = data.high_water_mark
+        stored = record.seal(seq)
+        entry = _Entry(
+            seq, record.stream, stored.to_bytes(data.store_id), record.tags, record.expires_at
+        )
+        data.by_id[record.id] = entry
+        data.by_seq[seq] = record.id
+        data.all_seqs.append(seq)
+        data.stream_seqs.setdefault(record.stream, []).append(seq)
+        return stored.header
+
+    async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        with self.storage.lock:
+            found = {id: self._live_entry(id, now) for id in ids}
+            return {id: self._parse(id, e) for id, e in found.items() if e is not None}
+
+    async def _delete_many(self, ids: list[str], now: datetime) -> int:
         data = self.storage
         with data.lock:
-            existing = data.by_id.get(record.id)
-            if existing is not None:
-                if existing.live(record.now):
-                    raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-                self._unlink(record.id, existing)
-            data.high_water_mark += 1
-            seq = data.high_water_mark
-            stored = record.seal(seq)
-            entry = _Entry(
-                seq, record.stream, stored.to_bytes(data.store_id), record.tags, record.expires_at
-            )
-            data.by_id[record.id] = entry
-            data.by_seq[seq] = record.id
-            data.all_seqs.append(seq)
-            data.stream_seqs.setdefault(record.stream, []).append(seq)
-            return stored.header
+            removed = 0
+            for id in ids:
+                entry = self._live_entry(id, now)
+                if entry is not None:
+                    self._unlink(id, entry)
+                    removed += 1
+            return removed
 
     async def _update(
-        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
+        self,
+        id: str,
+        *,
+        state: bytes,
+        if_match: str | None,
+        now: datetime,
+        etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
         data = self.storage
         with data.lock:
@@ -189,9 +232,10 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                 raise PreconditionFailed(
                     f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
                 )
-            new = current.updated(state, now=now, etag=etag)
+            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             entry.blob = new.to_bytes(data.store_id)
             entry.expires_at = new.header.expires_at
+            entry.tags = dict(new.header.tags)
             return new.header
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:

@@ -1,0 +1,140 @@
+"""How the public write methods turn their arguments into records.
+
+Everything here validates and encodes; nothing writes. ``save``, ``save_many``,
+``import_checkpoint`` and ``update`` call these before they call a primitive, so a
+bad argument or a state the store could not load raises with nothing written
+(SPEC S5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._interface import TTL
+from ._validate import check_id, check_stream, check_tags, new_etag, new_id
+from .errors import InvalidQuery
+from .models import CheckpointHeader
+from .record import NewRecord, RecordEdits
+
+if TYPE_CHECKING:
+    from ._protocol import BaseCheckpointStore
+
+__all__ = ["check_ttl", "imported_record", "new_record", "record_edits"]
+
+
+def new_record(
+    store: BaseCheckpointStore[Any],
+    stream: str,
+    state: Any,
+    *,
+    tags: Mapping[str, str] | None,
+    metadata: Mapping[str, Any] | None,
+    parent_id: str | None,
+    ttl: TTL | None,
+    id: str | None,
+) -> NewRecord:
+    """The record one ``save`` would insert."""
+    check_stream(stream)
+    if id is not None:
+        check_id(id, what="id")
+    if parent_id is not None:
+        check_id(parent_id, what="parent_id")
+    clean_tags = check_tags(tags)
+    ttl_s = check_ttl(store, ttl)
+    clean_meta = _metadata(store, {} if metadata is None else metadata)
+    state_bytes = store.codec.encode(state)
+    now = store.now()
+    return NewRecord(
+        id=id or new_id(),
+        stream=stream,
+        state=state_bytes,
+        codec=store.codec.name,
+        created_at=now,
+        updated_at=now,
+        etag=new_etag(),
+        parent_id=parent_id,
+        tags=clean_tags,
+        metadata=clean_meta,
+        ttl=ttl_s,
+        expires_at=now + timedelta(seconds=ttl_s) if ttl_s is not None else None,
+        written_at=now,
+    )
+
+
+def imported_record(
+    store: BaseCheckpointStore[Any], checkpoint: CheckpointHeader, state: Any
+) -> NewRecord:
+    """The record ``import_checkpoint`` inserts: the source's id, timestamps, etag,
+    parent, tags, metadata and expiry, with this store's validation and codec."""
+    check_stream(checkpoint.stream)
+    check_id(checkpoint.id, what="id")
+    if checkpoint.parent_id is not None:
+        check_id(checkpoint.parent_id, what="parent_id")
+    clean_tags = check_tags(checkpoint.tags)
+    clean_meta = store.json_codec.check_metadata(dict(checkpoint.metadata))
+    state_bytes = store.codec.encode(state)
+    ttl_s = None
+    if checkpoint.expires_at is not None:
+        ttl_s = max((checkpoint.expires_at - checkpoint.updated_at).total_seconds(), 1e-6)
+    return NewRecord(
+        id=checkpoint.id,
+        stream=checkpoint.stream,
+        state=state_bytes,
+        codec=store.codec.name,
+        created_at=checkpoint.created_at,
+        updated_at=checkpoint.updated_at,
+        etag=checkpoint.etag,
+        parent_id=checkpoint.parent_id,
+        tags=clean_tags,
+        metadata=clean_meta,
+        ttl=ttl_s,
+        expires_at=checkpoint.expires_at,
+        written_at=store.now(),
+    )
+
+
+def record_edits(
+    store: BaseCheckpointStore[Any],
+    tags: Mapping[str, str] | None,
+    metadata: Mapping[str, Any] | None,
+    parent_id: str | None,
+) -> RecordEdits | None:
+    """What ``update(tags=, metadata=, parent_id=)`` replaces (``None``: nothing)."""
+    if tags is None and metadata is None and parent_id is None:
+        return None
+    if parent_id is not None:
+        check_id(parent_id, what="parent_id")
+    return RecordEdits(
+        tags=None if tags is None else check_tags(tags),
+        metadata=None if metadata is None else _metadata(store, metadata),
+        parent_id=parent_id,
+    )
+
+
+def _metadata(store: BaseCheckpointStore[Any], metadata: Any) -> dict[str, Any]:
+    # check_metadata refuses a non-mapping with CheckpointEncodeError; calling
+    # dict() on it first would raise a bare TypeError, or accept a list of pairs.
+    return store.json_codec.check_metadata(
+        dict(metadata) if isinstance(metadata, Mapping) else metadata
+    )
+
+
+def check_ttl(store: BaseCheckpointStore[Any], ttl: TTL | None) -> float | None:
+    """``ttl`` in seconds, or :class:`InvalidQuery` for a bad one or a backend
+    without TTL."""
+    if ttl is None:
+        return None
+    if not store.capabilities.ttl:
+        raise InvalidQuery(f"the {store.backend_name} backend does not support ttl")
+    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise InvalidQuery(f"ttl must be a positive number of seconds or timedelta, got {ttl!r}")
+    return float(seconds)
