@@ -115,7 +115,8 @@ def docs(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def reliability(session: nox.Session) -> None:
     """Crash, fault-injection, concurrency and hostile-input suite (--long for deeper runs)."""
-    _sync(session)
+    # the Redis plugin runs through the shared suite too, so install the workspace
+    _sync(session, "--all-packages")
     args = list(session.posargs)
     session.run("pytest", "tests", "-m", "reliability", "-p", "no:cacheprovider", *args)
 
