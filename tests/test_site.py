@@ -197,6 +197,20 @@ def test_every_public_name_has_a_reference_entry(site: Path) -> None:
     assert GET_LATEST_ID in anchors
 
 
+def test_reference_shows_the_docstrings_translated_from_rest(site: Path) -> None:
+    pages = {p.parent.name: p.read_text("utf-8") for p in (site / "reference").rglob("index.html")}
+    for name, html in pages.items():
+        assert not re.search(r":(class|meth|func|attr|mod|exc|data):`", html), name
+    # ":class:`PreconditionFailed`" in BaseCheckpointStore.save links to its entry
+    assert re.search(
+        r'href="\.\./errors/#statekeeper\.errors\.PreconditionFailed"', pages["statekeeper"]
+    )
+    # "#:" comments above an option are its documentation
+    assert "Seconds to wait for a lock held by another writer" in pages["backends"]
+    # the blocking facade points at the method that states the contract
+    assert "Blocking form of" in pages["sync"]
+
+
 # -- in a browser ----------------------------------------------------------------------------
 
 

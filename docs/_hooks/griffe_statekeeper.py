@@ -7,8 +7,12 @@ when Griffe loads the package, instead of the sources changing style:
 
 - ``:class:`~statekeeper.errors.StoreTimeout``` (and ``:meth:``, ``:func:``, ...)
   becomes an autorefs cross-reference. The name is resolved in the docstring's own
-  scope, as Python would; a target inside statekeeper that the reference does not
-  render is then an unresolved reference, which fails ``mkdocs build --strict``.
+  scope, as Python would (then among inherited members, then among the public names
+  of ``statekeeper`` and ``statekeeper.errors``). A name that resolves nowhere stays
+  an unresolved reference, which fails ``mkdocs build --strict``. A real object the
+  reference does not render (an implementation module or helper) has no entry to
+  link to and stays a code span; every exported name has an entry (checked by
+  tests/test_site.py).
   Names outside statekeeper (the standard library, Hypothesis) stay code spans: the
   site is built offline, with no external inventories to link them to.
 - ``#:`` comments directly above an attribute become its docstring (how the options
@@ -26,6 +30,7 @@ fails on public names without a docstring (``docs/_hooks/mkdocs_hooks.py``).
 
 from __future__ import annotations
 
+import builtins
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -95,9 +100,29 @@ class StatekeeperDocstrings(griffe.Extension):
             return
         for mirror, (source, verb) in MIRRORS.items():
             _fill_mirror(pkg, mirror, source, verb)
+        rendered = _rendered(pkg)
         for obj in _walk(pkg):
             if obj.docstring is not None:
-                obj.docstring.value = _markdown(obj, obj.docstring.value)
+                obj.docstring.value = _markdown(obj, obj.docstring.value, rendered)
+
+
+def _rendered(pkg: griffe.Module) -> set[str]:
+    """The canonical paths of what the reference renders: the exports and their members."""
+    paths: set[str] = set()
+
+    def add(obj: griffe.Object) -> None:
+        paths.add(obj.path)
+        for name, member in obj.members.items():
+            if not member.is_alias and not name.startswith("_"):
+                add(member)  # type: ignore[arg-type]
+
+    for path in REFERENCE_MODULES:
+        module = pkg.modules_collection[path]
+        paths.add(module.path)
+        for name in module.exports or ():
+            obj = module[name]
+            add(obj.final_target if obj.is_alias else obj)
+    return paths
 
 
 def _walk(obj: griffe.Object) -> Iterator[griffe.Object]:
@@ -130,25 +155,64 @@ def _public_path(obj: griffe.Object) -> str:
     return obj.path
 
 
-def _markdown(obj: griffe.Object, text: str) -> str:
-    text = _ROLE.sub(lambda m: _crossref(obj, m.group(1)), text)
+def _markdown(obj: griffe.Object, text: str, rendered: set[str]) -> str:
+    text = _ROLE.sub(lambda m: _crossref(obj, m.group(1), rendered), text)
     return _fence_literal_blocks(text)
 
 
-def _crossref(obj: griffe.Object, target: str) -> str:
+def _crossref(obj: griffe.Object, target: str, rendered: set[str]) -> str:
     short = target.startswith("~")
     target = target.lstrip("~.")
     title = target.rsplit(".", 1)[-1] if short else target
     head, _, rest = target.partition(".")
     if head != "statekeeper":
-        try:
-            resolved = obj.resolve(head)
-        except griffe.NameResolutionError:
-            return f"`{title}`"  # the standard library or a third party: no inventory
+        resolved = _resolve(obj, head)
+        if resolved is None:
+            if hasattr(builtins, head):
+                return f"`{title}`"  # ValueError, dict, ...: no inventory offline
+            return f"[`{title}`][{target}]"  # names nothing: the strict build fails
         target = f"{resolved}.{rest}" if rest else resolved
     if not target.startswith("statekeeper"):
-        return f"`{title}`"
+        return f"`{title}`"  # imported from the standard library or a third party
+    if _is_internal(obj, target, rendered):
+        return f"`{title}`"  # an implementation detail: named, but no entry to link
     return f"[`{title}`][{_documented(obj, target)}]"
+
+
+def _resolve(obj: griffe.Object, name: str) -> str | None:
+    """``name`` as Python would see it from ``obj``'s scope, else as an inherited
+    member of ``obj``'s class, else as a public name of ``statekeeper`` or
+    ``statekeeper.errors`` (docstrings name errors without importing them)."""
+    try:
+        return obj.resolve(name)
+    except griffe.NameResolutionError:
+        pass
+    owner: griffe.Object | None = obj
+    while owner is not None and not owner.is_class:
+        owner = owner.parent
+    if owner is not None:
+        for base in owner.mro():  # type: ignore[attr-defined]
+            if name in base.members:
+                return f"{base.path}.{name}"
+    for module in ("statekeeper", "statekeeper.errors"):
+        namespace = obj.modules_collection[module]
+        if name in (namespace.exports or ()):
+            return f"{module}.{name}"
+    return None
+
+
+def _is_internal(obj: griffe.Object, path: str, rendered: set[str]) -> bool:
+    """Whether ``path`` is a real object that the reference does not render: an
+    implementation module or helper (every exported name is rendered, which
+    tests/test_site.py checks). Anything that does not resolve (a typo, a removed
+    name) stays a cross-reference and fails the build."""
+    if path in rendered:
+        return False
+    try:
+        obj.modules_collection[path]
+    except KeyError:
+        return False
+    return True
 
 
 def _documented(obj: griffe.Object, path: str) -> str:
