@@ -14,12 +14,13 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
+from typing import Self
 
 from ...errors import ConcurrentModificationError
 from . import format as fmt
 from .io import FileIO, read_exact
 
-__all__ = ["IdTable", "IndexDamaged", "StreamIndex"]
+__all__ = ["IdTable", "IndexDamaged", "StreamIndex", "write_index"]
 
 _RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 _RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -73,7 +74,27 @@ def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, o
 _REPLACED_RETRIES = 8
 
 
-class StreamIndex:
+class _Handle:
+    """An open index file: ``close`` (or leaving a ``with`` block) releases it,
+    unless the writer's cache holds it (``keep``)."""
+
+    __slots__ = ()
+    io: FileIO
+    fd: int
+    keep: bool
+
+    def close(self) -> None:
+        if not self.keep:
+            self.io.close(self.fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StreamIndex(_Handle):
     """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
 
     __slots__ = (
@@ -160,35 +181,7 @@ class StreamIndex:
         io: FileIO, streams_fd: int, name: str, stream: str, store_id: str, *, durable: bool
     ) -> None:
         """Create an empty index atomically (temp file, rename), fsynced if ``durable``."""
-        tmp = f".{name}.tmp"
-        _unlink_quiet(io, tmp, streams_fd)
-        fd = io.open(tmp, _NEW, 0o666, dir_fd=streams_fd)
-        try:
-            _pwrite_all(io, fd, fmt.index_header(stream, store_id), 0)
-            if durable:
-                io.fsync(fd)
-        except BaseException:
-            io.close(fd)
-            _unlink_quiet(io, tmp, streams_fd)
-            raise
-        io.close(fd)
-        try:
-            io.rename(tmp, name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
-        except BaseException:
-            _unlink_quiet(io, tmp, streams_fd)
-            raise
-        if durable:
-            io.fsync(streams_fd)
-
-    def close(self) -> None:
-        if not self.keep:
-            self.io.close(self.fd)
-
-    def __enter__(self) -> StreamIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        write_index(io, streams_fd, name, stream, [], store_id, durable=durable)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -304,29 +297,44 @@ class StreamIndex:
         self, streams_fd: int, slots: list[fmt.Slot], store_id: str, *, durable: bool
     ) -> None:
         """Replace the whole index with ``slots`` (compaction), atomically."""
-        tmp = f".{self.name}.tmp"
-        _unlink_quiet(self.io, tmp, streams_fd)
-        fd = self.io.open(tmp, _NEW, 0o666, dir_fd=streams_fd)
-        try:
-            body = fmt.index_header(self.stream, store_id) + b"".join(s.to_bytes() for s in slots)
-            _pwrite_all(self.io, fd, body, 0)
-            if durable:
-                self.io.fsync(fd)
-        except BaseException:
-            self.io.close(fd)
-            _unlink_quiet(self.io, tmp, streams_fd)
-            raise
-        self.io.close(fd)
-        try:
-            self.io.rename(tmp, self.name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
-        except BaseException:
-            _unlink_quiet(self.io, tmp, streams_fd)
-            raise
+        write_index(self.io, streams_fd, self.name, self.stream, slots, store_id, durable=durable)
+
+
+def write_index(
+    io: FileIO,
+    streams_fd: int,
+    name: str,
+    stream: str,
+    slots: list[fmt.Slot],
+    store_id: str,
+    *,
+    durable: bool,
+) -> None:
+    """Write a whole stream index and rename it over ``name``: a reader sees the
+    old file or the new one, never a missing or half-written one."""
+    tmp = f".{name}.tmp"
+    _unlink_quiet(io, tmp, streams_fd)
+    fd = io.open(tmp, _NEW, 0o666, dir_fd=streams_fd)
+    try:
+        body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
+        _pwrite_all(io, fd, body, 0)
         if durable:
-            self.io.fsync(streams_fd)
+            io.fsync(fd)
+    except BaseException:
+        io.close(fd)
+        _unlink_quiet(io, tmp, streams_fd)
+        raise
+    io.close(fd)
+    try:
+        io.rename(tmp, name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
+    except BaseException:
+        _unlink_quiet(io, tmp, streams_fd)
+        raise
+    if durable:
+        io.fsync(streams_fd)
 
 
-class IdTable:
+class IdTable(_Handle):
     """``ids.idx``: an open-addressing hash table, id hash -> sequence.
 
     Each 16-byte slot is ``(key, seq)``; ``(0, 0)`` is empty and a set top bit of
@@ -365,16 +373,6 @@ class IdTable:
             io.close(fd)
             raise
         return cls(io, fd, capacity, st)
-
-    def close(self) -> None:
-        if not self.keep:
-            self.io.close(self.fd)
-
-    def __enter__(self) -> IdTable:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _probe(self, key: int) -> Iterator[tuple[int, int, int]]:
         """``(position, key, seq)`` along ``key``'s probe sequence, up to an empty slot."""
