@@ -184,17 +184,25 @@ async def test_symlinked_bucket_directory_is_not_followed(
 
 
 @pytest.mark.asyncio
-async def test_planted_stream_index_is_an_error_not_an_empty_stream(
+async def test_planted_stream_index_is_never_an_empty_stream(
     store: FileCheckpointStore,
 ) -> None:
-    await store.save("job", {"step": 0})
+    """An index that is not ours is not read as "no checkpoints": the reads go to
+    the records, verify reports it, and repair replaces it."""
+    first = await store.save("job", {"step": 0})
     index = Path(store.path) / "streams" / "job.idx"
     index.write_bytes(b"not an index")
-    with pytest.raises(CheckpointDecodeError, match="repair"):
-        await quick(store.get_latest("job"))
+    latest = await quick(store.get_latest("job"))
+    assert latest is not None and latest.id == first.id
+    assert [c.id for c in (await quick(store.list("job"))).items] == [first.id]
     (Path(store.path) / "streams" / "junk.idx").symlink_to("/etc/passwd")
-    assert await quick(store.list_streams()) == []
+    assert await quick(store.list_streams()) == ["job"]
+    report = await quick(store.verify())
+    assert not report.ok
+    assert {p.kind for p in report.problems} == {"index"}
     await store.repair()
+    assert (await quick(store.verify())).ok
+    assert not (Path(store.path) / "streams" / "junk.idx").is_symlink()
     latest = await quick(store.get_latest("job"))
     assert latest is not None and latest.state == {"step": 0}
 

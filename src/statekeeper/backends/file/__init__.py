@@ -5,9 +5,15 @@ The modules, from the public class down to the operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
   class's primitives onto the engine, in one worker thread hop each.
-- :mod:`.engine`: the write side (open, save, update, delete) under ``flock``.
-- :mod:`.recovery`: rebuilding the indexes and the state from the record files,
-  which are the truth; ``verify`` and ``repair``.
+- :mod:`.engine`: the write side (save, update, delete) under ``flock``.
+- :mod:`.opening`: open and create; the read-only open, which writes nothing.
+- :mod:`.recovery`: the journal, the sync mark, restart recovery and ``repair``.
+- :mod:`.rebuild`: rebuilding the indexes, the id table and the state from the
+  record files, which are the truth; the cheap checks made when a store opens.
+- :mod:`.survey`: a read-only walk of every record file and of what the old
+  metadata says about it (the streams of damaged records, orphans).
+- :mod:`.view`: reads answered from the records when the indexes cannot be trusted.
+- :mod:`.check`: ``verify``'s check of the derived data against the records.
 - :mod:`.reads`: the lock-free read side (latest, load, scan).
 - :mod:`.core`: descriptors, the lock, the state file, safe reads of untrusted files.
 - :mod:`.index`: the per-stream slot indexes and the id table (derived data).

@@ -86,8 +86,15 @@ class EngineCore:
         lock_timeout: float,
         max_record_bytes: int,
         sync_interval: int,
+        create: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.root = root
+        self.create = create and not read_only
+        self.read_only = read_only
+        #: Why the indexes cannot be trusted on this read-only open (reads then go to
+        #: the records, see :mod:`.view`); ``None`` when they can.
+        self.degraded: str | None = None
         self.io = io
         self.durable = durable
         self.lock_timeout = lock_timeout
@@ -341,14 +348,17 @@ class EngineCore:
             if not name.startswith(".") and name.endswith(".idx")
         ]
 
-    def readable_indexes(self) -> Iterator[StreamIndex]:
-        """Each stream index that opens; a damaged or vanished one is passed over.
-        The caller closes each (``with idx:``)."""
+    def readable_indexes(self, *, strict: bool = False) -> Iterator[StreamIndex]:
+        """Each stream index that opens; a damaged or vanished one is passed over,
+        or, if ``strict``, raises :class:`IndexDamaged`. The caller closes each
+        (``with idx:``)."""
         for sfile in self.index_files():
             try:
                 idx = self.open_index(sfile)
             except IndexDamaged:
-                continue  # a planted or damaged file names no stream we can report
+                if strict:
+                    raise
+                continue
             if idx is not None:
                 yield idx
 
@@ -414,7 +424,14 @@ class EngineCore:
     # -- state and lock -----------------------------------------------------------------
 
     def read_state(self) -> fmt.State | None:
-        raw = read_exact(self.io, self.fd("state"), fmt.STATE_SIZE, 0)
+        """The current state; ``None`` if it is unreadable (or, on a read-only open,
+        missing)."""
+        fd = self._fds.get("state")
+        if fd is None:
+            self.fd("root")  # StoreClosed if closed
+            return None
+        # One byte more than a state file has: a longer file is damage, not state.
+        raw = read_exact(self.io, fd, fmt.STATE_SIZE + 1, 0)
         # Usually the bytes are the ones this process wrote or read last: skip the parse.
         cached = self._state_cache
         if cached is not None and cached[0] == raw:

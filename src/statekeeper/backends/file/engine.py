@@ -11,7 +11,6 @@ record file goes, so a power cut never resurrects a deleted checkpoint.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -22,14 +21,13 @@ from ...errors import (
     CheckpointEncodeError,
     CheckpointNotFound,
     PreconditionFailed,
-    StoreFormatError,
 )
 from ...models import CheckpointHeader
-from ...record import NewRecord, StoredRecord
+from ...record import NewRecord, RecordEdits, StoredRecord
 from . import format as fmt
-from .core import RW_FILE, RecordProblem, Txn
+from .core import Txn
 from .index import IdTable, IndexDamaged
-from .recovery import RecoveryMixin
+from .opening import OpeningMixin
 
 __all__ = ["FileEngine"]
 
@@ -45,116 +43,8 @@ class _Found:
     error: CheckpointDecodeError | None = None
 
 
-class FileEngine(RecoveryMixin):
+class FileEngine(OpeningMixin):
     """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def open(self, now: datetime) -> fmt.Meta:
-        """Open (creating if needed) the store; finish a crashed writer's journal and,
-        after a machine restart, re-index what a power cut may have lost."""
-        root = self.io.open_root(self.root, create=True)
-        self._fds = {"root": root}
-        try:
-            meta = self._open_meta(root, now)
-            self.store_id = meta.store_id
-            with self.locked():
-                self._fds["records"] = self._subdir(fmt.RECORDS_DIR)
-                self._fds["streams"] = self._subdir(fmt.STREAMS_DIR)
-                self._fds["state"] = self._open_state()
-                self._fds["dirty"] = self.io.open(
-                    fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
-                )
-                self._ensure_ids()
-                self._startup_recovery()
-        except BaseException:
-            self.close_fds()
-            raise
-        return meta
-
-    def _subdir(self, name: str) -> int:
-        try:
-            fd = self.open_dir(self.fd("root"), name, create=True)
-        except IndexDamaged as exc:
-            raise StoreFormatError(f"{self.where(name)}: {exc}") from None
-        assert fd is not None
-        return fd
-
-    def _open_meta(self, root: int, now: datetime) -> fmt.Meta:
-        names = self.io.listdir(root)
-        if fmt.META_NAME not in names:
-            foreign = sorted(n for n in names if n not in fmt.ROOT_NAMES and not n.startswith("."))
-            if foreign:
-                raise StoreFormatError(
-                    f"{self.root} is not empty and is not a statekeeper file store "
-                    f"(it holds {', '.join(map(repr, foreign[:5]))}); "
-                    "point the store at a new or empty directory"
-                )
-        self._fds["lock"] = self.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
-        with self.locked():
-            try:
-                data = self.read_file(root, fmt.META_NAME)
-            except RecordProblem as exc:
-                raise StoreFormatError(f"{self.where(fmt.META_NAME)}: {exc.reason}") from None
-            if data is not None:
-                return fmt.Meta.from_bytes(data, self.where(fmt.META_NAME))
-            meta = fmt.Meta.new(now)
-            # Creating a store is always made durable, whatever the durability option.
-            tmp = f".{fmt.META_NAME}.tmp"
-            self.unlink_quiet(tmp, root)
-            self.write_new(root, tmp, meta.to_bytes(), sync=True)
-            self.io.rename(tmp, fmt.META_NAME, src_dir_fd=root, dst_dir_fd=root)
-            self.io.fsync(root)
-            return meta
-
-    def _open_state(self) -> int:
-        root = self.fd("root")
-        try:
-            fd = self.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
-        except FileNotFoundError:
-            fresh = fmt.State(gen=1, hwm=self._max_on_disk())
-            offset, copy = fresh.copy_bytes()
-            body = bytearray(fmt.STATE_SIZE)
-            body[offset : offset + len(copy)] = copy
-            tmp = f".{fmt.STATE_NAME}.tmp"
-            self.unlink_quiet(tmp, root)
-            self.write_new(root, tmp, bytes(body), sync=True)
-            self.io.rename(tmp, fmt.STATE_NAME, src_dir_fd=root, dst_dir_fd=root)
-            self.io.fsync(root)
-            fd = self.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise StoreFormatError(f"{self.where(fmt.STATE_NAME)} is a symbolic link") from None
-            raise
-        return fd
-
-    def _ensure_ids(self) -> None:
-        try:
-            self.open_ids().close()
-        except IndexDamaged:
-            self._rebuild_ids(None)
-
-    def _startup_recovery(self) -> None:
-        """After a machine restart, index the records above the sync mark again; then
-        finish a crashed writer's journal. Indexes too damaged for either are
-        rebuilt from the records."""
-        tx = self._txn()
-        boot = self.io.boot_id()
-        if boot is None or tx.state.boot != boot:
-            try:
-                self._recover_restart(tx, boot)
-            except IndexDamaged as exc:
-                _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
-                self._rebuild_all(tx)
-                tx.commit(boot=boot)
-                tx.sync()
-        journal = tx.state.journal
-        if journal is not None and not self._insert_done(tx, journal):
-            try:
-                self._recover_journal(tx)
-            except IndexDamaged as exc:
-                _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
-                self._rebuild_all(tx)
 
     # -- save ---------------------------------------------------------------------------
 
@@ -301,7 +191,14 @@ class FileEngine(RecoveryMixin):
     # -- update -------------------------------------------------------------------------
 
     def update(
-        self, cid: str, state: bytes, if_match: str | None, now: datetime, etag: str
+        self,
+        cid: str,
+        state: bytes,
+        if_match: str | None,
+        now: datetime,
+        etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
         with self.writing() as tx:
             with self.open_ids() as ids:
@@ -315,7 +212,7 @@ class FileEngine(RecoveryMixin):
                 raise PreconditionFailed(
                     f"checkpoint {cid!r} has etag {current.header.etag!r}, not {if_match!r}"
                 )
-            new = current.updated(state, now=now, etag=etag)
+            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             data = new.to_bytes(self.store_id)
             self._check_size(data)
             self._replace(tx, found.seq, cid, current, new.header.expires_at, data, found.raw)
@@ -414,16 +311,8 @@ class FileEngine(RecoveryMixin):
                     if pos is not None:
                         victims = [(pos, idx.slot(pos))]
         self._delete_slots(tx, ids, sfile or "", victims)
-
-    def _stream_of(self, seq: int, cid: str) -> str | None:
-        """The index holding ``seq`` when its record is too damaged to say (rare: it
-        looks through every stream index)."""
-        for idx in self.readable_indexes():
-            with idx:
-                pos = idx.find(seq)
-                if pos is not None and idx.slot(pos).cid == cid:
-                    return idx.name
-        return None
+        if found.record is None:
+            self._delete_orphan_done(tx, [found.seq])
 
     def _delete_slots(
         self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
@@ -478,7 +367,7 @@ class FileEngine(RecoveryMixin):
                         victims.append((pos, slot))
             with self.open_ids(write=True) as ids:
                 self._delete_slots(tx, ids, sfile, victims)
-            self._compact(sfile)
+            self._compact(tx, sfile)
             return len(victims)
 
     def delete_stream(self, stream: str, now: datetime) -> int:
@@ -494,7 +383,7 @@ class FileEngine(RecoveryMixin):
                 ]
             with self.open_ids(write=True) as ids:
                 self._delete_slots(tx, ids, sfile, victims)
-            self._compact(sfile)
+            self._compact(tx, sfile)
             return sum(1 for _, slot in victims if not slot.expired(now_us))
 
     def purge_expired(self, now: datetime) -> int:
@@ -517,11 +406,11 @@ class FileEngine(RecoveryMixin):
                 if victims:
                     with self.open_ids(write=True) as ids:
                         self._delete_slots(tx, ids, sfile, victims)
-                    self._compact(sfile)
+                    self._compact(tx, sfile)
                 removed += len(victims)
         return removed
 
-    def _compact(self, sfile: str) -> None:
+    def _compact(self, tx: Txn, sfile: str) -> None:
         """Rewrite a stream index without its dead slots once they dominate it, and
         remove an index with nothing left."""
         idx = self.open_index(sfile, write=True)
@@ -535,6 +424,7 @@ class FileEngine(RecoveryMixin):
                 return
             self.forget(sfile)
             if not live:
+                self._uncount_index(tx)
                 self.unlink_missing_ok(sfile, self.fd("streams"))
                 if self.durable:
                     self.io.fsync(self.fd("streams"))

@@ -323,6 +323,7 @@ class State:
         boot: str | _Keep | None = _KEEP,
         ids_used: int | None = None,
         journal: Journal | _Keep | None = _KEEP,
+        extra: dict[str, Any] | None = None,
     ) -> State:
         """The next generation with some fields changed (the save path calls this
         twice per save, so it avoids ``dataclasses.replace``)."""
@@ -333,8 +334,37 @@ class State:
             self.boot if isinstance(boot, _Keep) else boot,
             self.ids_used if ids_used is None else ids_used,
             self.journal if isinstance(journal, _Keep) else journal,
-            self.extra,
+            self.extra if extra is None else extra,
         )
+
+    @property
+    def streams(self) -> int | None:
+        """How many stream index files the store has (``None`` in a store written
+        before this was recorded): fewer files than this means one went missing."""
+        value = self.extra.get("streams")
+        return value if isinstance(value, int) else None
+
+    @property
+    def orphan(self) -> tuple[int, str] | None:
+        """The newest damaged record whose stream could not be told, if any: the
+        ``get_latest`` of a stream whose winner is older than it raises (see
+        ``docs/file-backend.md``)."""
+        value = self.extra.get("orphan")
+        if isinstance(value, list) and len(value) == 2:
+            seq, cid = value
+            if isinstance(seq, int) and isinstance(cid, str):
+                return seq, cid
+        return None
+
+    def with_extra(self, **changes: Any) -> dict[str, Any]:
+        """A copy of ``extra`` with ``changes`` (``None`` removes a key)."""
+        out = dict(self.extra)
+        for key, value in changes.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value
+        return out
 
     def copy_bytes(self) -> tuple[int, bytes]:
         """``(offset, bytes)`` of the copy this generation overwrites: the generation
@@ -354,9 +384,14 @@ class State:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> State | None:
-        """The newest valid copy in ``data``, or ``None`` if neither is valid."""
+        """The newest valid copy in ``data``, or ``None`` if neither is valid.
+
+        The result is marked ``torn`` when the other copy is damaged: the file is
+        short, a copy fails its checksum, or a copy is all zeros although both have
+        been written (generation 2 or more), so this copy may lag one write."""
         best: tuple[int, bytes] | None = None
-        invalid = 0
+        invalid = int(len(data) != STATE_SIZE)
+        zeros = 0
         for i in range(2):
             copy = data[i * STATE_COPY : (i + 1) * STATE_COPY]
             body = copy[: STATE_COPY - 9]
@@ -364,7 +399,10 @@ class State:
                 valid = len(copy) == STATE_COPY and int(copy[-9:-1], 16) == zlib.crc32(body)
                 gen = int(body[:20])
             except ValueError:
-                invalid += any(copy)  # all zeros: never written (a new store)
+                if any(copy):
+                    invalid += 1
+                else:
+                    zeros += 1  # all zeros: never written (a new store), or wiped
                 continue
             if not valid:
                 invalid += 1
@@ -372,6 +410,8 @@ class State:
                 best = (gen, body)
         if best is None:
             return None
+        if zeros and best[0] >= 2:
+            invalid += 1
         try:
             doc = json.loads(best[1][21:])
             journal = doc.pop("journal")

@@ -20,8 +20,10 @@ from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModif
 from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt
-from .core import EngineCore, RecordProblem
+from .core import EngineCore, RecordProblem, Txn
 from .index import IndexDamaged, StreamIndex
+from .survey import Survey, take_survey
+from .view import orphan_error, view_get, view_info, view_latest, view_scan, view_streams
 
 __all__ = ["ReadsMixin"]
 
@@ -38,31 +40,70 @@ class ReadsMixin(EngineCore):
 
     _bucket_list: list[int] | None = None
 
-    def recover_pending(self) -> None:
+    def recover_pending(self) -> Txn:
         """Finish a crashed writer's journal (the engine implements it)."""
         raise NotImplementedError
 
-    def heal(self) -> None:
+    def heal(self) -> fmt.State | None:
         """If a writer died mid-operation and nobody holds the lock now, finish its
         work before reading, so no reader sees a half-done delete or update for long.
+        Returns the state (``None``: unreadable, so the reads go to the records).
 
         Save entries are left to the next writer: every completed save leaves one
         (see ``_insert_done``), and a save that died before its index entries is one
-        nobody was told about, which strict reads do not show anyway."""
+        nobody was told about, which strict reads do not show anyway. A read-only
+        store heals nothing."""
         state = self.read_state()
-        if state is None or state.journal is None or state.journal.op == "insert":
-            return
+        if self.read_only or state is None or state.journal is None or state.journal.op == "insert":
+            return state
         with self.locked(wait=False) as got:
             if got:
                 self.recover_pending()
+                return self.read_state()
+        return state
+
+    def _records_only(self, state: fmt.State | None) -> bool:
+        """Whether this read must go to the records (the indexes cannot be trusted)."""
+        return state is None or self.degraded is not None
+
+    def survey(self) -> Survey:
+        """The whole store, from its records (O(store); see :mod:`.view`)."""
+        return take_survey(self)
 
     # -- strict reads -------------------------------------------------------------------
 
     def latest(self, stream: str, now: datetime) -> StoredRecord | None:
         """The live record of ``stream`` with the highest sequence, read from the
         tail of the stream index: no other record is decoded, whatever the size of
-        the stream or the store."""
-        self.heal()
+        the stream or the store. Without a usable index, from the records."""
+        state = self.heal()
+        if self._records_only(state):
+            return view_latest(self.survey(), stream, now)
+        try:
+            got = self._latest_indexed(stream, now)
+        except IndexDamaged:
+            return view_latest(self.survey(), stream, now)
+        assert state is not None
+        orphan = state.orphan
+        if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
+            return self._past_orphan(orphan, stream, now, got)
+        return got
+
+    def _past_orphan(
+        self, orphan: tuple[int, str], stream: str, now: datetime, got: StoredRecord | None
+    ) -> StoredRecord | None:
+        """A damaged record of unknown stream is newer than ``stream``'s winner: it
+        may be that stream's newest, so raise naming it (unless it is gone, or
+        readable again and of another stream)."""
+        try:
+            found = self.load_record(*orphan)
+        except CheckpointDecodeError as exc:
+            raise orphan_error(exc, stream) from None
+        if found is not None and found[0].stream == stream and not found[0].is_expired(now):
+            return found[0]
+        return got
+
+    def _latest_indexed(self, stream: str, now: datetime) -> StoredRecord | None:
         sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
         for _ in range(READ_RETRIES):
@@ -114,8 +155,17 @@ class ReadsMixin(EngineCore):
         return None
 
     def get(self, cid: str, now: datetime) -> StoredRecord | None:
-        """The live record ``cid`` via the id table; ``None`` if missing or expired."""
-        self.heal()
+        """The live record ``cid`` via the id table; ``None`` if missing or expired.
+        Without a usable id table, from the records."""
+        state = self.heal()
+        if self._records_only(state):
+            return view_get(self.survey(), cid, now)
+        try:
+            return self._get_indexed(cid, now)
+        except IndexDamaged:
+            return view_get(self.survey(), cid, now)
+
+    def _get_indexed(self, cid: str, now: datetime) -> StoredRecord | None:
         key = fmt.id_key(cid)
         for _ in range(READ_RETRIES):
             with self._ids_for_read() as ids:
@@ -169,15 +219,19 @@ class ReadsMixin(EngineCore):
     # -- tolerant scans -----------------------------------------------------------------
 
     def scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        self.heal()
+        state = self.heal()
         if query.stream is None:
-            return self._scan_all(query)
-        sfile = fmt.stream_file_name(query.stream)
-        idx = self._index_for_read(sfile)
-        if idx is None:
-            return []
-        with idx:
-            return self._scan_index(idx, query)
+            return self._scan_all(query)  # from the bucket directories: no index needed
+        if self._records_only(state):
+            return view_scan(self.survey(), query)
+        try:
+            idx = self._index_for_read(fmt.stream_file_name(query.stream))
+            if idx is None:
+                return []
+            with idx:
+                return self._scan_index(idx, query)
+        except IndexDamaged:
+            return view_scan(self.survey(), query)
 
     def _scan_index(self, idx: StreamIndex, q: ScanQuery) -> list[StoredRecord | Skipped]:
         dirs: dict[int, int] = {}
@@ -358,50 +412,52 @@ class ReadsMixin(EngineCore):
     # -- listings -----------------------------------------------------------------------
 
     def list_streams(self, now: datetime) -> list[str]:
+        if self._records_only(self.read_state()):
+            return view_streams(self.survey(), now)
         now_us = fmt.to_micros(now)
         names: list[str] = []
-        for idx in self.readable_indexes():
-            with idx:
-                if any(s.live and not s.expired(now_us) for _, s in idx.walk(idx.count - 1, -1)):
-                    names.append(idx.stream)
+        try:
+            for idx in self.readable_indexes(strict=True):
+                with idx:
+                    if any(
+                        s.live and not s.expired(now_us) for _, s in idx.walk(idx.count - 1, -1)
+                    ):
+                        names.append(idx.stream)
+        except IndexDamaged:
+            return view_streams(self.survey(), now)
         return names
 
     def info(self) -> dict[str, Any]:
-        streams = checkpoints = 0
-        for idx in self.readable_indexes():
-            with idx:
-                n = sum(1 for _, s in idx.walk(0, 1) if s.live)
-            if n:
-                streams += 1
-                checkpoints += n
+        extra = {"path": self.root, "durability": "full" if self.durable else "fast"}
         state = self.read_state()
+        if self._records_only(state):
+            return {**view_info(self.survey()), **extra, "degraded": self.degraded or "state"}
+        assert state is not None
+        streams = checkpoints = 0
+        try:
+            for idx in self.readable_indexes(strict=True):
+                with idx:
+                    n = sum(1 for _, s in idx.walk(0, 1) if s.live)
+                if n:
+                    streams += 1
+                    checkpoints += n
+        except IndexDamaged as exc:
+            return {**view_info(self.survey()), **extra, "degraded": str(exc)}
         return {
             "checkpoints": checkpoints,
             "streams": streams,
-            "high_water_mark": state.hwm if state else None,
-            "path": self.root,
-            "durability": "full" if self.durable else "fast",
+            "high_water_mark": state.hwm,
+            **extra,
         }
 
     # -- helpers ------------------------------------------------------------------------
 
     def _index_for_read(self, sfile: str) -> StreamIndex | None:
-        try:
-            return self.open_index(sfile)
-        except IndexDamaged as exc:
-            raise CheckpointDecodeError(
-                f"{exc}; FileCheckpointStore.repair() rebuilds it from the records",
-                location=self.where(fmt.STREAMS_DIR, sfile),
-            ) from None
+        """Raises :class:`IndexDamaged`, which sends the read to the records."""
+        return self.open_index(sfile)
 
     def _ids_for_read(self) -> Any:
-        try:
-            return self.open_ids()
-        except IndexDamaged as exc:
-            raise CheckpointDecodeError(
-                f"{exc}; FileCheckpointStore.repair() rebuilds it from the records",
-                location=self.where(fmt.IDS_NAME),
-            ) from None
+        return self.open_ids()
 
     def _slot_changed(self, idx: StreamIndex, pos: int, slot: fmt.Slot) -> bool:
         """Whether the index (looked up afresh by name) no longer says ``slot`` at ``pos``."""

@@ -11,12 +11,15 @@ and the id table are *soft*. This module holds what keeps them honest:
 - restart recovery: when the boot id differs from the one recorded, a power cut
   may have lost index writes, so every record above the sync mark is indexed
   again and index entries whose record did not survive are dropped;
-- :meth:`RecoveryMixin.repair`, which rebuilds both indexes from the records.
+- :meth:`RecoveryMixin.repair` and the rebuild on open, which rebuild both
+  indexes, the id table and the state from the records (see :mod:`.survey`),
+  keeping every damaged record as a damaged entry.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -28,12 +31,14 @@ from . import format as fmt
 from .core import RecordProblem, Txn
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import read_exact
-from .reads import ReadsMixin
+from .rebuild import RebuildMixin
 
 __all__ = ["RecoveryMixin"]
 
+_log = logging.getLogger("statekeeper.backends.file")
 
-class RecoveryMixin(ReadsMixin):
+
+class RecoveryMixin(RebuildMixin):
     """Journal, sync mark, restart recovery and repair. See the module docstring."""
 
     _dirty_epoch = -1
@@ -46,11 +51,13 @@ class RecoveryMixin(ReadsMixin):
     def _txn(self) -> Txn:
         state = self.read_state()
         if state is None:
-            # Both copies are torn (a power cut mid-write in fast mode): rebuild the
-            # high-water mark from the records and re-check everything.
-            state = fmt.State(gen=1, hwm=self._max_on_disk(), synced=0, boot=None)
-            self.write_state(state)
-        elif state.torn:
+            # Both copies are unreadable (wiped, or a power cut mid-write in fast mode;
+            # a new store starts this way too): rebuild everything from the records,
+            # the high-water mark included.
+            tx = Txn(self, fmt.State(gen=2))
+            self._rebuild_all(tx)
+            return tx
+        if state.torn:
             # The newer copy is torn, so this one may lag a save: never hand out a
             # sequence that a record on disk already has.
             state = state.next(hwm=max(state.hwm, self._max_on_disk()))
@@ -63,17 +70,20 @@ class RecoveryMixin(ReadsMixin):
     def writing(self) -> Iterator[Txn]:
         """The write lock plus the current state, with any crashed journal finished."""
         with self.locked():
-            tx = self._txn()
-            journal = tx.state.journal
-            if journal is not None and not self._insert_done(tx, journal):
-                self._recover_journal(tx)
-            yield tx
+            yield self.recover_pending()
 
-    def recover_pending(self) -> None:
+    def recover_pending(self) -> Txn:
+        """Finish a crashed writer's journal (under the lock); metadata too damaged
+        for that is rebuilt from the records."""
         tx = self._txn()
         journal = tx.state.journal
         if journal is not None and not self._insert_done(tx, journal):
-            self._recover_journal(tx)
+            try:
+                self._recover_journal(tx)
+            except IndexDamaged as exc:
+                _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
+                self._rebuild_all(tx)
+        return tx
 
     def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
         """Whether ``journal`` is a save that completed. A save leaves its journal
@@ -115,9 +125,7 @@ class RecoveryMixin(ReadsMixin):
         :meth:`IdTable.probe` for its new id. Returns 1 if an empty slot was used."""
         idx = self.open_index(sfile, write=True)
         if idx is None:
-            StreamIndex.create(
-                self.io, self.fd("streams"), sfile, stream, self.store_id, durable=self.durable
-            )
+            self._create_index(tx, sfile, stream)
             idx = self.open_index(sfile, write=True)
             if idx is None:
                 raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
@@ -141,6 +149,24 @@ class RecoveryMixin(ReadsMixin):
             took = int(at[1])
         self._mark_dirty(tx, sfile)
         return took
+
+    def _create_index(self, tx: Txn, sfile: str, stream: str) -> None:
+        """Create an empty stream index, then count it in ``state`` (so fewer index
+        files than counted means one went missing; a crash in between leaves one
+        more file than counted, which the next open counts)."""
+        StreamIndex.create(
+            self.io, self.fd("streams"), sfile, stream, self.store_id, durable=self.durable
+        )
+        count = tx.state.streams
+        if count is not None:
+            tx.commit(extra=tx.state.with_extra(streams=count + 1))
+
+    def _uncount_index(self, tx: Txn) -> None:
+        """Count one index fewer, before removing it (a crash in between makes the
+        next open rebuild, never miss a missing index)."""
+        count = tx.state.streams
+        if count:
+            tx.commit(extra=tx.state.with_extra(streams=count - 1))
 
     def _set_hint(self, sfile: str, seq: int, expires: int, *, sync: bool) -> None:
         idx = self.open_index(sfile, write=True)
@@ -232,9 +258,13 @@ class RecoveryMixin(ReadsMixin):
 
     def _roll_insert_forward(self, tx: Txn, journal: fmt.Journal) -> None:
         assert journal.path is not None
-        record = self._load_rel(journal.path)
+        try:
+            record = self._load_rel(journal.path, strict=True)
+        except CheckpointDecodeError as exc:
+            # A record under its final name is acknowledged, even damaged (a power
+            # cut in fast mode): it stays, as a damaged entry; a rebuild places it.
+            raise IndexDamaged(f"the record of the last save is damaged: {exc}") from None
         if record is None:
-            self._unlink_rel(journal.path)
             return
         with self.open_ids(write=True) as ids:
             slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
@@ -262,14 +292,17 @@ class RecoveryMixin(ReadsMixin):
             self._unlink_records(dead)
             self._trim(idx)
 
-    def _load_rel(self, path: str) -> StoredRecord | None:
-        """The valid record at a root-relative path, or ``None``."""
+    def _load_rel(self, path: str, *, strict: bool = False) -> StoredRecord | None:
+        """The valid record at a root-relative path, or ``None`` (if missing, or if
+        damaged and not ``strict``)."""
         parsed = fmt.parse_record_name(path.rsplit("/", 1)[-1])
         if parsed is None:
             return None
         try:
             got = self.load_record(*parsed)
         except CheckpointDecodeError:
+            if strict:
+                raise
             return None
         return None if got is None else got[0]
 
@@ -287,30 +320,9 @@ class RecoveryMixin(ReadsMixin):
             finally:
                 self.io.close(bfd)
 
-    def _max_on_disk(self) -> int:
-        """The highest sequence of any record or temp file (0 for none)."""
-        records = self._fds.get("records")
-        if records is None:
-            return 0
-        buckets = sorted(
-            (b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None),
-            reverse=True,
-        )
-        for bucket in buckets:
-            bfd = self.open_dir(records, fmt.bucket_name(bucket), create=False)
-            if bfd is None:
-                continue
-            try:
-                seqs = [_seq_of(name) for name in self.io.listdir(bfd)]
-            finally:
-                self.io.close(bfd)
-            top = max((s for s in seqs if s is not None), default=0)
-            if top:
-                return top
-        return 0
-
-    def _records_above(self, lo: int, hi: int) -> Iterator[StoredRecord]:
-        """Every valid record with ``lo < seq <= hi``, in sequence order."""
+    def _records_above(self, lo: int, hi: int) -> Iterator[tuple[int, str, StoredRecord | None]]:
+        """``(seq, id, record)`` of every record file with ``lo < seq <= hi``, in
+        sequence order; ``record`` is ``None`` for a damaged one."""
         records = self.fd("records")
         first, last = fmt.bucket_of(lo + 1), fmt.bucket_of(hi)
         buckets = sorted(
@@ -327,31 +339,39 @@ class RecoveryMixin(ReadsMixin):
                     (p, n) for n in self.io.listdir(bfd) if (p := fmt.parse_record_name(n))
                 )
                 for (seq, cid), name in names:
-                    if not lo < seq <= hi:
+                    if not lo < seq <= hi or fmt.bucket_of(seq) != bucket:
                         continue
                     try:
                         data = self.read_file(bfd, name)
                         if data is not None:
-                            yield self.decode(data, seq, cid)
+                            yield seq, cid, self.decode(data, seq, cid)
                     except (RecordProblem, CheckpointDecodeError):
-                        continue  # list(None) reports it; it has no place in an index
+                        yield seq, cid, None
             finally:
                 self.io.close(bfd)
 
     def _recover_restart(self, tx: Txn, boot: str | None) -> None:
         """After a machine restart, index again every record above the sync mark (a
         power cut may have lost unflushed index writes) and drop index entries whose
-        record did not survive."""
+        record did not survive. A damaged record there that no index names raises
+        :class:`IndexDamaged`, so the caller rebuilds (which finds its stream)."""
         lo = tx.state.synced
         hwm = max(tx.state.hwm, self._max_on_disk())
         found: dict[str, list[StoredRecord]] = {}
         present: set[int] = set()
-        for record in self._records_above(lo, hwm):
-            present.add(record.sequence)
-            found.setdefault(fmt.stream_file_name(record.stream), []).append(record)
+        damaged: list[tuple[int, str]] = []
+        for seq, cid, record in self._records_above(lo, hwm):
+            present.add(seq)
+            if record is None:
+                damaged.append((seq, cid))
+            else:
+                found.setdefault(fmt.stream_file_name(record.stream), []).append(record)
         for sfile in set(found) | self._dirty_names():
             recs = found.get(sfile, [])
-            self._merge_tail(sfile, recs[0].stream if recs else None, lo, recs, present)
+            self._merge_tail(tx, sfile, recs[0].stream if recs else None, lo, recs, present)
+        for seq, cid in damaged:
+            if self._stream_of(seq, cid) is None:
+                raise IndexDamaged(f"damaged record {seq} is in no stream index")
         used = tx.state.ids_used
         with self.open_ids(write=True) as ids:
             for pos, key, seq in list(ids.entries()):
@@ -360,6 +380,8 @@ class RecoveryMixin(ReadsMixin):
             for recs in found.values():
                 for record in recs:
                     used += ids.insert(fmt.id_key(record.id), record.sequence)
+            for seq, cid in damaged:
+                used += ids.insert(fmt.id_key(cid), seq)
             if self.durable:
                 ids.sync()
         tx.commit(hwm=hwm, synced=hwm, boot=boot, ids_used=used)
@@ -375,22 +397,18 @@ class RecoveryMixin(ReadsMixin):
 
     def _merge_tail(
         self,
+        tx: Txn,
         sfile: str,
         stream: str | None,
         lo: int,
         records: list[StoredRecord],
         present: set[int],
     ) -> None:
-        try:
-            idx = self.open_index(sfile, write=True)
-        except IndexDamaged:
-            idx = None  # rebuilt below only if we know its stream
+        idx = self.open_index(sfile, write=True)  # damaged: the caller rebuilds
         if idx is None:
             if stream is None:
                 return
-            StreamIndex.create(
-                self.io, self.fd("streams"), sfile, stream, self.store_id, durable=self.durable
-            )
+            self._create_index(tx, sfile, stream)
             idx = self.open_index(sfile, write=True)
             assert idx is not None
         with idx:
@@ -425,76 +443,36 @@ class RecoveryMixin(ReadsMixin):
             if self.durable:
                 idx.sync()
 
-    def _rebuild_ids(self, tx: Txn | None) -> IdTable:
-        """Build the id table afresh (to grow it, or from the stream indexes when it is
-        missing or damaged) and return it open for writing."""
-        entries: list[tuple[int, int]] = []
-        try:
-            with self.open_ids() as old:
-                entries = [(key, seq) for _, key, seq in old.entries()]
-        except IndexDamaged:
-            for idx in self.readable_indexes():
-                with idx:
-                    entries += [(fmt.id_key(s.cid), s.seq) for _, s in idx.walk(0, 1) if s.live]
+    def _rebuild_ids(self, tx: Txn) -> IdTable:
+        """Build the id table afresh, larger, and return it open for writing."""
+        with self.open_ids() as old:
+            entries = [(key, seq) for _, key, seq in old.entries()]
         self.forget(ids=True)
         used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
-        if tx is None:
-            tx = self._txn()
         tx.commit(ids_used=used)
         return self.open_ids(write=True)
 
-    def repair(self) -> dict[str, Any]:
-        """Rebuild both indexes from the record files (after damage, or after a power
-        cut in fast mode). Takes the write lock for the whole pass."""
+    def repair(self, drop_damaged: bool) -> dict[str, Any]:
+        """Rebuild the indexes, the id table and the state from the record files,
+        keeping damaged records as damaged entries (or, with ``drop_damaged``,
+        removing their files). Takes the write lock for the whole pass."""
         with self.locked():
             tx = self._txn()
             journal = tx.state.journal
             if journal is not None and not self._insert_done(tx, journal):
                 with contextlib.suppress(IndexDamaged):
                     self._recover_journal(tx)
-            return self._rebuild_all(tx)
+            return self._rebuild_all(tx, drop=drop_damaged)
 
-    def _rebuild_all(self, tx: Txn) -> dict[str, Any]:
-        self._drop_caches()  # every index file is about to be replaced
-        by_stream: dict[str, list[StoredRecord]] = {}
-        for record in self._records_above(0, max(tx.state.hwm, self._max_on_disk())):
-            by_stream.setdefault(record.stream, []).append(record)
-        streams_fd = self.fd("streams")
-        wanted = {fmt.stream_file_name(s): s for s in by_stream}
-        for sfile in self.io.listdir(streams_fd):
-            if sfile.endswith(".idx") and sfile not in wanted:
-                self.unlink_missing_ok(sfile, streams_fd)
-        for sfile, stream in wanted.items():
-            self.unlink_missing_ok(sfile, streams_fd)
-            StreamIndex.create(
-                self.io, streams_fd, sfile, stream, self.store_id, durable=self.durable
-            )
-            idx = self.open_index(sfile, write=True)
-            assert idx is not None
-            with idx:
-                for r in by_stream[stream]:
-                    idx.append(fmt.Slot(r.sequence, r.id, fmt.to_micros(r.header.expires_at)))
-                if self.durable:
-                    idx.sync()
-        entries = [(fmt.id_key(r.id), r.sequence) for rs in by_stream.values() for r in rs]
-        used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
-        self._drop_caches()
-        hwm = max(tx.state.hwm, self._max_on_disk())
-        tx.commit(hwm=hwm, synced=hwm, ids_used=used, journal=None)
-        tx.sync()
-        self.io.ftruncate(self.fd("dirty"), 0)
-        self._dirty = frozenset()
-        return {"records": len(entries), "streams": len(wanted)}
+    def _delete_orphan_done(self, tx: Txn, seqs: list[int]) -> None:
+        """After deleting records by id: if one was the newest damaged record of
+        unknown stream, find the next one (a rebuild; rare)."""
+        orphan = tx.state.orphan
+        if orphan is not None and orphan[0] in seqs:
+            self._rebuild_all(tx)
 
     @staticmethod
     def _quietly(action: Any) -> None:
         """Run a best-effort cleanup step; a failure is left to the journal."""
         with contextlib.suppress(Exception):
             action()
-
-
-def _seq_of(name: str) -> int | None:
-    parsed = fmt.parse_record_name(name)
-    if parsed is not None:
-        return parsed[0]
-    return fmt.parse_temp_name(name)

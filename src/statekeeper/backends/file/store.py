@@ -25,8 +25,9 @@ from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import BackendError, InvalidURL, StatekeeperError
-from ...models import CheckpointHeader, RepairReport, Skipped
-from ...record import NewRecord, StoredRecord
+from ...models import CheckpointHeader, Problem, RepairReport, Skipped
+from ...record import NewRecord, RecordEdits, StoredRecord
+from .check import check_store
 from .engine import FileEngine
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
@@ -121,6 +122,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             # Room for the largest state the codec accepts plus a header at its limits.
             max_record_bytes=2 * opts.max_bytes + (1 << 20),
             sync_interval=opts.sync_interval,
+            create=opts.create,
+            read_only=opts.read_only,
         )
 
     @classmethod
@@ -140,13 +143,55 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     def describe(self) -> str:
         return f"file://{self.path}"
 
+    async def _verify(self) -> list[Problem]:
+        """Check the state, every stream index and the id table against the record
+        files, and report foreign files (see :mod:`.check`). Writes nothing."""
+
+        def checking() -> list[Problem]:
+            return check_store(self._engine, self._engine.survey())
+
+        return await self._run("verify", checking)
+
     async def _repair(self, drop_damaged: bool) -> RepairReport:
-        """Rebuild the stream indexes and the id table from the record files, then
-        report (or drop) damaged records. Holds the write lock for the rebuild."""
-        counts = await self._run("repair", self._engine.repair)
-        rebuilt = {"stream_indexes": counts["streams"], "id_table": 1}
-        actions = [f"rebuilt {counts['streams']} stream index(es) and the id table"]
-        return await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
+        """Rebuild the stream indexes, the id table and the state from the record
+        files, keeping each damaged record as a damaged entry of its stream; with
+        ``drop_damaged``, first remove the damaged record files (found by name, so
+        also those whose bytes no longer say their id). Holds the write lock for
+        the rebuild."""
+        done = await self._run("repair", self._engine.repair, drop_damaged)
+        rebuilt = {"stream_indexes": done["streams"], "id_table": 1, "state": 1}
+        actions = [
+            f"rebuilt {done['streams']} stream index(es), the id table and the state "
+            f"(high-water mark {done['high_water_mark']}) from {done['records']} record file(s)"
+        ]
+        for what, said in (("state", done["state"]), ("id table", done["ids"])):
+            if said:
+                actions.append(f"the {what} was damaged: {said}")
+        if done["indexes"]:
+            actions.append(f"replaced damaged stream index(es): {', '.join(done['indexes'])}")
+        if done["temps"]:
+            actions.append(f"removed {done['temps']} stray temporary file(s)")
+        if done["orphans"]:
+            actions.append(
+                f"{done['orphans']} damaged record(s) belong to no stream that can be told; "
+                "get_latest raises for streams whose newest checkpoint is older"
+            )
+        dropped = [
+            Problem(
+                kind="damaged-record",
+                location=error.location or "",
+                reason=error.reason,
+                id=cid,
+                sequence=seq,
+            )
+            for seq, cid, error in done["dropped"]
+        ]
+        if dropped:
+            actions.append(f"removed {len(dropped)} damaged record file(s), as drop_damaged asked")
+        report = await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
+        return report.model_copy(
+            update={"dropped": dropped + report.dropped, "records": report.records}
+        )
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -199,9 +244,19 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("save", self._engine.insert, record)
 
     async def _update(
-        self, id: str, *, state: bytes, if_match: str | None, now: datetime, etag: str
+        self,
+        id: str,
+        *,
+        state: bytes,
+        if_match: str | None,
+        now: datetime,
+        etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
-        return await self._run("update", self._engine.update, id, state, if_match, now, etag)
+        return await self._run(
+            "update", self._engine.update, id, state, if_match, now, etag, edits, codec
+        )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         return await self._run("load", self._engine.get, id, now)
@@ -237,7 +292,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
     async def backdoor_write_raw(self, id: str, data: bytes) -> None:
         """Replace the record file's bytes, unverified (conformance kit backdoor)."""
-        self._require_open()
+        self._require_writable("backdoor_write_raw")
         await self._run("backdoor_write_raw", self._engine.write_raw, id, bytes(data))
 
 

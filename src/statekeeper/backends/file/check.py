@@ -1,0 +1,213 @@
+"""``verify`` for the file backend: its derived data checked against the records.
+
+Read-only (it opens nothing for writing, takes no lock and writes no byte). From
+one :func:`.survey.take_survey` it checks:
+
+- ``state``: both copies readable, the high-water mark at or above every sequence
+  the store mentions, the stream count against the index files, the orphan
+  marker against the newest damaged record of unknown stream, no pending journal
+  of a crashed delete or update;
+- every stream index: its header, every slot's CRC and order, and that its live
+  slots are exactly the records of its stream (a damaged record counts, under
+  the stream recovered for it); a slot marked dead whose record still exists;
+- the id table: its header and size, one entry per record file, no entry naming
+  no record, no garbage slot;
+- foreign files: anything in the store that is not its own (planted files,
+  links, FIFOs, misplaced records) and stray temp files.
+
+Writers may run meanwhile: whatever is above the high-water mark the survey
+started from is left out, and a record that vanished since is not a problem.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ...models import Problem
+from . import format as fmt
+from .core import EngineCore
+from .survey import Entry, Survey
+
+__all__ = ["check_store"]
+
+_REPAIR = "repair() rebuilds it from the records"
+
+
+class _Report(Protocol):
+    def __call__(self, kind: str, location: str, reason: str, e: Entry | None = None) -> None:
+        """Add one problem."""
+
+
+def check_store(engine: EngineCore, s: Survey) -> list[Problem]:
+    """The problems of the derived data in ``s`` (see the module docstring)."""
+    out: list[Problem] = []
+    where = engine.where
+
+    def problem(kind: str, location: str, reason: str, e: Entry | None = None) -> None:
+        out.append(
+            Problem(
+                kind=kind,
+                location=location,
+                reason=reason,
+                id=e.cid if e else None,
+                sequence=e.seq if e else None,
+                stream=e.stream if e else None,
+            )
+        )
+
+    top = max((e.seq for e in s.entries), default=0)
+    _check_state(s, top, problem, where(fmt.STATE_NAME))
+    for location, reason in s.foreign:
+        problem("foreign", where(location), reason)
+    for bucket, name in s.temps:
+        problem(
+            "foreign",
+            where(fmt.RECORDS_DIR, fmt.bucket_name(bucket), name),
+            "a stray temporary file left by an interrupted write; repair() removes it",
+        )
+    for e in s.entries:
+        if e.planted is not None:
+            problem("foreign", where(engine.record_path(e.seq, e.cid)), e.planted, e)
+        elif e.record is None and e.stream is None:
+            problem(
+                "damaged-record",
+                where(engine.record_path(e.seq, e.cid)),
+                "damaged, and its stream cannot be told: get_latest of a stream whose "
+                "newest checkpoint is older raises; repair(drop_damaged=True) removes it",
+                e,
+            )
+    _check_indexes(engine, s, top, problem)
+    _check_ids(engine, s, top, problem)
+    return out
+
+
+def _check_state(s: Survey, top: int, problem: _Report, location: str) -> None:
+    if s.state_problem is not None:
+        problem("state", location, f"{s.state_problem}; {_REPAIR}")
+    state = s.state
+    if state is None:
+        return
+    if state.hwm < top:
+        problem(
+            "state",
+            location,
+            f"the high-water mark {state.hwm} is below sequence {top}, which exists; {_REPAIR}",
+        )
+    files = len(s.indexes)
+    if state.streams is not None and files < state.streams:
+        problem(
+            "index",
+            location,
+            f"the state counts {state.streams} stream index file(s) but there are {files}; "
+            f"{_REPAIR}",
+        )
+    orphans = [e for e in s.orphans if e.seq <= state.hwm]
+    if orphans:
+        newest = max(orphans, key=lambda e: e.seq)
+        marked = state.orphan
+        if marked is None or marked[0] < newest.seq:
+            problem(
+                "state",
+                location,
+                f"damaged record {newest.seq} ({newest.cid!r}) belongs to no known stream "
+                "and the state does not mark it, so get_latest could answer an older "
+                f"checkpoint; {_REPAIR}",
+            )
+    journal = state.journal
+    if journal is not None and journal.op != "insert":
+        problem(
+            "state",
+            location,
+            f"a crashed {journal.op} is unfinished; the next write (or a writable open) "
+            "finishes it",
+        )
+
+
+def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) -> None:
+    hwm = s.state.hwm if s.state is not None else top
+    expected: dict[str, dict[int, Entry]] = {}
+    for e in s.entries:
+        if e.sfile is not None:
+            expected.setdefault(e.sfile, {})[e.seq] = e
+    pending = s.state.journal if s.state is not None else None
+    for sfile, old in s.indexes.items():
+        location = engine.where(fmt.STREAMS_DIR, sfile)
+        if old.damaged is not None:
+            problem("index", location, f"{old.damaged}; {_REPAIR}")
+        want = expected.get(sfile, {})
+        for slot in old.slots:
+            if slot.seq > hwm:
+                continue  # saved after the survey began
+            match = want.get(slot.seq)
+            if slot.live and (match is None or match.cid != slot.cid):
+                problem(
+                    "index",
+                    location,
+                    f"it lists checkpoint {slot.cid!r} (sequence {slot.seq}), which has "
+                    f"no record of this stream; {_REPAIR}",
+                )
+            elif not slot.live and match is not None and match.cid == slot.cid:
+                deleting = pending is not None and pending.op == "delete"
+                if not deleting and _still_there(engine, slot.seq, slot.cid):
+                    problem(
+                        "index",
+                        location,
+                        f"it marks checkpoint {slot.cid!r} (sequence {slot.seq}) deleted, "
+                        f"but its record exists; {_REPAIR}",
+                        match,
+                    )
+        listed = {(slot.seq, slot.cid) for slot in old.slots}
+        for e in want.values():
+            if (e.seq, e.cid) not in listed and _still_there(engine, e.seq, e.cid):
+                problem(
+                    "index",
+                    location,
+                    f"it does not list checkpoint {e.cid!r} (sequence {e.seq}); {_REPAIR}",
+                    e,
+                )
+    for sfile, want in expected.items():
+        if sfile not in s.indexes:
+            first = next(iter(want.values()))
+            if any(_still_there(engine, e.seq, e.cid) for e in want.values()):
+                problem(
+                    "index",
+                    engine.where(fmt.STREAMS_DIR, sfile),
+                    f"stream {first.stream!r} has {len(want)} record(s) but no index; {_REPAIR}",
+                )
+
+
+def _check_ids(engine: EngineCore, s: Survey, top: int, problem: _Report) -> None:
+    location = engine.where(fmt.IDS_NAME)
+    if s.ids is None:
+        problem("index", location, f"{s.ids_damaged}; {_REPAIR}")
+        return
+    hwm = s.state.hwm if s.state is not None else top
+    if s.ids_garbage:
+        problem("index", location, f"{s.ids_garbage} slot(s) hold garbage; {_REPAIR}")
+    have = set(s.ids)
+    names = {(fmt.id_key(e.cid), e.seq): e for e in s.entries}
+    for key_seq, e in names.items():
+        if key_seq not in have and _still_there(engine, e.seq, e.cid):
+            problem("index", location, f"it lacks checkpoint {e.cid!r}; {_REPAIR}", e)
+    for key, seq in have:
+        if seq <= hwm and (key, seq) not in names:
+            problem(
+                "index",
+                location,
+                f"it lists sequence {seq}, which has no record with that id; {_REPAIR}",
+            )
+
+
+def _still_there(engine: EngineCore, seq: int, cid: str) -> bool:
+    """Whether record ``seq``/``cid`` exists now (a problem about a record that a
+    concurrent delete removed is no problem)."""
+    bucket = engine.bucket(seq)
+    if bucket is None:
+        return False
+    try:
+        engine.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
+    except FileNotFoundError:
+        return False
+    finally:
+        engine.close_bucket(bucket)
+    return True

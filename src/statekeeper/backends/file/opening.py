@@ -1,0 +1,197 @@
+"""Opening a file store: creating it, checking it, and the read-only open.
+
+A writable open takes the write lock, finishes a crashed writer's journal, after a
+machine restart re-indexes what a power cut may have lost (see :mod:`.recovery`),
+and then rebuilds from the records whatever the cheap checks of :mod:`.rebuild`
+find damaged or missing. ``create=False`` never creates a store; a ``read_only``
+open writes nothing at all (no lock file, no recovery, no rebuild) and, when the
+indexes cannot be trusted, sends the reads to the records (:mod:`.view`).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from datetime import datetime
+
+from ...errors import StoreFormatError, StoreNotFound
+from . import format as fmt
+from .core import RO_FILE, RW_FILE, RecordProblem
+from .index import IndexDamaged
+from .recovery import RecoveryMixin
+
+__all__ = ["OpeningMixin"]
+
+_log = logging.getLogger("statekeeper.backends.file")
+_CREAT = os.O_CREAT
+_APPEND = os.O_APPEND
+
+
+class OpeningMixin(RecoveryMixin):
+    """Open, create and check a store (see the module docstring)."""
+
+    def open(self, now: datetime) -> fmt.Meta:
+        """Open the store (creating it if ``create``); finish a crashed writer's
+        journal, after a machine restart re-index what a power cut may have lost, and
+        rebuild from the records what is damaged or missing. A read-only open does
+        none of that and writes nothing: it reads from the records instead when the
+        indexes cannot be trusted (``degraded``)."""
+        try:
+            root = self.io.open_root(self.root, create=self.create)
+        except (FileNotFoundError, NotADirectoryError):
+            if self.create:
+                raise
+            raise self._not_found() from None
+        self._fds = {"root": root}
+        self.degraded = None
+        try:
+            if self.read_only:
+                meta = self._open_read_only(root)
+            else:
+                meta = self._open_meta(root, now)
+                self.store_id = meta.store_id
+                with self.locked():
+                    self._fds["records"] = self._subdir(fmt.RECORDS_DIR)
+                    self._fds["streams"] = self._subdir(fmt.STREAMS_DIR)
+                    self._fds["state"] = self._open_state()
+                    self._fds["dirty"] = self.io.open(
+                        fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
+                    )
+                    self._startup_recovery()
+        except BaseException:
+            self.close_fds()
+            raise
+        return meta
+
+    def _not_found(self) -> StoreNotFound:
+        return StoreNotFound(
+            f"there is no file store at {self.root}; check the path, or open it with "
+            "create=True (and without read_only) to create one"
+        )
+
+    def _open_read_only(self, root: int) -> fmt.Meta:
+        """Open without writing a byte: no lock file, no recovery, no rebuild."""
+        if fmt.META_NAME not in self.io.listdir(root):
+            raise self._not_found()
+        try:
+            data = self.read_file(root, fmt.META_NAME)
+        except RecordProblem as exc:
+            raise StoreFormatError(f"{self.where(fmt.META_NAME)}: {exc.reason}") from None
+        if data is None:
+            raise self._not_found()
+        meta = fmt.Meta.from_bytes(data, self.where(fmt.META_NAME))
+        self.store_id = meta.store_id
+        for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
+            try:
+                fd = self.open_dir(root, name, create=False)
+            except IndexDamaged as exc:
+                raise StoreFormatError(f"{self.where(name)}: {exc}") from None
+            if fd is not None:
+                self._fds[name] = fd
+        if "records" not in self._fds:
+            raise StoreFormatError(
+                f"{self.where(fmt.RECORDS_DIR)} is missing: the store's creation was cut "
+                "short; open it once without read_only to finish it"
+            )
+        try:
+            self._fds["state"] = self.io.open(fmt.STATE_NAME, RO_FILE, dir_fd=root)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreFormatError(f"{self.where(fmt.STATE_NAME)} is a symbolic link") from None
+            raise
+        self.degraded = self.damage_read_only()
+        if self.degraded is not None:
+            _log.warning(
+                "file store %s (read-only): %s; reads go to the record files until a "
+                "writable open or repair() rebuilds the indexes",
+                self.root,
+                self.degraded,
+            )
+        return meta
+
+    def _subdir(self, name: str) -> int:
+        try:
+            fd = self.open_dir(self.fd("root"), name, create=True)
+        except IndexDamaged as exc:
+            raise StoreFormatError(f"{self.where(name)}: {exc}") from None
+        assert fd is not None
+        return fd
+
+    def _open_meta(self, root: int, now: datetime) -> fmt.Meta:
+        names = self.io.listdir(root)
+        if fmt.META_NAME not in names:
+            foreign = sorted(n for n in names if n not in fmt.ROOT_NAMES and not n.startswith("."))
+            if foreign:
+                raise StoreFormatError(
+                    f"{self.root} is not empty and is not a statekeeper file store "
+                    f"(it holds {', '.join(map(repr, foreign[:5]))}); "
+                    "point the store at a new or empty directory"
+                )
+            if not self.create:
+                raise self._not_found()
+        self._fds["lock"] = self.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
+        with self.locked():
+            try:
+                data = self.read_file(root, fmt.META_NAME)
+            except RecordProblem as exc:
+                raise StoreFormatError(f"{self.where(fmt.META_NAME)}: {exc.reason}") from None
+            if data is not None:
+                return fmt.Meta.from_bytes(data, self.where(fmt.META_NAME))
+            meta = fmt.Meta.new(now)
+            # Creating a store is always made durable, whatever the durability option.
+            tmp = f".{fmt.META_NAME}.tmp"
+            self.unlink_quiet(tmp, root)
+            self.write_new(root, tmp, meta.to_bytes(), sync=True)
+            self.io.rename(tmp, fmt.META_NAME, src_dir_fd=root, dst_dir_fd=root)
+            self.io.fsync(root)
+            return meta
+
+    def _open_state(self) -> int:
+        root = self.fd("root")
+        try:
+            fd = self.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+        except FileNotFoundError:
+            # Both copies empty: the first transaction finds no state and rebuilds
+            # it from the records (a new store, or one whose state file was lost).
+            tmp = f".{fmt.STATE_NAME}.tmp"
+            self.unlink_quiet(tmp, root)
+            self.write_new(root, tmp, bytes(fmt.STATE_SIZE), sync=True)
+            self.io.rename(tmp, fmt.STATE_NAME, src_dir_fd=root, dst_dir_fd=root)
+            self.io.fsync(root)
+            fd = self.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreFormatError(f"{self.where(fmt.STATE_NAME)} is a symbolic link") from None
+            raise
+        return fd
+
+    def _startup_recovery(self) -> None:
+        """After a machine restart, index the records above the sync mark again; then
+        finish a crashed writer's journal; then check the derived data (see
+        :meth:`damage_at_open`). What is damaged or missing is rebuilt from the
+        records (an unreadable state already was, by ``_txn``)."""
+        tx = self._txn()
+        boot = self.io.boot_id()
+        reasons: list[str] = []
+        try:
+            if boot is None or tx.state.boot != boot:
+                self._recover_restart(tx, boot)
+            journal = tx.state.journal
+            if journal is not None and not self._insert_done(tx, journal):
+                self._recover_journal(tx)
+        except IndexDamaged as exc:
+            reasons.append(str(exc))
+        reasons += self.damage_at_open(tx)
+        if reasons:
+            _log.warning(
+                "file store %s: rebuilding its indexes from the records: %s",
+                self.root,
+                "; ".join(reasons),
+            )
+            self._rebuild_all(tx)
+        if tx.state.boot != boot:
+            tx.commit(boot=boot)
+            tx.sync()

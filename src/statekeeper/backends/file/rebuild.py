@@ -1,0 +1,258 @@
+"""Rebuilding a file store's derived data from its records, and the checks that
+decide, when a store is opened, whether that is needed.
+
+Records are the truth (SPEC S3a): the stream indexes, the id table and the state
+(high-water mark, stream count, orphan marker) are rebuilt from a
+:func:`.survey.take_survey` of the record files, and every record file under its
+final name keeps its sequence: a damaged one becomes a damaged entry of its
+stream (or an orphan, see :mod:`.survey`), never a gap. Only ``drop=True``
+(``repair(drop_damaged=True)``) removes damaged records.
+
+The open-time checks are cheap (no record is read): the state is readable, the
+id table opens, no stream index file is missing (``state`` counts them), and no
+record is above the high-water mark. Damage they cannot see (a corrupt slot in
+the middle of an index) is met by the reads, which then answer from the records
+(:mod:`.view`), and reported by ``verify``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ...errors import CheckpointDecodeError
+from . import format as fmt
+from .core import Txn
+from .index import IdTable, IndexDamaged, write_index
+from .reads import ReadsMixin
+from .survey import Entry
+
+__all__ = ["RebuildMixin"]
+
+_log = logging.getLogger("statekeeper.backends.file")
+
+
+class RebuildMixin(ReadsMixin):
+    """The rebuild from the records, and the open-time checks."""
+
+    _dirty: frozenset[str] = frozenset()
+
+    def _rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
+        """Rebuild every stream index, the id table and the state from the records,
+        under the write lock. With ``drop``, first remove the damaged records."""
+        s = self.survey()
+        self._drop_caches()  # every index file is about to be replaced
+        dropped: list[Entry] = []
+        if drop:
+            dropped = [e for e in s.entries if e.record is None]
+            self._unlink_entries(dropped)
+            s.entries = [e for e in s.entries if e.record is not None]
+        for bucket, name in s.temps:
+            self._unlink_in_bucket(bucket, [name])
+        by_sfile: dict[str, tuple[str, list[fmt.Slot]]] = {}
+        for e in s.entries:
+            if e.stream is None:
+                continue
+            expires = fmt.to_micros(e.record.header.expires_at) if e.record is not None else 0
+            by_sfile.setdefault(fmt.stream_file_name(e.stream), (e.stream, []))[1].append(
+                fmt.Slot(e.seq, e.cid, expires)
+            )
+        streams_fd = self.fd("streams")
+        for sfile, (stream, slots) in by_sfile.items():
+            write_index(
+                self.io, streams_fd, sfile, stream, slots, self.store_id, durable=self.durable
+            )
+        for sfile in self.io.listdir(streams_fd):
+            ours = sfile.endswith(".idx") or (sfile.startswith(".") and sfile.endswith(".tmp"))
+            if ours and sfile not in by_sfile:
+                self.unlink_missing_ok(sfile, streams_fd)
+        if self.durable:
+            self.io.fsync(streams_fd)
+        entries = [(fmt.id_key(e.cid), e.seq) for e in s.entries]
+        used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
+        self._drop_caches()
+        orphans = s.orphans
+        newest = max(orphans, key=lambda e: e.seq) if orphans else None
+        hwm = max(s.top, tx.state.hwm)
+        extra = tx.state.with_extra(
+            streams=len(by_sfile),
+            orphan=None if newest is None else [newest.seq, newest.cid],
+        )
+        tx.commit(hwm=hwm, synced=hwm, ids_used=used, journal=None, extra=extra)
+        tx.sync()
+        self.io.ftruncate(self.fd("dirty"), 0)
+        self._dirty = frozenset()
+        self._bucket_list = None
+        return {
+            "records": len(entries),
+            "streams": len(by_sfile),
+            "damaged": sum(1 for e in s.entries if e.record is None),
+            "orphans": len(orphans),
+            "dropped": [(e.seq, e.cid, e.error) for e in dropped],
+            "temps": len(s.temps),
+            "state": s.state_problem,
+            "ids": s.ids_damaged,
+            "indexes": sorted(i.sfile for i in s.indexes.values() if i.damaged),
+            "high_water_mark": hwm,
+        }
+
+    def _unlink_entries(self, entries: list[Entry]) -> None:
+        by_bucket: dict[int, list[str]] = {}
+        for e in entries:
+            by_bucket.setdefault(fmt.bucket_of(e.seq), []).append(fmt.record_name(e.seq, e.cid))
+        for bucket, names in by_bucket.items():
+            self._unlink_in_bucket(bucket, names)
+
+    def _unlink_in_bucket(self, bucket: int, names: list[str]) -> None:
+        bfd = self.open_dir(self.fd("records"), fmt.bucket_name(bucket), create=False)
+        if bfd is None:
+            return
+        try:
+            for name in names:
+                self.unlink_missing_ok(name, bfd)
+            if self.durable:
+                self.io.fsync(bfd)
+        finally:
+            self.io.close(bfd)
+
+    # -- open-time checks ---------------------------------------------------------------
+
+    def damage_at_open(self, tx: Txn) -> list[str]:
+        """What is wrong with the derived data, from cheap checks (under the lock).
+        Also records the stream count in a store that has none yet."""
+        reasons: list[str] = []
+        try:
+            self.open_ids().close()
+        except IndexDamaged as exc:
+            reasons.append(str(exc))
+        files = len(self.index_files())
+        want = tx.state.streams
+        if want is not None and files < want:
+            reasons.append(f"{want - files} stream index file(s) are missing")
+        elif want is None or files > want:
+            tx.commit(extra=tx.state.with_extra(streams=files))
+        top = self._max_on_disk()
+        if top > tx.state.hwm:
+            reasons.append(f"record {top} is above the high-water mark {tx.state.hwm}")
+        return reasons
+
+    def damage_read_only(self) -> str | None:
+        """Why this read-only open cannot trust the indexes (``None``: it can). The
+        same checks as a writable open makes, plus the work a writable open would
+        do first: a save the journal has not finished, and records above the sync
+        mark after a machine restart that are not indexed."""
+        if "streams" not in self._fds:
+            return "the streams directory is missing"
+        state = self.read_state()
+        if state is None:
+            return "the state file is missing or unreadable"
+        if state.torn:
+            return "a copy of the state file is damaged"
+        try:
+            self.open_ids().close()
+        except IndexDamaged as exc:
+            return str(exc)
+        if state.streams is not None and len(self.index_files()) < state.streams:
+            return "a stream index file is missing"
+        if self._max_on_disk() > state.hwm:
+            return "a record is above the high-water mark"
+        journal = state.journal
+        if (
+            journal is not None
+            and journal.op == "insert"
+            and not self._insert_done(Txn(self, state), journal)
+        ):
+            return "the last save is not indexed yet (a writer crashed)"
+        boot = self.io.boot_id()
+        if boot is None or boot != state.boot:
+            try:
+                if not self._indexed_above(state.synced, state.hwm):
+                    return "records above the sync mark are not indexed (a machine restart)"
+            except IndexDamaged as exc:
+                return str(exc)
+        return None
+
+    def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
+        raise NotImplementedError  # the recovery mixin has it
+
+    def _indexed_above(self, lo: int, hi: int) -> bool:
+        """Whether every record file with ``lo < seq <= hi`` is in its stream index
+        and the id table (at most ``sync_interval`` records are read)."""
+        records = self.fd("records")
+        buckets = [
+            b
+            for b in map(fmt.parse_bucket_name, self.io.listdir(records))
+            if b is not None and fmt.bucket_of(lo + 1) <= b <= fmt.bucket_of(hi)
+        ]
+        for bucket in buckets:
+            bfd = self.open_dir(records, fmt.bucket_name(bucket), create=False)
+            if bfd is None:
+                continue
+            try:
+                names = [p for n in self.io.listdir(bfd) if (p := fmt.parse_record_name(n))]
+            finally:
+                self.io.close(bfd)
+            for seq, cid in names:
+                if lo < seq <= hi and not self._is_indexed(seq, cid):
+                    return False
+        return True
+
+    def _is_indexed(self, seq: int, cid: str) -> bool:
+        with self.open_ids() as ids:
+            if ids.find(fmt.id_key(cid), seq) is None:
+                return False
+        try:
+            got = self.load_record(seq, cid)
+        except CheckpointDecodeError:
+            return False
+        if got is None:
+            return True  # deleted since the listing
+        idx = self.open_index(fmt.stream_file_name(got[0].stream))
+        if idx is None:
+            return False
+        with idx:
+            return idx.find(seq) is not None
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _max_on_disk(self) -> int:
+        """The highest sequence of any record or temp file (0 for none)."""
+        records = self._fds.get("records")
+        if records is None:
+            return 0
+        buckets = sorted(
+            (b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None),
+            reverse=True,
+        )
+        for bucket in buckets:
+            try:
+                bfd = self.open_dir(records, fmt.bucket_name(bucket), create=False)
+            except IndexDamaged:
+                continue
+            if bfd is None:
+                continue
+            try:
+                seqs = [_seq_of(name) for name in self.io.listdir(bfd)]
+            finally:
+                self.io.close(bfd)
+            top = max((s for s in seqs if s is not None), default=0)
+            if top:
+                return top
+        return 0
+
+    def _stream_of(self, seq: int, cid: str) -> str | None:
+        """The index holding ``seq`` when its record is too damaged to say (rare: it
+        looks through every stream index)."""
+        for idx in self.readable_indexes():
+            with idx:
+                pos = idx.find(seq)
+                if pos is not None and idx.slot(pos).cid == cid:
+                    return idx.name
+        return None
+
+
+def _seq_of(name: str) -> int | None:
+    parsed = fmt.parse_record_name(name)
+    if parsed is not None:
+        return parsed[0]
+    return fmt.parse_temp_name(name)

@@ -1,0 +1,336 @@
+"""A read-only walk of a whole file store: every record file, and what the old
+stream indexes, the id table, the state and its journal say about them.
+
+Records are the truth (SPEC S3a). A record file under its final name,
+``records/<bucket>/<seq>.<id>.ckpt``, is an acknowledged checkpoint, readable or
+not: its name carries its sequence and id, so a damaged one is never a gap. What a
+damaged record's bytes can no longer say is its stream; the survey recovers it, in
+this order, from:
+
+1. a CRC-valid slot of an old stream index that names that sequence and id (read
+   slot by slot, even when the index's header is gone; the stream then comes
+   from the file name, or from an intact record of the same index file);
+2. the journal in ``state``, when it names that record's save;
+3. the header inside the damaged bytes, trusted only when it parses, names this
+   very sequence and id, and names a stream the store is known to have.
+
+A damaged record whose stream none of these tells is an *orphan*. The rebuild
+keeps it in the id table and records the newest one in ``state``, so the
+``get_latest`` of any stream whose winner is older raises naming it: the store
+cannot tell that it is not that stream's newest checkpoint.
+
+:func:`take_survey` is what a rebuild, a read without usable indexes and
+``verify`` all start from. It writes nothing and costs O(store).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from ...errors import CheckpointDecodeError
+from ...record import StoredRecord
+from . import format as fmt
+from .core import RO_FILE, EngineCore, RecordProblem
+from .index import IndexDamaged, open_regular
+from .io import read_exact
+
+__all__ = ["Entry", "OldIndex", "Survey", "take_survey"]
+
+_PREFIX = re.compile(rb"SK1 (\d{1,9}) (\d{1,10}) [0-9a-f]{8}\n")
+
+
+@dataclass
+class Entry:
+    """One record file: an acknowledged checkpoint, intact (``record``) or damaged
+    (``error``). ``stream`` is the record's, or the one recovered for a damaged
+    record (``None``: an orphan); ``how`` says where it came from."""
+
+    seq: int
+    cid: str
+    record: StoredRecord | None
+    error: CheckpointDecodeError | None
+    stream: str | None = None
+    how: str = ""
+    #: Not a regular single-link file (a FIFO, a link): also reported as foreign.
+    planted: str | None = None
+    hint: str | None = None
+
+    @property
+    def sfile(self) -> str | None:
+        return None if self.stream is None else fmt.stream_file_name(self.stream)
+
+
+@dataclass
+class OldIndex:
+    """What an existing stream index file still says, slot by slot."""
+
+    sfile: str
+    stream: str | None
+    slots: list[fmt.Slot] = field(default_factory=list)
+    damaged: str | None = None
+
+
+@dataclass
+class Survey:
+    entries: list[Entry] = field(default_factory=list)
+    #: ``(root-relative location, reason)`` of files that are no record of this store.
+    foreign: list[tuple[str, str]] = field(default_factory=list)
+    #: ``(bucket, name)`` of temp files no write is using.
+    temps: list[tuple[int, str]] = field(default_factory=list)
+    indexes: dict[str, OldIndex] = field(default_factory=dict)
+    #: Live ``(key, seq)`` entries of the id table; ``None`` if it is unusable.
+    ids: list[tuple[int, int]] | None = None
+    ids_damaged: str | None = None
+    ids_garbage: int = 0
+    state: fmt.State | None = None
+    state_problem: str | None = None
+    #: The highest sequence anything in the store mentions.
+    top: int = 0
+
+    @property
+    def orphans(self) -> list[Entry]:
+        return [e for e in self.entries if e.record is None and e.stream is None]
+
+
+def take_survey(engine: EngineCore) -> Survey:
+    """Walk the store (see the module docstring). Writes nothing."""
+    s = Survey()
+    for name in sorted(engine.io.listdir(engine.fd("root"))):
+        if name not in fmt.ROOT_NAMES and not (name.startswith(".") and name.endswith(".tmp")):
+            s.foreign.append((name, "not a file of a statekeeper file store"))
+    _survey_state(engine, s)
+    _survey_records(engine, s)
+    _survey_indexes(engine, s)
+    _survey_ids(engine, s)
+    _resolve_streams(s)
+    seqs = [e.seq for e in s.entries]
+    seqs += [seq for _, name in s.temps if (seq := fmt.parse_temp_name(name)) is not None]
+    seqs += [slot.seq for idx in s.indexes.values() for slot in idx.slots]
+    seqs += [seq for _, seq in s.ids or []]
+    if s.state is not None:
+        seqs.append(s.state.hwm)
+        if s.state.journal is not None:
+            seqs += [s.state.journal.seq, s.state.journal.hi]
+    s.top = max([s.top, *seqs])
+    return s
+
+
+def _survey_state(engine: EngineCore, s: Survey) -> None:
+    fd = engine._fds.get("state")
+    if fd is None:
+        s.state_problem = "the state file is missing"
+        return
+    raw = read_exact(engine.io, fd, fmt.STATE_SIZE + 1, 0)
+    s.state = fmt.State.from_bytes(raw)
+    if s.state is None:
+        s.state_problem = "both copies of the state file are unreadable"
+    elif s.state.torn:
+        s.state_problem = "one copy of the state file is damaged (a torn write?)"
+
+
+def _survey_records(engine: EngineCore, s: Survey) -> None:
+    io = engine.io
+    records = engine._fds.get("records")
+    if records is None:
+        return
+    journal = s.state.journal if s.state is not None else None
+    busy_tmp = journal.tmp if journal is not None else None
+    for bname in sorted(io.listdir(records)):
+        bucket = fmt.parse_bucket_name(bname)
+        if bucket is None:
+            s.foreign.append((f"{fmt.RECORDS_DIR}/{bname}", "not a bucket directory"))
+            continue
+        try:
+            bfd = engine.open_dir(records, bname, create=False)
+        except IndexDamaged as exc:
+            s.foreign.append((f"{fmt.RECORDS_DIR}/{bname}", str(exc)))
+            continue
+        if bfd is None:
+            continue
+        try:
+            for name in sorted(io.listdir(bfd)):
+                _survey_file(engine, s, bfd, bucket, bname, name, busy_tmp)
+        finally:
+            io.close(bfd)
+
+
+def _survey_file(
+    engine: EngineCore,
+    s: Survey,
+    bfd: int,
+    bucket: int,
+    bname: str,
+    name: str,
+    busy_tmp: str | None,
+) -> None:
+    where = f"{fmt.RECORDS_DIR}/{bname}/{name}"
+    parsed = fmt.parse_record_name(name)
+    if parsed is None or fmt.bucket_of(parsed[0]) != bucket:
+        if parsed is None and fmt.parse_temp_name(name) is not None:
+            if where != busy_tmp:
+                s.temps.append((bucket, name))
+            return
+        s.foreign.append((where, "not a record of this store (a planted or misplaced file)"))
+        return
+    seq, cid = parsed
+    try:
+        data = engine.read_file(bfd, name)
+    except RecordProblem as exc:
+        error = engine.decode_error(exc.reason, seq, cid)
+        s.entries.append(Entry(seq, cid, None, error, planted=exc.reason))
+        return
+    if data is None:
+        return  # removed since the listing
+    try:
+        s.entries.append(Entry(seq, cid, engine.decode(data, seq, cid), None))
+    except CheckpointDecodeError as exc:
+        s.entries.append(Entry(seq, cid, None, exc, hint=_stream_hint(data, seq, cid)))
+
+
+def _stream_hint(data: bytes, seq: int, cid: str) -> str | None:
+    """The stream a damaged record's header still names, if it names this record."""
+    m = _PREFIX.match(data)
+    if m is None:
+        return None
+    try:
+        head = json.loads(data[m.end() : m.end() + int(m[1])])
+    except ValueError:
+        return None
+    if not isinstance(head, dict) or head.get("seq") != seq or head.get("id") != cid:
+        return None
+    stream = head.get("stream")
+    return stream if isinstance(stream, str) and stream else None
+
+
+def _survey_indexes(engine: EngineCore, s: Survey) -> None:
+    io = engine.io
+    streams = engine._fds.get("streams")
+    if streams is None:
+        return
+    for sfile in sorted(io.listdir(streams)):
+        if sfile.startswith("."):
+            if not sfile.endswith(".tmp"):
+                s.foreign.append((f"{fmt.STREAMS_DIR}/{sfile}", "not a stream index"))
+            continue
+        if not sfile.endswith(".idx"):
+            s.foreign.append((f"{fmt.STREAMS_DIR}/{sfile}", "not a stream index"))
+            continue
+        s.indexes[sfile] = _read_index(engine, streams, sfile)
+
+
+def _read_index(engine: EngineCore, streams: int, sfile: str) -> OldIndex:
+    io = engine.io
+    old = OldIndex(sfile, fmt.stream_from_file_name(sfile))
+    try:
+        fd, st = open_regular(io, sfile, RO_FILE, streams)
+    except FileNotFoundError:
+        old.damaged = "it vanished while being read"
+        return old
+    except IndexDamaged as exc:
+        old.damaged = str(exc)
+        return old
+    try:
+        data = read_exact(io, fd, st.st_size, 0)
+    finally:
+        io.close(fd)
+    try:
+        old.stream = fmt.parse_index_header(data[: fmt.IDX_HEADER_SIZE], engine.store_id)
+        if fmt.stream_file_name(old.stream) != sfile:
+            old.damaged = f"it names stream {old.stream!r}, which lives elsewhere"
+            old.stream = fmt.stream_from_file_name(sfile)
+    except (ValueError, UnicodeDecodeError) as exc:
+        old.damaged = f"its header is damaged ({exc})"
+    body = data[fmt.IDX_HEADER_SIZE :]
+    bad = 0
+    for at in range(0, len(body) - fmt.SLOT_SIZE + 1, fmt.SLOT_SIZE):
+        slot = fmt.Slot.from_bytes(body[at : at + fmt.SLOT_SIZE])
+        if slot is None:
+            bad += 1
+        else:
+            old.slots.append(slot)
+    if old.damaged is None:
+        if bad:
+            old.damaged = f"{bad} slot(s) are corrupt"
+        elif len(body) % fmt.SLOT_SIZE:
+            old.damaged = "it ends in a torn slot"
+        elif any(a.seq >= b.seq for a, b in zip(old.slots, old.slots[1:], strict=False)):
+            old.damaged = "its slots are out of order"
+    return old
+
+
+def _survey_ids(engine: EngineCore, s: Survey) -> None:
+    io = engine.io
+    try:
+        fd, st = open_regular(io, fmt.IDS_NAME, RO_FILE, engine.fd("root"))
+    except FileNotFoundError:
+        s.ids_damaged = f"{fmt.IDS_NAME} is missing"
+        return
+    except IndexDamaged as exc:
+        s.ids_damaged = str(exc)
+        return
+    try:
+        data = read_exact(io, fd, st.st_size, 0)
+    finally:
+        io.close(fd)
+    try:
+        capacity = fmt.parse_ids_header(data[: fmt.IDS_HEADER_SIZE], engine.store_id)
+    except (ValueError, UnicodeDecodeError) as exc:
+        s.ids_damaged = f"{fmt.IDS_NAME}: {exc}"
+        return
+    size = fmt.IDS_SLOT.size
+    table = data[fmt.IDS_HEADER_SIZE :]
+    if len(table) != capacity * size:
+        s.ids_damaged = f"{fmt.IDS_NAME} is {len(data)} bytes, not the size its header says"
+        return
+    live: list[tuple[int, int]] = []
+    for key, seq in fmt.IDS_SLOT.iter_unpack(table):
+        if key == 0 and seq == 0:
+            continue
+        if key == 0 or seq & ~fmt.TOMBSTONE == 0:
+            s.ids_garbage += 1
+        elif seq & fmt.TOMBSTONE:
+            # A deleted sequence is still used: it bounds the high-water mark.
+            s.top = max(s.top, seq & ~fmt.TOMBSTONE)
+        else:
+            live.append((key, seq))
+    s.ids = live
+
+
+def _resolve_streams(s: Survey) -> None:
+    """Give each record its stream: its own, or one recovered for a damaged one."""
+    by_sfile: dict[str, str] = {}
+    for e in s.entries:
+        if e.record is not None:
+            e.stream, e.how = e.record.stream, "record"
+            by_sfile.setdefault(fmt.stream_file_name(e.record.stream), e.record.stream)
+    for old in s.indexes.values():
+        if old.stream is not None and fmt.stream_file_name(old.stream) == old.sfile:
+            by_sfile.setdefault(old.sfile, old.stream)
+    slot_of: dict[tuple[int, str], str] = {}
+    for old in s.indexes.values():
+        for slot in old.slots:
+            if slot.live:
+                slot_of.setdefault((slot.seq, slot.cid), old.sfile)
+    journal = s.state.journal if s.state is not None else None
+    known = set(by_sfile.values())
+    for e in s.entries:
+        if e.record is not None:
+            continue
+        sfile = slot_of.get((e.seq, e.cid))
+        how = "index"
+        if sfile is None and _journal_names(journal, e):
+            assert journal is not None
+            sfile, how = journal.stream, "journal"
+        if sfile is not None and sfile in by_sfile:
+            e.stream, e.how = by_sfile[sfile], how
+        elif e.hint is not None and e.hint in known:
+            e.stream, e.how = e.hint, "header"
+
+
+def _journal_names(journal: fmt.Journal | None, e: Entry) -> bool:
+    """Whether ``journal`` is the save of record ``e``."""
+    if journal is None or journal.op != "insert" or not journal.path:
+        return False
+    return journal.path.rsplit("/", 1)[-1] == fmt.record_name(e.seq, e.cid)
