@@ -40,7 +40,7 @@ from ...errors import (
     StoreNotFound,
 )
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, StoredRecord
+from ...record import NewRecord, RecordEdits, StoredRecord
 from . import dialects, integrity, migrations
 from .dialects import Family, Runtime, Session
 from .schema import (
@@ -132,6 +132,14 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     A task cancelled while its save runs may or may not have saved: the
     transaction runs to its end once it has started.
+
+    ``create=False`` raises :class:`~statekeeper.errors.StoreNotFound` where there
+    is no store, creating nothing; ``read_only=True`` also opens read-only
+    connections and never migrates. Damage to derived rows (meta, counter, tag
+    rows, row columns) is detected, never read as empty: saves refuse until
+    :meth:`repair` where a damaged row would make them unsafe, :meth:`verify`
+    reports it without writing, and :meth:`repair` rebuilds it from the records
+    (see :mod:`.integrity`).
     """
 
     Options: ClassVar[type[StoreOptions]] = SqlOptions
@@ -227,21 +235,18 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             await self._stop()
             raise
 
-    async def _probe(self) -> integrity.MetaProbe:
+    async def _probe(self, attempts: int = 5) -> integrity.MetaProbe:
         where = self.describe()
-        for attempt in range(5):
-            try:
-                return await self._guard(
-                    "reading the meta table",
-                    self._read(lambda s: integrity.probe_meta(s, self._st, where)),
-                )
-            except ConcurrentModificationError:
-                # MySQL: another process created a table after this read's snapshot
-                # began (its creation is committing meanwhile); a new snapshot sees it.
-                if attempt == 4:
-                    raise
-                await asyncio.sleep(0.05 * (attempt + 1))
-        raise AssertionError("unreachable")
+        probe = self._read(lambda s: integrity.probe_meta(s, self._st, where))
+        try:
+            return await self._guard("reading the meta table", probe)
+        except ConcurrentModificationError:
+            # MySQL: another process created a table after this read's snapshot
+            # began (its creation is committing meanwhile); a new snapshot sees it.
+            if attempts <= 1:
+                raise
+            await asyncio.sleep(0.05)
+            return await self._probe(attempts - 1)
 
     async def _open_tables(self) -> StoreIdentity:
         opts, where = self.options, self.describe()
@@ -349,19 +354,26 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         if_match: str | None,
         now: datetime,
         etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
         self._check_meta()
 
         def op(s: Session) -> CheckpointHeader:
             seq, current = self._locked_live(s, id, now)
             _check_etag(current, if_match)
-            new = current.updated(state, now=now, etag=etag)
+            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             params = {
                 "at_seq": seq,
                 "new_record": new.to_bytes(self._store_id),
                 "new_expires_at": expires_micros(new.header.expires_at),
             }
             s.run(self._st.set_record, params)
+            if edits is not None and edits.tags is not None:
+                # tag filters read the tags table: it changes in the same transaction
+                s.run(self._st.delete_tags_seq, {"at_seq": seq})
+                if new.header.tags:
+                    s.run_many(self._st.insert_tag, tag_rows(seq, new.stream, new.header.tags))
             return new.header
 
         return await self._guard("updating", self._write(op))
