@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
@@ -352,6 +355,150 @@ async def test_damage_sweep(tmp_path: Path, target: str, how: str, records: str)
                 await store.load(cp.id)
         assert (await store.verify()).ok
         assert (await store.save("job", {"step": 7})).sequence == 8
+
+
+# -- paths the sweep does not reach ---------------------------------------------------------
+
+
+def id_slot_offset(root: Path, cid: str) -> int:
+    """The byte offset of ``cid``'s slot in ids.idx (16 bytes: key, sequence)."""
+    data = (root / "ids.idx").read_bytes()
+    capacity = (len(data) - 4096) // 16
+    key = fmt.id_key(cid)
+    pos = key & (capacity - 1)
+    while struct.unpack_from("<QQ", data, 4096 + pos * 16)[0] != key:
+        pos = (pos + 1) % capacity
+    return 4096 + pos * 16
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("field", "at", "mask"),
+    [("key-low", 0, 0x55), ("key-high", 3, 0x55), ("sequence", 8, 0x40), ("tombstone", 15, 0x80)],
+)
+async def test_a_damaged_id_table_slot_is_never_not_found(
+    tmp_path: Path, field: str, at: int, mask: int
+) -> None:
+    """Id-table slots carry no checksum: a flipped bit in one is caught by the
+    probe's checks and the record files, and load() asks the records."""
+    saved = await fill(tmp_path)
+    path = tmp_path / "ids.idx"
+    data = bytearray(path.read_bytes())
+    data[id_slot_offset(tmp_path, saved[2].id) + at] ^= mask
+    path.write_bytes(bytes(data))
+    for read_only in (True, False):
+        async with FileCheckpointStore(tmp_path, read_only=read_only) as store:
+            for cp in saved:
+                assert (await store.load(cp.id)).state == cp.state, field
+            with pytest.raises(CheckpointNotFound):
+                await store.load("never-saved")
+            assert not (await store.verify()).ok
+    async with FileCheckpointStore(tmp_path) as store:
+        await store.repair()
+        assert (await store.verify()).ok
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_record_of_unknown_stream(tmp_path: Path) -> None:
+    """An orphan: its stream index and the journal are gone and its bytes are
+    zeros. get_latest of every stream whose newest is older raises naming it, with
+    advice; dropping it (by repair or by id) lifts that."""
+    async with FileCheckpointStore(tmp_path) as store:
+        other = await store.save("other", {"n": 1})
+        job = [await store.save("job", {"n": i}) for i in range(3)]
+        await store.delete(job[0].id)  # the journal no longer names the last save
+    zero_fill(record_file(tmp_path, job[-1]))
+    delete(tmp_path / "streams" / "job.idx")
+    async with FileCheckpointStore(tmp_path) as store:
+        for stream in ("job", "other", "never-used"):
+            with pytest.raises(CheckpointDecodeError, match="drop-damaged") as caught:
+                await store.get_latest(stream)
+            assert caught.value.id == job[-1].id
+        with pytest.raises(CheckpointDecodeError):
+            await store.load(job[-1].id)
+        assert job[-1].id in {s.id for s in (await store.list(None)).skipped}
+        report = await store.repair()
+        assert [p.id for p in report.damaged] == [job[-1].id]
+        with pytest.raises(CheckpointDecodeError):
+            await store.get_latest("other")
+        newer = await store.save("other", {"n": 2})
+        latest = await store.get_latest("other")
+        assert latest is not None and latest.id == newer.id
+        with pytest.raises(CheckpointDecodeError):
+            await store.get_latest("job")
+        assert await store.delete(job[-1].id)
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == job[1].id
+        assert (await store.verify()).ok
+    assert other.sequence == 1
+
+
+@pytest.mark.asyncio
+async def test_verify_reports_foreign_files(tmp_path: Path) -> None:
+    saved = await fill(tmp_path)
+    bucket = record_file(tmp_path, saved[0]).parent
+    (bucket / "junk.txt").write_text("planted")
+    os.mkfifo(bucket / f"{9:020d}.fifo.ckpt")
+    (tmp_path / "streams" / "notes.txt").write_text("planted")
+    (tmp_path / "extra").write_text("planted")
+    async with FileCheckpointStore(tmp_path, read_only=True) as store:
+        report = await store.verify()
+    foreign = {Path(p.location).name for p in report.problems if p.kind == "foreign"}
+    assert {"junk.txt", f"{9:020d}.fifo.ckpt", "notes.txt", "extra"} <= foreign
+    assert not report.ok
+
+
+@pytest.mark.asyncio
+async def test_an_index_damaged_while_the_store_is_open(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path) as store:
+        saved = [await store.save("job", {"step": i}) for i in range(5)]
+        flip(tmp_path / "streams" / "job.idx", -10)  # the newest slot's checksum
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == saved[-1].id
+        page = await store.list("job", order="asc")
+        assert [c.id for c in page.items] == [c.id for c in saved]
+        assert await store.list_streams() == ["job"]
+        assert (await store.info()).checkpoints == 5
+        assert not (await store.verify()).ok
+        await store.repair()
+        assert (await store.verify()).ok
+
+
+@pytest.mark.asyncio
+async def test_read_only_open_of_a_save_that_crashed_before_its_index(tmp_path: Path) -> None:
+    """The record got its final name, the index entry did not (the writer died):
+    a writable open would index it; a read-only one reads it from the records."""
+    saved = await fill(tmp_path)
+    index = tmp_path / "streams" / "job.idx"
+    index.write_bytes(index.read_bytes()[:-256])
+    before = snapshot(tmp_path)
+    async with FileCheckpointStore(tmp_path, read_only=True) as store:
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == saved[-1].id
+    assert snapshot(tmp_path) == before
+    async with FileCheckpointStore(tmp_path) as store:
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == saved[-1].id
+        assert (await store.verify()).ok
+
+
+class Rebooted(OsFileIO):
+    def boot_id(self) -> str | None:
+        return "a-different-boot"
+
+
+@pytest.mark.asyncio
+async def test_read_only_open_after_a_restart_lost_index_writes(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path, sync_interval=1000) as store:
+        saved = [await store.save("job", {"step": i}) for i in range(4)]
+    index = tmp_path / "streams" / "job.idx"
+    index.write_bytes(index.read_bytes()[: -2 * 256])  # a power cut lost two appends
+    before = snapshot(tmp_path)
+    async with FileCheckpointStore(tmp_path, read_only=True, io=Rebooted()) as store:
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == saved[-1].id
+        assert [c.id for c in (await store.list("job")).items] == [c.id for c in saved[::-1]]
+    assert snapshot(tmp_path) == before
 
 
 _ = StatekeeperError

@@ -425,6 +425,51 @@ class IdTable(_Handle):
         """``(position, seq)`` of the live entries with ``key``."""
         return [(p, s) for p, k, s in self._probe(key) if k == key and not s & fmt.TOMBSTONE]
 
+    def lookup_checked(self, key: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+        """The sequences of ``key``'s live and deleted entries, and the ``(key, seq)``
+        of the other live entries on its probe, for a strict read.
+
+        Slots carry no checksum, so the probe checks what linear probing
+        guarantees: every entry lies in the run of non-empty slots that starts at
+        its home position. An entry passed on the way that breaks this (a damaged
+        key, or garbage in an empty slot) raises :class:`IndexDamaged`, so a
+        damaged slot of ``key`` is not read as "no such id". (A damaged key that
+        keeps its home slot passes; the caller checks the others against their
+        record files before it answers "no such id".)"""
+        mask = self.capacity - 1
+        home = key & mask
+        live: list[int] = []
+        dead: list[int] = []
+        others: list[tuple[int, int]] = []
+        for pos, k, seq in self._probe(key):
+            if k == key:
+                (dead if seq & fmt.TOMBSTONE else live).append(seq & ~fmt.TOMBSTONE)
+            elif not self._placed(k & mask, home, pos):
+                raise IndexDamaged(f"{fmt.IDS_NAME}: slot {pos} is not where its key belongs")
+            elif not seq & fmt.TOMBSTONE:
+                others.append((k, seq))
+        return live, dead, others
+
+    def _placed(self, start: int, home: int, pos: int) -> bool:
+        """Whether an entry whose home is ``start``, found at ``pos`` on the probe
+        from ``home`` (so ``home..pos`` are all non-empty), may be there: ``start``
+        is in ``home..pos`` or the slots from ``start`` up to ``home`` are non-empty."""
+        mask = self.capacity - 1
+        if (pos - start) & mask <= (pos - home) & mask:
+            return True
+        size = fmt.IDS_SLOT.size
+        gap = (home - start) & mask  # slots start .. home-1, read backwards in chunks
+        i = home
+        while gap > 0:
+            n = min(gap, _CHUNK, i if i else self.capacity)
+            lo = (i - n) & mask
+            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + lo * size)
+            if any(k == 0 and s == 0 for k, s in fmt.IDS_SLOT.iter_unpack(data)):
+                return False
+            gap -= n
+            i = lo
+        return True
+
     def find(self, key: int, seq: int) -> int | None:
         for p, k, s in self._probe(key):
             if k == key and s == seq:

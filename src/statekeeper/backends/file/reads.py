@@ -166,10 +166,12 @@ class ReadsMixin(EngineCore):
             return view_get(self.survey(), cid, now)
 
     def _get_indexed(self, cid: str, now: datetime) -> StoredRecord | None:
+        """Through the id table. Raises :class:`IndexDamaged` (so the caller asks
+        the records) when the table says something the record files contradict."""
         key = fmt.id_key(cid)
         for _ in range(READ_RETRIES):
             with self._ids_for_read() as ids:
-                candidates = [seq for _, seq in ids.lookup(key)]
+                candidates, deleted, others = ids.lookup_checked(key)
             missing: list[int] = []
             for seq in candidates:
                 got = self.load_record(seq, cid)
@@ -179,13 +181,20 @@ class ReadsMixin(EngineCore):
                 record = got[0]
                 return None if record.is_expired(now) else record
             if not missing:
+                self._confirm_absent(cid, deleted, others)
                 return None
             with self._ids_for_read() as ids:
-                again = [seq for _, seq in ids.lookup(key)]
+                again, _, _ = ids.lookup_checked(key)
             if again != candidates:
                 continue
             for seq in missing:
                 if not self._sequence_exists(seq):
+                    # The table names a sequence no file has: ask the records (a
+                    # damaged entry); if they have no such id either, the record
+                    # was removed outside statekeeper, and that is not "not found".
+                    found = view_get(self.survey(), cid, now)
+                    if found is not None:
+                        return found
                     raise self.decode_error(
                         "the id table lists it but its record file is missing "
                         "(removed outside statekeeper?)",
@@ -197,6 +206,41 @@ class ReadsMixin(EngineCore):
             f"load({cid!r}) was disturbed by concurrent writers {READ_RETRIES} times in a row "
             f"in the file store at {self.root}; retry"
         )
+
+    def _confirm_absent(self, cid: str, deleted: list[int], others: list[tuple[int, int]]) -> None:
+        """Before answering "no such id": the entries on its probe must agree with
+        the record files (id-table slots have no checksum). Raises
+        :class:`IndexDamaged` if one does not. Costs a directory listing per other
+        entry, and only on this path."""
+        if any(self._record_exists(seq, cid) for seq in deleted):
+            raise IndexDamaged(f"{fmt.IDS_NAME} marks {cid!r} deleted; its record exists")
+        for key, seq in others:
+            names = self._names_with_seq(seq)
+            if names and not any(fmt.id_key(other) == key for other in names):
+                raise IndexDamaged(f"{fmt.IDS_NAME}: the entry for sequence {seq} is damaged")
+
+    def _names_with_seq(self, seq: int) -> list[str]:
+        """The ids of the record files with sequence ``seq``."""
+        bucket = self.bucket(seq)
+        if bucket is None:
+            return []
+        try:
+            parsed = map(fmt.parse_record_name, self.io.listdir(bucket))
+            return [p[1] for p in parsed if p is not None and p[0] == seq]
+        finally:
+            self.close_bucket(bucket)
+
+    def _record_exists(self, seq: int, cid: str) -> bool:
+        bucket = self.bucket(seq)
+        if bucket is None:
+            return False
+        try:
+            self.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
+        except FileNotFoundError:
+            return False
+        finally:
+            self.close_bucket(bucket)
+        return True
 
     def read_raw(self, cid: str) -> bytes:
         """The stored bytes of ``cid``, unverified (the conformance kit's backdoor)."""
