@@ -482,6 +482,23 @@ async def test_read_only_open_of_a_save_that_crashed_before_its_index(tmp_path: 
         assert (await store.verify()).ok
 
 
+@pytest.mark.asyncio
+async def test_an_index_deleted_while_the_store_is_open(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path) as store:
+        saved = [await store.save("job", {"step": i}) for i in range(3)]
+        await store.save("other", {})
+        assert await store.get_latest("never-used") is None
+        delete(tmp_path / "streams" / "job.idx")
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == saved[-1].id
+        assert [c.id for c in (await store.list("job")).items] == [c.id for c in saved[::-1]]
+        assert await store.list_streams() == ["job", "other"]
+        assert (await store.info()).checkpoints == 4
+        assert not (await store.verify()).ok
+        await store.repair()
+        assert (await store.verify()).ok
+
+
 class Rebooted(OsFileIO):
     def boot_id(self) -> str | None:
         return "a-different-boot"

@@ -156,6 +156,8 @@ def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) ->
                         f"but its record exists; {_REPAIR}",
                         match,
                     )
+        if old.damaged is not None:
+            continue  # one problem per damaged index, not one per checkpoint it lost
         listed = {(slot.seq, slot.cid) for slot in old.slots}
         for e in want.values():
             if (e.seq, e.cid) not in listed and _still_there(engine, e.seq, e.cid):

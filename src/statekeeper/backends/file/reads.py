@@ -39,6 +39,8 @@ class ReadsMixin(EngineCore):
     """Strict ``latest``/``get``, tolerant ``scan``, and the listings."""
 
     _bucket_list: list[int] | None = None
+    #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state`` counts.
+    _streams_seen: tuple[int, int] | None = None
 
     def recover_pending(self) -> Txn:
         """Finish a crashed writer's journal (the engine implements it)."""
@@ -62,6 +64,22 @@ class ReadsMixin(EngineCore):
                 return self.read_state()
         return state
 
+    def _index_missing(self, state: fmt.State) -> bool:
+        """Whether a stream index file went missing: fewer index files than ``state``
+        counts. Costs one ``fstat`` unless ``streams/`` changed since it last held
+        them all (then one listing)."""
+        want = state.streams
+        if not want:
+            return False
+        st = self.io.fstat(self.fd("streams"))
+        seen = (st.st_mtime_ns, st.st_size)
+        if seen == self._streams_seen:
+            return False
+        missing = len(self.index_files()) < want
+        if not missing:
+            self._streams_seen = seen
+        return missing
+
     def _records_only(self, state: fmt.State | None) -> bool:
         """Whether this read must go to the records (the indexes cannot be trusted)."""
         return state is None or self.degraded is not None
@@ -79,11 +97,13 @@ class ReadsMixin(EngineCore):
         state = self.heal()
         if self._records_only(state):
             return view_latest(self.survey(), stream, now)
+        assert state is not None
         try:
             got = self._latest_indexed(stream, now)
         except IndexDamaged:
             return view_latest(self.survey(), stream, now)
-        assert state is not None
+        if got is None and self._index_missing(state):
+            return view_latest(self.survey(), stream, now)
         orphan = state.orphan
         if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
             return self._past_orphan(orphan, stream, now, got)
@@ -268,10 +288,11 @@ class ReadsMixin(EngineCore):
             return self._scan_all(query)  # from the bucket directories: no index needed
         if self._records_only(state):
             return view_scan(self.survey(), query)
+        assert state is not None
         try:
             idx = self._index_for_read(fmt.stream_file_name(query.stream))
             if idx is None:
-                return []
+                return view_scan(self.survey(), query) if self._index_missing(state) else []
             with idx:
                 return self._scan_index(idx, query)
         except IndexDamaged:
@@ -456,7 +477,8 @@ class ReadsMixin(EngineCore):
     # -- listings -----------------------------------------------------------------------
 
     def list_streams(self, now: datetime) -> list[str]:
-        if self._records_only(self.read_state()):
+        state = self.read_state()
+        if self._records_only(state) or (state is not None and self._index_missing(state)):
             return view_streams(self.survey(), now)
         now_us = fmt.to_micros(now)
         names: list[str] = []
@@ -477,6 +499,8 @@ class ReadsMixin(EngineCore):
         if self._records_only(state):
             return {**view_info(self.survey()), **extra, "degraded": self.degraded or "state"}
         assert state is not None
+        if self._index_missing(state):
+            return {**view_info(self.survey()), **extra, "degraded": "a stream index is missing"}
         streams = checkpoints = 0
         try:
             for idx in self.readable_indexes(strict=True):
