@@ -60,6 +60,8 @@ if "pytest" in sys.modules:
         "statekeeper.testing._core_tests",
         "statekeeper.testing._read_tests",
         "statekeeper.testing._list_tests",
+        "statekeeper.testing._batch_tests",
+        "statekeeper.testing._filter_tests",
     )
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from .._protocol import BaseCheckpointStore, Order
 from ..models import Checkpoint, Page
+from ..record import StoredRecord
 
 __all__ = [
     "FakeClock",
@@ -186,6 +187,35 @@ class KitBase:
             pytest.skip(f"{store.backend_name} does not declare capabilities.ttl")
 
     @staticmethod
+    def require_atomic_batches(store: BaseCheckpointStore) -> None:
+        if not store.capabilities.atomic_batches:
+            pytest.skip(
+                f"{store.backend_name} does not declare capabilities.atomic_batches "
+                "(its save_many is the default, one save after another)"
+            )
+
+    async def save_undecodable(
+        self, store: BaseCheckpointStore, stream: str, **kwargs: Any
+    ) -> tuple[BaseCheckpointStore, Checkpoint]:
+        """Save a checkpoint whose envelope is valid but whose state cannot be decoded.
+
+        With the backdoor (``raw_access``) the state bytes are replaced by bytes no
+        codec reads, inside a well-formed, checksummed envelope; without it the state
+        names a class that the store (reopened without an allowlist) refuses. Returns
+        the store to go on with (reopened in the second case) and the checkpoint.
+        """
+        if store.capabilities.raw_access:
+            cp = await store.save(stream, {"fine": "for now"}, **kwargs)
+            raw = await store.backdoor_read_raw(cp.id)
+            record = StoredRecord.from_bytes(raw, location="kit")
+            unreadable = dataclasses.replace(record, state=b'{"$sk": "no such tag" \xff')
+            await store.backdoor_write_raw(cp.id, unreadable.to_bytes(store.store_id))
+            return store, cp
+        store = await self.reopen(store, allowed_types=[KitModel])
+        cp = await store.save(stream, KitModel(name="unknown to the reader", count=1), **kwargs)
+        return await self.reopen(store), cp
+
+    @staticmethod
     async def save_steps(
         store: BaseCheckpointStore, stream: str, count: int, start: int = 0, **kwargs: Any
     ) -> list[Checkpoint]:
@@ -202,20 +232,16 @@ class KitBase:
         limit: int,
         order: Order = "asc",
         tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[Page]:
         """Every page of a query, following ``next_cursor`` from the start."""
-        pages = [await store.list(stream, limit=limit, order=order, tags=tags)]
+        query: dict[str, Any] = {"limit": limit, "order": order, "tags": tags}
+        if metadata is not None:
+            query["metadata"] = metadata
+        pages = [await store.list(stream, **query)]
         while pages[-1].next_cursor is not None:
             assert len(pages) < 10_000, "next_cursor never reached None"
-            pages.append(
-                await store.list(
-                    stream,
-                    limit=limit,
-                    order=order,
-                    tags=tags,
-                    after=pages[-1].next_cursor,
-                )
-            )
+            pages.append(await store.list(stream, after=pages[-1].next_cursor, **query))
         return pages
 
 

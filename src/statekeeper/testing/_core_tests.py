@@ -17,6 +17,7 @@ from ..errors import (
     PreconditionFailed,
     StoreClosed,
 )
+from ..models import NewCheckpoint
 from ._base import FakeClock, KitBase, ids
 
 asyncio_test = pytest.mark.asyncio(loop_scope="function")
@@ -485,6 +486,14 @@ class CoreTests(KitBase):
             "prune": lambda: store.prune("job", keep_last=0),
             "purge_expired": lambda: store.purge_expired(),
             "info": lambda: store.info(),
+            "load(include_state=False)": lambda: store.load(cid, include_state=False),
+            "load_many": lambda: store.load_many([cid]),
+            "cursor_at": lambda: store.cursor_at(cid),
+            "list(metadata=)": lambda: store.list("job", metadata={"m": 1}),
+            "update(tags=)": lambda: store.update(cid, {}, tags={"k": "v"}),
+            "save_many": lambda: store.save_many([NewCheckpoint(stream="job")]),
+            "delete_many": lambda: store.delete_many([cid]),
+            "list_streams(prefix=)": lambda: store.list_streams(prefix="j"),
         }
         for name, call in calls.items():
             try:

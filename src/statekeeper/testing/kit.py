@@ -19,7 +19,9 @@ except ModuleNotFoundError as exc:
     raise missing_dependency(exc) from exc
 
 from ._base import StoreFactory
+from ._batch_tests import BatchTests
 from ._core_tests import CoreTests
+from ._filter_tests import FilterTests
 from ._list_tests import ListTests
 from ._read_tests import ReadTests
 from .stateful import StatefulTests
@@ -27,8 +29,9 @@ from .stateful import StatefulTests
 __all__ = ["CheckpointStoreTests", "StoreFactory"]
 
 
-class CheckpointStoreTests(CoreTests, ReadTests, ListTests, StatefulTests):
-    """The statekeeper contract (SPEC S1-S8, S11 as far as the codec goes) as tests.
+class CheckpointStoreTests(CoreTests, ReadTests, ListTests, BatchTests, FilterTests, StatefulTests):
+    """The statekeeper contract (SPEC S1-S8, S11 as far as the codec goes, S13 and
+    S14) as tests.
 
     Subclass it in a test module (name the subclass ``Test...Conformance``) and
     provide the one fixture the kit needs::
@@ -41,7 +44,9 @@ class CheckpointStoreTests(CoreTests, ReadTests, ListTests, StatefulTests):
     ``store_factory`` must be a plain (synchronous) fixture returning a function
     ``(**options) -> store``: a *new, unopened* store over the *same* underlying data
     on every call, with fresh data for each test. The kit passes ``clock=`` (a
-    callable returning an aware UTC ``datetime``) and ``allowed_types=`` through it.
+    callable returning an aware UTC ``datetime``), ``allowed_types=``, ``codec=``,
+    ``max_bytes=`` and ``read_only=`` through it, and the concurrency tests hold two
+    stores from it open at once.
 
     What the kit provides to the tests, and to a subclass's own extra tests:
 
@@ -51,7 +56,10 @@ class CheckpointStoreTests(CoreTests, ReadTests, ListTests, StatefulTests):
     - ``await self.open_store(**options)``: open one more store from the factory.
 
     Tests that need an undeclared capability skip with a reason: ``ttl`` for the
-    TTL tests, ``raw_access`` (the backdoor) for the corruption tests.
+    TTL tests, ``raw_access`` (the backdoor) for the corruption tests,
+    ``atomic_batches`` for the tests that ``save_many`` is all or nothing and never
+    seen half done or interleaved with concurrent saves. The ``codec="raw"`` tests
+    reopen the store through the factory with ``codec="raw"``.
 
     Size knobs (class attributes): ``state_machine_examples`` (25),
     ``state_machine_steps`` (30) and ``examples_scale`` (1.0, multiplied by
