@@ -377,8 +377,19 @@ async def walk(client: aioredis.Redis, prefix: str, store_id: str | None, locati
     for key, _ in others:
         pipe.type(key)
     types = [t.decode() if isinstance(t, bytes) else str(t) for t in await pipe.execute()]
+    meta: tuple[bytes, str, str] | None = None
     for (key, suffix), has in zip(others, types, strict=True):
-        await _read_key(client, audit, key, suffix, has)
+        if suffix == "meta":
+            meta = (key, suffix, has)
+        else:
+            await _read_key(client, audit, key, suffix, has)
+    # an indexed id whose record key the SCAN did not list: saved after the SCAN, or lost
+    seen = {id for _key, id in records}
+    records += [
+        ((prefix + "r:" + id).encode("utf-8"), id)
+        for id, k in audit.ids.items()
+        if id not in seen and (k.all_seq is not None or k.streams or k.idx is not None)
+    ]
     for i in range(0, len(records), _BATCH):
         batch = records[i : i + _BATCH]
         pipe = client.pipeline(transaction=False)
@@ -387,6 +398,9 @@ async def walk(client: aioredis.Redis, prefix: str, store_id: str | None, locati
         blobs = await pipe.execute(raise_on_error=False)
         for (key, id), blob in zip(batch, blobs, strict=True):
             _read_record(audit, key, id, blob, store_id)
+    if meta is not None:
+        # last: the high-water mark only grows, so it covers every sequence read before
+        await _read_key(client, audit, *meta)
     return audit
 
 

@@ -41,9 +41,19 @@ async def _walk(store: RedisCheckpointStore) -> Audit:
 
 
 async def problems(store: RedisCheckpointStore) -> list[Problem]:
-    """Every problem the walk of the keys finds (reads only)."""
+    """Every problem the walk of the keys finds (reads only).
+
+    The walk reads the index keys before the records, so a save or delete that
+    commits in between looks like a missing record or a missing index entry. Only
+    problems that a second walk finds again are reported: a writer would have to
+    race both walks the same way.
+    """
     found, _fixes = (await _walk(store)).assess(store.now())
-    return found
+    if not found:
+        return found
+    again, _fixes = (await _walk(store)).assess(store.now())
+    confirmed = {(p.kind, p.id or p.location) for p in again}
+    return [p for p in found if (p.kind, p.id or p.location) in confirmed]
 
 
 async def verify_by_walk(store: RedisCheckpointStore, refusal: str) -> VerifyReport:
