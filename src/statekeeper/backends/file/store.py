@@ -57,9 +57,21 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     """A :class:`~statekeeper.CheckpointStore` in a local directory.
 
     ``FileCheckpointStore(path, **options)``, or ``open_store("file:///abs/dir")`` /
-    ``open_store("file:relative/dir")``. The directory is created if missing; a
-    non-empty directory that is not a store raises
+    ``open_store("file:relative/dir")``. The directory is created if missing, unless
+    ``create=False`` or ``read_only=True``: then a missing store raises
+    :class:`~statekeeper.errors.StoreNotFound` and nothing is created. A non-empty
+    directory that is not a store raises
     :class:`~statekeeper.errors.StoreFormatError`, as does a store of a newer format.
+    ``read_only=True`` writes nothing at all: no lock file, no recovery, no rebuild.
+
+    **Damage.** Record files are the truth; the indexes, the id table and the state
+    are rebuilt from them when an open finds them damaged or missing, and reads
+    that meet a damaged index answer from the records. A damaged record is never
+    forgotten: ``get_latest`` raises :class:`~statekeeper.errors.CheckpointDecodeError`
+    naming it (also when its stream cannot be told and it is newer than the
+    stream's newest), ``load`` raises, ``list`` reports it in ``skipped``, until
+    ``repair(drop_damaged=True)``. ``verify()`` checks every index and table
+    against the records without writing (see ``docs/file-backend.md``).
 
     **Durability.** With ``durability="full"`` (the default) a save writes a temp
     file in the record's directory, fsyncs it, renames it into place and fsyncs the
