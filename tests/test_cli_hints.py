@@ -101,6 +101,7 @@ def test_ls_across_streams_at_80_columns_keeps_ids_and_times_whole(tmp_path: Pat
         assert re.search(rf"^ \d+\s+{id}\s", table, re.MULTILINE), (id, table)
         assert re.search(rf"\s{re.escape(time)}\s", table), (time, table)
     assert "job=demo" in table and "owner" in table  # no column was dropped
+    assert re.search(r"^\s+demo-20261130T092121-d90b\s", table, re.MULTILINE)  # under its id
 
 
 # -- the demo's "look around" -------------------------------------------------------------

@@ -257,25 +257,31 @@ def ls(
 def _render_page(
     out: Output, stream: str | None, page: Page, order: str, limit: int, tags: dict[str, str]
 ) -> None:
-    columns = ("seq", "id", *(() if stream else ("stream",)), "created_at (UTC)", "tags")
     title = f"stream {stream!r}" if stream else "all streams"
     # Ids never wrap, so that they can be copied. Across streams a row also needs
-    # the stream's name: on a narrow terminal the timestamp then takes two lines
-    # (date, time) rather than being folded mid-number, and the stream and the
-    # tags wrap in what is left.
+    # the stream's name; on a narrow terminal it goes under the id, and the
+    # timestamp takes two lines (date, time), so that nothing is folded mid-word.
     stacked = stream is None and out.stdout.width < _WIDE
-    table = compact_table(*columns, title=title, wrap=("stream", "tags"))
+    if stacked:
+        table = compact_table("seq", "id / stream", "created_at (UTC)", "tags", wrap=("tags",))
+        # The stream is cut to the width of the ids here, so that the column is
+        # exactly as wide as its widest id and the table never has to squeeze it.
+        widest = max((len(cp.id) for cp in page.items), default=16)
+        table.title = title
+    else:
+        columns = ("seq", "id", *(() if stream else ("stream",)), "created_at (UTC)", "tags")
+        table = compact_table(*columns, title=title, wrap=("stream", "tags"))
     for cp in page.items:
-        tag_text = ", ".join(f"{k}={v}" for k, v in cp.tags.items())
-        stream_col = () if stream else (Text(cp.stream),)
+        tag_text = Text(", ".join(f"{k}={v}" for k, v in cp.tags.items()))
         created = when(cp.created_at)
-        table.add_row(
-            str(cp.sequence),
-            Text(cp.id),
-            *stream_col,
-            created.replace(" ", "\n") if stacked else created,
-            Text(tag_text),
-        )
+        if stacked:
+            name = cp.stream
+            cut = "\n".join(name[i : i + widest] for i in range(0, len(name), widest))
+            which = Text(cp.id, style="bold") + Text("\n" + cut)
+            table.add_row(str(cp.sequence), which, created.replace(" ", "\n"), tag_text)
+        else:
+            stream_col = () if stream else (Text(cp.stream),)
+            table.add_row(str(cp.sequence), Text(cp.id), *stream_col, created, tag_text)
     out.say(table)
     if not page.items:
         out.line("no checkpoints")

@@ -75,7 +75,7 @@ def _print_verify(out: Output, report: VerifyReport) -> None:
         return
     verdict = f"{checked}: {count(len(report.problems), 'problem')}"
     if not report.complete:
-        verdict += " (and not every index and table could be checked)"
+        verdict += ", and not fully checked"
     out.line(verdict, "bold red")
     if any(p.kind != "unchecked" for p in report.problems):
         out.line(f"repair what can be rebuilt: {command('repair', *out.url_args())}")
