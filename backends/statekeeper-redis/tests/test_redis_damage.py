@@ -489,3 +489,16 @@ async def test_verify_finds_no_damage_in_a_store_that_writers_change(make_store:
             assert report.ok, report.problems
             checked += 1
         await task
+
+
+@pytest.mark.asyncio
+async def test_an_update_that_replaces_tags_moves_their_index_entries(make_store: Maker) -> None:
+    async with make_store() as store:
+        cps = await _seed(store)
+        cp = cps[1]
+        await store.update(cp.id, {"n": 9}, tags={"kind": "edited"})
+        assert [c.id for c in (await store.list(None, tags={"kind": "edited"})).items] == [cp.id]
+        assert cp.id not in [c.id for c in (await store.list(None, tags={"kind": "step"})).items]
+        assert (await store.verify()).ok  # the indexes agree with the record
+        assert await store.delete(cp.id) is True
+        assert await store.client.zscore(store.key_prefix + "t:kind\x00edited", cp.id) is None

@@ -262,9 +262,10 @@ return {'live', rget(id), score, redis.call('HGET', ETAG, id)}
 
 #: Compare-and-set the record of id.
 #: ARGV: P, id, now_us, etag the caller read, if_match | '', blob, new etag, exp_us | '',
-#: pexpire_ms. Returns {'ok'}, {'notfound'}, {'etag', current} (if_match failed),
-#: {'conflict', current} (someone wrote since the caller read: re-read and retry),
-#: {'noetag'} (its P e entry is gone) or {'wrongtype', key}.
+#: pexpire_ms, new index JSON | '' (tags unchanged), sequence. Returns {'ok'},
+#: {'notfound'}, {'etag', current} (if_match failed), {'conflict', current} (someone
+#: wrote since the caller read: re-read and retry), {'noetag'} (its P e entry is
+#: gone), {'noidx'} (new tags, but its P i entry is gone) or {'wrongtype', key}.
 UPDATE = (
     _PRELUDE
     + r"""
@@ -274,10 +275,23 @@ local cur = redis.call('HGET', ETAG, id)
 if not cur then return {'noetag'} end
 if ARGV[5] ~= '' and cur ~= ARGV[5] then return {'etag', cur} end
 if cur ~= ARGV[4] then return {'conflict', cur} end
-local bad = badtype()
+local old, new, keys = nil, nil, {}
+if ARGV[10] ~= '' then
+  old = redis.call('HGET', IDX, id)
+  if not old then return {'noidx'} end
+  old, new = cjson.decode(old), cjson.decode(ARGV[10])
+  for k, v in pairs(new.t) do keys[#keys + 1] = tkey(k, v) end
+end
+local bad = badtype(keys)
 if bad then return {'wrongtype', bad} end
 write_record(id, ARGV[6], ARGV[8], ARGV[9])
 redis.call('HSET', ETAG, id, ARGV[7])
+if new then
+  -- tags replaced: move the tag index entries, keep the position
+  for k, v in pairs(old.t) do redis.call('ZREM', tkey(k, v), id) end
+  for _, k in ipairs(keys) do redis.call('ZADD', k, ARGV[11], id) end
+  redis.call('HSET', IDX, id, ARGV[10])
+end
 return {'ok'}
 """
 )

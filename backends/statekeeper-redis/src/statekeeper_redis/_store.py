@@ -39,7 +39,7 @@ from statekeeper.errors import (
     StoreFormatError,
     StoreTimeout,
 )
-from statekeeper.record import NewRecord, StoredRecord
+from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
 from . import _lua, _meta, _repair
 from ._audit import DamagedStoreError, index_json, us
@@ -409,6 +409,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         if_match: str | None,
         now: datetime,
         etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
         for _ in range(_MAX_ATTEMPTS):
             current, read_etag = await self._read(id, now)
@@ -419,7 +421,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             seen = _text(read_etag)
             if if_match is not None and seen != if_match:
                 raise PreconditionFailed(f"checkpoint {id!r} has etag {seen!r}, not {if_match!r}")
-            new = current.updated(state, now=now, etag=etag)
+            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             exp, millis = self._expiry(new.header.expires_at, now)
             result = await self._call(
                 "UPDATE",
@@ -431,6 +433,10 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 etag,
                 exp,
                 millis,
+                ""
+                if new.header.tags == current.header.tags
+                else index_json(new.header.stream, new.header.tags),
+                new.header.sequence,
             )
             status = result[0]
             if status == b"ok":
