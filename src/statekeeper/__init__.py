@@ -12,6 +12,7 @@ See ``docs/`` for the user guide and the backend author guide.
 """
 
 from . import errors
+from ._integrity import repair_records
 from ._protocol import (
     BaseCheckpointStore,
     CheckpointStore,
@@ -59,5 +60,6 @@ __all__ = [
     "errors",
     "open_store",
     "register_backend",
+    "repair_records",
     "skipped_from",
 ]

@@ -158,6 +158,8 @@ async def _check_latest(
     if listed is None:
         return  # only damaged records were listed; get_latest raising is checked above
     if latest is None or latest.sequence < listed:
+        if await _settled(store, stream):
+            return  # a writer deleted or pruned the newest meanwhile: not a problem
         said = "None" if latest is None else f"sequence {latest.sequence}"
         found.add(
             Problem(
@@ -168,6 +170,23 @@ async def _check_latest(
                 stream=stream,
             )
         )
+
+
+async def _settled(store: BaseCheckpointStore, stream: str) -> bool:
+    """Whether ``get_latest(stream)`` agrees, now, with the newest position that the
+    tolerant listing gives for it (so a disagreement seen during the walk was a
+    concurrent delete, not damage)."""
+    page = await store.list(stream, limit=1, order="desc", include_state=False)
+    positions = [c.sequence for c in page.items]
+    positions += [s.sequence for s in page.skipped if s.sequence is not None]
+    newest = max(positions, default=None)
+    try:
+        latest = await store.get_latest(stream)
+    except CheckpointDecodeError:
+        return False
+    if newest is None:
+        return latest is None
+    return latest is not None and latest.sequence >= newest
 
 
 def _decode_problem(exc: CheckpointDecodeError, stream: str | None) -> Problem:
@@ -188,8 +207,12 @@ async def repair_records(
     rebuilt: dict[str, int],
     actions: builtins.list[str],
 ) -> RepairReport:
-    """Walk the records after a backend rebuilt its metadata: count them, and list
-    (or, with ``drop_damaged``, delete by id) the damaged ones.
+    """For a backend's ``_repair``: walk the records after it rebuilt its metadata,
+    count them, and list (or, with ``drop_damaged``, delete by id) the damaged ones.
+
+    Public as ``statekeeper.repair_records`` for backend authors. ``rebuilt`` and
+    ``actions`` are what the backend did before calling it; they are returned in
+    the :class:`RepairReport` with the records' outcome appended.
 
     A damaged record whose id cannot be read cannot be deleted through the public
     primitives; it is reported in ``damaged`` and the backend's own ``_repair``
