@@ -10,21 +10,27 @@ failures come from the bugs and not from the harness.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import textwrap
+from bisect import insort
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from statekeeper._protocol import ScanQuery
-from statekeeper.backends.memory import MemoryCheckpointStore
+from statekeeper._protocol import Order, ScanQuery
+from statekeeper._validate import Scalar, check_metadata_filter, check_tags
+from statekeeper.backends.memory import MemoryCheckpointStore, _Entry
 from statekeeper.codec import Codec
-from statekeeper.errors import PreconditionFailed
+from statekeeper.config import Capabilities
+from statekeeper.cursor import query_fingerprint
+from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Page, Skipped
-from statekeeper.record import NewRecord, StoredRecord
+from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 from statekeeper.testing import KitColor, KitModel, KitRecord
 
 # -- the mutants -----------------------------------------------------------------------
@@ -127,8 +133,12 @@ class UpdateIgnoresIfMatch(Faithful):
         if_match: str | None,
         now: datetime,
         etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
-        return await super()._update(id, state=state, if_match=None, now=now, etag=etag)
+        return await super()._update(
+            id, state=state, if_match=None, now=now, etag=etag, edits=edits, codec=codec
+        )
 
 
 class DuplicateIdOverwrites(Faithful):
@@ -147,6 +157,103 @@ class ListHidesCorruptRecords(Faithful):
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
         return [e for e in await super()._scan(query) if not isinstance(e, Skipped)]
+
+
+class CursorAtOffByOne(Faithful):
+    """``cursor_at`` marks the position just before the checkpoint, not the checkpoint."""
+
+    async def cursor_at(
+        self,
+        id: str,
+        *,
+        order: Order = "desc",
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Scalar] | None = None,
+    ) -> str:
+        record = await self._get(id, self.now())
+        if record is None:
+            raise CheckpointNotFound(id)
+        fingerprint = query_fingerprint(
+            record.stream, order, check_tags(tags), check_metadata_filter(metadata)
+        )
+        assert self._signer is not None
+        return self._signer.make(record.sequence - 1, fingerprint)
+
+
+class MetadataFilterTrueIsOne(Faithful):
+    """Filters metadata itself with Python's ``==``, so ``True`` matches ``1`` and ``1.0``."""
+
+    capabilities: ClassVar[Capabilities] = dataclasses.replace(
+        Faithful.capabilities, metadata_filter=True
+    )
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        if not query.metadata:
+            return await super()._scan(query)
+        everything = dataclasses.replace(query, metadata={}, limit=10**9)
+        found = [
+            entry
+            for entry in await super()._scan(everything)
+            if isinstance(entry, Skipped)
+            or all(
+                key in entry.header.metadata and entry.header.metadata[key] == value
+                for key, value in query.metadata.items()
+            )
+        ]
+        return found[: query.limit]
+
+
+class SaveManyVisibleHalfDone(Faithful):
+    """Reserves consecutive sequences for a batch, then makes its items visible one at
+    a time, yielding between them: a reader sees part of the batch."""
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        data = self.storage
+        with data.lock:
+            for record in records:
+                self._check_free(record)
+            first = data.high_water_mark + 1
+            data.high_water_mark += len(records)
+        headers = []
+        for seq, record in enumerate(records, start=first):
+            with data.lock:
+                stored = record.seal(seq)
+                blob = stored.to_bytes(data.store_id)
+                data.by_id[record.id] = _Entry(
+                    seq, record.stream, blob, record.tags, record.expires_at
+                )
+                data.by_seq[seq] = record.id
+                insort(data.all_seqs, seq)
+                insort(data.stream_seqs.setdefault(record.stream, []), seq)
+                headers.append(stored.header)
+            await asyncio.sleep(0)
+        return headers
+
+
+class SaveManyInterleaves(Faithful):
+    """save_many is one save after another: concurrent saves land between its items."""
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        headers = []
+        for record in records:
+            headers.append(await self._insert(record))
+            await asyncio.sleep(0)
+        return headers
+
+
+class LoadManyDropsDamaged(Faithful):
+    """load_many leaves out a record it cannot read, as if it did not exist."""
+
+    async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        found = {}
+        for id in ids:
+            try:
+                record = await self._get(id, now)
+            except CheckpointDecodeError:
+                continue
+            if record is not None:
+                found[id] = record
+        return found
 
 
 # -- the harness -----------------------------------------------------------------------
@@ -262,7 +369,20 @@ MUTANTS: dict[type[Faithful], list[str]] = {
     ListHidesCorruptRecords: [
         "test_get_latest_never_falls_back_to_older",
         "test_list_reports_every_unreadable_record_and_pages_past_it",
+        "test_filtered_listing_reports_damaged_records",
     ],
+    CursorAtOffByOne: [
+        "test_cursor_at_marks_the_position_of_a_checkpoint",
+        "test_cursor_at_with_filters",
+        STATE_MACHINE,
+    ],
+    MetadataFilterTrueIsOne: ["test_metadata_filter_matches_by_json_kind_and_value", STATE_MACHINE],
+    SaveManyVisibleHalfDone: ["test_a_concurrent_reader_never_sees_part_of_a_batch"],
+    SaveManyInterleaves: [
+        "test_save_many_never_interleaves_with_concurrent_saves",
+        "test_a_concurrent_reader_never_sees_part_of_a_batch",
+    ],
+    LoadManyDropsDamaged: ["test_load_many_is_strict_about_a_damaged_record"],
 }
 
 

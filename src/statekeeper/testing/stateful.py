@@ -1,10 +1,12 @@
 """A Hypothesis state machine that runs a backend in lockstep with a reference model.
 
-The model is deliberately naive: a dict of live checkpoints and the highest
-sequence seen. Every rule does the same thing to the store and to the model and
-compares the results, so any disagreement (a reused sequence, a page that
-repeats or skips an item, a cursor that drifts after a delete or a reopen, a
-lost update) is found and shrunk to a short reproducible program.
+The model (``_model.py``) is deliberately naive: a dict of live checkpoints and
+the highest sequence seen. Every rule does the same thing to the store and to the
+model and compares the results, so any disagreement (a reused sequence, a page
+that repeats or skips an item, a cursor that drifts after a delete or a reopen, a
+lost update, a batch that is not consecutive or not all-or-nothing, a metadata
+filter that takes ``True`` for ``1``) is found and shrunk to a short reproducible
+program.
 
 Stores are async; the machine owns an event loop (:class:`asyncio.Runner`) and
 runs every step on it, so backends whose connections are bound to a loop work.
@@ -18,8 +20,7 @@ runs it as ``test_state_machine_matches_reference_model``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import Any, ClassVar, TypeVar
 
 import pytest
@@ -36,8 +37,9 @@ from hypothesis.stateful import (
 
 from .._protocol import BaseCheckpointStore, Order
 from ..errors import CheckpointNotFound, PreconditionFailed
-from ..models import Checkpoint, Page
+from ..models import Checkpoint, NewCheckpoint, Page
 from ._base import KitBase, StoreFactory, assert_same_value
+from ._model import ModelCheckpoint, Query, ReferenceModel, SavedCursor
 from .plugin import examples_scale
 from .strategies import states
 
@@ -49,97 +51,39 @@ STREAMS = ("job", "job/../other", "ünï")
 CALLER_IDS = ("id-a", "id-b", "id.c")
 TAGSETS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "b"}, {"kind": "a", "x": "1"})
 FILTERS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "a", "x": "1"}, {"x": "1"})
-NEVER_SAVED = "never-saved"
+#: Metadata whose values are equal in Python but of different JSON kinds.
+METADATAS: tuple[dict[str, Any], ...] = (
+    {},
+    {"a": True},
+    {"a": 1},
+    {"a": 1.0},
+    {"a": None},
+    {"a": "1"},
+    {"a": [1]},
+    {"a": 1, "b": False},
+    {"b": 0},
+)
+META_FILTERS: tuple[dict[str, Any], ...] = (
+    {},
+    {"a": True},
+    {"a": 1},
+    {"a": 1.0},
+    {"a": None},
+    {"b": 0},
+    {"b": False},
+    {"a": 1, "b": False},
+)
 ORDERS: tuple[Order, ...] = ("asc", "desc")
 
 
-@dataclasses.dataclass
-class ModelCheckpoint:
-    id: str
-    stream: str
-    sequence: int
-    state: Any
-    tags: dict[str, str]
-    etag: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Query:
-    stream: str | None
-    order: Order
-    tags: Mapping[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class SavedCursor:
-    """A cursor the store issued, with the position the model says it marks."""
-
-    cursor: str
-    query: Query
-    position: int
-
-
-class ReferenceModel:
-    """What a correct store holds: live checkpoints by id and the sequence high-water mark."""
-
-    def __init__(self) -> None:
-        self.live: dict[str, ModelCheckpoint] = {}
-        self.high_water = 0
-        # In order of first save, so that a draw picks the same id when Hypothesis
-        # replays a program (the ids themselves are random).
-        self.known_ids: dict[str, None] = {NEVER_SAVED: None}
-
-    def candidates(self, query: Query) -> list[ModelCheckpoint]:
-        """Live checkpoints matching ``query``'s stream and tags, by ascending sequence."""
-        return sorted(
-            (
-                cp
-                for cp in self.live.values()
-                if query.stream in (None, cp.stream) and query.tags.items() <= cp.tags.items()
-            ),
-            key=lambda cp: cp.sequence,
-        )
-
-    def page(
-        self, query: Query, limit: int, after: int | None, before: int | None
-    ) -> tuple[list[ModelCheckpoint], int | None, int | None]:
-        """The items, next position and previous position of one page (SPEC S4)."""
-        cands = self.candidates(query)
-        order, back = (query.order, "desc" if query.order == "asc" else "asc")
-        step = 1 if order == "asc" else -1
-
-        def beyond(direction: str, bound: int | None) -> list[ModelCheckpoint]:
-            if direction == "asc":
-                return [cp for cp in cands if bound is None or cp.sequence > bound]
-            return [cp for cp in reversed(cands) if bound is None or cp.sequence < bound]
-
-        next_pos: int | None
-        prev_pos: int | None = None
-        if before is None:
-            got = beyond(order, after)
-            items = got[:limit]
-            next_pos = items[-1].sequence if len(got) > limit else None
-            if after is not None:
-                edge = items[0].sequence if items else after + step
-                prev_pos = edge if beyond(back, edge) else None
-        else:
-            got = beyond(back, before)
-            items = got[:limit][::-1]
-            prev_pos = items[0].sequence if len(got) > limit else None
-            edge = items[-1].sequence if items else before - step
-            next_pos = edge if beyond(order, edge) else None
-        return items, next_pos, prev_pos
-
-    def newest(self, stream: str) -> ModelCheckpoint | None:
-        found = self.candidates(Query(stream, "asc", {}))
-        return found[-1] if found else None
-
-
 class CheckpointStoreStateMachine(RuleBasedStateMachine):
-    """Rules: save (store-assigned and caller ids), update and delete (with a current, a
-    stale or no ``if_match``), delete_stream, prune, get_latest, load, list_streams,
-    walking pages forward then backward, resuming from cursors kept across later
-    writes and reopens, and reopen itself (close, ``store_factory()``, open).
+    """Rules: save and save_many (store-assigned and caller ids, across streams),
+    update (with new tags and metadata or not) and delete (with a current, a stale or
+    no ``if_match``), delete_many, delete_stream, prune, get_latest, load and
+    load_many (with and without state), list_streams, walking pages forward then
+    backward under tag and metadata filters, cursor_at, resuming from cursors kept
+    across later writes and reopens, and reopen itself (close, ``store_factory()``,
+    open).
 
     Subclass and set :attr:`store_factory`, or use :func:`build_state_machine`.
     """
@@ -183,6 +127,10 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
     def _pick_id(self, data: st.DataObject) -> str:
         return data.draw(st.sampled_from(list(self.model.known_ids)), label="id")
 
+    def _pick_ids(self, data: st.DataObject) -> list[str]:
+        known = st.sampled_from(list(self.model.known_ids))
+        return data.draw(st.lists(known, max_size=5), label="ids")
+
     def _if_match(self, mode: str, current: ModelCheckpoint | None) -> str | None:
         if mode == "none":
             return None
@@ -191,13 +139,16 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         return "stale-etag"
 
     def _check_checkpoint(self, got: Checkpoint, want: ModelCheckpoint, *, state: bool) -> None:
-        assert (got.id, got.stream, got.sequence, got.etag, got.tags) == (
+        assert (got.id, got.stream, got.sequence, got.etag, got.tags, got.metadata) == (
             want.id,
             want.stream,
             want.sequence,
             want.etag,
             want.tags,
+            want.metadata,
         )
+        for key, value in want.metadata.items():
+            assert type(got.metadata[key]) is type(value), f"metadata {key!r} changed kind"
         if state:
             assert_same_value(got.state, want.state)
         else:
@@ -218,6 +169,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
                 limit=limit,
                 order=query.order,
                 tags=query.tags,
+                metadata=query.metadata,
                 after=after.cursor if after else None,
                 before=before.cursor if before else None,
                 include_state=include_state,
@@ -245,28 +197,52 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------
 
+    def _saved(self, cp: Checkpoint, item: NewCheckpoint) -> None:
+        """Check a checkpoint a save returned against the model, then record it."""
+        assert cp.sequence > self.model.high_water, (
+            f"sequence {cp.sequence} is not above every sequence ever assigned "
+            f"({self.model.high_water})"
+        )
+        if item.id is not None:
+            assert cp.id == item.id
+        assert cp.id not in self.model.live
+        assert (cp.stream, cp.tags, cp.metadata) == (item.stream, item.tags, item.metadata)
+        self.model.add(
+            ModelCheckpoint(
+                cp.id,
+                item.stream,
+                cp.sequence,
+                item.state,
+                dict(item.tags or {}),
+                cp.etag,
+                dict(item.metadata or {}),
+            )
+        )
+
     @rule(
         stream=st.sampled_from(STREAMS),
         state=states(max_leaves=5),
         tags=st.sampled_from(TAGSETS),
         caller_id=st.none() | st.sampled_from(CALLER_IDS),
+        metadata=st.sampled_from(METADATAS),
     )
-    def save(self, stream: str, state: Any, tags: dict[str, str], caller_id: str | None) -> None:
+    def save(
+        self,
+        stream: str,
+        state: Any,
+        tags: dict[str, str],
+        caller_id: str | None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        item = NewCheckpoint(
+            stream=stream, state=state, tags=tags, metadata=metadata or {}, id=caller_id
+        )
+        call = self.store.save(stream, state, tags=tags, metadata=item.metadata, id=caller_id)
         if caller_id is not None and caller_id in self.model.live:
             with pytest.raises(PreconditionFailed):
-                self.run(self.store.save(stream, state, tags=tags, id=caller_id))
+                self.run(call)
             return
-        cp = self.run(self.store.save(stream, state, tags=tags, id=caller_id))
-        assert cp.sequence > self.model.high_water, (
-            f"sequence {cp.sequence} is not above every sequence ever assigned "
-            f"({self.model.high_water})"
-        )
-        if caller_id is not None:
-            assert cp.id == caller_id
-        assert cp.id not in self.model.live
-        self.model.high_water = cp.sequence
-        self.model.known_ids.setdefault(cp.id)
-        self.model.live[cp.id] = ModelCheckpoint(cp.id, stream, cp.sequence, state, tags, cp.etag)
+        self._saved(self.run(call), item)
 
     @initialize(
         batch=st.lists(st.tuples(st.sampled_from(STREAMS), st.sampled_from(TAGSETS)), max_size=15)
@@ -274,37 +250,100 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
     def seed(self, batch: list[tuple[str, dict[str, str]]]) -> None:
         """Start most programs with some history, so listings have pages to walk."""
         for i, (stream, tags) in enumerate(batch):
-            self.save(stream, {"seed": i}, tags, None)
+            self.save(stream, {"seed": i}, tags, None, METADATAS[i % len(METADATAS)])
 
     @rule(
         stream=st.sampled_from(STREAMS),
-        batch=st.lists(st.tuples(st.integers(), st.sampled_from(TAGSETS)), min_size=2, max_size=6),
+        batch=st.lists(
+            st.tuples(st.integers(), st.sampled_from(TAGSETS), st.sampled_from(METADATAS)),
+            min_size=2,
+            max_size=6,
+        ),
     )
-    def save_batch(self, stream: str, batch: list[tuple[int, dict[str, str]]]) -> None:
+    def save_batch(
+        self, stream: str, batch: list[tuple[int, dict[str, str], dict[str, Any]]]
+    ) -> None:
         """Several saves in a row, so that streams grow long enough to page through."""
-        for value, tags in batch:
-            self.save(stream, {"n": value}, tags, None)
+        for value, tags, metadata in batch:
+            self.save(stream, {"n": value}, tags, None, metadata)
+
+    @rule(
+        batch=st.lists(
+            st.builds(
+                NewCheckpoint,
+                stream=st.sampled_from(STREAMS),
+                state=states(max_leaves=3),
+                tags=st.sampled_from(TAGSETS),
+                metadata=st.sampled_from(METADATAS),
+                id=st.none() | st.sampled_from(CALLER_IDS),
+            ),
+            max_size=5,
+        )
+    )
+    def save_many(self, batch: list[NewCheckpoint]) -> None:
+        """A batch across streams: consecutive sequences in order, or nothing at all."""
+        caller_ids = [item.id for item in batch if item.id is not None]
+        if len(set(caller_ids)) < len(caller_ids):
+            with pytest.raises(PreconditionFailed):
+                self.run(self.store.save_many(batch))
+            return
+        if any(cid in self.model.live for cid in caller_ids):
+            if not self.store.capabilities.atomic_batches:
+                return  # one by one: the items before the live id would be written
+            with pytest.raises(PreconditionFailed):
+                self.run(self.store.save_many(batch))
+            return
+        saved = self.run(self.store.save_many(batch))
+        assert len(saved) == len(batch)
+        seqs = [cp.sequence for cp in saved]
+        if seqs:
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (
+                f"save_many took sequences {seqs}, not consecutive ones in the order given"
+            )
+        for cp, item in zip(saved, batch, strict=True):
+            self._saved(cp, item)
 
     @rule(
         data=st.data(),
         state=states(max_leaves=3),
         mode=st.sampled_from(["none", "current", "stale"]),
+        tags=st.none() | st.sampled_from(TAGSETS),
+        metadata=st.none() | st.sampled_from(METADATAS),
     )
-    def update(self, data: st.DataObject, state: Any, mode: str) -> None:
+    def update(
+        self,
+        data: st.DataObject,
+        state: Any,
+        mode: str,
+        tags: dict[str, str] | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        """Replace the state, and the tags and metadata where given (None keeps them)."""
         cid = self._pick_id(data)
         current = self.model.live.get(cid)
         if_match = self._if_match(mode, current)
+        edits: dict[str, Any] = {"if_match": if_match}
+        # only pass what changes, so the plain update keeps being exercised as such
+        if tags is not None:
+            edits["tags"] = tags
+        if metadata is not None:
+            edits["metadata"] = metadata
         if current is None:
             with pytest.raises(CheckpointNotFound):
-                self.run(self.store.update(cid, state, if_match=if_match))
+                self.run(self.store.update(cid, state, **edits))
         elif mode == "stale":
             with pytest.raises(PreconditionFailed):
-                self.run(self.store.update(cid, state, if_match=if_match))
+                self.run(self.store.update(cid, state, **edits))
         else:
-            cp = self.run(self.store.update(cid, state, if_match=if_match))
+            cp = self.run(self.store.update(cid, state, **edits))
             assert (cp.id, cp.sequence, cp.stream) == (cid, current.sequence, current.stream)
             assert cp.etag != current.etag, "an update must change the etag"
             current.state, current.etag = state, cp.etag
+            if tags is not None:
+                current.tags = dict(tags)
+            if metadata is not None:
+                current.metadata = dict(metadata)
+            self._check_checkpoint(cp, current, state=True)
 
     @rule(data=st.data(), mode=st.sampled_from(["none", "current", "stale"]))
     def delete(self, data: st.DataObject, mode: str) -> None:
@@ -317,6 +356,14 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             return
         assert self.run(self.store.delete(cid, if_match=if_match)) is (current is not None)
         self.model.live.pop(cid, None)
+
+    @rule(data=st.data())
+    def delete_many(self, data: st.DataObject) -> None:
+        wanted = self._pick_ids(data)
+        doomed = {cid for cid in wanted if cid in self.model.live}
+        assert self.run(self.store.delete_many(wanted)) == len(doomed)
+        for cid in doomed:
+            del self.model.live[cid]
 
     @rule(stream=st.sampled_from(STREAMS))
     def delete_stream(self, stream: str) -> None:
@@ -353,10 +400,24 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         else:
             self._check_checkpoint(self.run(self.store.load(cid)), want, state=True)
 
-    @rule()
-    def list_streams(self) -> None:
-        want = sorted({cp.stream for cp in self.model.live.values()})
-        assert self.run(self.store.list_streams()) == want
+    @rule(data=st.data(), include_state=st.booleans())
+    def load_many(self, data: st.DataObject, include_state: bool) -> None:
+        wanted = self._pick_ids(data)
+        got = self.run(self.store.load_many(wanted, include_state=include_state))
+        expected = [cid for cid in dict.fromkeys(wanted) if cid in self.model.live]
+        assert list(got) == expected, "load_many: live ids in the order asked, once each"
+        for cid in expected:
+            self._check_checkpoint(got[cid], self.model.live[cid], state=include_state)
+        if not include_state:
+            for cid in expected:
+                header = self.run(self.store.load(cid, include_state=False))
+                assert header == got[cid].header()
+
+    @rule(prefix=st.sampled_from(["", "j", "job", "job/", "ü", "x"]) | st.none())
+    def list_streams(self, prefix: str | None) -> None:
+        names = {cp.stream for cp in self.model.live.values()}
+        want = sorted(n for n in names if prefix is None or n.startswith(prefix))
+        assert self.run(self.store.list_streams(prefix=prefix)) == want
 
     @rule(
         target=cursors,
@@ -366,6 +427,8 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         tags=st.sampled_from(FILTERS),
         include_state=st.booleans(),
         data=st.data(),
+        # mostly unfiltered, so that pages are full and cursors have neighbours
+        metadata=st.just({}) | st.sampled_from(META_FILTERS),
     )
     def walk_pages(
         self,
@@ -375,10 +438,11 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         tags: dict[str, str],
         include_state: bool,
         data: st.DataObject,
+        metadata: dict[str, Any],
     ) -> Any:
         """Walk forward to the end, then back to the start, comparing every page; then,
         sometimes, delete the item at one of the cursors and resume from it."""
-        query = Query(stream, order, tags)
+        query = Query(stream, order, tags, metadata)
         kept: list[SavedCursor] = []
         bound = len(self.model.live) + 2
         page, issued = self._list(query, limit, include_state=include_state)
@@ -403,6 +467,36 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         if churn:
             self.delete_at_cursor(data.draw(st.sampled_from(kept), label="cursor"), limit)
         return multiple(*kept[:8])
+
+    @rule(
+        target=cursors,
+        data=st.data(),
+        order=st.sampled_from(ORDERS),
+        tags=st.just({}) | st.sampled_from(FILTERS),
+        metadata=st.just({}) | st.sampled_from(META_FILTERS),
+        limit=st.integers(1, 4),
+    )
+    def cursor_at(
+        self,
+        data: st.DataObject,
+        order: Order,
+        tags: dict[str, str],
+        metadata: dict[str, Any],
+        limit: int,
+    ) -> Any:
+        """The cursor of a checkpoint's position (matching the filters or not) pages
+        strictly past it and to the page before it."""
+        cid = self._pick_id(data)
+        current = self.model.live.get(cid)
+        if current is None:
+            with pytest.raises(CheckpointNotFound):
+                self.run(self.store.cursor_at(cid, order=order, tags=tags, metadata=metadata))
+            return multiple()
+        cursor = self.run(self.store.cursor_at(cid, order=order, tags=tags, metadata=metadata))
+        saved = SavedCursor(cursor, Query(current.stream, order, tags, metadata), current.sequence)
+        _, after = self._list(saved.query, limit, after=saved)
+        _, before = self._list(saved.query, limit, before=saved)
+        return multiple(saved, *(after + before)[:4])
 
     @rule(saved=cursors, limit=st.integers(1, 4), direction=st.sampled_from(["after", "before"]))
     def resume_from_cursor(self, saved: SavedCursor, limit: int, direction: str) -> None:

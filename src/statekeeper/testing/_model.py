@@ -1,0 +1,121 @@
+"""The reference model the state machine runs a backend against.
+
+Deliberately naive: a dict of live checkpoints and the highest sequence seen, and
+listings computed by sorting and filtering that dict. Nothing here shares code with
+the store (metadata matching included), so a bug in the store's helpers is not
+repeated by the model that checks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from .._protocol import Order
+
+__all__ = ["NEVER_SAVED", "ModelCheckpoint", "Query", "ReferenceModel", "SavedCursor"]
+
+#: An id the model offers to every id-taking rule, and that no rule ever saves.
+NEVER_SAVED = "never-saved"
+
+
+@dataclasses.dataclass
+class ModelCheckpoint:
+    id: str
+    stream: str
+    sequence: int
+    state: Any
+    tags: dict[str, str]
+    etag: str
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    stream: str | None
+    order: Order
+    tags: Mapping[str, str]
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedCursor:
+    """A cursor the store issued, with the position the model says it marks."""
+
+    cursor: str
+    query: Query
+    position: int
+
+
+def same_scalar(have: Any, want: Any) -> bool:
+    """JSON equality of two scalars: the same Python type and equal (so ``True`` is
+    not ``1`` and ``1`` is not ``1.0``)."""
+    return type(have) is type(want) and have == want
+
+
+class ReferenceModel:
+    """What a correct store holds: live checkpoints by id and the sequence high-water mark."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, ModelCheckpoint] = {}
+        self.high_water = 0
+        # In order of first save, so that a draw picks the same id when Hypothesis
+        # replays a program (the ids themselves are random).
+        self.known_ids: dict[str, None] = {NEVER_SAVED: None}
+
+    def add(self, cp: ModelCheckpoint) -> None:
+        self.high_water = cp.sequence
+        self.known_ids.setdefault(cp.id)
+        self.live[cp.id] = cp
+
+    def matches(self, cp: ModelCheckpoint, query: Query) -> bool:
+        return (
+            query.stream in (None, cp.stream)
+            and query.tags.items() <= cp.tags.items()
+            and all(
+                key in cp.metadata and same_scalar(cp.metadata[key], value)
+                for key, value in query.metadata.items()
+            )
+        )
+
+    def candidates(self, query: Query) -> list[ModelCheckpoint]:
+        """Live checkpoints matching ``query``'s stream and filters, by ascending sequence."""
+        return sorted(
+            (cp for cp in self.live.values() if self.matches(cp, query)),
+            key=lambda cp: cp.sequence,
+        )
+
+    def page(
+        self, query: Query, limit: int, after: int | None, before: int | None
+    ) -> tuple[list[ModelCheckpoint], int | None, int | None]:
+        """The items, next position and previous position of one page (SPEC S4)."""
+        cands = self.candidates(query)
+        order, back = (query.order, "desc" if query.order == "asc" else "asc")
+        step = 1 if order == "asc" else -1
+
+        def beyond(direction: str, bound: int | None) -> list[ModelCheckpoint]:
+            if direction == "asc":
+                return [cp for cp in cands if bound is None or cp.sequence > bound]
+            return [cp for cp in reversed(cands) if bound is None or cp.sequence < bound]
+
+        next_pos: int | None
+        prev_pos: int | None = None
+        if before is None:
+            got = beyond(order, after)
+            items = got[:limit]
+            next_pos = items[-1].sequence if len(got) > limit else None
+            if after is not None:
+                edge = items[0].sequence if items else after + step
+                prev_pos = edge if beyond(back, edge) else None
+        else:
+            got = beyond(back, before)
+            items = got[:limit][::-1]
+            prev_pos = items[0].sequence if len(got) > limit else None
+            edge = items[-1].sequence if items else before - step
+            next_pos = edge if beyond(order, edge) else None
+        return items, next_pos, prev_pos
+
+    def newest(self, stream: str) -> ModelCheckpoint | None:
+        found = self.candidates(Query(stream, "asc", {}))
+        return found[-1] if found else None
