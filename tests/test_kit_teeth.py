@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from statekeeper._primitives import StorePrimitives
 from statekeeper._protocol import Order, ScanQuery
 from statekeeper._validate import Scalar, check_metadata_filter, check_tags
 from statekeeper.backends.memory import MemoryCheckpointStore, _Entry
@@ -241,6 +242,14 @@ class SaveManyInterleaves(Faithful):
         return headers
 
 
+class ClaimsAtomicBatchesWithTheDefault(Faithful):
+    """Declares atomic_batches but keeps the default save_many, one save after
+    another: a live id at the end of a batch leaves the items before it written."""
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        return await StorePrimitives._insert_many(self, records)
+
+
 class LoadManyDropsDamaged(Faithful):
     """load_many leaves out a record it cannot read, as if it did not exist."""
 
@@ -383,6 +392,10 @@ MUTANTS: dict[type[Faithful], list[str]] = {
         "test_a_concurrent_reader_never_sees_part_of_a_batch",
     ],
     LoadManyDropsDamaged: ["test_load_many_is_strict_about_a_damaged_record"],
+    ClaimsAtomicBatchesWithTheDefault: [
+        "test_save_many_with_a_live_id_writes_nothing",
+        STATE_MACHINE,
+    ],
 }
 
 

@@ -191,7 +191,7 @@ class KitBase:
         if not store.capabilities.atomic_batches:
             pytest.skip(
                 f"{store.backend_name} does not declare capabilities.atomic_batches "
-                "(its save_many is the default, one save after another)"
+                "(its save_many may write the items one after another)"
             )
 
     async def save_undecodable(

@@ -154,6 +154,14 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         else:
             assert got.state is None
 
+    def _assert_nothing_new(self) -> None:
+        """The newest checkpoint of the store is still the model's newest."""
+        top = self.run(self.store.list(None, limit=1, include_state=False))
+        newest = max(self.model.live.values(), key=lambda cp: cp.sequence, default=None)
+        assert [cp.id for cp in top.items] == ([newest.id] if newest else []), (
+            "a refused save_many left checkpoints behind"
+        )
+
     def _list(
         self,
         query: Query,
@@ -278,20 +286,26 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
                 id=st.none() | st.sampled_from(CALLER_IDS),
             ),
             max_size=5,
-        )
+        ),
+        data=st.data(),
     )
-    def save_many(self, batch: list[NewCheckpoint]) -> None:
-        """A batch across streams: consecutive sequences in order, or nothing at all."""
+    def save_many(self, batch: list[NewCheckpoint], data: st.DataObject) -> None:
+        """A batch across streams: consecutive sequences in order, or nothing at all
+        (sometimes it ends with an id that is live, after items that are not)."""
+        live_ids = [cid for cid in self.model.known_ids if cid in self.model.live]
+        end_with_live: bool = bool(live_ids) and data.draw(st.booleans(), label="live id last")
+        if end_with_live:
+            taken: str = data.draw(st.sampled_from(live_ids), label="live id")
+            batch = [*batch, NewCheckpoint(stream=STREAMS[0], state=None, id=taken)]
         caller_ids = [item.id for item in batch if item.id is not None]
-        if len(set(caller_ids)) < len(caller_ids):
+        duplicate = len(set(caller_ids)) < len(caller_ids)
+        live = any(cid in self.model.live for cid in caller_ids)
+        if live and not duplicate and not self.store.capabilities.atomic_batches:
+            return  # saved one by one, the items before the live id would be written
+        if duplicate or live:
             with pytest.raises(PreconditionFailed):
                 self.run(self.store.save_many(batch))
-            return
-        if any(cid in self.model.live for cid in caller_ids):
-            if not self.store.capabilities.atomic_batches:
-                return  # one by one: the items before the live id would be written
-            with pytest.raises(PreconditionFailed):
-                self.run(self.store.save_many(batch))
+            self._assert_nothing_new()
             return
         saved = self.run(self.store.save_many(batch))
         assert len(saved) == len(batch)
