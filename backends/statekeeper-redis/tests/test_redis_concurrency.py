@@ -2,12 +2,15 @@
 
 S10: sequences are unique and in commit order (a reader that sees sequence n sees
 every committed sequence below it), no acknowledged save is lost, and
-``update(if_match=...)`` is a true compare-and-set, across processes.
+``update(if_match=...)`` is a true compare-and-set, across processes. S13:
+``save_many`` is one script, so its items take consecutive sequences that no
+concurrent save interleaves, and no reader sees part of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 from statekeeper_redis import RedisCheckpointStore
 
+from statekeeper import NewCheckpoint
 from statekeeper.errors import PreconditionFailed
 from statekeeper.testing.history import History, check_history
 from statekeeper.testing.invariants import WriteLog, check_invariants
@@ -215,3 +219,91 @@ async def test_killed_writer_process_leaves_every_acknowledged_write(
     async with make_store() as store:
         report = await check_invariants(store, write_log)
     assert report.acked > 10
+
+
+# -- save_many (one script: atomic, consecutive sequences) ------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_save_many_never_interleaves_with_saves_of_writer_processes(
+    make_store: Maker, redis_url: str, key_prefix: str
+) -> None:
+    """Batches from this process race the single saves (and CAS updates) of 4 writer
+    processes on their own connections: no single save takes a sequence inside a
+    batch, and each batch is contiguous in the global order."""
+    rounds, width = 40, 25
+    async with make_store() as store:
+        await store.save("counters", {"n": 0}, id="counter")
+        procs = await _workers(redis_url, key_prefix, rounds)
+        await _start(procs)
+        batches = []
+        while any(proc.returncode is None for proc in procs) or not batches:
+            items = [
+                NewCheckpoint(stream=f"b{i % 3}", state={"batch": len(batches), "i": i})
+                for i in range(width)
+            ]
+            batches.append(await store.save_many(items))
+            if len(batches) >= 200:
+                break
+        results = [await _result(proc) for proc in procs]
+        singles = sorted(seq for result in results for seq in result["seqs"])
+        assert len(singles) == WRITERS * rounds
+        ranges = []
+        for saved in batches:
+            seqs = [cp.sequence for cp in saved]
+            assert seqs == list(range(seqs[0], seqs[0] + width)), f"batch took {seqs}"
+            ranges.append((seqs[0], seqs[-1]))
+            inside = [s for s in singles if seqs[0] <= s <= seqs[-1]]
+            assert not inside, f"saves took {inside} in the middle of a batch {seqs}"
+        # the race was real: some single save landed between two batches
+        assert any(lo < s < hi for (_, lo), (hi, _) in itertools.pairwise(ranges) for s in singles)
+        page = await store.list(None, order="asc", limit=1000, include_state=False)
+        listed = [cp.id for cp in page.items]
+        while page.next_cursor is not None:
+            page = await store.list(
+                None, order="asc", limit=1000, include_state=False, after=page.next_cursor
+            )
+            listed += [cp.id for cp in page.items]
+        assert len(listed) == 1 + WRITERS * rounds + width * len(batches)
+        for saved in batches:
+            start = listed.index(saved[0].id)
+            assert listed[start : start + width] == [cp.id for cp in saved]
+
+
+@pytest.mark.asyncio
+async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
+    make_store: Maker,
+) -> None:
+    """Only batches of ``width`` are written, so every count a reader takes (index
+    entries, record keys by listing, the high-water mark) is a multiple of it."""
+    width, rounds = 20, 40
+    async with make_store() as writer, make_store() as reader:
+        done = asyncio.Event()
+        counts: set[int] = set()
+
+        async def write() -> None:
+            try:
+                for k in range(rounds):
+                    await writer.save_many(
+                        [
+                            NewCheckpoint(stream=f"s{i % 4}", state={"k": k, "i": i})
+                            for i in range(width)
+                        ]
+                    )
+            finally:
+                done.set()
+
+        async def read() -> None:
+            while not done.is_set():
+                indexed = await reader.client.zcard(reader.key_prefix + "all")
+                hwm = int(await reader.client.hget(reader.key_prefix + "meta", "hwm") or 0)
+                page = await reader.list(None, limit=1000, include_state=False)
+                for n in (indexed, hwm, len(page.items)):
+                    assert n % width == 0, f"a reader counted {n}: a batch is half visible"
+                counts.add(len(page.items))
+                got = await reader.load_many([cp.id for cp in page.items[:width]])
+                assert len(got) == min(width, len(page.items))
+                await asyncio.sleep(0)
+
+        await asyncio.gather(write(), read())
+    assert len(counts) > 2, f"the reader saw too few states of the store: {sorted(counts)}"

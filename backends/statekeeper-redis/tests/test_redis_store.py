@@ -342,3 +342,45 @@ async def test_a_save_that_lost_the_sequence_race_costs_one_more_round_trip(
         cp = await mine.save("job", {})
     assert cp.sequence == 3
     assert counter.commands == ["EVALSHA", "EVALSHA"]
+
+
+@pytest.mark.asyncio
+async def test_batches_each_take_one_round_trip(make_store: Maker) -> None:
+    """save_many, load_many and delete_many are one script call each, whatever the
+    number of ids; list_streams(prefix=) is one SSCAN plus one script per 500 names."""
+    async with make_store() as store:
+        await store.save("job", {})  # the store's idea of the next sequence is current
+        counter = _CommandCounter(store.client)
+        saved = await store.save_many(
+            [
+                sk.NewCheckpoint(stream=f"s{i % 7}", state={"i": i}, tags={"k": str(i % 2)})
+                for i in range(200)
+            ]
+        )
+        save_cmds, counter.commands = counter.commands, []
+        loaded = await store.load_many([cp.id for cp in saved] + ["never-saved"])
+        load_cmds, counter.commands = counter.commands, []
+        names = await store.list_streams(prefix="s")
+        names_cmds, counter.commands = counter.commands, []
+        removed = await store.delete_many([cp.id for cp in saved[:150]])
+        delete_cmds, counter.commands = counter.commands, []
+    assert [cp.sequence for cp in saved] == list(range(2, 202))
+    assert [cp.state for cp in loaded.values()] == [{"i": i} for i in range(200)]
+    assert names == [f"s{i}" for i in range(7)] and removed == 150
+    assert save_cmds == ["EVALSHA"], save_cmds
+    assert load_cmds == ["EVALSHA"], load_cmds
+    assert names_cmds == ["SSCAN", "EVALSHA"], names_cmds
+    assert delete_cmds == ["EVALSHA"], delete_cmds
+
+
+@pytest.mark.asyncio
+async def test_a_save_many_that_lost_the_sequence_race_costs_one_more_round_trip(
+    make_store: Maker,
+) -> None:
+    async with make_store() as mine, make_store() as other:
+        await mine.save("job", {})
+        await other.save("job", {})
+        counter = _CommandCounter(mine.client)
+        saved = await mine.save_many([sk.NewCheckpoint(stream="job") for _ in range(3)])
+    assert [cp.sequence for cp in saved] == [3, 4, 5]
+    assert counter.commands == ["EVALSHA", "EVALSHA"]

@@ -1,8 +1,10 @@
 """The server-side half of the Redis backend: one Lua script per atomic operation.
 
 Redis runs a script to completion before it serves any other command, so each
-script below is one atomic step: no reader sees half a save, and sequence order
-is commit order.
+script below is one atomic step: no reader sees half a save (or half a
+``save_many``), and sequence order is commit order. The scripts of opening a
+store and of repair build on the same :data:`PRELUDE` and live beside their
+callers, in ``_meta`` and ``_repair``.
 
 Key layout (``P`` is ``{<key_prefix>}:``; the braces are a Redis Cluster hash tag,
 so every key of one store lives in one slot, and no store's keys can be inside
@@ -35,8 +37,9 @@ checkpoint deleted outside statekeeper or evicted under ``maxmemory``. Reads
 report it as damaged (``get_latest`` never answers an older one instead); only
 a delete or ``repair(drop_damaged=True)`` removes its entries. Scripts that would
 write to a key of the wrong Redis type, or unlink an id whose ``P i`` entry is
-gone (so its stream and tag entries cannot be found), refuse before writing
-anything, since a Redis script that fails half-way keeps its first writes.
+missing or malformed (so its stream and tag entries cannot be found), refuse
+before writing anything, for every id they touch, since a Redis script that
+fails half-way keeps its first writes.
 
 Numbers that must stay exact (sequences, microsecond timestamps) travel as
 strings: Lua prints numbers with 14 significant digits.
@@ -44,30 +47,14 @@ strings: Lua prints numbers with 14 significant digits.
 
 from __future__ import annotations
 
-__all__ = [
-    "APPLY",
-    "DELETE",
-    "DELETE_STREAM",
-    "DROP_WRONGTYPE",
-    "FIX_NAMES",
-    "GET",
-    "INFO",
-    "INIT",
-    "INSERT",
-    "LIVE_STREAMS",
-    "PRUNE",
-    "PURGE",
-    "RESTORE_META",
-    "SCAN",
-    "SET_HWM",
-    "UPDATE",
-]
+__all__ = ["EXPIRY_GRACE_SECONDS", "PRELUDE", "SCRIPTS"]
 
 #: A record key missing less than this long before its expiry (by the caller's
 #: clock) counts as expired, not lost: clocks of different clients disagree a little.
 EXPIRY_GRACE_SECONDS = 5
 
-_PRELUDE = (
+#: The helpers every script starts with (key names, liveness, checks, unlinking).
+PRELUDE = (
     r"""
 local P = ARGV[1]
 local META, ALL, EXP, IDX, ETAG, NAMES = KEYS[1], P .. 'all', P .. 'x', P .. 'i', P .. 'e', P .. 'n'
@@ -102,10 +89,6 @@ end
 
 local function live(id, now) return status(id, now, false) == 'live' end
 
--- whether unlink(id) can find every entry of id (its P i entry says where they are)
-local function unlinkable(id)
-  return redis.call('HEXISTS', IDX, id) == 1 or not redis.call('ZSCORE', ALL, id)
-end
 
 -- the first of keys whose type is not the wanted one (or nil); scripts check before
 -- writing, because a script that fails half-way keeps its first writes
@@ -119,6 +102,43 @@ local function badtype(extra)
     local t = redis.call('TYPE', k)['ok']
     if t ~= 'none' and t ~= 'zset' then return k end
   end
+  return nil
+end
+
+-- the P i entry of id: its decoded table, nil if there is none, false if malformed
+local function idxinfo(id)
+  local raw = redis.call('HGET', IDX, id)
+  if not raw then return nil end
+  local ok, info = pcall(cjson.decode, raw)
+  if not ok or type(info) ~= 'table' or type(info.s) ~= 'string' or type(info.t) ~= 'table' then
+    return false
+  end
+  for k, v in pairs(info.t) do
+    if type(k) ~= 'string' or type(v) ~= 'string' then return false end
+  end
+  return info
+end
+
+-- nil if unlink() can remove every entry of each of ids without failing half-way;
+-- else the refusal: {'noidx', id} (its P i entry, which says where its stream and
+-- tag entries are, is missing or malformed) or {'wrongtype', key}
+local function cannot_unlink(ids)
+  local keys, seen = {}, {}
+  for _, id in ipairs(ids) do
+    local info = idxinfo(id)
+    if info == false or (info == nil and redis.call('ZSCORE', ALL, id)) then
+      return {'noidx', id}
+    end
+    if info then
+      local mine = {skey(info.s)}
+      for k, v in pairs(info.t) do mine[#mine + 1] = tkey(k, v) end
+      for _, k in ipairs(mine) do
+        if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+      end
+    end
+  end
+  local bad = badtype(keys)
+  if bad then return {'wrongtype', bad} end
   return nil
 end
 
@@ -157,91 +177,56 @@ end
 """
 )
 
-#: The store's meta hash, created only when ARGV[6] is '1' and the store has no
-#: index key (a store whose meta hash was lost is not a new store).
-#: ARGV: P, kind, format, store_id, cursor_key, create ('1' | '0').
-#: Returns {'ok', kind, format, store_id, cursor_key, hwm}, {'missing'} (nothing
-#: written), {'orphaned', n} (no meta, n index keys) or {'wrongtype', type}.
-INIT = (
-    _PRELUDE
-    + r"""
-local t = redis.call('TYPE', META)['ok']
-if t == 'none' then
-  local n = redis.call('EXISTS', ALL, EXP, IDX, ETAG, NAMES)
-  if n > 0 then return {'orphaned', n} end
-  if ARGV[6] ~= '1' then return {'missing'} end
-  redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
-             'cursor_key', ARGV[5], 'hwm', '0')
-elseif t ~= 'hash' then
-  return {'wrongtype', t}
-end
-return {'ok', unpack(redis.call('HMGET', META, 'kind', 'format', 'store_id', 'cursor_key', 'hwm'))}
-"""
-)
-
-#: Recreate a lost meta hash (only if it is still missing).
-#: ARGV: P, kind, format, store_id, cursor_key, hwm. Returns 1 if it wrote it.
-RESTORE_META = (
-    _PRELUDE
-    + r"""
-if redis.call('EXISTS', META) == 1 then return 0 end
-local hwm = math.max(tonumber(ARGV[6]), topscore(ALL))
-redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
-           'cursor_key', ARGV[5], 'hwm', string.format('%d', hwm))
-return 1
-"""
-)
-
-#: Raise a missing, malformed or too low high-water mark to at least ARGV[2] (and
-#: the top of P all). ARGV: P, candidate. Returns {old or '', new} ({old, old} if kept).
-SET_HWM = (
-    _PRELUDE
-    + r"""
-local old = redis.call('HGET', META, 'hwm')
-local want = math.max(tonumber(ARGV[2]), topscore(ALL))
-if old and string.match(old, '^%d+$') and tonumber(old) >= want then return {old, old} end
-local new = string.format('%d', want)
-redis.call('HSET', META, 'hwm', new)
-return {old or '', new}
-"""
-)
-
-#: Insert a record sealed at sequence ARGV[3], which must be hwm + 1.
-#: ARGV: P, id, seq, blob, stream, index JSON, exp_us | '', pexpire_ms, now_us, etag.
-#: Returns {'ok'}, {'exists'}, {'lost'} (the id is a lost checkpoint), {'seq', hwm}
-#: (lost the race: reseal at hwm + 1), {'nometa'}, {'badhwm', hwm | '', top} (the
-#: high-water mark is missing, malformed or below a sequence in use), {'noidx'} (an
-#: expired checkpoint with this id cannot be unlinked) or {'wrongtype', key}.
+#: Insert records sealed at consecutive sequences from ARGV[3], which must be hwm + 1:
+#: all of them or, if any check fails, none (every check runs before the first write).
+#: ARGV: P, now_us, first seq, then seven per record: id, blob, stream, index JSON,
+#: exp_us | '', pexpire_ms, etag. Returns {'ok'}, {'exists', id}, {'lost', id} (the
+#: id is a lost checkpoint), {'seq', hwm} (lost the race: reseal from hwm + 1),
+#: {'nometa'}, {'badhwm', hwm | '', top} (the high-water mark is missing, malformed
+#: or below a sequence in use), {'noidx', id} (an expired checkpoint with this id
+#: cannot be unlinked) or {'wrongtype', key}.
 INSERT = (
-    _PRELUDE
+    PRELUDE
     + r"""
-local id, seq, now = ARGV[2], ARGV[3], tonumber(ARGV[9])
-local st = status(id, now, false)
-if st == 'live' then return {'exists'} end
-if st == 'lost' then return {'lost'} end
+local now, first, n = tonumber(ARGV[2]), tonumber(ARGV[3]), (#ARGV - 3) / 7
+local ids, streams, infos, keys, seen = {}, {}, {}, {}, {}
+for i = 1, n do
+  local id = ARGV[i * 7 - 3]
+  local st = status(id, now, false)
+  if st == 'live' then return {'exists', id} end
+  if st == 'lost' then return {'lost', id} end
+  ids[i], streams[i], infos[i] = id, ARGV[i * 7 - 1], cjson.decode(ARGV[i * 7])
+  local mine = {skey(streams[i])}
+  for k, v in pairs(infos[i].t) do mine[#mine + 1] = tkey(k, v) end
+  for _, k in ipairs(mine) do
+    if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+  end
+end
 if redis.call('EXISTS', META) == 0 then return {'nometa'} end
-local info = cjson.decode(ARGV[6])
-local keys = {skey(ARGV[5])}
-for k, v in pairs(info.t) do keys[#keys + 1] = tkey(k, v) end
 local bad = badtype(keys)
 if bad then return {'wrongtype', bad} end
 local hwm = redis.call('HGET', META, 'hwm')
-local top = math.max(topscore(ALL), topscore(keys[1]))
+local top = topscore(ALL)
+for i = 1, n do top = math.max(top, topscore(skey(streams[i]))) end
 if not hwm or not string.match(hwm, '^%d+$') or tonumber(hwm) < top then
   return {'badhwm', hwm or '', string.format('%d', top)}
 end
-if tonumber(hwm) + 1 ~= tonumber(seq) then return {'seq', hwm} end
-if not unlinkable(id) then return {'noidx'} end
--- an expired (or vanished) checkpoint with this id is replaced: drop its old entries
-unlink(id)
-redis.call('HSET', META, 'hwm', seq)
-write_record(id, ARGV[4], ARGV[7], ARGV[8])
-redis.call('ZADD', ALL, seq, id)
-redis.call('ZADD', keys[1], seq, id)
-redis.call('SADD', NAMES, ARGV[5])
-for k, v in pairs(info.t) do redis.call('ZADD', tkey(k, v), seq, id) end
-redis.call('HSET', IDX, id, ARGV[6])
-redis.call('HSET', ETAG, id, ARGV[10])
+if tonumber(hwm) + 1 ~= first then return {'seq', hwm} end
+local refusal = cannot_unlink(ids)
+if refusal then return refusal end
+-- expired (or vanished) checkpoints with these ids are replaced: drop their old entries
+for _, id in ipairs(ids) do unlink(id) end
+for i = 1, n do
+  local id, seq, at = ids[i], string.format('%d', first + i - 1), i * 7 - 3
+  write_record(id, ARGV[at + 1], ARGV[at + 4], ARGV[at + 5])
+  redis.call('ZADD', ALL, seq, id)
+  redis.call('ZADD', skey(streams[i]), seq, id)
+  redis.call('SADD', NAMES, streams[i])
+  for k, v in pairs(infos[i].t) do redis.call('ZADD', tkey(k, v), seq, id) end
+  redis.call('HSET', IDX, id, ARGV[at + 3])
+  redis.call('HSET', ETAG, id, ARGV[at + 6])
+end
+redis.call('HSET', META, 'hwm', string.format('%d', first + n - 1))
 return {'ok'}
 """
 )
@@ -249,7 +234,7 @@ return {'ok'}
 #: The record of id: {'live', blob, sequence | false, etag | false}, {'lost',
 #: sequence | false}, or nil. ARGV: P, id, now_us.
 GET = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local id = ARGV[2]
 local st = status(id, tonumber(ARGV[3]), false)
@@ -260,6 +245,29 @@ return {'live', rget(id), score, redis.call('HGET', ETAG, id)}
 """
 )
 
+#: The records of ids, three values per id: status ('live', 'lost' or 'gone'),
+#: sequence (from P all; false if absent) and blob (false unless live).
+#: ARGV: P, now_us, ids...
+GET_MANY = (
+    PRELUDE
+    + r"""
+local now, out = tonumber(ARGV[2]), {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local st = status(id, now, false)
+  out[#out + 1] = st
+  if st == 'gone' then
+    out[#out + 1] = false
+    out[#out + 1] = false
+  else
+    out[#out + 1] = redis.call('ZSCORE', ALL, id) or false
+    if st == 'live' then out[#out + 1] = rget(id) else out[#out + 1] = false end
+  end
+end
+return out
+"""
+)
+
 #: Compare-and-set the record of id.
 #: ARGV: P, id, now_us, etag the caller read, if_match | '', blob, new etag, exp_us | '',
 #: pexpire_ms, new index JSON | '' (tags unchanged), sequence. Returns {'ok'},
@@ -267,7 +275,7 @@ return {'live', rget(id), score, redis.call('HGET', ETAG, id)}
 #: wrote since the caller read: re-read and retry), {'noetag'} (its P e entry is
 #: gone), {'noidx'} (new tags, but its P i entry is gone) or {'wrongtype', key}.
 UPDATE = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local id = ARGV[2]
 if not live(id, tonumber(ARGV[3])) then return {'notfound'} end
@@ -298,9 +306,9 @@ return {'ok'}
 
 #: Delete id, live or lost (a lost checkpoint is acknowledged until deleted).
 #: ARGV: P, id, now_us, if_match | ''.
-#: Returns {'ok'}, {'missing'}, {'etag', current}, {'noidx'} or {'wrongtype', key}.
+#: Returns {'ok'}, {'missing'}, {'etag', current}, {'noidx', id} or {'wrongtype', key}.
 DELETE = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local id = ARGV[2]
 if status(id, tonumber(ARGV[3]), false) == 'gone' then return {'missing'} end
@@ -308,25 +316,40 @@ if ARGV[4] ~= '' then
   local cur = redis.call('HGET', ETAG, id)
   if cur ~= ARGV[4] then return {'etag', cur} end
 end
-local bad = badtype()
-if bad then return {'wrongtype', bad} end
-if not unlinkable(id) then return {'noidx'} end
+local refusal = cannot_unlink({id})
+if refusal then return refusal end
 unlink(id)
 return {'ok'}
 """
 )
 
-#: Remove every entry of a stream; return how many were live or lost, or -1 if one
-#: of them cannot be unlinked (its P i entry is gone). ARGV: P, stream, now_us.
+#: Delete every live or lost checkpoint among ids, or none if one of them cannot be
+#: unlinked. ARGV: P, now_us, ids... Returns {'ok', count}, {'noidx', id} or
+#: {'wrongtype', key}.
+DELETE_MANY = (
+    PRELUDE
+    + r"""
+local now, doomed = tonumber(ARGV[2]), {}
+for i = 3, #ARGV do
+  if status(ARGV[i], now, false) ~= 'gone' then doomed[#doomed + 1] = ARGV[i] end
+end
+local refusal = cannot_unlink(doomed)
+if refusal then return refusal end
+for _, id in ipairs(doomed) do unlink(id) end
+return {'ok', #doomed}
+"""
+)
+
+#: Remove every entry of a stream; return how many were live or lost, or, with
+#: nothing removed, -1 if one of them cannot be unlinked (its P i entry is missing or
+#: malformed) or -2 if a key it would write has the wrong type. ARGV: P, stream, now_us.
 DELETE_STREAM = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local now = tonumber(ARGV[3])
-if badtype() then return -2 end
 local ids = redis.call('ZRANGE', skey(ARGV[2]), 0, -1)
-for _, id in ipairs(ids) do
-  if not unlinkable(id) then return -1 end
-end
+local refusal = cannot_unlink(ids)
+if refusal then return refusal[1] == 'noidx' and -1 or -2 end
 local removed = 0
 for _, id in ipairs(ids) do
   if status(id, now, true) ~= 'gone' then removed = removed + 1 end
@@ -338,35 +361,33 @@ return removed
 
 #: Remove all but the newest keep_last live entries of a stream; expired ones are
 #: left for purge_expired, lost ones for repair(drop_damaged=True).
-#: ARGV: P, stream, keep_last, now_us. Returns how many were removed, or -1.
+#: ARGV: P, stream, keep_last, now_us. Returns how many were removed, or -1 / -2
+#: (as DELETE_STREAM) with nothing removed.
 PRUNE = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local keep, now = tonumber(ARGV[3]), tonumber(ARGV[4])
-if badtype() then return -2 end
 local kept, doomed = 0, {}
 for _, id in ipairs(redis.call('ZREVRANGE', skey(ARGV[2]), 0, -1)) do
   if live(id, now) then
     if kept < keep then kept = kept + 1 else doomed[#doomed + 1] = id end
   end
 end
-for _, id in ipairs(doomed) do
-  if not unlinkable(id) then return -1 end
-end
+local refusal = cannot_unlink(doomed)
+if refusal then return refusal[1] == 'noidx' and -1 or -2 end
 for _, id in ipairs(doomed) do unlink(id) end
 return #doomed
 """
 )
 
-#: Unlink up to ARGV[3] checkpoints expired at ARGV[2] (µs). Returns how many, or -1.
+#: Unlink up to ARGV[3] checkpoints expired at ARGV[2] (µs). Returns how many, or
+#: -1 / -2 (as DELETE_STREAM) with nothing removed.
 PURGE = (
-    _PRELUDE
+    PRELUDE
     + r"""
-if badtype() then return -2 end
 local ids = redis.call('ZRANGEBYSCORE', EXP, '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
-for _, id in ipairs(ids) do
-  if not unlinkable(id) then return -1 end
-end
+local refusal = cannot_unlink(ids)
+if refusal then return refusal[1] == 'noidx' and -1 or -2 end
 for _, id in ipairs(ids) do unlink(id) end
 return #ids
 """
@@ -376,7 +397,7 @@ return #ids
 #: ARGV: P, now_us, names... Returns {'ok', names...}, or {'noindex', name} for a
 #: stream that P n names but whose index is missing (damage, never "no stream").
 LIVE_STREAMS = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local now = tonumber(ARGV[2])
 local out = {'ok'}
@@ -411,7 +432,7 @@ return out
 #: stream's (or the global) index is missing although P n names the stream (or
 #: some stream): damaged metadata, never "empty".
 SCAN = (
-    _PRELUDE
+    PRELUDE
     + r"""
 local asc = ARGV[2] == 'asc'
 local bound = ARGV[3]
@@ -475,74 +496,26 @@ return out
 
 #: Counts for info(): {checkpoints, streams, hwm, expiring}. ARGV: P.
 INFO = (
-    _PRELUDE
+    PRELUDE
     + r"""
 return {redis.call('ZCARD', ALL), redis.call('SCARD', NAMES),
         redis.call('HGET', META, 'hwm') or '', redis.call('ZCARD', EXP)}
 """
 )
 
-#: Repair one id: apply the given edits only if its record is as the repair read
-#: it (so a concurrent save, update or delete is never undone).
-#: ARGV: P, id, guard (sha1 of the record bytes, or 'absent'), witness (for
-#: 'absent': a key suffix, 'all', 's:<stream>' or 'i', that must still hold id, so a
-#: lost checkpoint deleted meanwhile is not brought back; '' for none), then edits
-#: of four arguments each: op ('zadd' | 'zrem' | 'hset' | 'hdel'), key suffix after
-#: P, member or field, score or value. Returns 1 if applied, 0 if the record changed.
-APPLY = (
-    _PRELUDE
-    + r"""
-local id, guard, witness = ARGV[2], ARGV[3], ARGV[4]
-local blob = redis.pcall('GET', rkey(id))
-if type(blob) == 'table' and blob.err then blob = '' end
-if guard == 'absent' then
-  if blob then return 0 end
-  if witness == 'i' then
-    if redis.call('HEXISTS', IDX, id) == 0 then return 0 end
-  elseif witness ~= '' and not redis.call('ZSCORE', P .. witness, id) then
-    return 0
-  end
-elseif not blob or redis.sha1hex(blob) ~= guard then
-  return 0
-end
-for i = 5, #ARGV, 4 do
-  local op, key, a, b = ARGV[i], P .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if op == 'zadd' then redis.call('ZADD', key, b, a)
-  elseif op == 'zrem' then redis.call('ZREM', key, a)
-  elseif op == 'hset' then redis.call('HSET', key, a, b)
-  elseif op == 'hdel' then redis.call('HDEL', key, a)
-  end
-end
-return 1
-"""
-)
-
-#: Make P n name exactly the given streams that have entries. ARGV: P, names...
-#: Returns how many names were added or removed.
-FIX_NAMES = (
-    _PRELUDE
-    + r"""
-local changed = 0
-for i = 2, #ARGV do
-  if redis.call('ZCARD', skey(ARGV[i])) > 0 then
-    changed = changed + redis.call('SADD', NAMES, ARGV[i])
-  else
-    changed = changed + redis.call('SREM', NAMES, ARGV[i])
-  end
-end
-return changed
-"""
-)
-
-#: Delete the key P .. ARGV[2] if it holds another type than ARGV[3] (an index key
-#: overwritten by something else; repair rebuilds it). Returns 1 if deleted.
-DROP_WRONGTYPE = (
-    _PRELUDE
-    + r"""
-local key = P .. ARGV[2]
-local t = redis.call('TYPE', key)['ok']
-if t == 'none' or t == ARGV[3] then return 0 end
-redis.call('DEL', key)
-return 1
-"""
-)
+#: The scripts of the store's operations, by the name ``RedisCheckpointStore._call``
+#: takes (``_meta`` and ``_repair`` hold those of opening and repairing).
+SCRIPTS = {
+    "DELETE": DELETE,
+    "DELETE_MANY": DELETE_MANY,
+    "DELETE_STREAM": DELETE_STREAM,
+    "GET": GET,
+    "GET_MANY": GET_MANY,
+    "INFO": INFO,
+    "INSERT": INSERT,
+    "LIVE_STREAMS": LIVE_STREAMS,
+    "PRUNE": PRUNE,
+    "PURGE": PURGE,
+    "SCAN": SCAN,
+    "UPDATE": UPDATE,
+}

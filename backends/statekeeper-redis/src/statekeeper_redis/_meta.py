@@ -16,16 +16,57 @@ from statekeeper import StoreIdentity
 from statekeeper.errors import StoreFormatError, StoreNotFound
 
 from ._audit import walk
+from ._lua import PRELUDE
 
 if TYPE_CHECKING:
     from ._store import RedisCheckpointStore
 
-__all__ = ["FORMAT_VERSION", "open_meta", "restore_meta"]
+__all__ = ["FORMAT_VERSION", "SCRIPTS", "open_meta", "restore_meta"]
 
 #: The key-layout version written to ``{prefix}:meta`` (see ``_lua``).
 FORMAT_VERSION = 1
 KIND = b"statekeeper-redis"
 _DIGITS = re.compile(rb"[0-9]+")
+
+
+#: The store's meta hash, created only when ARGV[6] is '1' and the store has no
+#: index key (a store whose meta hash was lost is not a new store).
+#: ARGV: P, kind, format, store_id, cursor_key, create ('1' | '0').
+#: Returns {'ok', kind, format, store_id, cursor_key, hwm}, {'missing'} (nothing
+#: written), {'orphaned', n} (no meta, n index keys) or {'wrongtype', type}.
+INIT = (
+    PRELUDE
+    + r"""
+local t = redis.call('TYPE', META)['ok']
+if t == 'none' then
+  local n = redis.call('EXISTS', ALL, EXP, IDX, ETAG, NAMES)
+  if n > 0 then return {'orphaned', n} end
+  if ARGV[6] ~= '1' then return {'missing'} end
+  redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
+             'cursor_key', ARGV[5], 'hwm', '0')
+elseif t ~= 'hash' then
+  return {'wrongtype', t}
+end
+return {'ok', unpack(redis.call('HMGET', META, 'kind', 'format', 'store_id', 'cursor_key', 'hwm'))}
+"""
+)
+
+
+#: Recreate a lost meta hash (only if it is still missing).
+#: ARGV: P, kind, format, store_id, cursor_key, hwm. Returns 1 if it wrote it.
+RESTORE_META = (
+    PRELUDE
+    + r"""
+if redis.call('EXISTS', META) == 1 then return 0 end
+local hwm = math.max(tonumber(ARGV[6]), topscore(ALL))
+redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
+           'cursor_key', ARGV[5], 'hwm', string.format('%d', hwm))
+return 1
+"""
+)
+
+#: The scripts of opening a store (see ``_lua`` for the key layout).
+SCRIPTS = {"INIT": INIT, "RESTORE_META": RESTORE_META}
 
 
 def _text(value: bytes | str) -> str:

@@ -11,19 +11,110 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from statekeeper import Problem, RepairReport, VerifyReport
-from statekeeper._integrity import repair_records
+from statekeeper import Problem, RepairReport, VerifyReport, repair_records
 
 from ._audit import Audit, Fix, walk
+from ._lua import PRELUDE
 
 if TYPE_CHECKING:
     from ._store import RedisCheckpointStore
 
-__all__ = ["problems", "repair", "verify_by_walk"]
+__all__ = ["SCRIPTS", "problems", "repair", "verify_by_walk"]
 
 _APPLY_BATCH = 200
 #: What each key family is called in ``RepairReport.rebuilt``.
 _FAMILY = {"all": "all", "i": "id_hash", "e": "etags", "x": "expiries"}
+
+
+#: Raise a missing, malformed or too low high-water mark to at least ARGV[2] (and
+#: the top of P all). ARGV: P, candidate. Returns {old or '', new} ({old, old} if kept).
+SET_HWM = (
+    PRELUDE
+    + r"""
+local old = redis.call('HGET', META, 'hwm')
+local want = math.max(tonumber(ARGV[2]), topscore(ALL))
+if old and string.match(old, '^%d+$') and tonumber(old) >= want then return {old, old} end
+local new = string.format('%d', want)
+redis.call('HSET', META, 'hwm', new)
+return {old or '', new}
+"""
+)
+
+
+#: Repair one id: apply the given edits only if its record is as the repair read
+#: it (so a concurrent save, update or delete is never undone).
+#: ARGV: P, id, guard (sha1 of the record bytes, or 'absent'), witness (for
+#: 'absent': a key suffix, 'all', 's:<stream>' or 'i', that must still hold id, so a
+#: lost checkpoint deleted meanwhile is not brought back; '' for none), then edits
+#: of four arguments each: op ('zadd' | 'zrem' | 'hset' | 'hdel'), key suffix after
+#: P, member or field, score or value. Returns 1 if applied, 0 if the record changed.
+APPLY = (
+    PRELUDE
+    + r"""
+local id, guard, witness = ARGV[2], ARGV[3], ARGV[4]
+local blob = redis.pcall('GET', rkey(id))
+if type(blob) == 'table' and blob.err then blob = '' end
+if guard == 'absent' then
+  if blob then return 0 end
+  if witness == 'i' then
+    if redis.call('HEXISTS', IDX, id) == 0 then return 0 end
+  elseif witness ~= '' and not redis.call('ZSCORE', P .. witness, id) then
+    return 0
+  end
+elseif not blob or redis.sha1hex(blob) ~= guard then
+  return 0
+end
+for i = 5, #ARGV, 4 do
+  local op, key, a, b = ARGV[i], P .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if op == 'zadd' then redis.call('ZADD', key, b, a)
+  elseif op == 'zrem' then redis.call('ZREM', key, a)
+  elseif op == 'hset' then redis.call('HSET', key, a, b)
+  elseif op == 'hdel' then redis.call('HDEL', key, a)
+  end
+end
+return 1
+"""
+)
+
+
+#: Make P n name exactly the given streams that have entries. ARGV: P, names...
+#: Returns how many names were added or removed.
+FIX_NAMES = (
+    PRELUDE
+    + r"""
+local changed = 0
+for i = 2, #ARGV do
+  if redis.call('ZCARD', skey(ARGV[i])) > 0 then
+    changed = changed + redis.call('SADD', NAMES, ARGV[i])
+  else
+    changed = changed + redis.call('SREM', NAMES, ARGV[i])
+  end
+end
+return changed
+"""
+)
+
+
+#: Delete the key P .. ARGV[2] if it holds another type than ARGV[3] (an index key
+#: overwritten by something else; repair rebuilds it). Returns 1 if deleted.
+DROP_WRONGTYPE = (
+    PRELUDE
+    + r"""
+local key = P .. ARGV[2]
+local t = redis.call('TYPE', key)['ok']
+if t == 'none' or t == ARGV[3] then return 0 end
+redis.call('DEL', key)
+return 1
+"""
+)
+
+#: The scripts of repair (see ``_lua`` for the key layout).
+SCRIPTS = {
+    "APPLY": APPLY,
+    "DROP_WRONGTYPE": DROP_WRONGTYPE,
+    "FIX_NAMES": FIX_NAMES,
+    "SET_HWM": SET_HWM,
+}
 
 
 def _family(suffix: str) -> str:

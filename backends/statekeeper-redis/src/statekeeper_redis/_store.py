@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -36,13 +35,13 @@ from statekeeper.errors import (
     ConcurrentModificationError,
     InvalidURL,
     PreconditionFailed,
-    StoreFormatError,
     StoreTimeout,
 )
 from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
-from . import _lua, _meta, _repair
+from . import _batch, _lua, _meta, _repair
 from ._audit import DamagedStoreError, index_json, us
+from ._batch import MAX_ATTEMPTS
 from ._meta import FORMAT_VERSION
 from ._server import PERSISTENCE_SETTINGS, ServerPersistence
 
@@ -50,10 +49,6 @@ __all__ = ["FORMAT_VERSION", "RedisCheckpointStore", "RedisOptions"]
 
 _DIGITS = re.compile(rb"[0-9]+")
 _PURGE_BATCH = 500
-_STREAM_BATCH = 500
-# Races lost before a save or update gives up with ConcurrentModificationError;
-# every lost race means another writer committed, so this is not reached in practice.
-_MAX_ATTEMPTS = 1000
 
 T = TypeVar("T")
 
@@ -86,10 +81,13 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     URL: ``redis[s]://[user[:password]@]host[:port][/db][?option=value...]``; the
     options are those of :class:`RedisOptions`.
 
-    **Atomicity.** save, update (etag compare-and-set), delete, prune and
-    delete_stream are each one Lua script, which Redis runs without interleaving any
-    other command: sequence order is commit order, and no concurrent writer, task,
-    process or host, can fork a stream or lose an acknowledged save.
+    **Atomicity.** save, save_many, update (etag compare-and-set), delete,
+    delete_many, prune and delete_stream are each one Lua script, which Redis runs
+    without interleaving any other command: sequence order is commit order, and no
+    concurrent writer, task, process or host, can fork a stream or lose an
+    acknowledged save. ``save_many`` checks every item before it writes any, so it
+    writes all of them, with consecutive sequences, or none; no reader sees part of
+    it (``capabilities.atomic_batches``).
 
     **Sequences.** The high-water mark lives in ``{prefix}:meta``. The record
     envelope carries its sequence under its checksum, so a save seals the record at
@@ -99,10 +97,13 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
 
     Tasks of one instance take turns to save, so they never race each other.
 
-    **Reads.** ``get_latest`` and ``load`` are one round trip and decode only their
-    record; a page is one script call per :attr:`scan_budget` index entries
-    examined. Strict reads raise :class:`CheckpointDecodeError`; listings report
-    unreadable records in ``page.skipped``.
+    **Reads.** ``get_latest``, ``load`` and ``load_many`` are one round trip and
+    decode only their records; a page is one script call per :attr:`scan_budget`
+    index entries examined. Strict reads raise :class:`CheckpointDecodeError`;
+    listings report unreadable records in ``page.skipped``. Filters on metadata
+    are not indexed: ``list(metadata=...)`` scans the stream (or store) and keeps
+    the matches, O(entries scanned); ``list_streams(prefix=)`` filters every stream
+    name on the server, O(stream names).
 
     **TTL.** The record key gets a Redis expiry, which reclaims its bytes; its index
     entries are ignored by reads from the moment it expires (by the store's clock)
@@ -136,6 +137,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         power_loss_durable=True,
         ttl=True,
         raw_access=True,
+        atomic_batches=True,
     )
     backend_name: ClassVar[str] = "redis"
     #: Index entries one listing script may examine before it returns to the client
@@ -218,8 +220,9 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 refusal = self.server.refuse(self.describe(), self.options.durability)
                 if refusal is not None:
                     raise refusal
+            sources = {**_lua.SCRIPTS, **_meta.SCRIPTS, **_repair.SCRIPTS}
             self._scripts = {
-                name: client.register_script(getattr(_lua, name)) for name in _lua.__all__
+                name: client.register_script(source) for name, source in sources.items()
             }
             await self._guard(self._load_scripts(client))
             self._client = client
@@ -300,8 +303,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         if status in (b"noidx", -1):
             whose = f"checkpoint {id!r}" if id else "a checkpoint"
             raise self._damaged(
-                f"the id-hash entry ({self._prefix}i) of {whose} is missing, so its "
-                "stream and tag index entries cannot be found to remove them"
+                f"the id-hash entry ({self._prefix}i) of {whose} is missing or malformed, "
+                "so its stream and tag index entries cannot be found to remove them"
             )
         if status == -2:
             raise self._damaged("an index key of the store holds the wrong Redis type")
@@ -343,63 +346,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     # -- primitives ------------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        index = index_json(record.stream, record.tags)
-        # one writer per store instance at a time: tasks of one process would only
-        # lose sequence races to each other
-        async with self._insert_lock:
-            seq = self._hwm + 1
-            for attempt in range(_MAX_ATTEMPTS):
-                now = self.now()
-                stored = record.seal(seq)
-                exp, millis = self._expiry(stored.header.expires_at, now)
-                reply = await self._call(
-                    "INSERT",
-                    record.id,
-                    seq,
-                    stored.to_bytes(self.store_id),
-                    record.stream,
-                    index,
-                    exp,
-                    millis,
-                    _us(now),
-                    record.etag,
-                )
-                status = reply[0]
-                if status == b"ok":
-                    self._hwm = max(self._hwm, seq)
-                    return stored.header
-                if status in (b"exists", b"lost"):
-                    raise PreconditionFailed(
-                        f"checkpoint id {record.id!r} already exists in {self.describe()}"
-                        + (
-                            " (its record key is missing: a damaged checkpoint, which "
-                            "delete() or repair(drop_damaged=True) removes)"
-                            if status == b"lost"
-                            else ""
-                        )
-                    )
-                if status == b"nometa":
-                    raise StoreFormatError(
-                        f"{self.describe()}: {self._meta_key} disappeared while the store "
-                        "was open (was the store deleted?); reopen it, which rebuilds it "
-                        "from the records if any are left"
-                    )
-                if status == b"badhwm":
-                    said = f"{reply[1]!r}" if reply[1] else "missing"
-                    raise self._damaged(
-                        f"the sequence counter (field hwm of {self._meta_key}) is {said}, "
-                        f"but sequence {_text(reply[2])} is in use, so a save could reuse "
-                        "a sequence"
-                    )
-                self._check_status(reply, record.id)
-                self._hwm = int(reply[1])
-                seq = self._hwm + 1
-                if attempt >= 4:
-                    await asyncio.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** (attempt - 4))))
-        raise ConcurrentModificationError(
-            f"save to {self.describe()} lost the race for the next sequence "
-            f"{_MAX_ATTEMPTS} times; retry"
-        )
+        return (await _batch.insert(self, [record]))[0]
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        """One script call: all or none, consecutive sequences, invisible until whole."""
+        return await _batch.insert(self, records)
 
     async def _update(
         self,
@@ -412,7 +363,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         edits: RecordEdits | None = None,
         codec: str | None = None,
     ) -> CheckpointHeader:
-        for _ in range(_MAX_ATTEMPTS):
+        for _ in range(MAX_ATTEMPTS):
             current, read_etag = await self._read(id, now)
             if current is None:
                 raise CheckpointNotFound(id)
@@ -529,6 +480,14 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         self._check_status(reply, id)
         return bool(reply[0] == b"ok")
 
+    async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        """One script call for every id; strict like :meth:`_get`."""
+        return await _batch.get_many(self, ids, now)
+
+    async def _delete_many(self, ids: list[str], now: datetime) -> int:
+        """One script call; deletes none if one id's index entries are damaged."""
+        return await _batch.delete_many(self, ids, now)
+
     async def _delete_stream(self, stream: str, now: datetime) -> int:
         removed = int(await self._call("DELETE_STREAM", stream, _us(now)))
         self._check_status(removed)
@@ -549,31 +508,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 return removed
 
     async def _list_streams(self, now: datetime) -> list[str]:
-        names: set[str] = set()
-        cursor: int = 0
-        seen = False
-        while True:
-            cursor, batch = await self._guard(
-                self.client.sscan(self._prefix + "n", cursor, count=_STREAM_BATCH)
-            )
-            if batch:
-                seen = True
-                live = await self._call("LIVE_STREAMS", _us(now), *batch)
-                if live[0] == b"noindex":
-                    raise self._damaged(
-                        f"the index {self._prefix}s:{_text(live[1])} is missing although "
-                        f"{self._prefix}n names the stream"
-                    )
-                names.update(_text(name) for name in live[1:])
-            if not cursor:
-                break
-        if not seen and int((await self._call("INFO"))[0]):
-            # every indexed checkpoint has a stream, so an empty name set is damage
-            raise self._damaged(
-                f"the stream-name set {self._prefix}n is empty although "
-                f"{self._prefix}all indexes checkpoints"
-            )
-        return list(names)
+        return await _batch.stream_names(self, now, "")
+
+    async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
+        """Filtered on the server (``SSCAN MATCH``): O(stream names), not O(matches)."""
+        return await _batch.stream_names(self, now, prefix)
 
     async def _info(self) -> dict[str, Any]:
         checkpoints, streams, hwm, expiring = await self._call("INFO")

@@ -1,0 +1,177 @@
+"""Saves and batches of the Redis backend (SPEC S13): one script call each.
+
+``save`` and ``save_many`` share one script (``_lua.INSERT``), which checks every
+id, the key types, the high-water mark and the entries an expired id leaves
+behind before it writes anything, then writes every record and index entry and
+raises the mark once. Redis runs a script without interleaving any other
+command, so no reader sees part of a batch and no concurrent save takes a
+sequence between its items; with AOF, a script's writes reach the log as one
+transaction, so a crash keeps all of them or none.
+
+``load_many`` and ``delete_many`` are one script each over every id; stream
+names by prefix are filtered on the server (``SSCAN MATCH``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from statekeeper.errors import ConcurrentModificationError, PreconditionFailed, StoreFormatError
+from statekeeper.models import CheckpointHeader
+from statekeeper.record import NewRecord, StoredRecord
+
+from ._audit import index_json, us
+
+if TYPE_CHECKING:
+    from ._store import RedisCheckpointStore
+
+__all__ = ["MAX_ATTEMPTS", "delete_many", "get_many", "insert", "stream_names"]
+
+# Races lost before a save or update gives up with ConcurrentModificationError;
+# every lost race means another writer committed, so this is not reached in practice.
+MAX_ATTEMPTS = 1000
+_STREAM_BATCH = 500
+# the characters SSCAN MATCH (Redis glob) gives a meaning; a backslash makes them literal
+_GLOB = re.compile(r"([\\*?\[\]])")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+async def insert(store: RedisCheckpointStore, records: list[NewRecord]) -> list[CheckpointHeader]:
+    """Insert ``records`` with consecutive sequences, all or none, in one script call
+    (one more per sequence race lost to another writer)."""
+    # one writer per store instance at a time: tasks of one process would only
+    # lose sequence races to each other
+    async with store._insert_lock:
+        first = store._hwm + 1
+        for attempt in range(MAX_ATTEMPTS):
+            now = store.now()
+            # the envelope carries its sequence under its checksum: seal at the
+            # sequences the script is expected to grant, reseal if it refuses them
+            sealed = [record.seal(first + i) for i, record in enumerate(records)]
+            args: list[Any] = []
+            for record, stored in zip(records, sealed, strict=True):
+                exp, millis = store._expiry(stored.header.expires_at, now)
+                args += [
+                    record.id,
+                    stored.to_bytes(store.store_id),
+                    record.stream,
+                    index_json(record.stream, record.tags),
+                    exp,
+                    millis,
+                    record.etag,
+                ]
+            reply = await store._call("INSERT", us(now), first, *args)
+            status = reply[0]
+            if status == b"ok":
+                store._hwm = max(store._hwm, first + len(records) - 1)
+                return [stored.header for stored in sealed]
+            if status != b"seq":
+                _refuse(store, reply)
+            store._hwm = int(reply[1])
+            first = store._hwm + 1
+            if attempt >= 4:
+                await asyncio.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** (attempt - 4))))
+    raise ConcurrentModificationError(
+        f"save to {store.describe()} lost the race for the next sequence "
+        f"{MAX_ATTEMPTS} times; retry"
+    )
+
+
+def _refuse(store: RedisCheckpointStore, reply: list[Any]) -> NoReturn:
+    """Raise for an INSERT reply other than 'ok' or 'seq' (nothing was written)."""
+    status = reply[0]
+    if status in (b"exists", b"lost"):
+        raise PreconditionFailed(
+            f"checkpoint id {_text(reply[1])!r} already exists in {store.describe()}"
+            + (
+                " (its record key is missing: a damaged checkpoint, which "
+                "delete() or repair(drop_damaged=True) removes)"
+                if status == b"lost"
+                else ""
+            )
+        )
+    if status == b"nometa":
+        raise StoreFormatError(
+            f"{store.describe()}: {store._meta_key} disappeared while the store "
+            "was open (was the store deleted?); reopen it, which rebuilds it "
+            "from the records if any are left"
+        )
+    if status == b"badhwm":
+        said = f"{reply[1]!r}" if reply[1] else "missing"
+        raise store._damaged(
+            f"the sequence counter (field hwm of {store._meta_key}) is {said}, "
+            f"but sequence {_text(reply[2])} is in use, so a save could reuse "
+            "a sequence"
+        )
+    store._check_status(reply, _text(reply[1]) if status == b"noidx" else None)
+    raise AssertionError(f"unexpected reply of the INSERT script: {reply!r}")
+
+
+async def get_many(
+    store: RedisCheckpointStore, ids: list[str], now: datetime
+) -> dict[str, StoredRecord]:
+    """The live records among ``ids``: one script call. Strict like ``_get``: a
+    record that cannot be read, or a lost one (indexed, key missing), raises."""
+    reply = await store._call("GET_MANY", us(now), *ids)
+    found: dict[str, StoredRecord] = {}
+    for id, at in zip(ids, range(0, len(reply), 3), strict=True):
+        status, score, blob = reply[at : at + 3]
+        sequence = None if score is None else int(score)
+        if status == b"lost":
+            raise store._lost(id, sequence)
+        if status == b"live":
+            found[id] = store._parse(id, sequence, blob)
+    return found
+
+
+async def delete_many(store: RedisCheckpointStore, ids: list[str], now: datetime) -> int:
+    """Delete the live or lost checkpoints among ``ids``: one script call, and none
+    deleted if one of them cannot be unlinked (damaged index entries)."""
+    reply = await store._call("DELETE_MANY", us(now), *ids)
+    store._check_status(reply, _text(reply[1]) if reply[0] == b"noidx" else None)
+    return int(reply[1])
+
+
+async def stream_names(store: RedisCheckpointStore, now: datetime, prefix: str) -> list[str]:
+    """Names of the live streams that start with ``prefix`` ("" for all).
+
+    ``P n`` is a set, so the server filters it by a glob (``SSCAN MATCH``) with
+    every glob character escaped: O(stream names) whatever the prefix. Each batch
+    of names is then checked for a live checkpoint by one script call.
+    """
+    names: set[str] = set()
+    match = _GLOB.sub(r"\\\1", prefix) + "*" if prefix else None
+    cursor: int = 0
+    seen = False
+    while True:
+        cursor, batch = await store._guard(
+            store.client.sscan(store.key_prefix + "n", cursor, match=match, count=_STREAM_BATCH)
+        )
+        if batch:
+            seen = True
+            live = await store._call("LIVE_STREAMS", us(now), *batch)
+            if live[0] == b"noindex":
+                raise store._damaged(
+                    f"the index {store.key_prefix}s:{_text(live[1])} is missing although "
+                    f"{store.key_prefix}n names the stream"
+                )
+            names.update(_text(name) for name in live[1:])
+        if not cursor:
+            break
+    if not seen:
+        checkpoints, streams, _hwm, _expiring = await store._call("INFO")
+        if int(checkpoints) and not int(streams):
+            # every indexed checkpoint has a stream, so an empty name set is damage
+            raise store._damaged(
+                f"the stream-name set {store.key_prefix}n is empty although "
+                f"{store.key_prefix}all indexes checkpoints"
+            )
+    # the glob is exact already; this only keeps a server's glob quirk from mattering
+    return [name for name in names if name.startswith(prefix)]
