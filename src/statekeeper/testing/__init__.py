@@ -19,8 +19,10 @@ stores itself, simulates a restart by calling the factory again, and passes
 options such as ``clock=`` and ``allowed_types=`` through it.
 
 The kit reads the backend's declared :class:`~statekeeper.Capabilities` and skips,
-with a reason, what is not declared: the TTL tests need ``ttl``, and the tests that
-corrupt or plant records need ``raw_access`` (the *backdoor*: implement
+with a reason, what is not declared: the TTL tests need ``ttl``, the tests that
+``save_many`` is all or nothing and never seen half done or interleaved need
+``atomic_batches``, and the tests that corrupt or plant records need
+``raw_access`` (the *backdoor*: implement
 :meth:`~statekeeper.BaseCheckpointStore.backdoor_read_raw` and
 :meth:`~statekeeper.BaseCheckpointStore.backdoor_write_raw` to read and overwrite a
 record's stored envelope bytes without going through the store's own methods).
