@@ -106,8 +106,9 @@ class StorePrimitives(ABC):
         :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
         then persist ``current.updated(state, now=now, etag=etag, edits=edits,
         codec=codec)``, re-indexing tags (and metadata) where the backend indexes
-        them. The read and the write form one compare-and-set. ``edits`` and
-        ``codec`` are passed only when they change something.
+        them. The read and the write form one compare-and-set. ``codec`` names the
+        codec of ``state`` (the record's codec changes with it); ``edits`` is
+        ``None`` when only the state changes.
         """
 
     @abstractmethod

@@ -406,15 +406,15 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             raise InvalidQuery("if_match must be an etag string or None")
         edits = writes.record_edits(self, tags, metadata, parent_id)
         state_bytes = self.codec.encode(state)
-        extra: dict[str, Any] = {}
-        # Backends written before update() took edits keep working for plain JSON
-        # updates: the new keywords are passed only when they say something.
-        if edits is not None:
-            extra["edits"] = edits
-        if self.codec.name != Codec.name:
-            extra["codec"] = self.codec.name
+        # codec always: the new state is in this store's codec, whatever the old one was
         header = await self._update(
-            id, state=state_bytes, if_match=if_match, now=self.now(), etag=new_etag(), **extra
+            id,
+            state=state_bytes,
+            if_match=if_match,
+            now=self.now(),
+            etag=new_etag(),
+            edits=edits,
+            codec=self.codec.name,
         )
         return checkpoint_with_state(header, state)
 

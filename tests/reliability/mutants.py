@@ -37,7 +37,7 @@ from statekeeper._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage, _Entry
 from statekeeper.errors import CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Skipped
-from statekeeper.record import NewRecord, StoredRecord
+from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
 Bug = Literal[
     "none",
@@ -187,6 +187,8 @@ class SnapshotStore(MemoryCheckpointStore):
         if_match: str | None,
         now: datetime,
         etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
     ) -> CheckpointHeader:
         sup = super()._update
         if self.bug == "lost_update" and if_match is not None:
@@ -199,7 +201,9 @@ class SnapshotStore(MemoryCheckpointStore):
             if_match = None
 
         async def go() -> CheckpointHeader:
-            return await sup(id, state=state, if_match=if_match, now=now, etag=etag)
+            return await sup(
+                id, state=state, if_match=if_match, now=now, etag=etag, edits=edits, codec=codec
+            )
 
         result: CheckpointHeader = await self._locked(go, write=True)
         return result

@@ -506,12 +506,6 @@ class FilterTests(KitBase):
         assert [cp.state for cp in page.items] == [{"codec": "json", "b": b"\xff"}, b"\xff raw"]
 
     @asyncio_test
-    @pytest.mark.xfail(
-        strict=True,
-        reason="core bug: BaseCheckpointStore.update passes codec= to _update only when the "
-        "store's codec is not JSON, so a JSON store updating a raw record keeps the label "
-        "'raw' on JSON bytes (remove this marker with the fix)",
-    )
     async def test_update_re_encodes_with_the_updating_stores_codec(
         self, store: BaseCheckpointStore
     ) -> None:
