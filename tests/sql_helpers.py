@@ -7,12 +7,16 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import threading
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -108,6 +112,71 @@ class ServerStores:
         drop_store(self.url, self.prefix)
 
 
+@dataclass
+class Target:
+    """One store location and raw SQL access to its tables, behind the store's back."""
+
+    name: str
+    url: str
+    prefix: str
+
+    def store(self, **options: Any) -> SqlCheckpointStore:
+        return SqlCheckpointStore(self.url, table_prefix=self.prefix, **options)
+
+    def key(self) -> str:
+        """The ``key`` column, quoted (a reserved word)."""
+        return "`key`" if self.name == "mysql" else '"key"'
+
+    async def sql(self, statement: str, params: dict[str, Any] | None = None) -> None:
+        await self.rows(statement, params, fetch=False)
+
+    async def rows(
+        self,
+        statement: str,
+        params: dict[str, Any] | None = None,
+        *,
+        fetch: bool = True,
+        before: Sequence[str] = (),
+    ) -> list[Sequence[Any]]:
+        """The rows of ``statement``, run after the ``before`` statements in one
+        transaction; text columns decoded (MySQL returns them as bytes)."""
+        if self.name == "sqlite":
+            path = self.store().path  # type: ignore[attr-defined]
+
+            def run() -> list[Sequence[Any]]:
+                conn = sqlite3.connect(path, isolation_level=None)
+                try:
+                    for setup in before:
+                        conn.execute(setup)
+                    cursor = conn.execute(statement, params or {})
+                    return list(cursor.fetchall()) if fetch else []
+                finally:
+                    conn.close()
+
+            return await asyncio.to_thread(run)
+        engine = create_async_engine(self.url)
+        try:
+            async with engine.begin() as conn:
+                for setup in before:
+                    await conn.execute(sa.text(setup))
+                result = await conn.execute(sa.text(statement), params or {})
+                return [tuple(r) for r in result.all()] if fetch else []
+        finally:
+            await engine.dispose()
+
+
+def sql_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    """The body of a ``target`` fixture parametrized over ``sqlite``, ``postgres`` and
+    ``mysql``; the test module defines ``postgres_stores`` and ``mysql_stores``."""
+    if request.param == "sqlite":
+        yield Target("sqlite", f"sqlite:///{tmp_path / 'store.db'}", "statekeeper_")
+        return
+    # Skips, naming the variable to set, when the server's URL is not set.
+    stores: ServerStores = request.getfixturevalue(f"{request.param}_stores")
+    for _ in stores.factory():  # wipes the tables after the test
+        yield Target(request.param, stores.url, stores.prefix)
+
+
 class Child:
     """A forked child process that saves to a store and reports each event as a JSON line."""
 
@@ -130,17 +199,32 @@ class Child:
 
 
 async def _child_job(
-    out: IO[str], url: str, options: dict[str, Any], stream: str, name: str, saves: int, pad: int
+    out: IO[str],
+    url: str,
+    options: dict[str, Any],
+    stream: str,
+    name: str,
+    saves: int,
+    pad: int,
+    batch: int,
 ) -> None:
     def emit(**event: Any) -> None:
         out.write(json.dumps(event) + "\n")
         out.flush()
+
+    def item(i: int) -> statekeeper.NewCheckpoint:
+        state = {"w": name, "i": i, "pad": "x" * pad}
+        return statekeeper.NewCheckpoint(stream=stream, state=state, tags={"w": name})
 
     store = statekeeper.open_store(url, **options)
     async with store:
         emit(opened=store.store_id)
         for i in range(saves):
             try:
+                if batch:
+                    cps = await store.save_many([item(i * batch + j) for j in range(batch)])
+                    emit(seqs=[cp.sequence for cp in cps], ids=[cp.id for cp in cps])
+                    continue
                 cp = await store.save(
                     stream, {"w": name, "i": i, "pad": "x" * pad}, tags={"w": name}
                 )
@@ -158,8 +242,12 @@ def start_children(
     stream: str = "shared",
     options: dict[str, Any] | None = None,
     pad: int = 0,
+    batches: Sequence[int] = (),
 ) -> list[Child]:
     """Fork ``n`` children that open ``url`` at the same moment and save ``saves`` times each.
+
+    ``batches[i]``, where given and not 0, makes child ``i`` call ``save_many`` with
+    that many items ``saves`` times instead (events ``{"seqs": [...], "ids": [...]}``).
 
     Forked rather than spawned: a fresh interpreter spends seconds importing on a
     loaded machine, and these are real processes all the same (own connections,
@@ -179,7 +267,8 @@ def start_children(
                 os.close(go_write)
                 os.read(go_read, 1)
                 with os.fdopen(write, "w") as out:
-                    job = _child_job(out, url, options or {}, stream, f"w{i}", saves, pad)
+                    batch = batches[i] if i < len(batches) else 0
+                    job = _child_job(out, url, options or {}, stream, f"w{i}", saves, pad, batch)
                     asyncio.run(job)
                 code = 0
             except BaseException:

@@ -16,18 +16,14 @@ and (when their URL variables are set) PostgreSQL and MariaDB/MySQL:
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
 
-from sql_helpers import ServerStores
+from sql_helpers import ServerStores, Target, sql_target
 from statekeeper import Checkpoint
 from statekeeper.backends.sql import SqlCheckpointStore
 from statekeeper.backends.sql.schema import stream_hash
@@ -37,38 +33,6 @@ from statekeeper.errors import (
     CheckpointNotFound,
     StoreFormatError,
 )
-
-
-@dataclass
-class Target:
-    """One store location and raw SQL access to its tables, behind the store's back."""
-
-    name: str
-    url: str
-    prefix: str
-
-    def store(self, **options: Any) -> SqlCheckpointStore:
-        return SqlCheckpointStore(self.url, table_prefix=self.prefix, **options)
-
-    async def sql(self, statement: str, params: dict[str, Any] | None = None) -> None:
-        if self.name == "sqlite":
-            path = self.store().path  # type: ignore[attr-defined]
-
-            def run() -> None:
-                conn = sqlite3.connect(path, isolation_level=None)
-                try:
-                    conn.execute(statement, params or {})
-                finally:
-                    conn.close()
-
-            await asyncio.to_thread(run)
-            return
-        engine = create_async_engine(self.url)
-        try:
-            async with engine.begin() as conn:
-                await conn.execute(sa.text(statement), params or {})
-        finally:
-            await engine.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +51,7 @@ def mysql_stores() -> Iterator[ServerStores]:
 
 @pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    if request.param == "sqlite":
-        yield Target("sqlite", f"sqlite:///{tmp_path / 'store.db'}", "statekeeper_")
-        return
-    # Skips, naming the variable to set, when the server's URL is not set.
-    stores: ServerStores = request.getfixturevalue(f"{request.param}_stores")
-    for _ in stores.factory():  # wipes the tables after the test
-        yield Target(request.param, stores.url, stores.prefix)
+    yield from sql_target(request, tmp_path)
 
 
 # -- the store before damage -------------------------------------------------------------
@@ -115,10 +73,12 @@ async def populate(target: Target) -> Saved:
     saved = Saved()
     async with target.store() as store:
         for i in range(5):  # job: sequences 1..5
-            cp = await store.save("job", {"i": i}, tags={"k": f"v{i}", "all": "yes"})
+            cp = await store.save(
+                "job", {"i": i}, tags={"k": f"v{i}", "all": "yes"}, metadata={"i": i, "all": True}
+            )
             saved.cps[cp.sequence] = cp
         for i in range(2):  # other: 6, 7
-            cp = await store.save("other", {"o": i}, tags={"all": "yes"})
+            cp = await store.save("other", {"o": i}, tags={"all": "yes"}, metadata={"all": True})
             saved.cps[cp.sequence] = cp
         gone = await store.save("job", "deleted")  # 8: the high-water mark stays 8
         assert await store.delete(gone.id)
@@ -158,6 +118,7 @@ def _sql(statement: str, **params: Any) -> Callable[[Target, SqlCheckpointStore]
     async def apply(target: Target, store: SqlCheckpointStore) -> None:
         t = store.tables
         names = {"meta": t.meta.name, "counter": t.counter.name, "tags": t.tags.name}
+        names["fields"] = t.fields.name
         names["key"] = "`key`" if target.name == "mysql" else '"key"'  # a reserved word
         await target.sql(statement.format(**names), params)
 
@@ -202,6 +163,35 @@ DAMAGE = [
         ),
     ),
     Damage("tag value forged", _sql("UPDATE {tags} SET vkey = 'v0', value = 'v0' WHERE seq = 3")),
+    Damage("fields rows deleted", _sql("DELETE FROM {fields} WHERE seq = 4")),
+    Damage(
+        "fields row planted",
+        _sql(
+            "INSERT INTO {fields} (seq, {key}, kind, vkey, value, shash) "
+            "VALUES (6, 'i', 'int', '0', '0', :h)",
+            h=stream_hash("other"),
+        ),
+    ),
+    Damage(
+        "fields value forged",
+        _sql("UPDATE {fields} SET vkey = '0', value = '0' WHERE seq = 3 AND {key} = 'i'"),
+    ),
+    Damage(
+        "fields kind forged (1 for True)",
+        _sql(
+            "UPDATE {fields} SET kind = 'int', vkey = '1', value = '1' "
+            "WHERE seq = 2 AND {key} = 'all'"
+        ),
+    ),
+    Damage(
+        "fields rows of a deleted checkpoint",
+        _sql(
+            "INSERT INTO {fields} (seq, {key}, kind, vkey, value, shash) "
+            "VALUES (8, 'all', 'bool', 'true', 'true', :h)",
+            h=stream_hash("job"),
+        ),
+        only="sqlite",
+    ),
     *(
         Damage(
             f"meta row {name} deleted",
@@ -251,10 +241,16 @@ async def assert_remembered(
         return
     tagged = await store.list(None, tags={"all": "yes"}, limit=100)
     assert {c.sequence for c in tagged.items} == set(saved.cps) - damaged
+    with_meta = {s for s, c in saved.cps.items() if c.metadata.get("all") is True}
+    filtered = await store.list(None, metadata={"all": True}, limit=100)
+    assert {c.sequence for c in filtered.items} == with_meta - damaged
+    assert not (await store.list(None, metadata={"all": 1}, limit=100)).items
     for seq in set(saved.cps) - damaged:
         cp = saved.cps[seq]
         if "k" in cp.tags:  # unique per checkpoint
             page = await store.list(cp.stream, tags=dict(cp.tags), limit=100)
+            assert [c.id for c in page.items] == [cp.id]
+            page = await store.list(cp.stream, metadata={"i": cp.metadata["i"]}, limit=100)
             assert [c.id for c in page.items] == [cp.id]
 
 

@@ -26,6 +26,7 @@ from statekeeper.backends.sql import (
 )
 from statekeeper.backends.sql import migrations as migrations_module
 from statekeeper.backends.sql.migrations import MIGRATIONS, Migration
+from statekeeper.backends.sql.schema import SCHEMA_VERSION
 from statekeeper.backends.sql.server import server_url
 from statekeeper.errors import (
     BackendError,
@@ -38,6 +39,9 @@ from statekeeper.errors import (
 from statekeeper.testing import service_url
 
 SERVICES = ["postgres", "mysql"]
+
+#: The version of a test migration one step past this code's schema.
+NEXT = SCHEMA_VERSION + 1
 
 
 class Server:
@@ -340,14 +344,14 @@ async def test_read_only_never_migrates_an_older_schema(
     async with server.store() as v1:
         await v1.save("job", 1)
     applied: list[int] = []
-    v2 = Migration(2, "test: a step", lambda tables, ddl: applied.append(2))
-    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    step = Migration(NEXT, "test: a step", lambda tables, ddl: applied.append(NEXT))
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, step))
     with pytest.raises(StoreFormatError, match="without read_only"):
         await server.store(read_only=True).open()
     assert applied == []
     monkeypatch.setattr(migrations_module, "MIGRATIONS", MIGRATIONS)
     async with server.store(read_only=True) as ro:
-        assert (await ro.info()).format_version == 1
+        assert (await ro.info()).format_version == SCHEMA_VERSION
 
 
 # -- hostile values and isolation ------------------------------------------------------

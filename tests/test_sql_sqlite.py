@@ -21,7 +21,7 @@ from statekeeper.backends import sql as sql_module
 from statekeeper.backends.sql import SqlCheckpointStore, SqliteCheckpointStore
 from statekeeper.backends.sql import migrations as migrations_module
 from statekeeper.backends.sql.migrations import MIGRATIONS, Migration
-from statekeeper.backends.sql.schema import Tables
+from statekeeper.backends.sql.schema import SCHEMA_VERSION, Tables
 from statekeeper.errors import (
     BackendError,
     BackendNotFound,
@@ -32,6 +32,9 @@ from statekeeper.errors import (
     StoreNotFound,
     StoreTimeout,
 )
+
+#: The version of a test migration one step past this code's schema.
+NEXT = SCHEMA_VERSION + 1
 
 
 @pytest.fixture
@@ -209,20 +212,20 @@ async def test_migrations_run_once_each_in_order_under_concurrent_opens(
     def add_index(tables: Tables, ddl: Any) -> None:
         import sqlalchemy as sa
 
-        applied.append(2)
+        applied.append(NEXT)
         ix = sa.Index(
             "statekeeper_test_v2", tables.checkpoints.c.expires_at, tables.checkpoints.c.seq
         )
         ddl(sa.schema.CreateIndex(ix, if_not_exists=True))
         tables.checkpoints.indexes.discard(ix)
 
-    v2 = Migration(2, "test: add an index", add_index)
-    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    step = Migration(NEXT, "test: add an index", add_index)
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, step))
     stores = [SqlCheckpointStore(f"sqlite:///{db}") for _ in range(4)]
     await asyncio.gather(*(s.open() for s in stores))
     try:
-        assert applied == [2]
-        assert {(await s.info()).format_version for s in stores} == {2}
+        assert applied == [NEXT]
+        assert {(await s.info()).format_version for s in stores} == {NEXT}
         assert (await stores[0].load(kept.id)).state == {"n": 1}
     finally:
         await asyncio.gather(*(s.close() for s in stores))
@@ -363,8 +366,8 @@ async def test_read_only_never_migrates_an_older_schema(
         await v1.save("job", 1)
     before = _files(db.parent)
     applied: list[int] = []
-    v2 = Migration(2, "test: a step", lambda tables, ddl: applied.append(2))
-    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, v2))
+    step = Migration(NEXT, "test: a step", lambda tables, ddl: applied.append(NEXT))
+    monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, step))
     with pytest.raises(StoreFormatError, match="without read_only"):
         await SqlCheckpointStore(f"sqlite:///{db}", read_only=True).open()
     assert applied == []

@@ -115,8 +115,9 @@ class Runtime(Protocol):
 # -- sequences and inserts ----------------------------------------------------------
 
 
-def next_sequence(s: Session, st: Statements) -> int:
-    """Bump the counter row and return the new high-water mark.
+def next_sequence(s: Session, st: Statements, count: int = 1) -> int:
+    """Bump the counter row by ``count`` and return the new high-water mark (so the
+    transaction owns the ``count`` sequences up to and including it).
 
     The row lock taken here is held until the transaction ends, so a second writer
     waits for the first to commit before it gets the next sequence: sequence order
@@ -130,7 +131,7 @@ def next_sequence(s: Session, st: Statements) -> int:
     if s.family == "mysql":
         # LAST_INSERT_ID(expr) makes the server report expr as the statement's
         # insert id, so the new value comes back in the same round trip.
-        value = s.lastrowid(st.bump_mysql)
+        value = s.lastrowid(st.bump_mysql, {"step": count})
         # A separate check here: a subquery inside the UPDATE would take InnoDB
         # next-key locks on the checkpoints table and deadlock concurrent savers.
         # This plain read runs after the counter lock is ours, so it sees every
@@ -141,11 +142,11 @@ def next_sequence(s: Session, st: Statements) -> int:
         return int(value)
     if s.family == "sqlite" and not SQLITE_HAS_RETURNING:
         # Under BEGIN IMMEDIATE nobody else can write between the two statements.
-        if s.run(st.bump_no_returning) != 1:
+        if s.run(st.bump_no_returning, {"step": count}) != 1:
             raise BackendError(counter_damage(s, st))
         row = s.first(st.read_hwm)
     else:
-        row = s.first(st.bump)
+        row = s.first(st.bump, {"step": count})
     if row is None:
         raise BackendError(counter_damage(s, st))
     return int(row[0])
@@ -276,7 +277,14 @@ def table_exists(s: Session, table: sa.Table) -> bool:
 
 
 def run_ddl(s: Session, element: Any) -> None:
-    """Run one DDL element; idempotent (``IF NOT EXISTS``) on every dialect."""
+    """Run one DDL element; idempotent (``IF NOT EXISTS``) on every dialect. An index
+    marked ``info={"postgresql_only": True}`` is skipped on the other dialects."""
+    if (
+        isinstance(element, sa.schema.CreateIndex)
+        and s.family != "postgresql"
+        and element.element.info.get("postgresql_only")
+    ):
+        return
     if s.family == "mysql" and not s.mariadb and isinstance(element, sa.schema.CreateIndex):
         # MySQL (unlike MariaDB) has no CREATE INDEX IF NOT EXISTS.
         index = element.element

@@ -9,7 +9,7 @@ else is derived from it and may be rebuilt:
 - the **counter** row: the high-water mark, rebuilt as the highest of its own
   value and every sequence in the checkpoints and tags tables, never lowered;
 - the ``id``, ``stream`` and ``expires_at`` **columns** of a checkpoint row;
-- the **tag rows** of a checkpoint.
+- the **tag rows** and the **fields rows** (its filterable metadata) of a checkpoint.
 
 A row whose record cannot be read stays: strict reads keep raising
 :class:`~statekeeper.errors.CheckpointDecodeError` for it until
@@ -30,17 +30,17 @@ from typing import Any, Protocol, TypeVar
 from ...errors import CheckpointDecodeError, StoreFormatError
 from ...models import Problem
 from ...record import MAGIC, StoredRecord
-from . import dialects
+from . import dialects, writes
 from .dialects import Session
-from .migrations import read_meta
-from .schema import SCHEMA_VERSION, Statements, expires_micros, tag_rows
+from .migrations import read_meta, tables_version
+from .schema import Statements, expires_micros, field_rows, tag_rows
 
 __all__ = [
     "PAGE",
     "MetaProbe",
     "PageStep",
     "check_counter",
-    "check_orphan_tags",
+    "check_orphan_rows",
     "check_rows",
     "counter_value",
     "probe_meta",
@@ -117,10 +117,10 @@ def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
         )
     probe = MetaProbe(meta, version=version)
     if version is None:
-        probe.version = SCHEMA_VERSION
+        probe.version = tables_version(s, tables)
         probe.damage.append(
             f"the schema_version row is missing or unreadable ({raw_version!r}); read as "
-            f"version {SCHEMA_VERSION}, whose tables are all present"
+            f"version {probe.version}, the version its tables are at"
         )
     if _STORE_ID.fullmatch(store_id):
         probe.store_id = store_id
@@ -184,11 +184,17 @@ def counter_value(row: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _top(s: Session, st: Statements) -> int:
+    """The highest sequence any table still holds (index rows outlive a lost row)."""
+    tops = [s.first(stmt) for stmt in (st.max_seq, st.max_tag_seq, st.max_field_seq)]
+    return max(int(row[0]) if row is not None else 0 for row in tops)
+
+
 def check_counter(s: Session, st: Statements, where: str) -> list[Problem]:
     """The counter row: present, an integer, and not below any stored sequence."""
     location = f"{st.t.counter.name}[name=sequence]"
     row = s.first(st.read_hwm)
-    top = max(int(s.first(st.max_seq)[0]), int(s.first(st.max_tag_seq)[0]))  # type: ignore[index]
+    top = _top(s, st)
     hwm = counter_value(row)
     if row is None:
         reason = "the sequence counter row is missing"
@@ -214,7 +220,7 @@ def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
     newest checkpoints were deleted), and those sequences must not come back.
     """
     row = s.first(st.read_hwm)
-    top = max(int(s.first(st.max_seq)[0]), int(s.first(st.max_tag_seq)[0]))  # type: ignore[index]
+    top = _top(s, st)
     hwm = counter_value(row)
     if row is None:
         s.run(st.insert_hwm, {"new_hwm": top})
@@ -258,10 +264,12 @@ def _rows(
     return out
 
 
-def _tags_by_seq(
-    s: Session, st: Statements, rows: list[_Row]
-) -> dict[int, dict[str, tuple[str, str, int]]]:
-    found: dict[int, dict[str, tuple[str, str, int]]] = defaultdict(dict)
+#: The index rows of one checkpoint, by key: the columns a record determines.
+_Index = dict[str, tuple[Any, ...]]
+
+
+def _tags_by_seq(s: Session, st: Statements, rows: list[_Row]) -> dict[int, _Index]:
+    found: dict[int, _Index] = defaultdict(dict)
     if rows:
         bounds = {"lo": rows[0].seq, "hi": rows[-1].seq}
         for seq, key, vkey, value, shash in s.rows(st.tags_between, bounds):
@@ -269,14 +277,46 @@ def _tags_by_seq(
     return found
 
 
-def _expected_tags(row: _Row) -> dict[str, tuple[str, str, int]]:
+def _fields_by_seq(s: Session, st: Statements, rows: list[_Row]) -> dict[int, _Index]:
+    found: dict[int, _Index] = defaultdict(dict)
+    if rows:
+        bounds = {"lo": rows[0].seq, "hi": rows[-1].seq}
+        for seq, key, kind, vkey, value, shash in s.rows(st.fields_between, bounds):
+            found[int(seq)][str(key)] = (str(kind), str(vkey), str(value), int(shash))
+    return found
+
+
+def _expected_tags(row: _Row) -> _Index:
     assert row.record is not None
     rows = tag_rows(row.seq, row.record.stream, dict(row.record.header.tags))
     return {r["key"]: (r["vkey"], r["value"], r["shash"]) for r in rows}
 
 
-def _disagreements(row: _Row, actual: dict[str, tuple[str, str, int]]) -> list[str]:
-    """How the row's columns and tag rows disagree with its record."""
+def _expected_fields(row: _Row) -> _Index:
+    assert row.record is not None
+    rows = field_rows(row.seq, row.record.stream, dict(row.record.header.metadata))
+    return {r["key"]: (r["kind"], r["vkey"], r["value"], r["shash"]) for r in rows}
+
+
+def _compare(what: str, expected: _Index, actual: _Index) -> list[str]:
+    if actual == expected:
+        return []
+    missing = sorted(expected.keys() - actual.keys())
+    extra = sorted(actual.keys() - expected.keys())
+    wrong = sorted(k for k in expected.keys() & actual.keys() if expected[k] != actual[k])
+    parts = [
+        f"{label} {', '.join(map(repr, keys))}"
+        for label, keys in (("missing", missing), ("extra", extra), ("wrong", wrong))
+        if keys
+    ]
+    return [f"its {what} disagree with its record's {_WHOSE[what]} ({'; '.join(parts)})"]
+
+
+_WHOSE = {"tag rows": "tags", "fields rows": "metadata"}
+
+
+def _disagreements(row: _Row, tags: _Index, fields: _Index) -> list[str]:
+    """How the row's columns, tag rows and fields rows disagree with its record."""
     record = row.record
     assert record is not None
     out = []
@@ -286,17 +326,8 @@ def _disagreements(row: _Row, actual: dict[str, tuple[str, str, int]]) -> list[s
         out.append(f"its stream column says {row.stream!r} but its record says {record.stream!r}")
     if row.expires_at != expires_micros(record.header.expires_at):
         out.append("its expires_at column disagrees with its record")
-    expected = _expected_tags(row)
-    if actual != expected:
-        missing = sorted(expected.keys() - actual.keys())
-        extra = sorted(actual.keys() - expected.keys())
-        wrong = sorted(k for k in expected.keys() & actual.keys() if expected[k] != actual[k])
-        parts = [
-            f"{label} {', '.join(map(repr, keys))}"
-            for label, keys in (("missing", missing), ("extra", extra), ("wrong", wrong))
-            if keys
-        ]
-        out.append(f"its tag rows disagree with its record's tags ({'; '.join(parts)})")
+    out += _compare("tag rows", _expected_tags(row), tags)
+    out += _compare("fields rows", _expected_fields(row), fields)
     return out
 
 
@@ -306,12 +337,12 @@ def check_rows(
     """Check one page of rows after sequence ``after``; return the problems and the
     sequence to continue after (``None`` at the end)."""
     rows = _rows(s, st, after, store_id, locate, locked=False)
-    tags = _tags_by_seq(s, st, rows)
+    tags, fields = _tags_by_seq(s, st, rows), _fields_by_seq(s, st, rows)
     problems = []
     for row in rows:
         if row.record is None:
             continue
-        for reason in _disagreements(row, tags.get(row.seq, {})):
+        for reason in _disagreements(row, tags.get(row.seq, {}), fields.get(row.seq, {})):
             problems.append(
                 Problem(
                     kind="index",
@@ -331,8 +362,8 @@ def rebuild_rows(
     """Rewrite, from the records, the columns and tag rows of one page of rows that
     disagree with them (rows locked); return counts and where to continue."""
     rows = _rows(s, st, after, store_id, locate, locked=True)
-    tags = _tags_by_seq(s, st, rows)
-    counts = {"columns": 0, "tag_rows": 0}
+    tags, fields = _tags_by_seq(s, st, rows), _fields_by_seq(s, st, rows)
+    counts = {"columns": 0, "tag_rows": 0, "field_rows": 0}
     for row in rows:
         record = row.record
         if record is None:
@@ -350,37 +381,40 @@ def rebuild_rows(
             }
             s.run(st.set_columns, params)
             counts["columns"] += 1
-        expected = _expected_tags(row)
-        if tags.get(row.seq, {}) != expected:
-            s.run(st.delete_tags_seq, {"at_seq": row.seq})
-            if expected:
-                s.run_many(
-                    st.insert_tag, tag_rows(row.seq, record.stream, dict(record.header.tags))
-                )
-            counts["tag_rows"] += 1
+        redo_tags = tags.get(row.seq, {}) != _expected_tags(row)
+        redo_fields = fields.get(row.seq, {}) != _expected_fields(row)
+        writes.reindex(s, st, record, tags=redo_tags, fields=redo_fields)
+        counts["tag_rows"] += redo_tags
+        counts["field_rows"] += redo_fields
     return counts, (rows[-1].seq if len(rows) == PAGE else None)
 
 
-def check_orphan_tags(s: Session, st: Statements) -> list[Problem]:
-    """Tag rows of sequences that have no checkpoint row."""
-    seqs = [int(r[0]) for r in s.rows(st.orphan_tags)]
-    if not seqs:
-        return []
-    shown = ", ".join(map(str, seqs[:10])) + (" ..." if len(seqs) > 10 else "")
-    return [
-        Problem(
-            kind="index",
-            location=st.t.tags.name,
-            reason=f"tag rows of {len(seqs)} sequence(s) with no checkpoint row ({shown}); "
-            "repair() deletes them",
+def check_orphan_rows(s: Session, st: Statements) -> list[Problem]:
+    """Tag rows and fields rows of sequences that have no checkpoint row."""
+    problems = []
+    for what, table, stmt in (
+        ("tag rows", st.t.tags, st.orphan_tags),
+        ("fields rows", st.t.fields, st.orphan_fields),
+    ):
+        seqs = [int(r[0]) for r in s.rows(stmt)]
+        if not seqs:
+            continue
+        shown = ", ".join(map(str, seqs[:10])) + (" ..." if len(seqs) > 10 else "")
+        problems.append(
+            Problem(
+                kind="index",
+                location=table.name,
+                reason=f"{what} of {len(seqs)} sequence(s) with no checkpoint row ({shown}); "
+                "repair() deletes them",
+            )
         )
-    ]
+    return problems
 
 
 def repair_summary(
     meta: list[str],
     pages: list[dict[str, int]],
-    orphans: int,
+    orphans: tuple[int, int],
     counter: tuple[int, int] | None,
 ) -> tuple[dict[str, int], list[str]]:
     """``RepairReport.rebuilt`` and ``actions`` for what the rebuild steps did."""
@@ -388,6 +422,8 @@ def repair_summary(
     actions: list[str] = []
     columns = sum(p["columns"] for p in pages)
     tagged = sum(p["tag_rows"] for p in pages)
+    fielded = sum(p["field_rows"] for p in pages)
+    orphan_tags, orphan_fields = orphans
     if meta:
         rebuilt["meta_rows"] = len(meta)
         actions.append(f"rewrote the meta row(s) {', '.join(meta)} from the records")
@@ -396,11 +432,17 @@ def repair_summary(
         actions.append(
             f"rewrote the id/stream/expires_at columns of {columns} row(s) from their records"
         )
-    if tagged or orphans:
-        rebuilt["tag_rows"] = tagged + orphans
+    if tagged or orphan_tags:
+        rebuilt["tag_rows"] = tagged + orphan_tags
         actions.append(
             f"rebuilt the tag rows of {tagged} checkpoint(s) from their records and "
-            f"deleted {orphans} orphan tag row(s)"
+            f"deleted {orphan_tags} orphan tag row(s)"
+        )
+    if fielded or orphan_fields:
+        rebuilt["field_rows"] = fielded + orphan_fields
+        actions.append(
+            f"rebuilt the fields rows (metadata index) of {fielded} checkpoint(s) from "
+            f"their records and deleted {orphan_fields} orphan fields row(s)"
         )
     if counter is not None:
         rebuilt["counter"] = 1

@@ -20,19 +20,28 @@ empty meta table) is completed by the next open.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from ...errors import StoreFormatError
+from ...errors import CheckpointDecodeError, StoreFormatError
+from ...record import StoredRecord
 from . import dialects
 from .dialects import Session
 from .schema import SCHEMA_VERSION, Statements, Tables
+from .writes import index_rows
 
-__all__ = ["MIGRATIONS", "Migration", "apply_migration", "parse_version", "read_meta"]
+__all__ = [
+    "MIGRATIONS",
+    "Migration",
+    "apply_migration",
+    "parse_version",
+    "read_meta",
+    "tables_version",
+]
 
 
 @dataclass(frozen=True)
@@ -40,26 +49,83 @@ class Migration:
     """One schema step: ``apply`` takes the store from ``version - 1`` to ``version``.
 
     ``apply(tables, ddl)`` receives a callable that executes one DDL element; it
-    runs inside the migration's transaction, under the migration lock.
+    runs inside the migration's transaction, under the migration lock. Then
+    ``backfill(session, statements, meta)``, if any, derives the new tables' rows
+    from the records, in the transaction that records the new version.
     """
 
     version: int
     description: str
     apply: Callable[[Tables, Callable[[Any], None]], None]
+    backfill: Callable[[Session, Statements, dict[str, str]], None] | None = None
 
 
-def _create_v1(tables: Tables, ddl: Callable[[Any], None]) -> None:
-    for table in tables.all:
+def _create(tables: Sequence[sa.Table], ddl: Callable[[Any], None]) -> None:
+    for table in tables:
         ddl(sa.schema.CreateTable(table, if_not_exists=True))
         for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
             ddl(sa.schema.CreateIndex(index, if_not_exists=True))
 
 
+def _create_v1(tables: Tables, ddl: Callable[[Any], None]) -> None:
+    _create((tables.meta, tables.counter, tables.checkpoints, tables.tags), ddl)
+
+
+def _create_v2(tables: Tables, ddl: Callable[[Any], None]) -> None:
+    _create((tables.fields,), ddl)
+    # PostgreSQL only (run_ddl skips it elsewhere): prefix ranges of stream names
+    # compare in "C" order, which the (stream, seq) index in the database's
+    # collation cannot answer unless that collation is "C".
+    ddl(sa.schema.CreateIndex(tables.pg_stream_c, if_not_exists=True))
+
+
+def _backfill_v2(s: Session, st: Statements, meta: dict[str, str]) -> None:
+    """The fields rows of every readable record (a damaged record gets none; verify
+    reports it, and repair indexes it if it ever reads again)."""
+    s.run(st.delete_all_fields)  # MySQL: a re-run after its DDL committed alone
+    store_id = meta.get("store_id")
+    after = 0
+    while True:
+        rows = s.rows(st.rows_after, {"after": after, "limit": _BACKFILL_PAGE})
+        stored = []
+        for seq, _, _, _, blob in rows:
+            try:
+                record = StoredRecord.from_bytes(
+                    bytes(blob),
+                    location=f"{st.t.checkpoints.name}[seq={seq}]",
+                    expect_store_id=store_id,
+                    expect_sequence=int(seq),
+                )
+            except CheckpointDecodeError:
+                continue
+            stored.append(record)
+        _, fields = index_rows(stored)
+        if fields:
+            s.run_many(st.insert_field, fields)
+        if len(rows) < _BACKFILL_PAGE:
+            return
+        after = int(rows[-1][0])
+
+
+_BACKFILL_PAGE = 500
+
 #: Every migration, in order.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create the meta, counter, checkpoints and tags tables", _create_v1),
+    Migration(
+        2,
+        "create the fields table (metadata filters) and fill it from the records",
+        _create_v2,
+        _backfill_v2,
+    ),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION
+
+
+def tables_version(s: Session, tables: Tables) -> int:
+    """The schema version the store's tables are at, for a meta table that lost its
+    ``schema_version`` row: 2 once the fields table exists."""
+    return 2 if dialects.table_exists(s, tables.fields) else 1
 
 
 def read_meta(s: Session, st: Statements) -> dict[str, str] | None:
@@ -69,17 +135,23 @@ def read_meta(s: Session, st: Statements) -> dict[str, str] | None:
     return {str(name): str(value) for name, value in s.rows(st.read_meta)}
 
 
-def parse_version(meta: dict[str, str] | None, where: str) -> int | None:
+def parse_version(
+    meta: dict[str, str] | None, where: str, damaged: int | None = None
+) -> int | None:
     """The schema version; ``None`` without a meta table, 0 if it is empty.
 
     An empty meta table is a creation that was interrupted after its DDL, which
     on MySQL commits by itself; version 1 is then applied again (idempotently).
+    ``damaged`` is the version to read when the row is missing or unreadable in a
+    meta table that has other rows (see :func:`.integrity.probe_meta`).
     """
     if meta is None:
         return None
     if not meta:
         return 0
     raw = meta.get("schema_version")
+    if (raw is None or not raw.isdigit()) and damaged is not None:
+        return damaged
     if raw is None or not raw.isdigit():
         raise StoreFormatError(
             f"{where}: the meta table has no valid schema_version; it is not a "
@@ -92,7 +164,11 @@ def apply_migration(s: Session, st: Statements, migration: Migration, where: str
     """Apply one migration in the current transaction, under the migration lock."""
     tables = st.t
     dialects.create_schema(s, tables)
-    current = parse_version(read_meta(s, st), where)
+    meta = read_meta(s, st)
+    # A store whose schema_version row was damaged (store_id or cursor_key are
+    # there; probe_meta refused anything else) is at the version its tables say.
+    ours = meta is not None and bool({"store_id", "cursor_key"} & meta.keys())
+    current = parse_version(meta, where, damaged=tables_version(s, tables) if ours else None)
     if current is not None and current >= migration.version:
         return  # another process got here first
     if current is None:
@@ -107,6 +183,8 @@ def apply_migration(s: Session, st: Statements, migration: Migration, where: str
             f"{where}: cannot migrate from version {current} to {migration.version}"
         )
     migration.apply(tables, lambda element: dialects.run_ddl(s, element))
+    if migration.backfill is not None:
+        migration.backfill(s, st, meta or {})
     if migration.version == 1:
         s.run_many(
             st.insert_meta,

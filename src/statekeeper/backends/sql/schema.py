@@ -15,6 +15,10 @@ Tables (``p`` is the table prefix, default ``statekeeper_``)::
     p tags          seq FK CASCADE, key, vkey,      one row per tag of a checkpoint
                     value, shash
                     PK (seq, key), INDEX (key, vkey, shash, seq), INDEX (key, vkey, seq)
+    p fields        seq FK CASCADE, key, kind,      one row per scalar top-level metadata
+                    vkey, value, shash              value of a checkpoint (schema version 2)
+                    PK (seq, key), INDEX (key, kind, vkey, shash, seq),
+                    INDEX (key, kind, vkey, seq)
 
 ``expires_at`` is microseconds since the Unix epoch (UTC), so expiry comparisons are
 exact integer comparisons on every dialect. ``vkey`` is the tag value, or a hash of
@@ -22,14 +26,15 @@ it when the value is long, so that the tag indexes stay under every dialect's ke
 size limit; ``shash`` is a 64-bit hash of the stream, so that a tag-filtered page of
 one stream is an index range too. Both are only index keys: every query rechecks
 the full ``value`` and ``stream``, so a hash collision costs a row visit, never a
-wrong answer.
+wrong answer. The fields table indexes metadata the same way, with the JSON kind
+of each value (:func:`field_value`), so that ``True`` never matches ``1``.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -40,24 +45,32 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.sql import Executable
 from sqlalchemy.types import TypeDecorator
 
+from ..._validate import scalar_kind
+
 __all__ = [
     "SCHEMA_VERSION",
     "Statements",
     "Tables",
     "build_tables",
     "expires_micros",
+    "field_rows",
+    "field_value",
+    "filter_params",
     "stream_hash",
     "tag_rows",
     "to_micros",
 ]
 
 #: The schema version this code writes. A store with a higher version is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 #: Tag values up to this many characters are their own index key.
 _VKEY_INLINE = 64
+#: The longest metadata key and string value a filter may name (``_validate``).
+_FIELD_KEY_MAX = 128
+_FIELD_VALUE_MAX = 1024
 
 
 class _Utf8Binary(TypeDecorator[str]):
@@ -125,11 +138,16 @@ class Tables:
     counter: sa.Table
     checkpoints: sa.Table
     tags: sa.Table
+    fields: sa.Table
+    #: PostgreSQL only: ``(stream COLLATE "C")``, for exact prefix ranges of stream
+    #: names whatever the database's collation. Not in ``checkpoints.indexes``, so
+    #: that only the PostgreSQL migration creates it.
+    pg_stream_c: sa.Index
 
     @property
     def all(self) -> tuple[sa.Table, ...]:
-        """In creation order (the tags table references the checkpoints table)."""
-        return (self.meta, self.counter, self.checkpoints, self.tags)
+        """In creation order (tags and fields reference the checkpoints table)."""
+        return (self.meta, self.counter, self.checkpoints, self.tags, self.fields)
 
 
 def build_tables(prefix: str, schema: str | None) -> Tables:
@@ -186,7 +204,37 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
     )
     sa.Index(f"{prefix}tags_stream", tags.c.key, tags.c.vkey, tags.c.shash, tags.c.seq)
     sa.Index(f"{prefix}tags_global", tags.c.key, tags.c.vkey, tags.c.seq)
-    return Tables(md, meta, counter, cp, tags)
+    fields = sa.Table(
+        f"{prefix}fields",
+        md,
+        sa.Column(
+            "seq",
+            _bigint(),
+            sa.ForeignKey(cp.c.seq, ondelete="CASCADE"),
+            primary_key=True,
+            autoincrement=False,
+        ),
+        sa.Column("key", _text(_FIELD_KEY_MAX), primary_key=True),
+        sa.Column("kind", _text(8), nullable=False),
+        sa.Column("vkey", _text(_VKEY_INLINE), nullable=False),
+        sa.Column("value", _text(_FIELD_VALUE_MAX), nullable=False),
+        sa.Column("shash", sa.BigInteger(), nullable=False),
+        **opts,
+    )
+    sa.Index(
+        f"{prefix}fields_stream",
+        fields.c.key,
+        fields.c.kind,
+        fields.c.vkey,
+        fields.c.shash,
+        fields.c.seq,
+    )
+    sa.Index(f"{prefix}fields_global", fields.c.key, fields.c.kind, fields.c.vkey, fields.c.seq)
+    pg_stream_c = sa.Index(
+        f"{prefix}checkpoints_stream_c", cp.c.stream.collate("C"), info={"postgresql_only": True}
+    )
+    cp.indexes.discard(pg_stream_c)
+    return Tables(md, meta, counter, cp, tags, fields, pg_stream_c)
 
 
 # -- values -------------------------------------------------------------------------
@@ -223,16 +271,83 @@ def tag_rows(seq: int, stream: str, tags: dict[str, str]) -> list[dict[str, Any]
     ]
 
 
-def tag_params(tags: dict[str, str], stream: str | None) -> dict[str, Any]:
-    """Bound parameters for a tag-filtered scan (see :meth:`Statements.scan`)."""
+def field_value(value: object) -> tuple[str, str] | None:
+    """``(kind, text)`` of a metadata value as the fields table holds it, or ``None``
+    for a value no filter can ask for (not a scalar, or a string over 1024
+    characters or with NUL, which ``list(metadata=)`` refuses).
+
+    ``text`` is one canonical spelling per value of its kind, so that equal values
+    of one kind have equal text and unequal ones never do: ``repr`` for floats
+    (with ``-0.0`` spelled as ``0.0``, which it equals), decimal for ints (hashed
+    when longer than the column), ``true``/``false``, ``""`` for null.
+    """
+    kind = scalar_kind(value)
+    if kind is None:
+        return None
+    if kind == "str":
+        assert isinstance(value, str)
+        if len(value) > _FIELD_VALUE_MAX or "\x00" in value:
+            return None
+        return kind, value
+    if kind == "int":
+        text = str(value)
+        if len(text) > _FIELD_VALUE_MAX:
+            # "sha256:" never starts a decimal, so no int spells another's hash
+            text = "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+        return kind, text
+    if kind == "float":
+        assert isinstance(value, float)
+        return kind, repr(value + 0.0)  # -0.0 + 0.0 is 0.0
+    if kind == "bool":
+        return kind, "true" if value else "false"
+    return kind, ""
+
+
+def field_rows(seq: int, stream: str, metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the fields table for one checkpoint: its filterable metadata."""
+    shash = stream_hash(stream)
+    rows = []
+    for key, value in metadata.items():
+        if not key or len(key) > _FIELD_KEY_MAX or "\x00" in key:
+            continue  # no filter can name this key
+        kv = field_value(value)
+        if kv is not None:
+            kind, text = kv
+            row = {"seq": seq, "key": key, "kind": kind, "value": text, "shash": shash}
+            row["vkey"] = value_key(text)
+            rows.append(row)
+    return rows
+
+
+def filter_params(
+    tags: dict[str, str], metadata: Mapping[str, Any], stream: str | None
+) -> dict[str, Any]:
+    """Bound parameters for a filtered scan (see :meth:`Statements.scan`)."""
     params: dict[str, Any] = {}
     for i, (k, v) in enumerate(tags.items()):
         params[f"k{i}"] = k
         params[f"vk{i}"] = value_key(v)
         params[f"v{i}"] = v
-    if stream is not None and tags:
+    for i, (k, value) in enumerate(metadata.items()):
+        kv = field_value(value)
+        assert kv is not None, "check_metadata_filter admits scalars only"
+        params[f"mk{i}"], params[f"mt{i}"], params[f"mv{i}"] = k, kv[0], kv[1]
+        params[f"mvk{i}"] = value_key(kv[1])
+    if stream is not None and (tags or metadata):
         params["shash"] = stream_hash(stream)
     return params
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str | None]:
+    """``[lo, hi)``: the names that start with ``prefix``, in code point order (which
+    is UTF-8 byte order), ``hi`` ``None`` when nothing sorts after them all."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            nxt = last + 1 if last + 1 != 0xD800 else 0xE000  # no surrogate is a name
+            return prefix, "".join(chars) + chr(nxt)
+    return prefix, None
 
 
 # -- statements -----------------------------------------------------------------------
@@ -259,6 +374,7 @@ class Statements:
         #: The dialect family (``sqlite``, ``postgresql``, ``mysql``) these serve.
         self.family = family
         cp, meta, counter, tags = tables.checkpoints, tables.meta, tables.counter, tables.tags
+        fields = tables.fields
         live = sa.or_(cp.c.expires_at.is_(None), cp.c.expires_at > _p("now"))
         self.live = live
         self.read_meta = sa.select(meta.c.name, meta.c.value)
@@ -274,16 +390,30 @@ class Statements:
         if family == "sqlite":
             # SQLite would store text in the column, and 'x' + 1 is 1 there.
             sane.append(sa.func.typeof(counter.c.hwm) == "integer")
-        self.bump = counter.update().where(*sane).values(hwm=counter.c.hwm + 1)
+        # :step is how many sequences one transaction takes (a save_many takes all
+        # of its batch at once, so they are consecutive).
+        step = _p("step", sa.BigInteger())
+        self.bump = counter.update().where(*sane).values(hwm=counter.c.hwm + step)
         self.bump = self.bump.returning(counter.c.hwm)
-        self.bump_no_returning = counter.update().where(*sane).values(hwm=counter.c.hwm + 1)
+        self.bump_no_returning = counter.update().where(*sane).values(hwm=counter.c.hwm + step)
         self.bump_mysql = (
             counter.update()
             .where(counter.c.name == COUNTER_NAME)
-            .values(hwm=sa.func.last_insert_id(counter.c.hwm + 1))
+            .values(hwm=sa.func.last_insert_id(counter.c.hwm + step))
         )
         self.insert_cp = cp.insert()
         self.insert_tag = tags.insert()
+        self.insert_field = fields.insert()
+        ids: sa.BindParameter[list[str]] = sa.bindparam("ids", expanding=True)
+        self.get_many = sa.select(cp.c.seq, cp.c.id, cp.c.record).where(cp.c.id.in_(ids), live)
+        self.ids_taken = sa.select(cp.c.seq, cp.c.id, cp.c.expires_at).where(cp.c.id.in_(ids))
+        self.delete_many = cp.delete().where(cp.c.id.in_(ids), live)
+        self.delete_seqs = cp.delete().where(cp.c.seq.in_(sa.bindparam("seqs", expanding=True)))
+        # Code point order is byte order in SQLite (BINARY) and MySQL (VARBINARY);
+        # PostgreSQL compares in the database's collation unless told "C".
+        name = cp.c.stream.collate("C") if family == "postgresql" else cp.c.stream
+        self.streams_from = sa.select(cp.c.stream).where(name >= _p("lo"), live).distinct()
+        self.streams_between = self.streams_from.where(name < _p("hi"))
         self.delete_expired_id = cp.delete().where(
             cp.c.id == _p("id"), cp.c.expires_at.is_not(None), cp.c.expires_at <= _p("now")
         )
@@ -351,6 +481,17 @@ class Statements:
         self.orphan_tags = sa.select(tags.c.seq).where(orphan).distinct().order_by(tags.c.seq)
         self.delete_orphan_tags = tags.delete().where(orphan)
         self.delete_tags_seq = tags.delete().where(tags.c.seq == _p("at_seq"))
+        self.max_field_seq = sa.select(sa.func.coalesce(sa.func.max(fields.c.seq), 0))
+        self.fields_between = sa.select(
+            fields.c.seq, fields.c.key, fields.c.kind, fields.c.vkey, fields.c.value, fields.c.shash
+        ).where(fields.c.seq >= _p("lo"), fields.c.seq <= _p("hi"))
+        orphan_f = ~sa.exists().where(cp.c.seq == fields.c.seq)
+        self.orphan_fields = (
+            sa.select(fields.c.seq).where(orphan_f).distinct().order_by(fields.c.seq)
+        )
+        self.delete_orphan_fields = fields.delete().where(orphan_f)
+        self.delete_fields_seq = fields.delete().where(fields.c.seq == _p("at_seq"))
+        self.delete_all_fields = fields.delete()
         self.set_columns = (
             cp.update()
             .where(cp.c.seq == _p("at_seq"))
@@ -367,16 +508,20 @@ class Statements:
         order: Literal["asc", "desc"],
         has_bound: bool,
         ntags: int,
+        nmeta: int = 0,
     ) -> Executable:
         """A keyset page: live rows ``(seq, id, record)`` beyond ``:bound`` in ``order``.
 
-        With tags, the first tag drives the query through a tag index, which yields
-        rows already in sequence order (so the ``LIMIT`` stops early); the others
-        are checked per row through the tags primary key.
+        With filters, the first tag (else the first metadata key) drives the query
+        through its index, which yields rows already in sequence order (so the
+        ``LIMIT`` stops early); the other filters are checked per row through the
+        primary key ``(seq, key)`` of the tags or fields table.
         """
-        cp, tags = self.t.checkpoints, self.t.tags
+        cp, tags, fields = self.t.checkpoints, self.t.tags, self.t.fields
         cols = (cp.c.seq, cp.c.id, cp.c.record)
         conds: list[sa.ColumnElement[bool]] = [self.live]
+        key_col: sa.ColumnElement[int] = cp.c.seq
+        query = sa.select(*cols)
         if ntags:
             t0 = tags.alias("t0")
             key_col = t0.c.seq
@@ -384,16 +529,37 @@ class Statements:
             conds += [t0.c.key == _p("k0"), t0.c.vkey == _p("vk0"), t0.c.value == _p("v0")]
             if has_stream:
                 conds.append(t0.c.shash == _p("shash"))
-            for i in range(1, ntags):
-                ti = tags.alias(f"t{i}")
-                conds.append(
-                    sa.exists()
-                    .where(ti.c.seq == cp.c.seq, ti.c.key == _p(f"k{i}"), ti.c.value == _p(f"v{i}"))
-                    .correlate(cp)
+        elif nmeta:
+            f0 = fields.alias("f0")
+            key_col = f0.c.seq
+            query = sa.select(*cols).select_from(f0.join(cp, cp.c.seq == f0.c.seq))
+            conds += [
+                f0.c.key == _p("mk0"),
+                f0.c.kind == _p("mt0"),
+                f0.c.vkey == _p("mvk0"),
+                f0.c.value == _p("mv0"),
+            ]
+            if has_stream:
+                conds.append(f0.c.shash == _p("shash"))
+        for i in range(1, ntags):
+            ti = tags.alias(f"t{i}")
+            conds.append(
+                sa.exists()
+                .where(ti.c.seq == cp.c.seq, ti.c.key == _p(f"k{i}"), ti.c.value == _p(f"v{i}"))
+                .correlate(cp)
+            )
+        for i in range(0 if ntags else 1, nmeta):
+            fi = fields.alias(f"f{i}")
+            conds.append(
+                sa.exists()
+                .where(
+                    fi.c.seq == cp.c.seq,
+                    fi.c.key == _p(f"mk{i}"),
+                    fi.c.kind == _p(f"mt{i}"),
+                    fi.c.value == _p(f"mv{i}"),
                 )
-        else:
-            key_col = cp.c.seq
-            query = sa.select(*cols)
+                .correlate(cp)
+            )
         if has_stream:
             conds.append(cp.c.stream == _p("stream"))
         if has_bound:

@@ -70,6 +70,35 @@ class Compiler:
         return hit[1], hit[2]
 
 
+_POSTCOMPILE = "__[POSTCOMPILE_"
+
+
+def _expand(
+    sql: str, binds: tuple[tuple[str, Any], ...], args: tuple[Any, ...]
+) -> tuple[str, tuple[Any, ...]]:
+    """Expand the ``IN`` lists of expanding parameters (``bindparam(expanding=True)``)
+    into one ``?`` per value, as SQLAlchemy does when it executes a statement.
+
+    Lists are padded with NULL to the next power of two, which matches nothing in an
+    ``IN`` list, so that a few statement texts serve every length and stay in
+    ``sqlite3``'s statement cache.
+    """
+    flat: list[Any] = []
+    for (name, _), value in zip(binds, args, strict=True):
+        token = f"{_POSTCOMPILE}{name}]"
+        if token not in sql:
+            flat.append(value)
+            continue
+        values = list(value)
+        if not values:
+            raise ValueError(f"the IN list {name!r} is empty")
+        width = 1 << (len(values) - 1).bit_length()
+        values += [None] * (width - len(values))
+        sql = sql.replace(token, ", ".join("?" * width), 1)
+        flat.extend(values)
+    return sql, tuple(flat)
+
+
 class SqliteSession:
     """:class:`~.dialects.Session` over one ``sqlite3`` connection."""
 
@@ -86,7 +115,10 @@ class SqliteSession:
         sql, binds = self._compile(stmt)
         if not params:
             return sql, tuple(default for _, default in binds)
-        return sql, tuple(params.get(n, d) for n, d in binds)
+        args = tuple(params.get(n, d) for n, d in binds)
+        if _POSTCOMPILE in sql:
+            return _expand(sql, binds, args)
+        return sql, args
 
     def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None

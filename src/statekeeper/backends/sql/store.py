@@ -23,7 +23,6 @@ from functools import lru_cache, partial
 from typing import Any, ClassVar, Self, TypeVar, cast
 
 import sqlalchemy as sa
-from pydantic import Field
 
 from ..._integrity import repair_records
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
@@ -33,7 +32,6 @@ from ...errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
     ConcurrentModificationError,
-    InvalidURL,
     PreconditionFailed,
     StoreClosed,
     StoreFormatError,
@@ -41,14 +39,15 @@ from ...errors import (
 )
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord
-from . import dialects, integrity, migrations
+from . import dialects, integrity, migrations, writes
 from .dialects import Family, Runtime, Session
+from .options import SqlOptions, family_of
 from .schema import (
     Statements,
     build_tables,
     expires_micros,
-    tag_params,
-    tag_rows,
+    filter_params,
+    prefix_bounds,
     to_micros,
 )
 from .sqlite import Compiler
@@ -58,59 +57,6 @@ __all__ = ["SqlCheckpointStore", "SqlOptions"]
 T = TypeVar("T")
 
 _REBUILD = "repair() rebuilds the meta table from the records"
-
-_IDENT = r"^[a-z_][a-z0-9_]{0,39}$"
-_FAMILIES: dict[str, Family] = {
-    "sqlite": "sqlite",
-    "postgresql": "postgresql",
-    "postgres": "postgresql",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-}
-_DRIVERS: dict[Family, tuple[str, ...]] = {
-    "sqlite": ("aiosqlite", "pysqlite"),
-    "postgresql": ("asyncpg",),
-    "mysql": ("aiomysql", "asyncmy"),
-}
-
-
-class SqlOptions(StoreOptions):
-    """Options of the SQL backend (plus those every backend takes).
-
-    Given as keywords or URL query parameters, e.g.
-    ``sqlite:///state.db?busy_timeout=10&table_prefix=jobs_``.
-    """
-
-    #: Prefix of this store's table and index names; two stores with different
-    #: prefixes share one database without seeing each other.
-    table_prefix: str = Field(default="statekeeper_", pattern=_IDENT)
-    #: PostgreSQL schema (created if missing) or MySQL database for the tables;
-    #: ``None`` uses the connection's default. Not available on SQLite.
-    db_schema: str | None = Field(default=None, alias="schema", pattern=_IDENT)
-    #: Seconds to wait for a lock held by another writer (SQLite busy timeout,
-    #: PostgreSQL ``lock_timeout``, MySQL ``innodb_lock_wait_timeout``) before
-    #: raising :class:`~statekeeper.errors.StoreTimeout`.
-    busy_timeout: float = Field(default=5.0, gt=0, le=3600)
-    #: Connections: SQLite reader threads (default 2; plus one writer), or the
-    #: server connection pool size (default 5, overflow as much again).
-    pool_size: int | None = Field(default=None, ge=1, le=64)
-    #: Log every SQL statement (logger ``sqlalchemy.engine`` / ``statekeeper.sql``).
-    echo: bool = False
-    #: Extra keyword arguments for the driver's ``connect()`` (e.g. ``ssl``);
-    #: keywords only, never from the URL.
-    connect_args: dict[str, Any] = Field(default_factory=dict)
-
-
-def _family(url: StoreURL) -> Family:
-    family = _FAMILIES.get(url.scheme)
-    if family is None:
-        raise InvalidURL(f"{url} is not an SQL store URL (sqlite, postgresql or mysql)")
-    if url.driver is not None and url.driver not in _DRIVERS[family]:
-        raise InvalidURL(
-            f"driver {url.driver!r} is not supported for {url.scheme}; use one of "
-            f"{', '.join(_DRIVERS[family])} (or none for the default)"
-        )
-    return family
 
 
 class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
@@ -144,7 +90,13 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     Options: ClassVar[type[StoreOptions]] = SqlOptions
     capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=True, cross_process=True, power_loss_durable=True, ttl=True, raw_access=True
+        persistent=True,
+        cross_process=True,
+        power_loss_durable=True,
+        ttl=True,
+        raw_access=True,
+        atomic_batches=True,
+        metadata_filter=True,
     )
     backend_name: ClassVar[str] = "sql"
 
@@ -153,7 +105,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         if cls is SqlCheckpointStore:
             from .stores import STORE_CLASSES
 
-            target = STORE_CLASSES[_family(StoreURL.parse(url))]
+            target = STORE_CLASSES[family_of(StoreURL.parse(url))]
         return cast(Self, super().__new__(target))
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
@@ -161,7 +113,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         # Options may come in the URL's query too; the same option twice is an error.
         super().__init__(**parsed.merge_options(options))
         self.url = parsed.with_(query={})
-        self.family: Family = _family(self.url)
+        self.family: Family = family_of(self.url)
         self.table_prefix = self.options.table_prefix
         self._st, self._compiler = _statements(
             self.table_prefix, self.options.db_schema, self.family
@@ -322,29 +274,15 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
-        return await self._guard("saving", self._write(lambda s: self._op_insert(s, record)))
+        op = partial(writes.insert_one, st=self._st, record=record, store_id=self._store_id)
+        return await self._guard("saving", self._write(op))
 
-    def _op_insert(self, s: Session, record: NewRecord) -> CheckpointHeader:
-        st = self._st
-        seq = dialects.next_sequence(s, st)
-        stored = record.seal(seq)
-        row = {
-            "seq": seq,
-            "id": record.id,
-            "stream": record.stream,
-            "expires_at": expires_micros(record.expires_at),
-            "record": stored.to_bytes(self._store_id),
-        }
-        if not dialects.insert_checkpoint(s, st, row):
-            # The id is taken; an expired checkpoint may be replaced, a live one not.
-            now = to_micros(record.now)
-            if not s.run(st.delete_expired_id, {"id": record.id, "now": now}) or (
-                not dialects.insert_checkpoint(s, st, row)
-            ):
-                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-        if record.tags:
-            s.run_many(st.insert_tag, tag_rows(seq, record.stream, record.tags))
-        return stored.header
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        """One transaction: one counter bump for the batch, every id checked, one
+        multi-row insert per table, one commit (see :func:`.writes.insert_many`)."""
+        self._check_meta()
+        op = partial(writes.insert_many, st=self._st, records=records, store_id=self._store_id)
+        return await self._guard("saving a batch", self._write(op))
 
     async def _update(
         self,
@@ -369,11 +307,11 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
                 "new_expires_at": expires_micros(new.header.expires_at),
             }
             s.run(self._st.set_record, params)
-            if edits is not None and edits.tags is not None:
-                # tag filters read the tags table: it changes in the same transaction
-                s.run(self._st.delete_tags_seq, {"at_seq": seq})
-                if new.header.tags:
-                    s.run_many(self._st.insert_tag, tag_rows(seq, new.stream, new.header.tags))
+            if edits is not None:
+                # filters read the tags and fields tables: they change in the same
+                # transaction as the record
+                tags, fields = edits.tags is not None, edits.metadata is not None
+                writes.reindex(s, self._st, new, tags=tags, fields=fields)
             return new.header
 
         return await self._guard("updating", self._write(op))
@@ -392,12 +330,29 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
         return await self._guard("loading", self._read(op))
 
-    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        tags = dict(query.tags)
-        stmt = self._st.scan(
-            query.stream is not None, query.order, query.bound is not None, len(tags)
+    async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises."""
+        params = {"ids": ids, "now": to_micros(now)}
+
+        def op(s: Session) -> dict[str, StoredRecord]:
+            rows = s.rows(self._st.get_many, params)
+            return {str(rid): self._parse(blob, str(rid), int(seq)) for seq, rid, blob in rows}
+
+        return await self._guard("loading a batch", self._read(op))
+
+    async def _delete_many(self, ids: list[str], now: datetime) -> int:
+        """One statement, ``DELETE ... WHERE id IN (...) AND live``; index rows cascade."""
+        params = {"ids": ids, "now": to_micros(now)}
+        return await self._guard(
+            "deleting a batch", self._write(lambda s: s.run(self._st.delete_many, params))
         )
-        params = tag_params(tags, query.stream)
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        tags, meta = dict(query.tags), dict(query.metadata)
+        stmt = self._st.scan(
+            query.stream is not None, query.order, query.bound is not None, len(tags), len(meta)
+        )
+        params = filter_params(tags, meta, query.stream)
         params.update(
             stream=query.stream, bound=query.bound, limit=query.limit, now=to_micros(query.now)
         )
@@ -468,6 +423,22 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
         return await self._guard("listing streams", self._read(op))
 
+    async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
+        """A range of the stream index, ``stream >= :prefix AND stream < :next`` in code
+        point order (exact on every dialect; see :func:`.schema.prefix_bounds`)."""
+        try:
+            prefix.encode("utf-8")
+        except UnicodeEncodeError:
+            return []  # a lone surrogate: no stream name has one
+        lo, hi = prefix_bounds(prefix)
+        stmt = self._st.streams_from if hi is None else self._st.streams_between
+        params = {"lo": lo, "hi": hi, "now": to_micros(now)}
+
+        def op(s: Session) -> list[str]:
+            return [str(r[0]) for r in s.rows(stmt, params)]
+
+        return await self._guard("listing streams", self._read(op))
+
     async def _info(self) -> dict[str, Any]:
         def op(s: Session) -> dict[str, Any]:
             count = s.first(self._st.count)
@@ -487,8 +458,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     # -- verify and repair ---------------------------------------------------------------
 
     async def _verify(self) -> list[Problem]:
-        """Meta rows, the counter, every row's columns and tag rows against its record,
-        and orphan tag rows; reads only, one snapshot per page of rows."""
+        """Meta rows, the counter, every row's columns, tag rows and fields rows against
+        its record, and orphan index rows; reads only, one snapshot per page of rows."""
         st, where, rt = self._st, self.describe(), self._rt()
         problems = [
             Problem(kind="state", location=self.tables.meta.name, reason=f"{damage}; {_REBUILD}")
@@ -500,12 +471,12 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         for found in await self._pages(rt.snapshot, integrity.check_rows):
             problems += found
         problems += await self._guard(
-            "checking tag rows", rt.snapshot(lambda s: integrity.check_orphan_tags(s, st))
+            "checking index rows", rt.snapshot(lambda s: integrity.check_orphan_rows(s, st))
         )
         return problems
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
-        """Rebuild the meta rows, row columns, tag rows and the counter from the records
+        """Rebuild the meta rows, row columns, tag and fields rows and the counter from the records
         (each page of rows in its own transaction, its rows locked), then deal with
         the damaged records."""
         st = self._st
@@ -520,7 +491,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self._meta_damage = []
         rows = await self._pages(self._write, integrity.rebuild_rows)
         orphans = await self._guard(
-            "deleting orphan tag rows", self._write(lambda s: s.run(st.delete_orphan_tags))
+            "deleting orphan index rows",
+            self._write(lambda s: (s.run(st.delete_orphan_tags), s.run(st.delete_orphan_fields))),
         )
         counter = await self._guard(
             "rebuilding the counter", self._write(lambda s: integrity.rebuild_counter(s, st))

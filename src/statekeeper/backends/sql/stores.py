@@ -13,9 +13,10 @@ from ..._url import StoreURL
 from ...config import Capabilities
 from ...errors import InvalidOptions
 from .dialects import Family, Runtime
+from .options import SqlOptions
 from .server import ServerRuntime, check_driver, server_connect_args, server_url
 from .sqlite import OpenMode, SqliteRuntime, sqlite_path
-from .store import SqlCheckpointStore, SqlOptions
+from .store import SqlCheckpointStore
 
 __all__ = [
     "STORE_CLASSES",
@@ -48,6 +49,8 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         power_loss_durable=True,
         ttl=True,
         raw_access=True,
+        atomic_batches=True,
+        metadata_filter=True,
     )
     backend_name: ClassVar[str] = "sqlite"
 
@@ -85,6 +88,8 @@ class _ServerSqlStore(SqlCheckpointStore):
         power_loss_durable=True,
         ttl=True,
         raw_access=True,
+        atomic_batches=True,
+        metadata_filter=True,
     )
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:

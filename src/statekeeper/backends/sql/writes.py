@@ -1,0 +1,122 @@
+"""The SQL backend's inserts and index rows: ``save``, ``save_many`` and re-indexing.
+
+Synchronous operations over one :class:`~.dialects.Session`, each inside the
+caller's write transaction. A checkpoint is its row in the checkpoints table plus
+its derived rows: one tags row per tag, one fields row per filterable metadata
+value (:func:`.schema.field_rows`). Every insert takes its sequences from the
+counter row first (:func:`.dialects.next_sequence`), so the row lock it takes
+orders all inserts: a batch's sequences are consecutive, no other insert lands
+between them, and an id checked here cannot be taken by another insert before
+this transaction ends.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from ...errors import PreconditionFailed
+from ...models import CheckpointHeader
+from ...record import NewRecord, StoredRecord
+from . import dialects
+from .dialects import Session
+from .schema import Statements, expires_micros, field_rows, tag_rows, to_micros
+
+__all__ = ["index_rows", "insert_many", "insert_one", "reindex"]
+
+
+def _row(stored: StoredRecord, store_id: str) -> dict[str, Any]:
+    return {
+        "seq": stored.sequence,
+        "id": stored.id,
+        "stream": stored.stream,
+        "expires_at": expires_micros(stored.header.expires_at),
+        "record": stored.to_bytes(store_id),
+    }
+
+
+def index_rows(
+    stored: Sequence[StoredRecord],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The tags rows and the fields rows of ``stored``."""
+    tags: list[dict[str, Any]] = []
+    fields: list[dict[str, Any]] = []
+    for record in stored:
+        h = record.header
+        if h.tags:
+            tags += tag_rows(h.sequence, h.stream, dict(h.tags))
+        if h.metadata:
+            fields += field_rows(h.sequence, h.stream, dict(h.metadata))
+    return tags, fields
+
+
+def _insert_index_rows(s: Session, st: Statements, stored: Sequence[StoredRecord]) -> None:
+    tags, fields = index_rows(stored)
+    if tags:
+        s.run_many(st.insert_tag, tags)
+    if fields:
+        s.run_many(st.insert_field, fields)
+
+
+def insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
+    """``save``: the next sequence, the row (replacing an expired one with its id), and
+    its index rows. :class:`PreconditionFailed` if the id is live."""
+    stored = record.seal(dialects.next_sequence(s, st))
+    row = _row(stored, store_id)
+    if not dialects.insert_checkpoint(s, st, row):
+        # The id is taken; an expired checkpoint may be replaced, a live one not.
+        now = to_micros(record.now)
+        if not s.run(st.delete_expired_id, {"id": record.id, "now": now}) or (
+            not dialects.insert_checkpoint(s, st, row)
+        ):
+            raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+    _insert_index_rows(s, st, [stored])
+    return stored.header
+
+
+def insert_many(
+    s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
+) -> list[CheckpointHeader]:
+    """``save_many``: ``len(records)`` consecutive sequences from one counter bump, in
+    the order given, every id checked before anything is inserted, then one
+    multi-row insert per table. Raises :class:`PreconditionFailed` (the caller's
+    transaction then rolls back, so nothing is written) if any id is live."""
+    last = dialects.next_sequence(s, st, len(records))
+    first = last - len(records) + 1
+    by_id = {record.id: record for record in records}
+    expired: list[int] = []
+    # After the counter bump: every insert waits for that row lock, so no id seen
+    # free here can be taken before this transaction ends.
+    for seq, rid, expires_at in s.rows(st.ids_taken, {"ids": list(by_id)}):
+        record = by_id[str(rid)]
+        if expires_at is None or expires_at > to_micros(record.now):
+            raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+        expired.append(int(seq))
+    if expired:
+        s.run(st.delete_seqs, {"seqs": expired})
+    stored = [record.seal(first + i) for i, record in enumerate(records)]
+    try:
+        s.run_many(st.insert_cp, [_row(record, store_id) for record in stored])
+    except (sa.exc.IntegrityError, sqlite3.IntegrityError) as exc:
+        # Only a writer that bypasses the counter (an older statekeeper) gets here.
+        raise PreconditionFailed(f"an id of this save_many was taken meanwhile: {exc}") from exc
+    _insert_index_rows(s, st, stored)
+    return [record.header for record in stored]
+
+
+def reindex(s: Session, st: Statements, new: StoredRecord, *, tags: bool, fields: bool) -> None:
+    """Rewrite the tags rows and/or the fields rows of ``new`` (an update that edits
+    them), in the update's transaction, so filters see the edit when it commits."""
+    h = new.header
+    if tags:
+        s.run(st.delete_tags_seq, {"at_seq": h.sequence})
+        if h.tags:
+            s.run_many(st.insert_tag, tag_rows(h.sequence, h.stream, dict(h.tags)))
+    if fields:
+        s.run(st.delete_fields_seq, {"at_seq": h.sequence})
+        rows = field_rows(h.sequence, h.stream, dict(h.metadata))
+        if rows:
+            s.run_many(st.insert_field, rows)
