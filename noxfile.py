@@ -136,3 +136,11 @@ def bench(session: nox.Session) -> None:
     # the peers are pinned in benchmarks/requirements.txt and live only in this env
     session.install("-r", "benchmarks/requirements.txt")
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_api(session: nox.Session) -> None:
+    """Issue 13's targets (cursor_at pages, metadata filters, batches) on our own stores;
+    ``-- --docs`` also puts the section into docs/benchmarks.md. No peers needed."""
+    _sync(session)
+    session.run("python", "benchmarks/api.py", *session.posargs)

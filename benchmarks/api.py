@@ -1,0 +1,125 @@
+"""Issue 13's targets, measured in one run: cursor_at pages, metadata filters, batches.
+
+    uv run nox -s bench_api                 # ~5-8 minutes; writes benchmarks/results/raw/api.md
+    uv run nox -s bench_api -- --docs       # the same, and puts the section in docs/benchmarks.md
+
+PostgreSQL is measured when ``STATEKEEPER_TEST_POSTGRES_URL`` is set. The raw figures
+go to ``benchmarks/results/raw/api.json`` (not committed). See :mod:`skbench.api`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
+from skbench.api import ApiResults, ApiSettings, render, run, splice  # noqa: E402
+from skbench.machine import describe_machine  # noqa: E402
+from skbench.timing import Budget  # noqa: E402
+
+DOCS = ROOT / "docs/benchmarks.md"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=101_000, help="checkpoints in the stream")
+    parser.add_argument("--depths", default="1000,100000", help="comma-separated depths")
+    parser.add_argument("--quick", action="store_true", help="smaller budgets (debugging)")
+    parser.add_argument("--only", help="comma-separated substrings of store names")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/raw/api.md")
+    parser.add_argument("--docs", action="store_true", help=f"also splice the section into {DOCS}")
+    parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
+    return parser.parse_args(argv)
+
+
+def settings_for(args: argparse.Namespace) -> ApiSettings:
+    depths = tuple(int(x) for x in args.depths.split(","))
+    if max(depths) + 40 > args.size:
+        raise SystemExit(f"--size {args.size} is too small for depth {max(depths)}")
+    scale = 0.3 if args.quick else 1.0
+    return ApiSettings(
+        size=args.size,
+        noise=args.size // 10,
+        depths=depths,
+        read_budget=Budget(reps=int(100 * scale), seconds=2.0 * scale, rounds=5),
+        load_budget=Budget(reps=int(40 * scale), seconds=2.5 * scale, rounds=5),
+        write_budget=Budget(reps=int(30 * scale), seconds=4.0 * scale, rounds=5),
+        only=[x.strip().lower() for x in args.only.split(",")] if args.only else [],
+    )
+
+
+async def _postgres_settings() -> str:
+    """Server version and commit settings, through asyncpg (psycopg is not installed here)."""
+    try:
+        import asyncpg  # type: ignore[import-untyped]
+
+        conn = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method")
+            return ", ".join([f"{n}={await conn.fetchval(f'SHOW {n}')}" for n in names])
+        finally:
+            await conn.close()
+    except Exception as exc:  # reported, never fatal
+        return f"unavailable ({type(exc).__name__})"
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.rstrip()
+
+
+def _command() -> str:
+    extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "uv run nox -s bench_api" + (f" -- {extra}" if extra else "")
+
+
+async def main(args: argparse.Namespace) -> None:
+    settings = settings_for(args)
+    results = ApiResults()
+    dirty = _git("status", "--porcelain", "--", "src")
+    results.meta = {
+        "command": _command(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "commit": _git("log", "-1", "--format=%h %s"),
+        "tree_note": (
+            ", with uncommitted changes in: " + ", ".join(line[3:] for line in dirty.splitlines())
+            if dirty
+            else " (src/ exactly as committed)"
+        ),
+    }
+    workdir = Path(tempfile.mkdtemp(prefix="skbench-api-", dir=args.workdir))
+    started = time.perf_counter()
+    try:
+        await run(settings, workdir, results)
+    finally:
+        results.machine = describe_machine(workdir, POSTGRES_URL, REDIS_URL)
+        if str(results.machine.get("postgresql", "")).startswith("unavailable"):
+            results.machine["postgresql"] = await _postgres_settings()
+        shutil.rmtree(workdir, ignore_errors=True)
+    results.meta["elapsed"] = time.perf_counter() - started
+    section = render(results, settings)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(section, encoding="utf-8")
+    raw = {"settings": {"size": settings.size, "depths": settings.depths}, **vars(results)}
+    args.output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
+    if args.docs:
+        DOCS.write_text(splice(DOCS.read_text(encoding="utf-8"), section), encoding="utf-8")
+        results.say(f"spliced the section into {DOCS}")
+    print(section)
+    results.say(f"wrote {args.output} in {results.meta['elapsed']:.0f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args(sys.argv[1:])))

@@ -1,0 +1,565 @@
+"""Issue 13's access paths, side by side in one run: positions, metadata filters, batches.
+
+Every statekeeper store (memory, file, SQLite, and PostgreSQL when
+``STATEKEEPER_TEST_POSTGRES_URL`` is set) gets one stream of ``size`` checkpoints
+(~1 KB states, the same :func:`~skbench.payload.make_state` as the main run) plus
+10% more over ten other streams, built with ``save_many`` in batches of
+:data:`BUILD_BATCH` through the store's ``durability="fast"`` handle (the build is
+untimed; measured writes use ``durability="full"``). One checkpoint in 100 of
+every stream has ``metadata["source"] == "input"``, evenly spread; the rest say
+``"loop"``.
+
+Each ratio the issue targets is a pair of operations measured in the same
+interleaved rounds (:func:`~skbench.timing.measure_interleaved`), so background
+load on the shared machine falls on both sides alike. Before timing, every read
+workload is checked once against the ids the build returned: a fast wrong answer
+is reported as an error, not as a figure.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .adapters.base import StoreUnavailable
+from .adapters.statekeeper_stores import (
+    FileStore,
+    MemoryStore,
+    PostgresStore,
+    SqliteStore,
+    StatekeeperAdapter,
+)
+from .payload import make_state
+from .timing import Budget, Op, Stat, format_seconds, format_stat, measure_interleaved
+
+MAIN = "api-main"
+WRITES = "api-writes"
+NOISE = tuple(f"api-noise-{i:02d}" for i in range(10))
+PAGE = 20
+BATCH = 100  # the load_many / save_many batch the targets name
+BUILD_BATCH = 1000  # the largest save_many (MAX_BATCH)
+MATCH = {"source": "input"}  # 1 checkpoint in 100
+MATCH_EVERY = 100
+ROTATE = 10  # cursor workloads walk over this many neighbouring ids
+NON_ATOMIC = "default _insert_many: a loop of saves, not atomic"
+SECTION = "## Batch, positional and filtered access (issue 13)"
+
+FIRST = "first page"
+FILTERED = "filtered page"
+LOADS = f"{BATCH} loads"
+LOAD_MANY = f"load_many({BATCH})"
+SAVE = "save"
+SAVE_MANY = f"save_many({BATCH})"
+
+
+def cursor_op(depth: int) -> str:
+    return f"cursor_at + page @{_k(depth)}"
+
+
+def _k(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 and n >= 1000 else str(n)
+
+
+@dataclass
+class ApiSettings:
+    size: int
+    noise: int
+    depths: tuple[int, ...]
+    read_budget: Budget
+    load_budget: Budget
+    write_budget: Budget
+    only: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ratio the issue names: ``numerator / denominator <= limit`` on ``stores``."""
+
+    label: str
+    numerator: str
+    denominator: str
+    limit: float | None  # None: reported, no target
+    kinds: tuple[str, ...]  # store names the limit applies to; others are "no target"
+    other_note: str = "no target"
+
+
+def targets(depths: tuple[int, ...]) -> list[Target]:
+    every = ("statekeeper memory", "statekeeper file", "statekeeper sqlite")
+    every += ("statekeeper postgresql",)
+    out = [
+        Target(
+            f"cursor_at + page of {PAGE} at depth {d:,}, against an unfiltered first page",
+            cursor_op(d),
+            FIRST,
+            2.0,
+            every,
+        )
+        for d in depths
+    ]
+    out.append(
+        Target(
+            f"page of {PAGE} filtered on metadata (1% match), against an unfiltered page",
+            FILTERED,
+            FIRST,
+            3.0,
+            ("statekeeper sqlite", "statekeeper postgresql"),
+            "scans, no target",
+        )
+    )
+    out.append(
+        Target(
+            f"save_many of {BATCH} at durability=full, against one save",
+            SAVE_MANY,
+            SAVE,
+            5.0,
+            ("statekeeper file", "statekeeper sqlite"),
+        )
+    )
+    out.append(
+        Target(f"load_many of {BATCH} ids, against {BATCH} loads", LOAD_MANY, LOADS, None, ())
+    )
+    return out
+
+
+@dataclass
+class ApiResults:
+    meta: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+    stores: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ops: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    loads: list[str] = field(default_factory=list)  # load averages as each phase began
+    log: list[str] = field(default_factory=list)
+
+    def say(self, message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+        self.log.append(message)
+
+    def stat(self, store: str, op: str) -> Stat | None:
+        cell = self.ops.get(store, {}).get(op, {})
+        return Stat(**cell["stat"]) if "stat" in cell else None
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# -- the stores ------------------------------------------------------------------------
+
+
+@dataclass
+class Subject:
+    """One store under test and what its build gave: ids in save order, the matches."""
+
+    adapter: StatekeeperAdapter
+    ids: list[str] = field(default_factory=list)
+    matching: list[str] = field(default_factory=list)
+    step: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.adapter.name
+
+    @property
+    def bulk(self) -> Any:
+        return self.adapter.stores.get("fast", self.adapter.main)
+
+    @property
+    def full(self) -> Any:
+        return self.adapter.main  # each store's default mode: "full" (memory: its only mode)
+
+
+def adapter_classes(only: list[str]) -> list[type[StatekeeperAdapter]]:
+    classes: list[type[StatekeeperAdapter]] = [MemoryStore, FileStore, SqliteStore]
+    if os.environ.get("STATEKEEPER_TEST_POSTGRES_URL"):
+        classes.append(PostgresStore)
+    return [c for c in classes if not only or any(k in c.name.lower() for k in only)]
+
+
+async def open_subjects(settings: ApiSettings, workdir: Path, results: ApiResults) -> list[Subject]:
+    subjects = []
+    if not os.environ.get("STATEKEEPER_TEST_POSTGRES_URL"):
+        results.say("PostgreSQL left out: STATEKEEPER_TEST_POSTGRES_URL is not set")
+    for cls in adapter_classes(settings.only):
+        adapter = cls()
+        place = workdir / cls.__name__
+        place.mkdir()
+        try:
+            await adapter.open(place)
+        except (StoreUnavailable, ImportError) as exc:
+            results.stores[cls.name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
+            results.say(f"skip {cls.name}: {exc}")
+            continue
+        caps = adapter.main.capabilities
+        results.stores[cls.name] = {
+            "backend": type(adapter.main).__name__,
+            "atomic_batches": bool(getattr(caps, "atomic_batches", False)),
+        }
+        subjects.append(Subject(adapter))
+        results.say(
+            f"opened {cls.name} (atomic_batches={results.stores[cls.name]['atomic_batches']})"
+        )
+    return subjects
+
+
+def _metadata(index: int, step: int) -> dict[str, Any]:
+    return {"step": step, "source": "input" if index % MATCH_EVERY == 0 else "loop"}
+
+
+def _plan(size: int, noise: int) -> list[tuple[str, int]]:
+    """(stream, index within the stream) in save order: noise evenly among the main."""
+    total = size + noise
+    counts = dict.fromkeys((MAIN, *NOISE), 0)
+    plan = []
+    spread = 0
+    for k in range(total):
+        is_noise = (k + 1) * noise // total > k * noise // total
+        stream = NOISE[spread % len(NOISE)] if is_noise else MAIN
+        spread += is_noise
+        plan.append((stream, counts[stream]))
+        counts[stream] += 1
+    return plan
+
+
+async def build(subject: Subject, settings: ApiSettings, results: ApiResults) -> None:
+    """Fill the store with ``save_many`` batches through its fast handle (untimed)."""
+    from statekeeper import NewCheckpoint
+
+    plan = _plan(settings.size, settings.noise)
+    started = time.perf_counter()
+    for start in range(0, len(plan), BUILD_BATCH):
+        chunk = plan[start : start + BUILD_BATCH]
+        items = []
+        for stream, index in chunk:
+            subject.step += 1
+            items.append(
+                NewCheckpoint(
+                    stream=stream,
+                    state=make_state(subject.step),
+                    metadata=_metadata(index, subject.step),
+                )
+            )
+        saved = await subject.bulk.save_many(items)
+        for (stream, index), cp in zip(chunk, saved, strict=True):
+            if stream == MAIN:
+                subject.ids.append(cp.id)
+                if index % MATCH_EVERY == 0:
+                    subject.matching.append(cp.id)
+    await subject.adapter.after_populate()
+    spent = time.perf_counter() - started
+    results.stores[subject.name]["build"] = {"checkpoints": len(plan), "seconds": spent}
+    results.say(f"built {subject.name}: {len(plan):,} checkpoints in {spent:.1f} s")
+
+
+# -- the workloads ---------------------------------------------------------------------
+
+
+async def _check(subject: Subject, depths: tuple[int, ...]) -> dict[str, str]:
+    """Each read workload once, against what the build returned; op -> problem."""
+    store, ids = subject.full, subject.ids
+    problems: dict[str, str] = {}
+    page = await store.list(MAIN, limit=PAGE)
+    if [c.id for c in page.items] != ids[::-1][:PAGE]:
+        problems[FIRST] = "first page is not the newest 20"
+    for depth in depths:
+        at = len(ids) - depth
+        cursor = await store.cursor_at(ids[at])
+        got = [c.id for c in (await store.list(MAIN, limit=PAGE, after=cursor)).items]
+        if got != ids[at - PAGE : at][::-1]:
+            problems[cursor_op(depth)] = f"page after depth {depth} is not the 20 just older"
+    got = [c.id for c in (await store.list(MAIN, limit=PAGE, metadata=MATCH)).items]
+    if got != subject.matching[::-1][:PAGE]:
+        problems[FILTERED] = "filtered page is not the newest 20 matches"
+    wanted = ids[:: max(1, len(ids) // BATCH)][:BATCH]
+    many = await store.load_many(wanted)
+    if sorted(many) != sorted(wanted):
+        problems[LOAD_MANY] = f"load_many returned {len(many)} of {len(wanted)} ids"
+    return problems
+
+
+def read_ops(subject: Subject, depths: tuple[int, ...]) -> dict[str, Op]:
+    store, ids = subject.full, subject.ids
+
+    async def first(i: int) -> int:
+        return len((await store.list(MAIN, limit=PAGE)).items)
+
+    def at_depth(depth: int) -> Op:
+        async def op(i: int) -> int:
+            cursor = await store.cursor_at(ids[len(ids) - depth - i % ROTATE])
+            return len((await store.list(MAIN, limit=PAGE, after=cursor)).items)
+
+        return op
+
+    async def filtered(i: int) -> int:
+        return len((await store.list(MAIN, limit=PAGE, metadata=MATCH)).items)
+
+    ops: dict[str, Op] = {FIRST: first}
+    ops.update({cursor_op(d): at_depth(d) for d in depths})
+    ops[FILTERED] = filtered
+    return ops
+
+
+def load_ops(subject: Subject, reps: int) -> dict[str, Op]:
+    store = subject.full
+    rng = random.Random(13)
+    sets = [rng.sample(subject.ids, BATCH) for _ in range(max(reps, 1) + 2)]
+
+    async def loads(i: int) -> int:
+        for ident in sets[i % len(sets)]:
+            await store.load(ident)
+        return BATCH
+
+    async def load_many(i: int) -> int:
+        return len(await store.load_many(sets[i % len(sets)]))
+
+    return {LOADS: loads, LOAD_MANY: load_many}
+
+
+def write_ops(subject: Subject, reps: int) -> dict[str, Op]:
+    """Single saves and save_many batches into their own stream, inputs built beforehand
+    (the call is timed, not the making of its arguments)."""
+    from statekeeper import NewCheckpoint
+
+    store = subject.full
+    calls = reps + 2  # + the warm-up call
+
+    def state(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        subject.step += 1
+        return make_state(subject.step), _metadata(n, subject.step)
+
+    singles = [state(n) for n in range(calls)]
+    batches = []
+    for b in range(calls):
+        batch = []
+        for n in range(BATCH):
+            s, m = state(b * BATCH + n)
+            batch.append(NewCheckpoint(stream=WRITES, state=s, metadata=m))
+        batches.append(batch)
+
+    async def save(i: int) -> Any:
+        s, m = singles[i % calls]
+        return await store.save(WRITES, s, metadata=m)
+
+    async def save_many(i: int) -> Any:
+        return await store.save_many(batches[i % calls])
+
+    return {SAVE: save, SAVE_MANY: save_many}
+
+
+def _key(store: str, op: str) -> str:
+    return f"{store}\t{op}"
+
+
+async def measure(
+    subjects: list[Subject],
+    make: Callable[[Subject], dict[str, Op]],
+    budget: Budget,
+    results: ApiResults,
+    phase: str,
+    broken: dict[str, dict[str, str]],
+) -> None:
+    results.loads.append(f"{phase}: {_loadavg()}")
+    ops: dict[str, Op] = {}
+    for subject in subjects:
+        for op, fn in make(subject).items():
+            problem = broken.get(subject.name, {}).get(op)
+            if problem:
+                results.ops.setdefault(subject.name, {})[op] = {"error": f"wrong answer: {problem}"}
+                continue
+            ops[_key(subject.name, op)] = fn
+    results.say(f"measure {phase}: {len(ops)} workloads, interleaved")
+    measured = await measure_interleaved(ops, budget)
+    for key, value in measured.items():
+        store, op = key.split("\t")
+        cell = results.ops.setdefault(store, {})
+        if isinstance(value, str):
+            cell[op] = {"error": value}
+            results.say(f"  {store} {op}: ERROR {value}")
+        elif value:
+            cell[op] = {"stat": Stat.of(value).as_dict()}
+            results.say(f"  {store} {op}: {format_stat(Stat.of(value))} (n={len(value)})")
+        else:
+            cell[op] = {"error": "no samples"}
+
+
+async def run(settings: ApiSettings, workdir: Path, results: ApiResults) -> None:
+    results.loads.append(f"start: {_loadavg()}")
+    subjects = await open_subjects(settings, workdir, results)
+    try:
+        for subject in subjects:
+            results.loads.append(f"build {subject.name}: {_loadavg()}")
+            await build(subject, settings, results)
+        broken = {}
+        for subject in subjects:
+            broken[subject.name] = await _check(subject, settings.depths)
+            for op, problem in broken[subject.name].items():
+                results.say(f"  {subject.name} {op}: WRONG ANSWER: {problem}")
+        depths = settings.depths
+        await measure(
+            subjects, lambda s: read_ops(s, depths), settings.read_budget, results, "pages", broken
+        )
+        reps = settings.load_budget.reps
+        await measure(
+            subjects, lambda s: load_ops(s, reps), settings.load_budget, results, "loads", broken
+        )
+        reps_w = settings.write_budget.reps
+        await measure(
+            subjects,
+            lambda s: write_ops(s, reps_w),
+            settings.write_budget,
+            results,
+            "saves",
+            broken,
+        )
+    finally:
+        for subject in subjects:
+            try:
+                await subject.adapter.close()
+            except Exception as exc:  # cleanup must not hide the run's own error
+                results.say(f"cleanup of {subject.name} failed: {exc}")
+        results.loads.append(f"end: {_loadavg()}")
+
+
+# -- the report ------------------------------------------------------------------------
+
+
+def verdicts(results: ApiResults, depths: tuple[int, ...]) -> list[dict[str, Any]]:
+    rows = []
+    for target in targets(depths):
+        for store in results.ops:
+            num, den = (
+                results.stat(store, target.numerator),
+                results.stat(store, target.denominator),
+            )
+            row: dict[str, Any] = {"target": target.label, "store": store}
+            applies = target.limit is not None and store in target.kinds
+            row["limit"] = target.limit if applies else None
+            if num is None or den is None:
+                cell = results.ops.get(store, {})
+                why = [
+                    cell.get(op, {}).get("error", "not measured")
+                    for op in (target.numerator, target.denominator)
+                    if results.stat(store, op) is None
+                ]
+                row.update(ratio=None, verdict="not measured: " + "; ".join(why))
+            else:
+                ratio = num.median / den.median
+                row.update(ratio=ratio, num=num, den=den)
+                if applies:
+                    met = ratio <= (target.limit or 0)
+                    row["verdict"] = (
+                        f"**{'met' if met else 'NOT met'}** (target ≤ x{target.limit:g})"
+                    )
+                else:
+                    row["verdict"] = target.other_note if target.limit is not None else "no target"
+            rows.append(row)
+    return rows
+
+
+def _ratio(value: float) -> str:
+    return f"x{value:.2g}" if value < 10 else f"x{value:.0f}"
+
+
+def render(results: ApiResults, settings: ApiSettings) -> str:
+    meta, machine = results.meta, results.machine
+    lines = [SECTION, ""]
+    lines.append(
+        f"Generated by `{meta['command']}` on {meta['date']}, in {meta['elapsed']:.0f} s, "
+        f"from commit `{meta['commit']}`{meta['tree_note']}. Every figure in this section "
+        "comes from that one run; the sections above come from the full run and are not "
+        "redone here."
+    )
+    lines.append("")
+    load_note = "; ".join(results.loads)
+    lines.append(
+        f"Machine: {machine.get('nproc')} cores ({machine.get('cpu')}), shared with other "
+        f"engineers' work during the run; stores on {machine.get('filesystem')}; Python "
+        f"{machine.get('python')}, SQLite {machine.get('sqlite')}, PostgreSQL "
+        f"{machine.get('postgresql')}. Load averages (1/5/15 min) as each phase began: "
+        f"{load_note}."
+    )
+    lines.append("")
+    stores = ", ".join(
+        f"{name} ({'atomic_batches' if info.get('atomic_batches') else NON_ATOMIC})"
+        if "unavailable" not in info
+        else f"{name} (skipped: {info['unavailable']})"
+        for name, info in results.stores.items()
+    )
+    builds = ", ".join(
+        f"{name} {info['build']['seconds']:.0f} s"
+        for name, info in results.stores.items()
+        if "build" in info
+    )
+    lines.append(
+        f"Stores: {stores}. Each holds one stream of {settings.size:,} checkpoints plus "
+        f"{settings.noise:,} spread over ten other streams, interleaved, each with the same "
+        f'~1 KB state as above and metadata `{{"step": n, "source": ...}}` where '
+        f'`source` is `"input"` on one checkpoint in {MATCH_EVERY} of every stream '
+        f'(evenly spread) and `"loop"` otherwise. Built with `save_many` in batches of '
+        f'{BUILD_BATCH:,} through a `durability="fast"` handle (memory: its only mode), '
+        f"untimed ({builds}); PostgreSQL is then ANALYZEd. Measured calls use the "
+        f'`durability="full"` handle. Depth d means the d-th newest checkpoint; the '
+        f"cursor workload is `cursor_at(id)` then `list(stream, limit={PAGE}, after=c)`, "
+        f"over {ROTATE} neighbouring ids. Every read workload was first checked once "
+        f"against the ids `save_many` returned."
+    )
+    lines.append("")
+    lines += ["### Targets", ""]
+    lines.append("| target | store | ratio of medians | measured, median (p10-p90) | verdict |")
+    lines.append("|---|---|---|---|---|")
+    for row in verdicts(results, settings.depths):
+        store = row["store"].removeprefix("statekeeper ")
+        if row["ratio"] is None:
+            lines.append(f"| {row['target']} | {store} | - | - | {row['verdict']} |")
+            continue
+        figures = f"{format_stat(row['num'])} vs {format_stat(row['den'])}"
+        lines.append(
+            f"| {row['target']} | {store} | {_ratio(row['ratio'])} | {figures} | {row['verdict']} |"
+        )
+    lines.append("")
+    lines += ["### Every workload, median (p10-p90) per call", ""]
+    ops = [FIRST, *(cursor_op(d) for d in settings.depths), FILTERED, LOADS, LOAD_MANY, SAVE]
+    ops.append(SAVE_MANY)
+    header = [*ops]
+    header[header.index(SAVE)] = "save (full)"
+    header[header.index(SAVE_MANY)] = f"save_many({BATCH}) (full)"
+    lines.append("| store | " + " | ".join(header) + " |")
+    lines.append("|---|" + "---|" * len(ops))
+    for store, cells in results.ops.items():
+        row = []
+        for op in ops:
+            cell = cells.get(op, {})
+            if "stat" in cell:
+                stat = Stat(**cell["stat"])
+                row.append(f"{format_stat(stat)} n={stat.n}")
+            else:
+                row.append(cell.get("error", "-"))
+        lines.append(f"| {store.removeprefix('statekeeper ')} | " + " | ".join(row) + " |")
+    lines.append("")
+    per_item = []
+    for store in results.ops:
+        stat = results.stat(store, SAVE_MANY)
+        if stat is not None:
+            per_item.append(
+                f"{store.removeprefix('statekeeper ')} {format_seconds(stat.median / BATCH)}"
+            )
+    if per_item:
+        lines.append(f"Per checkpoint inside a `save_many({BATCH})`: " + ", ".join(per_item) + ".")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def splice(document: str, section: str) -> str:
+    """Replace this section in ``document`` (up to the next ``## `` heading), or append it."""
+    lines = document.splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == SECTION)
+    except StopIteration:
+        return document.rstrip("\n") + "\n\n" + section
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "".join(lines[end:])
+    return "".join(lines[:start]) + section + ("\n" + tail if tail else "")
