@@ -16,7 +16,8 @@ one :func:`.survey.take_survey` it checks:
   links, FIFOs, misplaced records) and stray temp files.
 
 Writers may run meanwhile: whatever is above the high-water mark the survey
-started from is left out, and a record that vanished since is not a problem.
+started from (or, while a ``save_many`` is in the journal, from its first
+sequence on) is left out, and a record that vanished since is not a problem.
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ def check_store(engine: EngineCore, s: Survey) -> list[Problem]:
 
     top = max((e.seq for e in s.entries), default=0)
     _check_state(s, top, problem, where(fmt.STATE_NAME))
+    cap = fmt.visible_cap(s.state)
+    if cap is not None:
+        # Valid records saved after the survey began, and the records of a batch
+        # not complete yet, are no one's problem; damage above the mark still is.
+        pending = s.state.journal if s.state is not None else None
+        lo = pending.lo if pending is not None and pending.op in fmt.BATCH_OPS else None
+        s.entries = [
+            e
+            for e in s.entries
+            if e.seq <= cap or (e.record is None and (lo is None or e.seq < lo))
+        ]
     for location, reason in s.foreign:
         problem("foreign", where(location), reason)
     for bucket, name in s.temps:
@@ -124,7 +136,7 @@ def _check_state(s: Survey, top: int, problem: _Report, location: str) -> None:
 
 
 def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) -> None:
-    hwm = s.state.hwm if s.state is not None else top
+    hwm = _horizon(s, top)
     expected: dict[str, dict[int, Entry]] = {}
     for e in s.entries:
         if e.sfile is not None:
@@ -183,7 +195,7 @@ def _check_ids(engine: EngineCore, s: Survey, top: int, problem: _Report) -> Non
     if s.ids is None:
         problem("index", location, f"{s.ids_damaged}; {_REPAIR}")
         return
-    hwm = s.state.hwm if s.state is not None else top
+    hwm = _horizon(s, top)
     if s.ids_garbage:
         problem("index", location, f"{s.ids_garbage} slot(s) hold garbage; {_REPAIR}")
     have = set(s.ids)
@@ -198,6 +210,14 @@ def _check_ids(engine: EngineCore, s: Survey, top: int, problem: _Report) -> Non
                 location,
                 f"it lists sequence {seq}, which has no record with that id; {_REPAIR}",
             )
+
+
+def _horizon(s: Survey, top: int) -> int:
+    """The highest sequence the checks look at (see the module docstring)."""
+    cap = fmt.visible_cap(s.state)
+    if cap is not None:
+        return cap
+    return s.state.hwm if s.state is not None else top
 
 
 def _still_there(engine: EngineCore, seq: int, cid: str) -> bool:

@@ -348,11 +348,15 @@ class EngineCore:
             if not name.startswith(".") and name.endswith(".idx")
         ]
 
-    def readable_indexes(self, *, strict: bool = False) -> Iterator[StreamIndex]:
+    def readable_indexes(self, *, strict: bool = False, prefix: str = "") -> Iterator[StreamIndex]:
         """Each stream index that opens; a damaged or vanished one is passed over,
         or, if ``strict``, raises :class:`IndexDamaged`. The caller closes each
-        (``with idx:``)."""
+        (``with idx:``). With ``prefix``, only the files whose name can belong to
+        a stream starting with it (the caller still checks ``idx.stream``)."""
+        head = fmt.file_name_head(prefix)
         for sfile in self.index_files():
+            if not sfile.startswith(head):
+                continue
             try:
                 idx = self.open_index(sfile)
             except IndexDamaged:

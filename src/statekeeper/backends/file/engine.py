@@ -29,7 +29,7 @@ from .core import Txn
 from .index import IdTable, IndexDamaged
 from .opening import OpeningMixin
 
-__all__ = ["FileEngine"]
+__all__ = ["EngineWrites"]
 
 _COMPACT_MIN_DEAD = 64
 _log = logging.getLogger("statekeeper.backends.file")
@@ -43,8 +43,8 @@ class _Found:
     error: CheckpointDecodeError | None = None
 
 
-class FileEngine(OpeningMixin):
-    """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
+class EngineWrites(OpeningMixin):
+    """The one-record writes of the engine (:class:`.batch.FileEngine` adds batches)."""
 
     # -- save ---------------------------------------------------------------------------
 
@@ -317,35 +317,50 @@ class FileEngine(OpeningMixin):
     def _delete_slots(
         self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
     ) -> None:
-        """Delete records: journal, mark their slots dead, drop their ids, unlink the
-        files, trim trailing dead slots. In full durability each step is flushed
-        before the next, so a power cut never resurrects a deleted checkpoint."""
-        if not victims:
+        """Delete records of one stream index (see :meth:`_delete_groups`)."""
+        self._delete_groups(tx, ids, {sfile: victims})
+
+    def _delete_groups(
+        self, tx: Txn, ids: IdTable, groups: dict[str, list[tuple[int | None, fmt.Slot]]]
+    ) -> None:
+        """Delete records of one or more stream indexes (``""``: records no index
+        names) as one operation: journal, mark their slots dead, drop their ids,
+        unlink the files, trim trailing dead slots. In full durability each step
+        is flushed before the next (one flush per file touched, not per record),
+        so a power cut never resurrects a deleted checkpoint."""
+        groups = {sfile: victims for sfile, victims in groups.items() if victims}
+        if not groups:
             return
-        seqs = [slot.seq for _, slot in victims]
-        tx.commit(journal=fmt.Journal("delete", sfile, lo=min(seqs), hi=max(seqs)))
+        seqs = [slot.seq for victims in groups.values() for _, slot in victims]
+        names = fmt.STREAM_SEP.join(sorted(sfile for sfile in groups if sfile))
+        tx.commit(journal=fmt.Journal("delete", names, lo=min(seqs), hi=max(seqs)))
         tx.sync()
-        idx = self.open_index(sfile, write=True) if sfile else None
-        try:
-            if idx is not None:
+        for sfile, victims in groups.items():
+            idx = self.open_index(sfile, write=True) if sfile else None
+            if idx is None:
+                continue
+            with idx:
                 for pos, slot in victims:
                     if pos is not None:
                         idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
                 if self.durable:
                     idx.sync()
+        for victims in groups.values():
             for _, slot in victims:
                 key = fmt.id_key(slot.cid)
                 at = ids.find(key, slot.seq)
                 if at is not None:
                     ids.tombstone(at, key, slot.seq)
-            if self.durable:
-                ids.sync()
-            self._unlink_records([slot for _, slot in victims])
+        if self.durable:
+            ids.sync()
+        self._unlink_records([slot for victims in groups.values() for _, slot in victims])
+        # Trim only once the files are gone: recovery finishes a delete from its
+        # dead slots, so a slot must outlive its record file.
+        for sfile in groups:
+            idx = self.open_index(sfile, write=True) if sfile else None
             if idx is not None:
-                self._trim(idx)
-        finally:
-            if idx is not None:
-                idx.close()
+                with idx:
+                    self._trim(idx)
         tx.commit(journal=None)
 
     def prune(self, stream: str, keep_last: int, now: datetime) -> int:

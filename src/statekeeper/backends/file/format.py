@@ -144,6 +144,19 @@ def stream_file_name(stream: str) -> str:
     return escaped + ".idx"
 
 
+def file_name_head(prefix: str) -> str:
+    """What the index file name of every stream that starts with ``prefix`` starts
+    with. Escaping is byte by byte, so a stream's escaped name starts with its
+    prefix's escaped form (with the leading-dot rule, since the prefix is the
+    start); a hashed name keeps at least 118 characters of it (whole escapes up
+    to 120), so the head is cut there. A filter, not a match: the exact stream
+    name is in the index header."""
+    escaped = stream_file_name(prefix)[:-4] if prefix else ""
+    if "~" in escaped:  # the prefix itself was long enough to be hashed
+        escaped = escaped[: escaped.index("~")]
+    return escaped[: _KEEP_ESCAPED - 2]
+
+
 def stream_from_file_name(name: str) -> str | None:
     """The stream a short index file name stands for; ``None`` for hashed names
     (read the header) and for names this store never makes."""
@@ -250,10 +263,11 @@ STATE_SIZE = 2 * STATE_COPY
 class Journal:
     """The multi-step operation in progress, so a crash can be finished or undone.
 
-    ``op`` is ``insert``, ``update`` or ``delete``; ``stream`` is the index file
-    name; ``seq`` the record (``lo``..``hi`` for deletes); ``path`` the record file
-    and ``tmp`` a temp file (both relative to the root) that must not outlive the
-    operation.
+    ``op`` is ``insert``, ``update``, ``delete``, or a batch (:data:`BATCH_OPS`);
+    ``stream`` is the index file name (for a delete, one or more joined by ``/``,
+    which no index file name contains); ``seq`` the record (``lo``..``hi`` for
+    deletes and batches); ``path`` the record file and ``tmp`` a temp file (both
+    relative to the root) that must not outlive the operation.
     """
 
     op: str
@@ -445,6 +459,31 @@ def _journal_json(j: Journal | None) -> str:
         f'{{"op":{_jstr(j.op)},"stream":{_jstr(j.stream)},"seq":{j.seq},"lo":{j.lo},'
         f'"hi":{j.hi},"path":{_jstr(j.path)},"tmp":{_jstr(j.tmp)}}}'
     )
+
+
+#: Journal ops of a ``save_many`` (sequences ``lo``..``hi``): ``batch`` while its
+#: record files are being written (recovery removes them: roll back), ``batched``
+#: once they are all written and durable (recovery indexes them: roll forward).
+#: Readers hide ``lo``..``hi`` while either is in the journal.
+BATCH_PENDING = "batch"
+BATCH_COMMITTED = "batched"
+BATCH_OPS = frozenset({BATCH_PENDING, BATCH_COMMITTED})
+#: Joins the index file names of a delete that spans streams.
+STREAM_SEP = "/"
+
+
+def visible_cap(state: State | None) -> int | None:
+    """The highest sequence a reader that read ``state`` may show (``None``: no
+    limit). Anything above was saved after the read began, or belongs to a
+    ``save_many`` that is not complete: hiding it keeps a batch all-or-nothing
+    for readers, who take no lock. A torn state (a concurrent write, or damage)
+    gives no limit rather than one that may lag an acknowledged save."""
+    if state is None:
+        return None
+    journal = state.journal
+    if journal is not None and journal.op in BATCH_OPS:
+        return journal.lo - 1
+    return None if state.torn else state.hwm
 
 
 # -- stream index --------------------------------------------------------------------

@@ -282,6 +282,16 @@ class StreamIndex(_Handle):
         self.size = self._offset(self.count)
         self._last = (self.size, slot.seq)
 
+    def append_many(self, slots: list[fmt.Slot]) -> None:
+        """Append ``slots`` (sorted, above the last) in one write."""
+        if not slots:
+            return
+        data = b"".join(slot.to_bytes() for slot in slots)
+        _pwrite_all(self.io, self.fd, data, self._offset(self.count))
+        self.count += len(slots)
+        self.size = self._offset(self.count)
+        self._last = (self.size, slots[-1].seq)
+
     def write(self, i: int, slot: fmt.Slot) -> None:
         _pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(i))
 

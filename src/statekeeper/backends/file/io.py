@@ -17,17 +17,54 @@ so that a fault can be injected at every step of every write:
 - descriptors are plain ``int``; :meth:`FileIO.fsync` works on file and directory
   descriptors alike.
 
+One call is optional and not part of :class:`FileIO`: ``syncfs(fd)``, which
+``save_many`` uses to make a whole batch durable at once (see
+:func:`syncfs_usable`). An implementation without it gets one ``fsync`` per file.
+An implementation that models durability must model it (a subclass of
+:class:`OsFileIO` inherits the real one).
+
 Implementations must be thread-safe: the store calls them from worker threads.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import os
-from typing import Protocol, runtime_checkable
+import platform
+import re
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["FileIO", "OsFileIO", "read_exact", "write_all"]
+__all__ = ["FileIO", "OsFileIO", "read_exact", "syncfs_usable", "write_all"]
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    """libc's ``syncfs``, on Linux 5.8 or later only: older kernels return 0 even
+    when writing back failed, which would acknowledge data that is not on disk."""
+    if platform.system() != "Linux":
+        return None
+    m = re.match(r"(\d+)\.(\d+)", platform.release())
+    if m is None or (int(m[1]), int(m[2])) < (5, 8):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        func: Any = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_int]
+    func.restype = ctypes.c_int
+    return func  # type: ignore[no-any-return]
+
+
+_SYNCFS = _load_syncfs()
+
+
+def syncfs_usable(io: object) -> bool:
+    """Whether ``io`` offers ``syncfs`` and this system can trust it."""
+    return _SYNCFS is not None and callable(getattr(io, "syncfs", None))
 
 
 @runtime_checkable
@@ -144,6 +181,15 @@ class OsFileIO:
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
+
+    def syncfs(self, fd: int) -> None:
+        """``syncfs(fd)``: write back everything dirty on the file system holding
+        ``fd`` (every process's data, not only this store's) and wait for it."""
+        if _SYNCFS is None:
+            raise OSError(errno.ENOSYS, "syncfs is not available on this system")
+        if _SYNCFS(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
 
     def fdatasync(self, fd: int) -> None:
         # macOS has no fdatasync; its fsync is no stronger anyway (F_FULLFSYNC aside).

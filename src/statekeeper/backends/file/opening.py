@@ -177,6 +177,11 @@ class OpeningMixin(RecoveryMixin):
         boot = self.io.boot_id()
         reasons: list[str] = []
         try:
+            pending = tx.state.journal
+            if pending is not None and pending.op in fmt.BATCH_OPS:
+                # First: a half-written batch must be gone (or complete) before the
+                # restart recovery indexes the records above the sync mark.
+                self._resolve_batch(tx)
             if boot is None or tx.state.boot != boot:
                 self._recover_restart(tx, boot)
             journal = tx.state.journal

@@ -21,7 +21,7 @@ from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt
 from .core import EngineCore, RecordProblem, Txn
-from .index import IndexDamaged, StreamIndex
+from .index import IdTable, IndexDamaged, StreamIndex
 from .survey import Survey, take_survey
 from .view import orphan_error, view_get, view_info, view_latest, view_scan, view_streams
 
@@ -54,8 +54,13 @@ class ReadsMixin(EngineCore):
         Save entries are left to the next writer: every completed save leaves one
         (see ``_insert_done``), and a save that died before its index entries is one
         nobody was told about, which strict reads do not show anyway. A read-only
-        store heals nothing."""
+        store heals nothing. A torn read of ``state`` is usually a writer's write
+        in flight, so it is read again (a few times) before it is believed."""
         state = self.read_state()
+        for _ in range(3):
+            if state is None or not state.torn:
+                break
+            state = self.read_state()
         if self.read_only or state is None or state.journal is None or state.journal.op == "insert":
             return state
         with self.locked(wait=False) as got:
@@ -88,6 +93,27 @@ class ReadsMixin(EngineCore):
         """The whole store, from its records (O(store); see :mod:`.view`)."""
         return take_survey(self)
 
+    def survey_upto(self, cap: int | None) -> Survey:
+        """:meth:`survey` without the records a reader must not see yet (above
+        ``cap``, see :func:`.format.visible_cap`)."""
+        s = self.survey()
+        if cap is not None:
+            s.entries = [e for e in s.entries if not self._unseen(e.seq, e.record is None, cap)]
+        return s
+
+    def _unseen(self, seq: int, damaged: bool, cap: int | None) -> bool:
+        """Whether a reader whose cap is ``cap`` leaves record ``seq`` out. A valid
+        record above the cap was saved after the read began; a damaged one is
+        left out only while a batch in flight holds its sequence (it is being
+        written), since damage above the high-water mark must still be reported."""
+        if cap is None or seq <= cap:
+            return False
+        if not damaged:
+            return True
+        state = self.read_state()
+        journal = state.journal if state is not None else None
+        return journal is not None and journal.op in fmt.BATCH_OPS and journal.lo <= seq
+
     # -- strict reads -------------------------------------------------------------------
 
     def latest(self, stream: str, now: datetime) -> StoredRecord | None:
@@ -95,15 +121,16 @@ class ReadsMixin(EngineCore):
         tail of the stream index: no other record is decoded, whatever the size of
         the stream or the store. Without a usable index, from the records."""
         state = self.heal()
+        cap = fmt.visible_cap(state)
         if self._records_only(state):
-            return view_latest(self.survey(), stream, now)
+            return view_latest(self.survey_upto(cap), stream, now)
         assert state is not None
         try:
-            got = self._latest_indexed(stream, now)
+            got = self._latest_indexed(stream, now, cap)
         except IndexDamaged:
-            return view_latest(self.survey(), stream, now)
+            return view_latest(self.survey_upto(cap), stream, now)
         if got is None and self._index_missing(state):
-            return view_latest(self.survey(), stream, now)
+            return view_latest(self.survey_upto(cap), stream, now)
         orphan = state.orphan
         if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
             return self._past_orphan(orphan, stream, now, got)
@@ -123,7 +150,7 @@ class ReadsMixin(EngineCore):
             return found[0]
         return got
 
-    def _latest_indexed(self, stream: str, now: datetime) -> StoredRecord | None:
+    def _latest_indexed(self, stream: str, now: datetime, cap: int | None) -> StoredRecord | None:
         sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
         for _ in range(READ_RETRIES):
@@ -132,7 +159,7 @@ class ReadsMixin(EngineCore):
                 return None
             try:
                 with idx:
-                    return self._latest_in(idx, stream, now, now_us)
+                    return self._latest_in(idx, stream, now, now_us, cap)
             except _Retry:
                 continue
         raise ConcurrentModificationError(
@@ -141,19 +168,25 @@ class ReadsMixin(EngineCore):
         )
 
     def _latest_in(
-        self, idx: StreamIndex, stream: str, now: datetime, now_us: int
+        self, idx: StreamIndex, stream: str, now: datetime, now_us: int, cap: int | None
     ) -> StoredRecord | None:
         dirs: dict[int, int] = {}
         try:
-            return self._latest_walk(idx, stream, now, now_us, dirs)
+            return self._latest_walk(idx, stream, now, now_us, dirs, cap)
         finally:
             self.close_dirs(dirs)
 
     def _latest_walk(
-        self, idx: StreamIndex, stream: str, now: datetime, now_us: int, dirs: dict[int, int]
+        self,
+        idx: StreamIndex,
+        stream: str,
+        now: datetime,
+        now_us: int,
+        dirs: dict[int, int],
+        cap: int | None,
     ) -> StoredRecord | None:
         for pos, slot in idx.walk(idx.count - 1, -1):
-            if not slot.live or slot.expired(now_us):
+            if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
                 continue
             got = self.load_record(slot.seq, slot.cid, dirs)
             if got is None:
@@ -178,22 +211,39 @@ class ReadsMixin(EngineCore):
         """The live record ``cid`` via the id table; ``None`` if missing or expired.
         Without a usable id table, from the records."""
         state = self.heal()
+        cap = fmt.visible_cap(state)
         if self._records_only(state):
-            return view_get(self.survey(), cid, now)
+            return view_get(self.survey_upto(cap), cid, now)
         try:
-            return self._get_indexed(cid, now)
+            return self._get_indexed(cid, now, cap)
         except IndexDamaged:
-            return view_get(self.survey(), cid, now)
+            return view_get(self.survey_upto(cap), cid, now)
 
-    def _get_indexed(self, cid: str, now: datetime) -> StoredRecord | None:
-        """Through the id table. Raises :class:`IndexDamaged` (so the caller asks
-        the records) when the table says something the record files contradict."""
+    def _get_indexed(
+        self, cid: str, now: datetime, cap: int | None, table: IdTable | None = None
+    ) -> StoredRecord | None:
+        """Through the id table (``table``, if the caller has it open). Raises
+        :class:`IndexDamaged` (so the caller asks the records) when the table says
+        something the record files contradict. A record above ``cap`` is not
+        shown (see :func:`.format.visible_cap`); an entry above it is still
+        checked against the record files, since a damaged entry can say any
+        sequence."""
         key = fmt.id_key(cid)
-        for _ in range(READ_RETRIES):
-            with self._ids_for_read() as ids:
-                candidates, deleted, others = ids.lookup_checked(key)
+        for attempt in range(READ_RETRIES):
+            if table is not None and attempt == 0:
+                candidates, deleted, others = table.lookup_checked(key)
+            else:
+                with self._ids_for_read() as ids:
+                    candidates, deleted, others = ids.lookup_checked(key)
             missing: list[int] = []
+            hidden = False
             for seq in candidates:
+                if cap is not None and seq > cap:
+                    if self._record_exists(seq, cid):
+                        hidden = True  # saved after this read began, or a batch in flight
+                    else:
+                        missing.append(seq)
+                    continue
                 got = self.load_record(seq, cid)
                 if got is None:
                     missing.append(seq)
@@ -201,7 +251,8 @@ class ReadsMixin(EngineCore):
                 record = got[0]
                 return None if record.is_expired(now) else record
             if not missing:
-                self._confirm_absent(cid, deleted, others)
+                if not hidden:
+                    self._confirm_absent(cid, deleted, others)
                 return None
             with self._ids_for_read() as ids:
                 again, _, _ = ids.lookup_checked(key)
@@ -212,7 +263,7 @@ class ReadsMixin(EngineCore):
                     # The table names a sequence no file has: ask the records (a
                     # damaged entry); if they have no such id either, the record
                     # was removed outside statekeeper, and that is not "not found".
-                    found = view_get(self.survey(), cid, now)
+                    found = view_get(self.survey_upto(cap), cid, now)
                     if found is not None:
                         return found
                     raise self.decode_error(
@@ -284,29 +335,35 @@ class ReadsMixin(EngineCore):
 
     def scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
         state = self.heal()
+        cap = fmt.visible_cap(state)
         if query.stream is None:
-            return self._scan_all(query)  # from the bucket directories: no index needed
+            # from the bucket directories: no index needed
+            return self._scan_all(query, cap)
         if self._records_only(state):
-            return view_scan(self.survey(), query)
+            return view_scan(self.survey_upto(cap), query)
         assert state is not None
         try:
             idx = self._index_for_read(fmt.stream_file_name(query.stream))
             if idx is None:
-                return view_scan(self.survey(), query) if self._index_missing(state) else []
+                if self._index_missing(state):
+                    return view_scan(self.survey_upto(cap), query)
+                return []
             with idx:
-                return self._scan_index(idx, query)
+                return self._scan_index(idx, query, cap)
         except IndexDamaged:
-            return view_scan(self.survey(), query)
+            return view_scan(self.survey_upto(cap), query)
 
-    def _scan_index(self, idx: StreamIndex, q: ScanQuery) -> list[StoredRecord | Skipped]:
+    def _scan_index(
+        self, idx: StreamIndex, q: ScanQuery, cap: int | None
+    ) -> list[StoredRecord | Skipped]:
         dirs: dict[int, int] = {}
         try:
-            return self._scan_slots(idx, q, dirs)
+            return self._scan_slots(idx, q, dirs, cap)
         finally:
             self.close_dirs(dirs)
 
     def _scan_slots(
-        self, idx: StreamIndex, q: ScanQuery, dirs: dict[int, int]
+        self, idx: StreamIndex, q: ScanQuery, dirs: dict[int, int], cap: int | None
     ) -> list[StoredRecord | Skipped]:
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.bisect(q.bound, right=True)), 1
@@ -316,7 +373,7 @@ class ReadsMixin(EngineCore):
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
         for pos, slot in idx.walk(start, step, first=min(q.limit + 1, 64)):
-            if not slot.live or slot.expired(now_us):
+            if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
                 continue
             try:
                 got = self.load_record(slot.seq, slot.cid, dirs)
@@ -351,7 +408,7 @@ class ReadsMixin(EngineCore):
                 break
         return out
 
-    def _scan_all(self, q: ScanQuery) -> list[StoredRecord | Skipped]:
+    def _scan_all(self, q: ScanQuery, cap: int | None) -> list[StoredRecord | Skipped]:
         """Every stream in global sequence order: walk the bucket directories, which
         are named (and sorted) by sequence, and read only the records in the page."""
         buckets = self._buckets()
@@ -363,7 +420,7 @@ class ReadsMixin(EngineCore):
             buckets.reverse()
         out: list[StoredRecord | Skipped] = []
         for bucket in buckets:
-            self._scan_bucket(bucket, q, out)
+            self._scan_bucket(bucket, q, out, cap)
             if len(out) >= q.limit:
                 break
         return out
@@ -382,7 +439,9 @@ class ReadsMixin(EngineCore):
         self._bucket_list = buckets
         return buckets
 
-    def _scan_bucket(self, bucket: int, q: ScanQuery, out: list[StoredRecord | Skipped]) -> None:
+    def _scan_bucket(
+        self, bucket: int, q: ScanQuery, out: list[StoredRecord | Skipped], cap: int | None
+    ) -> None:
         bname = fmt.bucket_name(bucket)
         base = bucket * fmt.BUCKET_SIZE
         asc = q.order == "asc"
@@ -411,7 +470,14 @@ class ReadsMixin(EngineCore):
                 location = f"{fmt.RECORDS_DIR}/{bname}/{name}"
                 parsed = fmt.parse_record_name(name) if kind == 0 else None
                 if parsed is not None:
-                    self._scan_record(bfd, name, seq, parsed[1], q, out, bucket)
+                    if cap is not None and seq > cap:
+                        got: list[StoredRecord | Skipped] = []
+                        self._scan_record(bfd, name, seq, parsed[1], q, got, bucket)
+                        damaged = bool(got) and isinstance(got[0], Skipped)
+                        if damaged and not self._unseen(seq, True, cap):
+                            out.extend(got)
+                    else:
+                        self._scan_record(bfd, name, seq, parsed[1], q, out, bucket)
                 elif kind == 1:
                     if self._stray_temp(bfd, name, location):
                         out.append(
@@ -476,21 +542,27 @@ class ReadsMixin(EngineCore):
 
     # -- listings -----------------------------------------------------------------------
 
-    def list_streams(self, now: datetime) -> list[str]:
+    def list_streams(self, now: datetime, prefix: str = "") -> list[str]:
+        """The streams with a live checkpoint that start with ``prefix``. The prefix
+        is matched on the stream name in each index's header, never on the file
+        name (escaping changes prefixes, and long names are hashed), after a cheap
+        pass over the file names that skips only those that cannot match."""
         state = self.read_state()
+        cap = fmt.visible_cap(state)
         if self._records_only(state) or (state is not None and self._index_missing(state)):
-            return view_streams(self.survey(), now)
+            return [n for n in view_streams(self.survey_upto(cap), now) if n.startswith(prefix)]
         now_us = fmt.to_micros(now)
         names: list[str] = []
         try:
-            for idx in self.readable_indexes(strict=True):
+            for idx in self.readable_indexes(strict=True, prefix=prefix):
                 with idx:
-                    if any(
-                        s.live and not s.expired(now_us) for _, s in idx.walk(idx.count - 1, -1)
+                    if idx.stream.startswith(prefix) and any(
+                        s.live and not s.expired(now_us) and (cap is None or s.seq <= cap)
+                        for _, s in idx.walk(idx.count - 1, -1)
                     ):
                         names.append(idx.stream)
         except IndexDamaged:
-            return view_streams(self.survey(), now)
+            return [n for n in view_streams(self.survey_upto(cap), now) if n.startswith(prefix)]
         return names
 
     def info(self) -> dict[str, Any]:

@@ -79,11 +79,18 @@ class RecoveryMixin(RebuildMixin):
         journal = tx.state.journal
         if journal is not None and not self._insert_done(tx, journal):
             try:
-                self._recover_journal(tx)
+                if journal.op in fmt.BATCH_OPS:
+                    self._resolve_batch(tx)
+                else:
+                    self._recover_journal(tx)
             except IndexDamaged as exc:
                 _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
                 self._rebuild_all(tx)
         return tx
+
+    def _resolve_batch(self, tx: Txn) -> None:
+        """Finish or take back a crashed ``save_many`` (the batch mixin has it)."""
+        raise NotImplementedError
 
     def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
         """Whether ``journal`` is a save that completed. A save leaves its journal
@@ -274,7 +281,12 @@ class RecoveryMixin(RebuildMixin):
         tx.commit(ids_used=tx.state.ids_used + took)
 
     def _finish_delete(self, journal: fmt.Journal) -> None:
-        idx = self.open_index(journal.stream, write=True)
+        for sfile in journal.stream.split(fmt.STREAM_SEP):
+            if sfile:
+                self._finish_delete_in(sfile, journal)
+
+    def _finish_delete_in(self, sfile: str, journal: fmt.Journal) -> None:
+        idx = self.open_index(sfile, write=True)
         if idx is None:
             return
         with idx, self.open_ids(write=True) as ids:
@@ -461,7 +473,10 @@ class RecoveryMixin(RebuildMixin):
             journal = tx.state.journal
             if journal is not None and not self._insert_done(tx, journal):
                 with contextlib.suppress(IndexDamaged):
-                    self._recover_journal(tx)
+                    if journal.op in fmt.BATCH_OPS:
+                        self._resolve_batch(tx)
+                    else:
+                        self._recover_journal(tx)
             return self._rebuild_all(tx, drop=drop_damaged)
 
     def _delete_orphan_done(self, tx: Txn, seqs: list[int]) -> None:

@@ -1,0 +1,343 @@
+"""Batches in the file backend's engine: ``save_many``, ``delete_many`` and
+``load_many``, each one worker-thread hop, the writes under one lock hold.
+
+``save_many`` (:meth:`FileEngine.insert_many`) is all or nothing, also after a
+crash at any point, and no reader sees part of it. Under the write lock:
+
+1. every id is checked (a live one raises ``PreconditionFailed`` before anything
+   is written), every record sealed and size-checked, sequences ``lo..hi``
+   reserved;
+2. the intent: ``state`` gets the high-water mark ``hi`` and the journal
+   ``batch lo..hi``, made durable (full) before the first record file exists;
+3. every record file is created under its final name (no temp, no rename: the
+   journal hides them), then the whole group is made durable at once: one
+   ``syncfs(2)`` of the store's file system, or one ``fsync`` per file where
+   ``syncfs`` is not usable (``batch_sync="fsync"``, other systems);
+4. the commit: the journal becomes ``batched lo..hi``, made durable. From here
+   recovery rolls the batch forward; before, it rolls it back;
+5. the stream indexes and the id table (soft, not flushed), then the journal is
+   cleared: that one write of ``state`` is the instant readers start to see
+   the batch.
+
+Readers take no lock: every read starts from ``state`` and shows nothing above
+:func:`.format.visible_cap` (``lo - 1`` while a batch is in the journal, else the
+high-water mark it read). Recovery, by the next lock holder, a writable open,
+``repair`` or a reader that finds the lock free: ``batch`` removes every record
+file ``lo..hi``; ``batched`` indexes them if each sequence has a valid record,
+and otherwise (only after a power cut in ``durability="fast"``) removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import datetime
+
+from ...errors import CheckpointDecodeError, PreconditionFailed
+from ...models import CheckpointHeader
+from ...record import NewRecord, StoredRecord
+from . import format as fmt
+from .core import RecordProblem, Txn
+from .engine import EngineWrites
+from .index import IdTable, IndexDamaged
+from .io import syncfs_usable
+from .view import view_get
+
+__all__ = ["FileEngine"]
+
+_log = logging.getLogger("statekeeper.backends.file")
+#: Longest journal of a delete_many (the index file names it names, joined);
+#: more streams than fit are deleted in several groups. A state copy is 2 KiB.
+_MAX_JOURNAL_NAMES = 1200
+
+
+class FileEngine(EngineWrites):
+    """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
+
+    #: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``; set by the store.
+    batch_sync = "auto"
+
+    # -- save_many ------------------------------------------------------------------------
+
+    def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        """Insert ``records`` atomically at consecutive sequences (module docstring)."""
+        n = len(records)
+        with self.writing() as tx:
+            ids = self.open_ids(write=True)
+            try:
+                self._check_new_ids(tx, ids, records)
+                if tx.state.ids_used + n > ids.capacity // 2:
+                    ids.close()
+                    ids = self._rebuild_ids(tx)
+                lo = tx.state.hwm + 1
+                hi = lo + n - 1
+                sealed = [record.seal(lo + i) for i, record in enumerate(records)]
+                blobs = [one.to_bytes(self.store_id) for one in sealed]
+                for data in blobs:
+                    self._check_size(data)
+                tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
+                tx.sync()  # the intent is durable before any record file exists
+                try:
+                    self._write_batch(sealed, blobs)
+                    tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
+                    tx.sync()
+                except BaseException:
+                    self._quietly(lambda: self._roll_back_batch(tx, lo, hi))
+                    raise
+                try:
+                    took = self._index_batch(tx, ids, sealed)
+                    tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+                except BaseException:
+                    # The caller will hear that save_many failed: take it all back.
+                    self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+                    raise
+                if tx.state.hwm - tx.state.synced >= self.sync_interval:
+                    try:
+                        self._advance_sync(tx, ids)
+                    except OSError as exc:
+                        _log.warning(
+                            "file store %s: flushing the indexes failed: %s", self.root, exc
+                        )
+            finally:
+                ids.close()
+        return [one.header for one in sealed]
+
+    def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
+        """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
+        then remove the expired checkpoints whose ids the batch reuses."""
+        expired = []
+        for record in records:
+            live, _, _ = ids.probe(fmt.id_key(record.id))
+            if not live:
+                continue
+            found = self._find(ids, record.id, live)
+            if found is None:
+                continue
+            if found.record is None:
+                raise PreconditionFailed(
+                    f"checkpoint id {record.id!r} is taken by an unreadable checkpoint "
+                    f"(sequence {found.seq}); delete it first"
+                )
+            if not found.record.is_expired(record.now):
+                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+            expired.append((record.id, found))
+        for cid, found in expired:
+            self._delete_found(tx, ids, cid, found)
+
+    def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
+        """Create every record file, then make them durable as one group."""
+        by_syncfs = self.durable and self.batch_sync != "fsync"
+        if by_syncfs and self.batch_sync == "auto" and not syncfs_usable(self.io):
+            by_syncfs = False
+        buckets: dict[int, int] = {}
+        try:
+            for record, data in zip(sealed, blobs, strict=True):
+                number = fmt.bucket_of(record.sequence)
+                bucket = buckets.get(number)
+                if bucket is None:
+                    bucket = self.open_dir(self.fd("records"), fmt.bucket_name(number), create=True)
+                    assert bucket is not None
+                    buckets[number] = bucket
+                name = fmt.record_name(record.sequence, record.id)
+                self.write_new(bucket, name, data, sync=self.durable and not by_syncfs)
+            if not self.durable:
+                return
+            if by_syncfs:
+                # One writeback of the file system: the records' bytes and names.
+                devices = {self.io.fstat(fd).st_dev: fd for fd in buckets.values()}
+                for fd in devices.values():
+                    self.io.syncfs(fd)  # type: ignore[attr-defined]
+            else:
+                for fd in buckets.values():
+                    self.io.fsync(fd)
+        finally:
+            for fd in buckets.values():
+                with contextlib.suppress(OSError):
+                    self.io.close(fd)
+
+    def _index_batch(self, tx: Txn, ids: IdTable, records: list[StoredRecord]) -> int:
+        """Add the batch to the stream indexes and the id table; idempotent (a roll
+        forward runs it again). Returns how many empty id-table slots it took."""
+        by_sfile: dict[str, tuple[str, list[fmt.Slot]]] = {}
+        for record in records:
+            slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
+            sfile = fmt.stream_file_name(record.stream)
+            by_sfile.setdefault(sfile, (record.stream, []))[1].append(slot)
+        for sfile, (stream, slots) in by_sfile.items():
+            idx = self.open_index(sfile, write=True)
+            if idx is None:
+                self._create_index(tx, sfile, stream)
+                idx = self.open_index(sfile, write=True)
+                if idx is None:
+                    raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
+            with idx:
+                idx.repair_tail()
+                last = idx.last_seq()
+                idx.append_many([slot for slot in slots if slot.seq > last])
+            self._mark_dirty(tx, sfile)
+        return sum(ids.insert(fmt.id_key(r.id), r.sequence) for r in records)
+
+    def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
+        """Take back a committed batch whose indexing failed: back to ``batch``
+        (durably, so a crash now rolls it back too), then roll it back."""
+        tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
+        tx.sync()
+        sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
+        self._roll_back_batch(tx, lo, hi, sfiles)
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def _resolve_batch(self, tx: Txn) -> None:
+        """Finish (``batched`` and complete) or take back (otherwise) the batch in
+        the journal; under the lock."""
+        journal = tx.state.journal
+        assert journal is not None and journal.op in fmt.BATCH_OPS
+        lo, hi = journal.lo, journal.hi
+        if journal.op == fmt.BATCH_COMMITTED:
+            records = self._batch_records(lo, hi)
+            if records is not None:
+                _log.warning("file store %s: finishing save_many %d..%d", self.root, lo, hi)
+                ids = self.open_ids(write=True)
+                try:
+                    if tx.state.ids_used + len(records) > ids.capacity // 2:
+                        ids.close()
+                        ids = self._rebuild_ids(tx)
+                    took = self._index_batch(tx, ids, records)
+                finally:
+                    ids.close()
+                used = tx.state.ids_used + took
+                tx.commit(journal=None, hwm=max(tx.state.hwm, hi), ids_used=used)
+                return
+        _log.warning("file store %s: taking back unfinished save_many %d..%d", self.root, lo, hi)
+        self._roll_back_batch(tx, lo, hi)
+
+    def _batch_files(self, lo: int, hi: int) -> list[tuple[int, str]]:
+        """``(seq, id)`` of every record file with ``lo <= seq <= hi``."""
+        found: list[tuple[int, str]] = []
+        records = self.fd("records")
+        for number in range(fmt.bucket_of(lo), fmt.bucket_of(hi) + 1):
+            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
+            if bfd is None:
+                continue
+            try:
+                for name in self.io.listdir(bfd):
+                    parsed = fmt.parse_record_name(name)
+                    if parsed is not None and lo <= parsed[0] <= hi:
+                        found.append(parsed)
+            finally:
+                self.io.close(bfd)
+        return sorted(found)
+
+    def _batch_records(self, lo: int, hi: int) -> list[StoredRecord] | None:
+        """The batch's records if every sequence has exactly one valid one."""
+        files = self._batch_files(lo, hi)
+        if [seq for seq, _ in files] != list(range(lo, hi + 1)):
+            return None
+        out = []
+        for seq, cid in files:
+            try:
+                got = self.load_record(seq, cid)
+            except CheckpointDecodeError:
+                return None
+            if got is None:
+                return None
+            out.append(got[0])
+        return out
+
+    def _roll_back_batch(self, tx: Txn, lo: int, hi: int, sfiles: set[str] | None = None) -> None:
+        """Remove every trace of batch ``lo..hi``: its record files first (flushed,
+        so none comes back), then its index slots and id entries, then the
+        journal. Its sequences stay used."""
+        files = self._batch_files(lo, hi)
+        sfiles = set(sfiles or ())
+        for seq, cid in files:
+            with contextlib.suppress(CheckpointDecodeError, RecordProblem, IndexDamaged):
+                got = self.load_record(seq, cid)
+                if got is not None:
+                    sfiles.add(fmt.stream_file_name(got[0].stream))
+        self._unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
+        for sfile in sorted(sfiles):
+            idx = self.open_index(sfile, write=True)
+            if idx is not None:
+                with idx:
+                    idx.repair_tail()
+                    # The batch held the highest sequences: its slots are the tail.
+                    idx.truncate(idx.bisect(lo, right=False))
+        with self.open_ids(write=True) as ids:
+            for seq, cid in files:
+                key = fmt.id_key(cid)
+                at = ids.find(key, seq)
+                if at is not None:
+                    ids.tombstone(at, key, seq)
+        tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
+
+    # -- delete_many ----------------------------------------------------------------------
+
+    def delete_many(self, cids: list[str], now: datetime) -> int:
+        """Delete the live ones among ``cids`` under one lock hold, as few journaled
+        operations as the journal can name (one, unless the streams' index names
+        do not fit in it), each with one flush per file it touches."""
+        with self.writing() as tx, self.open_ids(write=True) as ids:
+            groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
+            unreadable: list[int] = []
+            for cid in cids:
+                found = self._find(ids, cid)
+                if found is None:
+                    continue
+                if found.record is not None:
+                    if found.record.is_expired(now):
+                        continue
+                    sfile: str | None = fmt.stream_file_name(found.record.stream)
+                else:
+                    unreadable.append(found.seq)
+                    sfile = self._stream_of(found.seq, cid)
+                victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
+                if sfile is not None:
+                    idx = self.open_index(sfile)
+                    if idx is not None:
+                        with idx:
+                            pos = idx.find(found.seq)
+                            if pos is not None:
+                                victim = (pos, idx.slot(pos))
+                groups.setdefault(sfile or "", []).append(victim)
+            for chunk in _chunks(groups):
+                self._delete_groups(tx, ids, chunk)
+            if unreadable:
+                self._delete_orphan_done(tx, unreadable)
+            return sum(len(victims) for victims in groups.values())
+
+    # -- load_many ------------------------------------------------------------------------
+
+    def get_many(self, cids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        """The live records among ``cids``: one ``state`` read, one open of the id
+        table for every probe; strict like :meth:`get` (a damaged one raises)."""
+        state = self.heal()
+        cap = fmt.visible_cap(state)
+        if not self._records_only(state):
+            try:
+                with self._ids_for_read() as table:
+                    found = {}
+                    for cid in cids:
+                        record = self._get_indexed(cid, now, cap, table)
+                        if record is not None:
+                            found[cid] = record
+                    return found
+            except IndexDamaged:
+                pass
+        s = self.survey_upto(cap)
+        return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
+
+
+def _chunks(
+    groups: dict[str, list[tuple[int | None, fmt.Slot]]],
+) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:
+    """``groups`` split so that each part's index names fit in one journal."""
+    out: list[dict[str, list[tuple[int | None, fmt.Slot]]]] = [{}]
+    length = 0
+    for sfile, victims in groups.items():
+        if out[-1] and length + len(sfile) + 1 > _MAX_JOURNAL_NAMES:
+            out.append({})
+            length = 0
+        out[-1][sfile] = victims
+        length += len(sfile) + 1
+    return out
