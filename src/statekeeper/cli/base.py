@@ -22,7 +22,7 @@ from .output import Output
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click.exceptions import BadParameter, ClickException
 except ImportError:  # pragma: no cover - older typer, on click itself
-    from click.exceptions import BadParameter, ClickException  # type: ignore[assignment, no-redef, unused-ignore]
+    from click.exceptions import BadParameter, ClickException  # type: ignore[assignment, no-redef, import-not-found, unused-ignore]
 
 if TYPE_CHECKING:
     from rich.progress import Progress
