@@ -237,14 +237,15 @@ async def test_save_many_never_interleaves_with_saves_of_writer_processes(
         procs = await _workers(redis_url, key_prefix, rounds)
         await _start(procs)
         batches = []
-        while any(proc.returncode is None for proc in procs) or not batches:
+        # until every writer has finished, so that their saves overlap the batches
+        # however the machine schedules them (bounded, in case one hangs)
+        while any(proc.returncode is None for proc in procs) and len(batches) < 2000:
             items = [
                 NewCheckpoint(stream=f"b{i % 3}", state={"batch": len(batches), "i": i})
                 for i in range(width)
             ]
             batches.append(await store.save_many(items))
-            if len(batches) >= 200:
-                break
+            await asyncio.sleep(0.001)
         results = [await _result(proc) for proc in procs]
         singles = sorted(seq for result in results for seq in result["seqs"])
         assert len(singles) == WRITERS * rounds
@@ -256,7 +257,10 @@ async def test_save_many_never_interleaves_with_saves_of_writer_processes(
             inside = [s for s in singles if seqs[0] <= s <= seqs[-1]]
             assert not inside, f"saves took {inside} in the middle of a batch {seqs}"
         # the race was real: some single save landed between two batches
-        assert any(lo < s < hi for (_, lo), (hi, _) in itertools.pairwise(ranges) for s in singles)
+        between = [
+            s for (_, lo), (hi, _) in itertools.pairwise(ranges) for s in singles if lo < s < hi
+        ]
+        assert between, f"no save between batches {ranges[0]}..{ranges[-1]}: {singles}"
         page = await store.list(None, order="asc", limit=1000, include_state=False)
         listed = [cp.id for cp in page.items]
         while page.next_cursor is not None:
