@@ -20,8 +20,8 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from statekeeper import CheckpointHeader
 from statekeeper.errors import ConcurrentModificationError, PreconditionFailed, StoreFormatError
-from statekeeper.models import CheckpointHeader
 from statekeeper.record import NewRecord, StoredRecord
 
 from ._audit import index_json, us
