@@ -53,9 +53,11 @@ def settings_for(args: argparse.Namespace) -> ApiSettings:
         size=args.size,
         noise=args.size // 10,
         depths=depths,
-        read_budget=Budget(reps=int(100 * scale), seconds=2.0 * scale, rounds=5),
-        load_budget=Budget(reps=int(40 * scale), seconds=2.5 * scale, rounds=5),
-        write_budget=Budget(reps=int(30 * scale), seconds=4.0 * scale, rounds=5),
+        # many short rounds: a burst of other work on the shared cores then falls on
+        # both sides of every ratio instead of on whichever ran during it
+        read_budget=Budget(reps=int(100 * scale), seconds=2.0 * scale, rounds=20),
+        load_budget=Budget(reps=int(40 * scale), seconds=2.5 * scale, rounds=10),
+        write_budget=Budget(reps=int(30 * scale), seconds=4.0 * scale, rounds=10),
         only=[x.strip().lower() for x in args.only.split(",")] if args.only else [],
     )
 
