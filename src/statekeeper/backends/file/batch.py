@@ -87,6 +87,10 @@ class FileEngine(EngineWrites):
                 try:
                     took = self._index_batch(tx, ids, sealed)
                     tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+                    # Durably: a torn later write of state falls back to the other
+                    # copy, which must not be this batch's "batch" intent (that
+                    # would take back an acknowledged batch).
+                    tx.sync()
                 except BaseException:
                     # The caller will hear that save_many failed: take it all back.
                     self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
@@ -188,14 +192,20 @@ class FileEngine(EngineWrites):
     # -- recovery -------------------------------------------------------------------------
 
     def _resolve_batch(self, tx: Txn) -> None:
-        """Finish (``batched`` and complete) or take back (otherwise) the batch in
-        the journal; under the lock."""
+        """Finish (``batched``) or take back (``batch``) the batch in the journal;
+        under the lock.
+
+        ``batched`` is always rolled forward, over the records that are there: in
+        full durability all of them are, and one missing was deleted since (a
+        torn write of ``state`` can bring back an older journal), so none is ever
+        removed here. A damaged one raises :class:`IndexDamaged`: the caller
+        rebuilds, which keeps it as a damaged entry."""
         journal = tx.state.journal
         assert journal is not None and journal.op in fmt.BATCH_OPS
         lo, hi = journal.lo, journal.hi
         if journal.op == fmt.BATCH_COMMITTED:
             records = self._batch_records(lo, hi)
-            if records is not None:
+            if records:
                 _log.warning("file store %s: finishing save_many %d..%d", self.root, lo, hi)
                 ids = self.open_ids(write=True)
                 try:
@@ -206,8 +216,10 @@ class FileEngine(EngineWrites):
                 finally:
                     ids.close()
                 used = tx.state.ids_used + took
-                tx.commit(journal=None, hwm=max(tx.state.hwm, hi), ids_used=used)
-                return
+            else:
+                used = tx.state.ids_used
+            tx.commit(journal=None, hwm=max(tx.state.hwm, hi), ids_used=used)
+            return
         _log.warning("file store %s: taking back unfinished save_many %d..%d", self.root, lo, hi)
         self._roll_back_batch(tx, lo, hi)
 
@@ -228,20 +240,17 @@ class FileEngine(EngineWrites):
                 self.io.close(bfd)
         return sorted(found)
 
-    def _batch_records(self, lo: int, hi: int) -> list[StoredRecord] | None:
-        """The batch's records if every sequence has exactly one valid one."""
-        files = self._batch_files(lo, hi)
-        if [seq for seq, _ in files] != list(range(lo, hi + 1)):
-            return None
+    def _batch_records(self, lo: int, hi: int) -> list[StoredRecord]:
+        """The batch's records that are there; :class:`IndexDamaged` if one is
+        damaged."""
         out = []
-        for seq, cid in files:
+        for seq, cid in self._batch_files(lo, hi):
             try:
                 got = self.load_record(seq, cid)
-            except CheckpointDecodeError:
-                return None
-            if got is None:
-                return None
-            out.append(got[0])
+            except CheckpointDecodeError as exc:
+                raise IndexDamaged(f"a record of save_many {lo}..{hi} is damaged: {exc}") from None
+            if got is not None:
+                out.append(got[0])
         return out
 
     def _roll_back_batch(self, tx: Txn, lo: int, hi: int, sfiles: set[str] | None = None) -> None:
@@ -324,7 +333,7 @@ class FileEngine(EngineWrites):
                     return found
             except IndexDamaged:
                 pass
-        s = self.survey_upto(cap)
+        s = self.survey_upto(state)
         return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
 
 

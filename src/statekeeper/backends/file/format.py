@@ -472,16 +472,21 @@ BATCH_OPS = frozenset({BATCH_PENDING, BATCH_COMMITTED})
 STREAM_SEP = "/"
 
 
-def visible_cap(state: State | None) -> int | None:
+def visible_cap(state: State | None, *, from_records: bool = False) -> int | None:
     """The highest sequence a reader that read ``state`` may show (``None``: no
     limit). Anything above was saved after the read began, or belongs to a
     ``save_many`` that is not complete: hiding it keeps a batch all-or-nothing
-    for readers, who take no lock. A torn state (a concurrent write, or damage)
-    gives no limit rather than one that may lag an acknowledged save."""
+    for readers, who take no lock. A committed batch (``batched``) is hidden
+    from reads through the indexes, which may hold part of it, but not from
+    reads of the record files (``from_records``), which hold all of it. A torn
+    state (a concurrent write, or damage) gives no limit rather than one that
+    may lag an acknowledged save."""
     if state is None:
         return None
     journal = state.journal
-    if journal is not None and journal.op in BATCH_OPS:
+    if journal is not None and (
+        journal.op == BATCH_PENDING or (journal.op == BATCH_COMMITTED and not from_records)
+    ):
         return journal.lo - 1
     return None if state.torn else state.hwm
 

@@ -93,9 +93,10 @@ class ReadsMixin(EngineCore):
         """The whole store, from its records (O(store); see :mod:`.view`)."""
         return take_survey(self)
 
-    def survey_upto(self, cap: int | None) -> Survey:
-        """:meth:`survey` without the records a reader must not see yet (above
-        ``cap``, see :func:`.format.visible_cap`)."""
+    def survey_upto(self, state: fmt.State | None) -> Survey:
+        """:meth:`survey` without the records a reader that read ``state`` must
+        not see (see :func:`.format.visible_cap`)."""
+        cap = fmt.visible_cap(state, from_records=True)
         s = self.survey()
         if cap is not None:
             s.entries = [e for e in s.entries if not self._unseen(e.seq, e.record is None, cap)]
@@ -123,14 +124,14 @@ class ReadsMixin(EngineCore):
         state = self.heal()
         cap = fmt.visible_cap(state)
         if self._records_only(state):
-            return view_latest(self.survey_upto(cap), stream, now)
+            return view_latest(self.survey_upto(state), stream, now)
         assert state is not None
         try:
             got = self._latest_indexed(stream, now, cap)
         except IndexDamaged:
-            return view_latest(self.survey_upto(cap), stream, now)
+            return view_latest(self.survey_upto(state), stream, now)
         if got is None and self._index_missing(state):
-            return view_latest(self.survey_upto(cap), stream, now)
+            return view_latest(self.survey_upto(state), stream, now)
         orphan = state.orphan
         if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
             return self._past_orphan(orphan, stream, now, got)
@@ -213,11 +214,11 @@ class ReadsMixin(EngineCore):
         state = self.heal()
         cap = fmt.visible_cap(state)
         if self._records_only(state):
-            return view_get(self.survey_upto(cap), cid, now)
+            return view_get(self.survey_upto(state), cid, now)
         try:
             return self._get_indexed(cid, now, cap)
         except IndexDamaged:
-            return view_get(self.survey_upto(cap), cid, now)
+            return view_get(self.survey_upto(state), cid, now)
 
     def _get_indexed(
         self, cid: str, now: datetime, cap: int | None, table: IdTable | None = None
@@ -263,7 +264,7 @@ class ReadsMixin(EngineCore):
                     # The table names a sequence no file has: ask the records (a
                     # damaged entry); if they have no such id either, the record
                     # was removed outside statekeeper, and that is not "not found".
-                    found = view_get(self.survey_upto(cap), cid, now)
+                    found = view_get(self.survey_upto(self.read_state()), cid, now)
                     if found is not None:
                         return found
                     raise self.decode_error(
@@ -340,18 +341,18 @@ class ReadsMixin(EngineCore):
             # from the bucket directories: no index needed
             return self._scan_all(query, cap)
         if self._records_only(state):
-            return view_scan(self.survey_upto(cap), query)
+            return view_scan(self.survey_upto(state), query)
         assert state is not None
         try:
             idx = self._index_for_read(fmt.stream_file_name(query.stream))
             if idx is None:
                 if self._index_missing(state):
-                    return view_scan(self.survey_upto(cap), query)
+                    return view_scan(self.survey_upto(state), query)
                 return []
             with idx:
                 return self._scan_index(idx, query, cap)
         except IndexDamaged:
-            return view_scan(self.survey_upto(cap), query)
+            return view_scan(self.survey_upto(state), query)
 
     def _scan_index(
         self, idx: StreamIndex, q: ScanQuery, cap: int | None
@@ -550,7 +551,7 @@ class ReadsMixin(EngineCore):
         state = self.read_state()
         cap = fmt.visible_cap(state)
         if self._records_only(state) or (state is not None and self._index_missing(state)):
-            return [n for n in view_streams(self.survey_upto(cap), now) if n.startswith(prefix)]
+            return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
         now_us = fmt.to_micros(now)
         names: list[str] = []
         try:
@@ -562,7 +563,7 @@ class ReadsMixin(EngineCore):
                     ):
                         names.append(idx.stream)
         except IndexDamaged:
-            return [n for n in view_streams(self.survey_upto(cap), now) if n.startswith(prefix)]
+            return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
         return names
 
     def info(self) -> dict[str, Any]:

@@ -163,6 +163,9 @@ class RebuildMixin(ReadsMixin):
             and not self._insert_done(Txn(self, state), journal)
         ):
             return "the last save is not indexed yet (a writer crashed)"
+        if journal is not None and journal.op == fmt.BATCH_COMMITTED:
+            # Its records are complete and durable; its index entries may not be.
+            return "the last save_many is not indexed yet (a writer crashed)"
         boot = self.io.boot_id()
         if boot is None or boot != state.boot:
             try:
