@@ -1,0 +1,19 @@
+"""LangGraph checkpoints in a statekeeper store (extra ``langgraph``).
+
+::
+
+    from langgraph.checkpoint.memory import InMemorySaver       # before
+    from statekeeper.integrations.langgraph import StatekeeperSaver
+
+    async with statekeeper.open_store("sqlite:///graph.db", codec="raw") as store:
+        graph = builder.compile(checkpointer=StatekeeperSaver(store))
+
+See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
+changes against LangGraph's own savers (strict latest, sequence order).
+"""
+
+from __future__ import annotations
+
+from ._saver import StatekeeperSaver
+
+__all__ = ["StatekeeperSaver"]

@@ -1,0 +1,748 @@
+"""``StatekeeperSaver``: LangGraph's ``BaseCheckpointSaver`` over a statekeeper store."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import logging
+import random
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper.errors import (
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    InvalidOptions,
+    PreconditionFailed,
+    StoreClosed,
+)
+from statekeeper.models import Checkpoint as StoredCheckpoint
+from statekeeper.models import NewCheckpoint
+
+from . import _layout as lay
+from ._bridge import LoopBridge
+
+if TYPE_CHECKING:
+    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper.sync import SyncCheckpointStore
+
+__all__ = ["StatekeeperSaver"]
+
+logger = logging.getLogger("statekeeper.integrations.langgraph")
+
+_PAGE = 250
+_CAS_ATTEMPTS = 50
+_BATCH = 500  # a copy batch holds a checkpoint and its writes record: <= 1000 items
+
+
+@dataclass
+class _Query:
+    """One ``list()`` in progress: the store query plus what is checked here."""
+
+    stream: str | None
+    tags: dict[str, str] | None
+    pushed: dict[str, Any]
+    local: dict[str, Any]
+    remaining: int | None
+    single: tuple[str, str, str] | None = None  # (thread, ns, checkpoint_id)
+    cursor: str | None = None
+    before_sequence: int | None = None
+    before_id: str | None = None
+    done: bool = False
+    skipped: builtins.list[str] = field(default_factory=builtins.list)
+
+
+class StatekeeperSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that keeps its checkpoints in a statekeeper store.
+
+    ``StatekeeperSaver(store)`` takes an **opened** store (async, or the blocking
+    :class:`statekeeper.sync.SyncCheckpointStore`) that was opened with
+    ``codec="raw"``: the saver's ``serde`` (``JsonPlusSerializer`` by default)
+    encodes checkpoints, metadata and writes, and its bytes are stored verbatim.
+
+    **Contract.**
+
+    - *Strict latest.* ``get_tuple`` without a ``checkpoint_id`` returns the
+      checkpoint of (thread, namespace) with the highest store ``sequence``, the
+      one saved last, never by timestamp or id order. If that record is damaged
+      it raises :class:`~statekeeper.errors.CheckpointDecodeError` and never
+      returns the previous checkpoint. A damaged checkpoint asked for by id raises
+      too.
+    - *Tolerant listing.* ``list`` leaves out a checkpoint whose record cannot be
+      read (as ``store.list`` does) and logs a warning naming it.
+    - *Order.* ``list`` yields newest first by sequence; ``before=`` means saved
+      before that checkpoint (its position, via ``cursor_at``).
+    - *Cost.* ``get_tuple`` is two store round trips (the checkpoint, then its
+      pending writes; one when a ``checkpoint_id`` is given), whatever the depth
+      of the thread. ``list`` costs two per page of up to 250 checkpoints: the
+      page, then every pending-writes record of the page in one ``load_many``.
+      ``put_writes`` reads and rewrites the one writes record of its checkpoint,
+      so writing to an old checkpoint after time travel costs the same.
+    - *Concurrency.* Concurrent ``put_writes`` to one checkpoint merge through an
+      etag compare-and-set (and an in-process lock), so no write is lost, also
+      across processes where the backend is shared.
+
+    Async methods may be awaited from any event loop: a call from another loop is
+    run on the store's loop (the loop running when the saver was created, or
+    ``loop=``). Sync methods block the calling thread while the store's loop runs
+    the call; called on the store's loop thread they raise
+    :class:`asyncio.InvalidStateError`, as LangGraph's async savers do.
+    """
+
+    def __init__(
+        self,
+        store: BaseCheckpointStore[Any] | SyncCheckpointStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        from statekeeper.sync import SyncCheckpointStore
+
+        thread: threading.Thread | None = None
+        if isinstance(store, SyncCheckpointStore):
+            if loop is None:
+                loop = store._ensure_loop()  # its private loop thread runs the store
+                thread = store._thread
+            store = store.store
+        if store.options.codec != "raw":
+            raise InvalidOptions(
+                f"StatekeeperSaver needs a store opened with codec='raw', but "
+                f"{store.describe()} uses codec={store.options.codec!r}: open it with "
+                'open_store(url, codec="raw") (LangGraph\'s serializer makes the bytes)'
+            )
+        if not store.is_open:
+            raise StoreClosed(
+                f"{store.describe()} is not open; open it first "
+                "('async with open_store(url, codec=\"raw\") as store:')"
+            )
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None  # learnt at the first async call
+        #: The store the checkpoints live in.
+        self.store: BaseCheckpointStore[Any] = store
+        self._bridge = LoopBridge(loop, thread)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # -- versions -------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The next channel version, in the format of LangGraph's own savers."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # -- async API ------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint named by ``config``, or the latest of its (thread, namespace).
+
+        Strict: a damaged checkpoint (or writes record) raises
+        :class:`CheckpointDecodeError`; an older checkpoint is never returned instead.
+        """
+        return await self._bridge.call(self._get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Checkpoints newest first (by sequence), filtered by metadata, ``before=``
+        a checkpoint and at most ``limit``. Tolerant: see the class docstring."""
+        query = await self._bridge.call(self._plan(config, filter, before, limit))
+        while not query.done:
+            for item in await self._bridge.call(self._page(query)):
+                yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint (replacing one with the same id in its thread and
+        namespace, keeping its position) and return its config."""
+        return await self._bridge.call(self._put(config, checkpoint, metadata))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store pending writes of the checkpoint ``config`` names (merged, idempotent)."""
+        await self._bridge.call(self._put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of the thread, in every namespace."""
+        await self._bridge.call(self._delete_thread(str(thread_id)))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
+        await self._bridge.call(self._delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread to another, ids and order kept."""
+        await self._bridge.call(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: keep the newest checkpoint (by sequence) of each namespace
+        and its writes; ``"delete"``: delete the threads."""
+        await self._bridge.call(self._prune(thread_ids, strategy))
+
+    # -- sync API -------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Blocking :meth:`aget_tuple` (not on the store's loop thread)."""
+        return self._bridge.call_sync(self._get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Blocking :meth:`alist`: one store call per page, as the iterator advances."""
+        query = self._bridge.call_sync(self._plan(config, filter, before, limit))
+        while not query.done:
+            yield from self._bridge.call_sync(self._page(query))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Blocking :meth:`aput`."""
+        return self._bridge.call_sync(self._put(config, checkpoint, metadata))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Blocking :meth:`aput_writes`."""
+        self._bridge.call_sync(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Blocking :meth:`adelete_thread`."""
+        self._bridge.call_sync(self._delete_thread(str(thread_id)))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Blocking :meth:`adelete_for_runs`."""
+        self._bridge.call_sync(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Blocking :meth:`acopy_thread`."""
+        self._bridge.call_sync(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Blocking :meth:`aprune`."""
+        self._bridge.call_sync(self._prune(thread_ids, strategy))
+
+    # -- reading --------------------------------------------------------------------
+
+    def _decode(self, record: StoredCheckpoint) -> tuple[lay.Ids, Checkpoint, CheckpointMetadata]:
+        ids = lay.ids_from_metadata(record.metadata, record.id)
+        ck, md = lay.unpack_checkpoint(record.state, record.id)
+        try:
+            checkpoint = self.serde.loads_typed(ck)
+            metadata = self.serde.loads_typed(md)
+        except Exception as exc:  # the serde raises whatever its format raises
+            raise CheckpointDecodeError(
+                f"LangGraph's serializer cannot decode it: {type(exc).__name__}: {exc}",
+                id=record.id,
+                sequence=record.sequence,
+            ) from exc
+        return ids, cast(Checkpoint, checkpoint), cast(CheckpointMetadata, metadata)
+
+    def _tuple(
+        self,
+        ids: lay.Ids,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        writes: StoredCheckpoint | None,
+    ) -> CheckpointTuple:
+        pending: builtins.list[tuple[str, str, Any]] = []
+        if writes is not None:
+            stored = lay.unpack_writes(writes.state, writes.id)
+            stored.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+            try:
+                pending = [(w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in stored]
+            except Exception as exc:
+                raise CheckpointDecodeError(
+                    f"LangGraph's serializer cannot decode a pending write: {exc}",
+                    id=writes.id,
+                ) from exc
+        base = {"thread_id": ids.thread_id, "checkpoint_ns": ids.checkpoint_ns}
+        parent = ids.parent_checkpoint_id
+        return CheckpointTuple(
+            config={"configurable": {**base, "checkpoint_id": ids.checkpoint_id}},
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config=({"configurable": {**base, "checkpoint_id": parent}} if parent else None),
+            pending_writes=pending,
+        )
+
+    async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread, ns = _thread_ns(config)
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            key = lay.checkpoint_key(thread, ns, checkpoint_id)
+            wkey = lay.writes_key(thread, ns, checkpoint_id)
+            found = await self.store.load_many([key, wkey])
+            record = found.get(key)
+            if record is None:
+                return None
+            return self._tuple(*self._decode(record), found.get(wkey))
+        try:
+            record = await self.store.get_latest(lay.checkpoint_stream(thread, ns))
+            if record is None:
+                return None
+            ids, checkpoint, metadata = self._decode(record)
+        except CheckpointDecodeError as exc:
+            raise CheckpointDecodeError(
+                f"{exc.reason} (the newest checkpoint of thread {thread!r}, namespace "
+                f"{ns!r}; statekeeper never falls back to an older checkpoint: see "
+                "`statekeeper verify` and `statekeeper repair`)",
+                id=exc.id,
+                location=exc.location,
+                sequence=exc.sequence,
+            ) from exc
+        wkey = lay.writes_key(thread, ns, ids.checkpoint_id)
+        writes = (await self.store.load_many([wkey])).get(wkey)
+        return self._tuple(ids, checkpoint, metadata, writes)
+
+    async def _plan(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> _Query:
+        pushed, local = lay.split_filter(filter)
+        thread: str | None = None
+        ns: str | None = None
+        if config is None:
+            stream, tags = None, {lay.RESERVED: lay.KIND_CHECKPOINT}
+        else:
+            conf = config["configurable"]
+            thread = str(conf["thread_id"])
+            ns = conf.get("checkpoint_ns")
+            if ns is None:  # every namespace of the thread
+                stream = None
+                tags = {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(thread)}
+            else:
+                stream, tags = lay.checkpoint_stream(thread, ns), None
+        query = _Query(stream, tags, pushed, local, limit)
+        if limit is not None and limit <= 0:
+            query.done = True
+            return query
+        if config is not None and (checkpoint_id := get_checkpoint_id(config)):
+            assert thread is not None
+            query.single = (thread, ns or "", checkpoint_id)
+        before_id = get_checkpoint_id(before) if before else None
+        if before_id and before is not None:
+            bconf = before["configurable"]
+            raw_thread = bconf.get("thread_id", thread)
+            bthread = None if raw_thread is None else str(raw_thread)
+            bns = bconf.get("checkpoint_ns", ns) or ""
+            key = None if bthread is None else lay.checkpoint_key(bthread, bns, before_id)
+            try:
+                if key is None:
+                    raise CheckpointNotFound(before_id)
+                if stream is not None and query.single is None and (bthread, bns) == (thread, ns):
+                    # the position of `before` in this very listing: one lookup, any depth
+                    query.cursor = await self.store.cursor_at(
+                        key, order="desc", tags=tags, metadata=pushed or None
+                    )
+                else:
+                    header = await self.store.load(key, include_state=False)
+                    query.before_sequence = header.sequence
+            except CheckpointNotFound:
+                # not stored (deleted, or never here): LangGraph's own rule, id order
+                query.before_id = before_id
+        return query
+
+    async def _page(self, query: _Query) -> builtins.list[CheckpointTuple]:
+        if query.done:
+            return []
+        if query.single is not None:
+            query.done = True
+            return await self._single(query)
+        size = _PAGE
+        if query.remaining is not None and not query.local and query.before_sequence is None:
+            size = max(1, min(query.remaining, 1000)) if query.before_id is None else _PAGE
+        page = await self.store.list(
+            query.stream,
+            limit=size,
+            after=query.cursor,
+            tags=query.tags,
+            metadata=query.pushed or None,
+        )
+        for skipped in page.skipped:
+            logger.warning(
+                "LangGraph list() left out an unreadable checkpoint %s (%s): %s",
+                skipped.id,
+                skipped.location,
+                skipped.reason,
+            )
+        query.cursor = page.next_cursor
+        if page.next_cursor is None:
+            query.done = True
+        kept: builtins.list[tuple[lay.Ids, Checkpoint, CheckpointMetadata]] = []
+        for item in page.items:
+            if query.before_sequence is not None and item.sequence >= query.before_sequence:
+                continue
+            try:
+                ids, checkpoint, metadata = self._decode(item)
+            except CheckpointDecodeError as exc:
+                logger.warning("LangGraph list() left out an unreadable checkpoint: %s", exc)
+                continue
+            if query.before_id is not None and ids.checkpoint_id >= query.before_id:
+                continue
+            if not _matches(metadata, query.local):
+                continue
+            kept.append((ids, checkpoint, metadata))
+            if query.remaining is not None:
+                query.remaining -= 1
+                if query.remaining <= 0:
+                    query.done = True
+                    break
+        return await self._with_writes(kept)
+
+    async def _with_writes(
+        self, kept: builtins.list[tuple[lay.Ids, Checkpoint, CheckpointMetadata]]
+    ) -> builtins.list[CheckpointTuple]:
+        if not kept:
+            return []
+        keys = [lay.writes_key(i.thread_id, i.checkpoint_ns, i.checkpoint_id) for i, _, _ in kept]
+        writes = await self.store.load_many(keys)  # the whole page's writes: one round trip
+        return [
+            self._tuple(ids, ck, md, writes.get(key))
+            for (ids, ck, md), key in zip(kept, keys, strict=True)
+        ]
+
+    async def _single(self, query: _Query) -> builtins.list[CheckpointTuple]:
+        assert query.single is not None
+        thread, ns, checkpoint_id = query.single
+        found = await self._get_tuple(
+            {
+                "configurable": {
+                    "thread_id": thread,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            }
+        )
+        if found is None or not _matches(found.metadata, {**query.pushed, **query.local}):
+            return []
+        if query.before_id is not None and checkpoint_id >= query.before_id:
+            return []
+        if query.before_sequence is not None:
+            key = lay.checkpoint_key(thread, ns, checkpoint_id)
+            header = await self.store.load(key, include_state=False)
+            if header.sequence >= query.before_sequence:
+                return []
+        return [found]
+
+    # -- writing --------------------------------------------------------------------
+
+    async def _put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> RunnableConfig:
+        thread, ns = _thread_ns(config)
+        parent = config["configurable"].get("checkpoint_id")
+        ids = lay.Ids(thread, ns, checkpoint["id"], parent or None)
+        stored = dict(checkpoint)
+        versions = checkpoint["channel_versions"]
+        # like InMemorySaver: only channels that have a version are part of the state
+        stored["channel_values"] = {
+            k: v for k, v in checkpoint["channel_values"].items() if k in versions
+        }
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        state = lay.pack_checkpoint(
+            self.serde.dumps_typed(stored), self.serde.dumps_typed(full_metadata)
+        )
+        key = lay.checkpoint_key(thread, ns, ids.checkpoint_id)
+        await self._upsert(
+            NewCheckpoint(
+                stream=lay.checkpoint_stream(thread, ns),
+                state=state,
+                tags=_checkpoint_tags(thread),
+                metadata=lay.store_metadata(ids, full_metadata),
+                parent_id=lay.checkpoint_key(thread, ns, parent) if parent else None,
+                id=key,
+            )
+        )
+        return {
+            "configurable": {
+                "thread_id": thread,
+                "checkpoint_ns": ns,
+                "checkpoint_id": ids.checkpoint_id,
+            }
+        }
+
+    async def _upsert(self, item: NewCheckpoint) -> None:
+        """Save ``item``, or replace the state, tags and metadata of its live id."""
+        assert item.id is not None
+        try:
+            await self.store.save(
+                item.stream,
+                item.state,
+                tags=item.tags,
+                metadata=item.metadata,
+                parent_id=item.parent_id,
+                id=item.id,
+            )
+        except PreconditionFailed:
+            # LangGraph's savers upsert: a checkpoint id put again replaces the old one
+            await self.store.update(
+                item.id,
+                item.state,
+                tags=item.tags,
+                metadata=item.metadata,
+                parent_id=item.parent_id,
+            )
+
+    async def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
+        thread, ns = _thread_ns(config)
+        checkpoint_id = config["configurable"]["checkpoint_id"]
+        new = [
+            lay.Write(
+                task_id=task_id,
+                idx=WRITES_IDX_MAP.get(channel, idx),
+                channel=channel,
+                task_path=task_path,
+                value=self.serde.dumps_typed(value),
+            )
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        if not new:
+            return
+        ids = lay.Ids(thread, ns, checkpoint_id, None)
+        key = lay.writes_key(thread, ns, checkpoint_id)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:  # tasks of one super-step write to one record: queue them here
+                await self._merge_writes(key, ids, new)
+        finally:
+            if not lock.locked() and self._locks.get(key) is lock:
+                del self._locks[key]
+
+    async def _merge_writes(self, key: str, ids: lay.Ids, new: builtins.list[lay.Write]) -> None:
+        for _ in range(_CAS_ATTEMPTS):
+            current = (await self.store.load_many([key])).get(key)
+            if current is None:
+                try:
+                    await self.store.save(
+                        lay.writes_stream(ids.thread_id, ids.checkpoint_ns),
+                        lay.pack_writes(lay.merge_writes([], new) or []),
+                        tags={lay.RESERVED: lay.KIND_WRITES},
+                        metadata={lay.RESERVED: lay.own_metadata(ids)},
+                        parent_id=lay.checkpoint_key(
+                            ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id
+                        ),
+                        id=key,
+                    )
+                    return
+                except PreconditionFailed:
+                    continue  # another writer created it first: merge into theirs
+            merged = lay.merge_writes(lay.unpack_writes(current.state, key), new)
+            if merged is None:
+                return
+            try:
+                await self.store.update(key, lay.pack_writes(merged), if_match=current.etag)
+                return
+            except (PreconditionFailed, CheckpointNotFound):
+                continue  # changed or deleted under us: read again
+        raise PreconditionFailed(
+            f"put_writes lost {_CAS_ATTEMPTS} compare-and-set races on {key!r}; "
+            "too many concurrent writers to one checkpoint"
+        )
+
+    # -- thread maintenance ---------------------------------------------------------
+
+    async def _delete_thread(self, thread_id: str) -> None:
+        for stream in await self.store.list_streams(prefix=lay.thread_prefix(thread_id)):
+            await self.store.delete_stream(stream)
+
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        doomed: builtins.list[str] = []
+        for run_id in run_ids:
+            query = await self._plan(None, {"run_id": run_id}, None, None)
+            if query.local:  # not a value the store filters on: decode and compare here
+                while not query.done:
+                    for tup in await self._page(query):
+                        conf = tup.config["configurable"]
+                        doomed += _keys(
+                            conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
+                        )
+                continue
+            cursor = None
+            while True:
+                page = await self.store.list(
+                    None,
+                    limit=1000,
+                    after=cursor,
+                    tags=query.tags,
+                    metadata=query.pushed,
+                    include_state=False,
+                )
+                for item in page.items:
+                    ids = lay.ids_from_metadata(item.metadata, item.id)
+                    doomed += _keys(ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        for i in range(0, len(doomed), 1000):
+            await self.store.delete_many(doomed[i : i + 1000])
+
+    async def _copy_thread(self, source: str, target: str) -> None:
+        tags = {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(source)}
+        cursor = None
+        while True:
+            # every namespace at once, ascending: the copy keeps the sequence order
+            page = await self.store.list(None, limit=_BATCH, order="asc", after=cursor, tags=tags)
+            if page.skipped:
+                first = page.skipped[0]
+                raise CheckpointDecodeError(
+                    f"copy_thread({source!r}) stopped: {first.reason}; nothing past it was copied",
+                    id=first.id,
+                    location=first.location,
+                )
+            sources = [lay.ids_from_metadata(item.metadata, item.id) for item in page.items]
+            wkeys = [lay.writes_key(s.thread_id, s.checkpoint_ns, s.checkpoint_id) for s in sources]
+            writes = await self.store.load_many(wkeys) if wkeys else {}
+            batch: builtins.list[NewCheckpoint] = []
+            for item, src, wkey in zip(page.items, sources, wkeys, strict=True):
+                ns, cid, parent = src.checkpoint_ns, src.checkpoint_id, src.parent_checkpoint_id
+                ids = lay.Ids(target, ns, cid, parent)
+                metadata = {k: v for k, v in item.metadata.items() if k != lay.RESERVED}
+                batch.append(
+                    NewCheckpoint(
+                        stream=lay.checkpoint_stream(target, ns),
+                        state=item.state,
+                        tags=_checkpoint_tags(target),
+                        metadata={**metadata, lay.RESERVED: lay.own_metadata(ids)},
+                        parent_id=lay.checkpoint_key(target, ns, parent) if parent else None,
+                        id=lay.checkpoint_key(target, ns, cid),
+                    )
+                )
+                if (w := writes.get(wkey)) is not None:
+                    batch.append(
+                        NewCheckpoint(
+                            stream=lay.writes_stream(target, ns),
+                            state=w.state,
+                            tags={lay.RESERVED: lay.KIND_WRITES},
+                            metadata={lay.RESERVED: lay.own_metadata(ids)},
+                            parent_id=lay.checkpoint_key(target, ns, cid),
+                            id=lay.writes_key(target, ns, cid),
+                        )
+                    )
+            if batch:
+                try:
+                    await self.store.save_many(batch)
+                except PreconditionFailed:
+                    for one in batch:  # the target already had some: replace them
+                        await self._upsert(one)
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"strategy must be 'keep_latest' or 'delete', got {strategy!r}")
+        for thread_id in thread_ids:
+            streams = await self.store.list_streams(prefix=lay.thread_prefix(str(thread_id)))
+            if strategy == "delete":
+                for stream in streams:
+                    await self.store.delete_stream(stream)
+                continue
+            for stream in streams:
+                if stream.endswith("/checkpoints"):
+                    await self._keep_latest(stream, stream[: -len("checkpoints")] + "writes")
+
+    async def _keep_latest(self, stream: str, wstream: str) -> None:
+        await self.store.prune(stream, keep_last=1)
+        newest = await self.store.list(stream, limit=1, include_state=False)
+        if newest.skipped:
+            raise CheckpointDecodeError(
+                f"prune kept the newest checkpoint of {stream!r} but cannot read it: "
+                f"{newest.skipped[0].reason}",
+                id=newest.skipped[0].id,
+            )
+        keep = None
+        if newest.items:
+            ids = lay.ids_from_metadata(newest.items[0].metadata, newest.items[0].id)
+            keep = lay.writes_key(ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id)
+        doomed: builtins.list[str] = []
+        cursor = None
+        while True:
+            page = await self.store.list(wstream, limit=1000, after=cursor, include_state=False)
+            doomed += [item.id for item in page.items if item.id != keep]
+            doomed += [s.id for s in page.skipped if s.id is not None and s.id != keep]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        for i in range(0, len(doomed), 1000):
+            await self.store.delete_many(doomed[i : i + 1000])
+
+
+def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
+    conf = config["configurable"]
+    return str(conf["thread_id"]), conf.get("checkpoint_ns") or ""
+
+
+def _keys(thread: str, ns: str, checkpoint_id: str) -> builtins.list[str]:
+    return [
+        lay.checkpoint_key(thread, ns, checkpoint_id),
+        lay.writes_key(thread, ns, checkpoint_id),
+    ]
+
+
+def _checkpoint_tags(thread: str) -> dict[str, str]:
+    return {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(thread)}
+
+
+def _matches(metadata: Any, query: dict[str, Any]) -> bool:
+    # LangGraph's rule (InMemorySaver's): equal top-level values; None matches missing
+    return all(metadata.get(key) == value for key, value in query.items())
