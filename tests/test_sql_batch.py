@@ -152,6 +152,10 @@ async def test_prefixes_ids_and_metadata_are_answered_from_indexes(tmp_path: Pat
         assert "SCAN" not in plan, plan
         plan = _sqlite_plan(store, st.get_many, {"ids": ["a", "b", "c"], "now": 0})
         assert "USING INDEX statekeeper_checkpoints_id (id=?)" in plan, plan
+        plan = _sqlite_plan(store, st.get, {"id": "a", "now": 0})  # cursor_at's one _get
+        assert (
+            plan == "SEARCH statekeeper_checkpoints USING INDEX statekeeper_checkpoints_id (id=?)"
+        )
         for has_stream in (True, False):
             index = "fields_stream" if has_stream else "fields_global"
             plan = _sqlite_plan(store, st.scan(has_stream, "desc", True, 0, 2), {})

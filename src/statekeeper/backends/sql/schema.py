@@ -37,7 +37,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -219,6 +219,9 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
         sa.Column("vkey", _text(_VKEY_INLINE), nullable=False),
         sa.Column("value", _text(_FIELD_VALUE_MAX), nullable=False),
         sa.Column("shash", sa.BigInteger(), nullable=False),
+        # SQLite: the primary key is the table (no rowid b-tree beside it), one
+        # b-tree fewer to write per save
+        sqlite_with_rowid=False,
         **opts,
     )
     sa.Index(
@@ -249,6 +252,7 @@ def expires_micros(moment: datetime | None) -> int | None:
     return None if moment is None else to_micros(moment)
 
 
+@lru_cache(maxsize=4096)  # saves to one stream come in runs; a hash is ~1 us
 def stream_hash(stream: str) -> int:
     """A stable signed 64-bit hash of a stream name (an index key, never trusted alone)."""
     digest = hashlib.blake2b(stream.encode("utf-8"), digest_size=8).digest()
@@ -281,14 +285,13 @@ def field_value(value: object) -> tuple[str, str] | None:
     (with ``-0.0`` spelled as ``0.0``, which it equals), decimal for ints (hashed
     when longer than the column), ``true``/``false``, ``""`` for null.
     """
+    if type(value) is str:  # the common case first: this runs per key per save
+        if len(value) > _FIELD_VALUE_MAX or "\x00" in value:
+            return None
+        return "str", value
     kind = scalar_kind(value)
     if kind is None:
         return None
-    if kind == "str":
-        assert isinstance(value, str)
-        if len(value) > _FIELD_VALUE_MAX or "\x00" in value:
-            return None
-        return kind, value
     if kind == "int":
         text = str(value)
         if len(text) > _FIELD_VALUE_MAX:
@@ -313,9 +316,10 @@ def field_rows(seq: int, stream: str, metadata: dict[str, Any]) -> list[dict[str
         kv = field_value(value)
         if kv is not None:
             kind, text = kv
-            row = {"seq": seq, "key": key, "kind": kind, "value": text, "shash": shash}
-            row["vkey"] = value_key(text)
-            rows.append(row)
+            vkey = text if len(text) <= _VKEY_INLINE else value_key(text)
+            rows.append(
+                {"seq": seq, "key": key, "kind": kind, "vkey": vkey, "value": text, "shash": shash}
+            )
     return rows
 
 
