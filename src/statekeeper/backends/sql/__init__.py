@@ -6,6 +6,8 @@ The modules:
 - :mod:`.store`: :class:`SqlCheckpointStore`; every operation written once, as a
   synchronous function over a ``Session``; opening, ``verify`` and ``repair``.
 - :mod:`.stores`: the per-dialect subclasses (capabilities, runtime, options).
+- :mod:`.options`: :class:`SqlOptions` and the URL schemes and drivers.
+- :mod:`.writes`: inserts (``save``, ``save_many``) and the tags and fields rows.
 - :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
   ``verify`` and the rebuilds of ``repair`` (records are the truth).
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.

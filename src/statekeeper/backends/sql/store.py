@@ -76,6 +76,14 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     Driver errors raise :class:`~statekeeper.errors.BackendError` (``.orig`` is the
     driver's exception) and lock timeouts :class:`~statekeeper.errors.StoreTimeout`.
 
+    ``save_many`` is one transaction (``capabilities.atomic_batches``): one counter
+    bump for the whole batch, so its sequences are consecutive and no concurrent
+    save lands between them, every id checked, one commit; readers see all of it
+    or none. ``load_many`` and ``delete_many`` are one ``IN (...)`` statement each.
+    ``list(metadata=)`` is answered from the fields table, an index of the scalar
+    top-level metadata values by JSON kind (``capabilities.metadata_filter``), and
+    ``list_streams(prefix=)`` from a range of the stream index.
+
     A task cancelled while its save runs may or may not have saved: the
     transaction runs to its end once it has started.
 
