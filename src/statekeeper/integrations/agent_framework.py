@@ -51,6 +51,10 @@ from types import TracebackType
 from typing import Final, Self
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+
+# The encoder FileCheckpointStorage uses is not re-exported by agent_framework; using
+# it (not a copy) is what keeps our records in the framework's own format and its
+# allowlist policy. The extra pins agent-framework-core <2.
 from agent_framework._workflows._checkpoint_encoding import (
     decode_checkpoint_value,
     encode_checkpoint_value,
