@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -41,6 +42,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/raw/api.md")
     parser.add_argument("--docs", action="store_true", help=f"also splice the section into {DOCS}")
     parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
+    parser.add_argument("--rev", default="HEAD", help="measure this commit's src/ (default HEAD)")
+    parser.add_argument(
+        "--working-tree", action="store_true", help="measure src/ as it is, edits and all"
+    )
     return parser.parse_args(argv)
 
 
@@ -82,26 +87,53 @@ def _git(*args: str) -> str:
     return done.stdout.rstrip()
 
 
+def _source(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
+    """Which statekeeper is measured: by default the committed ``src/`` of ``--rev``,
+    exported next to the stores and imported ahead of the checkout, so colleagues'
+    uncommitted edits in a shared checkout cannot leak into the figures."""
+    if args.working_tree:
+        dirty = _git("status", "--porcelain", "--", "src")
+        changed = ", ".join(line[3:] for line in dirty.splitlines())
+        note = f", with uncommitted changes in: {changed}" if dirty else " (src/ as committed)"
+        return {"commit": _git("log", "-1", "--format=%h %s"), "tree_note": note}
+    commit = _git("rev-parse", "--verify", f"{args.rev}^{{commit}}")
+    if not commit:
+        raise SystemExit(f"--rev {args.rev!r} is not a commit")
+    snapshot = workdir / "src-snapshot"
+    snapshot.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive, check=True)
+    sys.path.insert(0, str(snapshot / "src"))
+    import statekeeper
+
+    where = Path(statekeeper.__file__).resolve()
+    if snapshot.resolve() not in where.parents:
+        raise SystemExit(f"statekeeper was imported from {where}, not from the snapshot")
+    return {
+        "commit": _git("log", "-1", "--format=%h, committed %ci", commit),
+        "tree_note": " (its committed src/, exported with git archive; the checkout's "
+        "uncommitted edits are not measured)",
+    }
+
+
 def _command() -> str:
     extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
-    return "uv run nox -s bench_api" + (f" -- {extra}" if extra else "")
+    if os.environ.get("NOX_CURRENT_SESSION") == "bench_api":
+        return "uv run nox -s bench_api" + (f" -- {extra}" if extra else "")
+    return "uv run python benchmarks/api.py" + (f" {extra}" if extra else "")
 
 
 async def main(args: argparse.Namespace) -> None:
     settings = settings_for(args)
     results = ApiResults()
-    dirty = _git("status", "--porcelain", "--", "src")
+    workdir = Path(tempfile.mkdtemp(prefix="skbench-api-", dir=args.workdir))
     results.meta = {
         "command": _command(),
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-        "commit": _git("log", "-1", "--format=%h %s"),
-        "tree_note": (
-            ", with uncommitted changes in: " + ", ".join(line[3:] for line in dirty.splitlines())
-            if dirty
-            else " (src/ exactly as committed)"
-        ),
+        **_source(args, workdir),
     }
-    workdir = Path(tempfile.mkdtemp(prefix="skbench-api-", dir=args.workdir))
     started = time.perf_counter()
     try:
         await run(settings, workdir, results)

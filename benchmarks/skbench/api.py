@@ -576,9 +576,9 @@ def _notes(results: ApiResults) -> list[str]:
             f"- `save_many({BATCH})` on the memory store, which does no I/O, costs "
             f"{format_stat(floor)}: validating and encoding {BATCH} ~1 KB states, the part "
             "of a batch that no storage can share. Against one durable save here that "
-            f"alone is {' and '.join(bounds)}, before any write: with saves this cheap "
-            "(fsync on this disk costs well under a millisecond), the x5 target leaves "
-            "the storage layer little room."
+            f"alone is {' and '.join(bounds)}, before any write: where a durable save "
+            "costs about a millisecond, as on this disk, the x5 target leaves the storage "
+            "layer little room."
         )
     out.append(
         "- `cursor_at` reads the checkpoint (one `_get`) and the page is a second "
