@@ -95,6 +95,11 @@ def thread_tag(thread_id: str) -> str:
     return "#" + _digest(thread_id)
 
 
+def checkpoint_tags(thread_id: str) -> dict[str, str]:
+    """The tags of a checkpoint record (kind and thread, for store-wide listings)."""
+    return {RESERVED: KIND_CHECKPOINT, THREAD_TAG: thread_tag(thread_id)}
+
+
 def _utf8_ok(text: str) -> bool:
     try:
         text.encode("utf-8")

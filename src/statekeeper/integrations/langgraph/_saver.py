@@ -36,6 +36,7 @@ from statekeeper.models import Checkpoint as StoredCheckpoint
 from statekeeper.models import NewCheckpoint
 
 from . import _layout as lay
+from . import _threads
 from ._bridge import LoopBridge
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ logger = logging.getLogger("statekeeper.integrations.langgraph")
 
 _PAGE = 250
 _CAS_ATTEMPTS = 50
-_BATCH = 500  # a copy batch holds a checkpoint and its writes record: <= 1000 items
 
 
 @dataclass
@@ -202,20 +202,22 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread, in every namespace."""
-        await self._bridge.call(self._delete_thread(str(thread_id)))
+        await self._bridge.call(_threads.delete_thread(self, str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
-        await self._bridge.call(self._delete_for_runs(run_ids))
+        await self._bridge.call(_threads.delete_for_runs(self, run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another, ids and order kept."""
-        await self._bridge.call(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+        await self._bridge.call(
+            _threads.copy_thread(self, str(source_thread_id), str(target_thread_id))
+        )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep the newest checkpoint (by sequence) of each namespace
         and its writes; ``"delete"``: delete the threads."""
-        await self._bridge.call(self._prune(thread_ids, strategy))
+        await self._bridge.call(_threads.prune(self, thread_ids, strategy))
 
     # -- sync API -------------------------------------------------------------------
 
@@ -258,19 +260,21 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Blocking :meth:`adelete_thread`."""
-        self._bridge.call_sync(self._delete_thread(str(thread_id)))
+        self._bridge.call_sync(_threads.delete_thread(self, str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Blocking :meth:`adelete_for_runs`."""
-        self._bridge.call_sync(self._delete_for_runs(run_ids))
+        self._bridge.call_sync(_threads.delete_for_runs(self, run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Blocking :meth:`acopy_thread`."""
-        self._bridge.call_sync(self._copy_thread(str(source_thread_id), str(target_thread_id)))
+        self._bridge.call_sync(
+            _threads.copy_thread(self, str(source_thread_id), str(target_thread_id))
+        )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Blocking :meth:`aprune`."""
-        self._bridge.call_sync(self._prune(thread_ids, strategy))
+        self._bridge.call_sync(_threads.prune(self, thread_ids, strategy))
 
     # -- reading --------------------------------------------------------------------
 
@@ -501,7 +505,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             NewCheckpoint(
                 stream=lay.checkpoint_stream(thread, ns),
                 state=state,
-                tags=_checkpoint_tags(thread),
+                tags=lay.checkpoint_tags(thread),
                 metadata=lay.store_metadata(ids, full_metadata),
                 parent_id=lay.checkpoint_key(thread, ns, parent) if parent else None,
                 id=key,
@@ -599,148 +603,10 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             "too many concurrent writers to one checkpoint"
         )
 
-    # -- thread maintenance ---------------------------------------------------------
-
-    async def _delete_thread(self, thread_id: str) -> None:
-        for stream in await self.store.list_streams(prefix=lay.thread_prefix(thread_id)):
-            await self.store.delete_stream(stream)
-
-    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        doomed: builtins.list[str] = []
-        for run_id in run_ids:
-            query = await self._plan(None, {"run_id": run_id}, None, None)
-            if query.local:  # not a value the store filters on: decode and compare here
-                while not query.done:
-                    for tup in await self._page(query):
-                        conf = tup.config["configurable"]
-                        doomed += _keys(
-                            conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
-                        )
-                continue
-            cursor = None
-            while True:
-                page = await self.store.list(
-                    None,
-                    limit=1000,
-                    after=cursor,
-                    tags=query.tags,
-                    metadata=query.pushed,
-                    include_state=False,
-                )
-                for item in page.items:
-                    ids = lay.ids_from_metadata(item.metadata, item.id)
-                    doomed += _keys(ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id)
-                cursor = page.next_cursor
-                if cursor is None:
-                    break
-        for i in range(0, len(doomed), 1000):
-            await self.store.delete_many(doomed[i : i + 1000])
-
-    async def _copy_thread(self, source: str, target: str) -> None:
-        tags = {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(source)}
-        cursor = None
-        while True:
-            # every namespace at once, ascending: the copy keeps the sequence order
-            page = await self.store.list(None, limit=_BATCH, order="asc", after=cursor, tags=tags)
-            if page.skipped:
-                first = page.skipped[0]
-                raise CheckpointDecodeError(
-                    f"copy_thread({source!r}) stopped: {first.reason}; nothing past it was copied",
-                    id=first.id,
-                    location=first.location,
-                )
-            sources = [lay.ids_from_metadata(item.metadata, item.id) for item in page.items]
-            wkeys = [lay.writes_key(s.thread_id, s.checkpoint_ns, s.checkpoint_id) for s in sources]
-            writes = await self.store.load_many(wkeys) if wkeys else {}
-            batch: builtins.list[NewCheckpoint] = []
-            for item, src, wkey in zip(page.items, sources, wkeys, strict=True):
-                ns, cid, parent = src.checkpoint_ns, src.checkpoint_id, src.parent_checkpoint_id
-                ids = lay.Ids(target, ns, cid, parent)
-                metadata = {k: v for k, v in item.metadata.items() if k != lay.RESERVED}
-                batch.append(
-                    NewCheckpoint(
-                        stream=lay.checkpoint_stream(target, ns),
-                        state=item.state,
-                        tags=_checkpoint_tags(target),
-                        metadata={**metadata, lay.RESERVED: lay.own_metadata(ids)},
-                        parent_id=lay.checkpoint_key(target, ns, parent) if parent else None,
-                        id=lay.checkpoint_key(target, ns, cid),
-                    )
-                )
-                if (w := writes.get(wkey)) is not None:
-                    batch.append(
-                        NewCheckpoint(
-                            stream=lay.writes_stream(target, ns),
-                            state=w.state,
-                            tags={lay.RESERVED: lay.KIND_WRITES},
-                            metadata={lay.RESERVED: lay.own_metadata(ids)},
-                            parent_id=lay.checkpoint_key(target, ns, cid),
-                            id=lay.writes_key(target, ns, cid),
-                        )
-                    )
-            if batch:
-                try:
-                    await self.store.save_many(batch)
-                except PreconditionFailed:
-                    for one in batch:  # the target already had some: replace them
-                        await self._upsert(one)
-            cursor = page.next_cursor
-            if cursor is None:
-                return
-
-    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"strategy must be 'keep_latest' or 'delete', got {strategy!r}")
-        for thread_id in thread_ids:
-            streams = await self.store.list_streams(prefix=lay.thread_prefix(str(thread_id)))
-            if strategy == "delete":
-                for stream in streams:
-                    await self.store.delete_stream(stream)
-                continue
-            for stream in streams:
-                if stream.endswith("/checkpoints"):
-                    await self._keep_latest(stream, stream[: -len("checkpoints")] + "writes")
-
-    async def _keep_latest(self, stream: str, wstream: str) -> None:
-        await self.store.prune(stream, keep_last=1)
-        newest = await self.store.list(stream, limit=1, include_state=False)
-        if newest.skipped:
-            raise CheckpointDecodeError(
-                f"prune kept the newest checkpoint of {stream!r} but cannot read it: "
-                f"{newest.skipped[0].reason}",
-                id=newest.skipped[0].id,
-            )
-        keep = None
-        if newest.items:
-            ids = lay.ids_from_metadata(newest.items[0].metadata, newest.items[0].id)
-            keep = lay.writes_key(ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id)
-        doomed: builtins.list[str] = []
-        cursor = None
-        while True:
-            page = await self.store.list(wstream, limit=1000, after=cursor, include_state=False)
-            doomed += [item.id for item in page.items if item.id != keep]
-            doomed += [s.id for s in page.skipped if s.id is not None and s.id != keep]
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        for i in range(0, len(doomed), 1000):
-            await self.store.delete_many(doomed[i : i + 1000])
-
 
 def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
     conf = config["configurable"]
     return str(conf["thread_id"]), conf.get("checkpoint_ns") or ""
-
-
-def _keys(thread: str, ns: str, checkpoint_id: str) -> builtins.list[str]:
-    return [
-        lay.checkpoint_key(thread, ns, checkpoint_id),
-        lay.writes_key(thread, ns, checkpoint_id),
-    ]
-
-
-def _checkpoint_tags(thread: str) -> dict[str, str]:
-    return {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(thread)}
 
 
 def _matches(metadata: Any, query: dict[str, Any]) -> bool:
