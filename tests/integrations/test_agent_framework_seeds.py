@@ -246,6 +246,9 @@ async def test_get_latest_costs_the_same_at_10_and_10000_checkpoints(
     assert costs[10_000]["get_latest"] == 1
     assert costs[10_000]["framework decode"] == 1
     assert costs[10_000]["list"] == costs[10_000]["load"] == 0
+    # the listings page through all of them, in save order
+    ids = await storage.list_checkpoint_ids(workflow_name=WF)
+    assert len(ids) == total and len(set(ids)) == total and ids[-1] == last_id
 
 
 async def test_load_of_a_foreign_record_under_a_mapped_id_raises(backend: Backend) -> None:
@@ -258,3 +261,32 @@ async def test_load_of_a_foreign_record_under_a_mapped_id_raises(backend: Backen
     with pytest.raises(CheckpointNotFound):
         async with backend.raw_store() as again:
             await again.load(storage.store_id_for("never-saved"))
+
+
+async def test_the_frameworks_file_storage_decodes_every_checkpoint_for_latest(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the docs say of FileCheckpointStorage, checked: its get_latest decodes
+    every checkpoint (ours decodes one, above)."""
+    import agent_framework._workflows._checkpoint_encoding as encoding
+    from agent_framework import FileCheckpointStorage
+
+    files = FileCheckpointStorage(tmp_path / "files")
+    decodes: dict[int, int] = {}
+    saved = 0
+    for size in (10, 200):
+        while saved < size:
+            await files.save(cp(state={"n": saved}))
+            saved += 1
+        calls = Counter[str]()
+        real = encoding.decode_checkpoint_value
+
+        def counted(*args: Any, _real: Any = real, _calls: Any = calls, **kwargs: Any) -> Any:
+            _calls["decode"] += 1
+            return _real(*args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(encoding, "decode_checkpoint_value", counted)
+            assert await files.get_latest(workflow_name=WF) is not None
+        decodes[size] = calls["decode"]
+    assert decodes == {10: 10, 200: 200}
