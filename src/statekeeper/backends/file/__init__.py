@@ -5,7 +5,10 @@ The modules, from the public class down to the operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
   class's primitives onto the engine, in one worker thread hop each.
-- :mod:`.engine`: the write side (save, update, delete) under ``flock``.
+- :mod:`.batch`: ``save_many`` (atomic: intent, one fsync group, commit),
+  ``delete_many`` and ``load_many``, each one hop; the roll forward or back of
+  a batch a crash interrupted.
+- :mod:`.engine`: the one-record writes (save, update, delete) under ``flock``.
 - :mod:`.opening`: open and create; the read-only open, which writes nothing.
 - :mod:`.recovery`: the journal, the sync mark, restart recovery and ``repair``.
 - :mod:`.rebuild`: rebuilding the indexes, the id table and the state from the
@@ -14,7 +17,11 @@ The modules, from the public class down to the operating system:
   metadata says about it (the streams of damaged records, orphans).
 - :mod:`.view`: reads answered from the records when the indexes cannot be trusted.
 - :mod:`.check`: ``verify``'s check of the derived data against the records.
-- :mod:`.reads`: the lock-free read side (latest, load, scan).
+- :mod:`.reads`: the lock-free read side (latest, load, scan of a stream); what a
+  reader may see is capped by the state it read first (a batch in flight is
+  hidden).
+- :mod:`.listing`: ``list(None)`` from the bucket directories, ``list_streams``
+  (with a prefix, matched on the names in the index headers) and ``info``.
 - :mod:`.core`: descriptors, the lock, the state file, safe reads of untrusted files.
 - :mod:`.index`: the per-stream slot indexes and the id table (derived data).
 - :mod:`.format`: names and the bytes of every small file; pure, no I/O.

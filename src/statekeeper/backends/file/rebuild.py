@@ -24,7 +24,7 @@ from ...errors import CheckpointDecodeError
 from . import format as fmt
 from .core import Txn
 from .index import IdTable, IndexDamaged, write_index
-from .reads import ReadsMixin
+from .listing import ListingMixin
 from .survey import Entry
 
 __all__ = ["RebuildMixin"]
@@ -32,7 +32,7 @@ __all__ = ["RebuildMixin"]
 _log = logging.getLogger("statekeeper.backends.file")
 
 
-class RebuildMixin(ReadsMixin):
+class RebuildMixin(ListingMixin):
     """The rebuild from the records, and the open-time checks."""
 
     _dirty: frozenset[str] = frozenset()
