@@ -68,7 +68,20 @@ async def test_newest_with_a_type_outside_the_allowlist_raises_never_stale(
     ]
 
 
-async def test_newest_with_undecodable_bytes_raises_never_stale(backend: Backend) -> None:
+UNDECODABLE = {
+    "bad-pickle": b'{"state": {"__pickled__": "!!", "__type__": "x:y"}}',
+    "not-json": b"{ invalid json }",
+    "not-utf8": b'{"workflow_name": "\xff\xfe"}',
+    "not-an-object": b"[]",
+    "missing-fields": b'{"workflow_name": "seed-wf"}',
+    "too-deep": b'{"state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("payload", list(UNDECODABLE))
+async def test_newest_with_undecodable_bytes_raises_never_stale(
+    backend: Backend, payload: str
+) -> None:
     storage = backend.storage()
     old = cp(state={"step": 1})
     await storage.save(old)
@@ -76,12 +89,16 @@ async def test_newest_with_undecodable_bytes_raises_never_stale(backend: Backend
     async with raw:  # a newest record the framework cannot decode, written behind its back
         await raw.save(
             storage.stream_for(WF),
-            b'{"workflow_name": "seed-wf", "state": {"__pickled__": "!!", "__type__": "x:y"}}',
+            UNDECODABLE[payload],
             id=storage.store_id_for("newest"),
             metadata={"format": adapter.FORMAT, "checkpoint_id": "newest", "workflow_name": WF},
         )
     with pytest.raises(WorkflowCheckpointException, match="refusing to return an older one"):
         await storage.get_latest(workflow_name=WF)
+    with pytest.raises(WorkflowCheckpointException):
+        await storage.load("newest")
+    listed = await storage.list_checkpoints(workflow_name=WF)
+    assert [c.checkpoint_id for c in listed] == [old.checkpoint_id]
 
 
 async def test_newest_record_damaged_in_storage_raises_never_stale(backend: Backend) -> None:

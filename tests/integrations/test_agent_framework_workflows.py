@@ -184,6 +184,10 @@ def test_successive_asyncio_runs_reopen_a_store_the_storage_opened(tmp_path: Pat
         return len(ids)
 
     assert asyncio.run(count()) >= 9
+    # aclose from a later loop than the one that opened the store
+    assert asyncio.run(workflow.run("y")).get_outputs() == ["<Y!>"]
+    asyncio.run(storage.aclose())
+    assert not storage.store.is_open
 
 
 def test_a_call_from_a_second_running_loop_is_refused(tmp_path: Path) -> None:

@@ -208,12 +208,21 @@ class StatekeeperCheckpointStorage:
         open). Idempotent; a later call opens the store again."""
         with self._guard:
             owns = self._owns_store
+            dead_loop = self._loop is not None and self._loop.is_closed()
             self._owns_store = False
             self._stale = False
             self._loop = None
             self._open_lock = None
-        if owns:
+        if not owns:
+            return
+        if not dead_loop:
             await self.store.close()
+            return
+        try:
+            await self.store.close()
+        except Exception:
+            # Connections of a finished loop can only be dropped, not closed.
+            logger.debug("closing a store left on a closed event loop", exc_info=True)
 
     async def __aenter__(self) -> Self:
         await self._ready()
@@ -302,7 +311,7 @@ class StatekeeperCheckpointStorage:
             )
         try:
             value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise WorkflowCheckpointException(
                 f"checkpoint {cid!r} is not valid UTF-8 JSON and cannot be loaded: {exc}"
             ) from exc
@@ -310,7 +319,12 @@ class StatekeeperCheckpointStorage:
             raise WorkflowCheckpointException(
                 f"checkpoint {cid!r} is not a JSON object and cannot be loaded"
             )
-        decoded = decode_checkpoint_value(value, allowed_types=self._allowed_types)
+        try:
+            decoded = decode_checkpoint_value(value, allowed_types=self._allowed_types)
+        except RecursionError as exc:
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} is nested too deeply to decode"
+            ) from exc
         if not isinstance(decoded, dict):
             raise WorkflowCheckpointException(f"checkpoint {cid!r} did not decode to a mapping")
         return WorkflowCheckpoint.from_dict(decoded)
