@@ -145,7 +145,7 @@ async def test_newest_is_the_last_saved_even_when_its_timestamp_is_older(
     assert latest is not None and latest.state == {"saved": "second"}
 
 
-async def test_concurrent_saves_are_all_kept_and_latest_is_one_of_the_last(
+async def test_concurrent_saves_are_all_kept_and_latest_is_the_last_listed(
     backend: Backend,
 ) -> None:
     storage = backend.storage()
