@@ -303,3 +303,15 @@ async def test_async_calls_from_another_loop_run_on_the_store_loop() -> None:
 
         got = await asyncio.to_thread(other_loop)
     assert got == await interrupt_and_resume(InMemorySaver())
+
+
+@pytest.mark.asyncio
+async def test_async_graph_on_a_sync_store() -> None:
+    # the blocking facade runs the store on its own loop thread; ainvoke hops there
+    expected = await interrupt_and_resume(InMemorySaver())
+    store = statekeeper.sync.open_store("memory://", codec="raw")
+    await asyncio.to_thread(store.open)
+    try:
+        assert await interrupt_and_resume(StatekeeperSaver(store)) == expected
+    finally:
+        await asyncio.to_thread(store.close)

@@ -14,6 +14,13 @@ changes against LangGraph's own savers (strict latest, sequence order).
 
 from __future__ import annotations
 
+try:
+    import langgraph.checkpoint.base  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "statekeeper.integrations.langgraph needs LangGraph: pip install 'statekeeper[langgraph]'"
+    ) from exc
+
 from ._saver import StatekeeperSaver
 
 __all__ = ["StatekeeperSaver"]
