@@ -322,10 +322,27 @@ def skipped_json(entry: Skipped) -> dict[str, Any]:
     }
 
 
+#: How many leading bytes of a raw state ``show`` and ``latest`` print in hex.
+RAW_PREVIEW = 32
+
+
 def state_json(store: BaseCheckpointStore, state: Any) -> Any:
-    """The state in the store codec's JSON form: plain JSON stays itself, other
-    values appear as the codec's tagged objects (``{"$sk": "datetime", ...}``)."""
-    return json.loads(store.codec.encode(state))
+    """The state in the JSON codec's form: plain JSON stays itself, other values
+    appear as the codec's tagged objects (``{"$sk": "datetime", ...}``). A raw
+    state (``bytes`` from a ``codec="raw"`` record) is summarised by its length and
+    its first bytes in hex, never dumped whole or base64-encoded."""
+    if isinstance(state, bytes):
+        return raw_summary(state)
+    return json.loads(store.json_codec.encode(state))
+
+
+def raw_summary(state: bytes) -> dict[str, Any]:
+    """``{"raw_bytes": <length>, "hex": <the first bytes>, "truncated": <bool>}``."""
+    return {
+        "raw_bytes": len(state),
+        "hex": state[:RAW_PREVIEW].hex(),
+        "truncated": len(state) > RAW_PREVIEW,
+    }
 
 
 def _json_default(value: Any) -> Any:
