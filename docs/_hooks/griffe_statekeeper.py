@@ -49,6 +49,8 @@ REFERENCE_MODULES = (
     "statekeeper.backends.sql",
     "statekeeper.codec",
     "statekeeper.rawcodec",
+    "statekeeper.integrations.langgraph",
+    "statekeeper.integrations.agent_framework",
 )
 
 _BASE = "statekeeper._protocol.BaseCheckpointStore"
