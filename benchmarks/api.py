@@ -58,11 +58,9 @@ def settings_for(args: argparse.Namespace) -> ApiSettings:
         size=args.size,
         noise=args.size // 10,
         depths=depths,
-        # one call per store and workload per round: a burst of other work on the
-        # shared cores or disk then falls on both sides of every ratio
-        read_budget=Budget(reps=int(100 * scale), seconds=2.0 * scale, rounds=int(100 * scale)),
-        load_budget=Budget(reps=int(40 * scale), seconds=2.5 * scale, rounds=int(40 * scale)),
-        write_budget=Budget(reps=int(30 * scale), seconds=4.0 * scale, rounds=int(30 * scale)),
+        read_budget=Budget(reps=int(100 * scale), seconds=2.0 * scale),
+        load_budget=Budget(reps=int(40 * scale), seconds=2.5 * scale),
+        write_budget=Budget(reps=int(30 * scale), seconds=4.0 * scale),
         only=[x.strip().lower() for x in args.only.split(",")] if args.only else [],
     )
 
