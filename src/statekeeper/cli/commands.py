@@ -24,7 +24,7 @@ from rich.text import Text
 
 from .._protocol import BaseCheckpointStore
 from ..models import Checkpoint, Page
-from . import maintenance
+from . import importing, maintenance
 from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, app, run_command
 from .hints import command
 from .output import (
@@ -380,6 +380,7 @@ _COMMANDS = (
     maintenance.verify,
     maintenance.repair,
     maintenance.copy,
+    importing.import_,
     maintenance.prune,
     maintenance.purge,
 )
@@ -388,7 +389,8 @@ _COMMANDS = (
 def _register() -> None:
     if not app.registered_commands:
         for function in _COMMANDS:
-            app.command()(function)
+            # "import" is a Python keyword, so its function is import_
+            app.command(name=function.__name__.rstrip("_").replace("_", "-"))(function)
 
 
 _register()
