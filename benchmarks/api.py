@@ -42,6 +42,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/raw/api.md")
     parser.add_argument("--docs", action="store_true", help=f"also splice the section into {DOCS}")
     parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        help="re-render the section from a run's raw JSON (no measuring)",
+    )
     parser.add_argument("--rev", default="HEAD", help="measure this commit's src/ (default HEAD)")
     parser.add_argument(
         "--working-tree", action="store_true", help="measure src/ as it is, edits and all"
@@ -110,10 +115,53 @@ def _source(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
     if snapshot.resolve() not in where.parents:
         raise SystemExit(f"statekeeper was imported from {where}, not from the snapshot")
     return {
+        "backends": _backend_commits(commit),
         "commit": _git("log", "-1", "--format=%h, committed %ci", commit),
         "tree_note": " (its committed src/, exported with git archive; the checkout's "
         "uncommitted edits are not measured)",
     }
+
+
+def _backend_commits(commit: str) -> str:
+    """The last commit to touch each measured backend, as of ``commit``."""
+    paths = {
+        "memory": "src/statekeeper/backends/memory.py",
+        "file": "src/statekeeper/backends/file",
+        "SQL": "src/statekeeper/backends/sql",
+    }
+    return ", ".join(
+        f"{name} `{_git('log', '-1', '--format=%h', commit, '--', path)}`"
+        for name, path in paths.items()
+    )
+
+
+def rerender(args: argparse.Namespace) -> None:
+    """Write the section again from a run's raw JSON, measuring nothing (for changes
+    to the wording only); the section says it was re-rendered, and by what."""
+    raw = json.loads(args.from_json.read_text(encoding="utf-8"))
+    args.size = raw["settings"]["size"]
+    args.depths = ",".join(map(str, raw["settings"]["depths"]))
+    settings = settings_for(args)
+    results = ApiResults()
+    for key in ("meta", "machine", "stores", "ops", "loads", "log"):
+        setattr(results, key, raw[key])
+    commit = results.meta["commit"].split(",")[0]
+    results.meta.setdefault("backends", _backend_commits(commit))
+    results.meta["rerendered"] = _command()
+    _write(args, results, settings)
+
+
+def _write(args: argparse.Namespace, results: ApiResults, settings: ApiSettings) -> None:
+    section = render(results, settings)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(section, encoding="utf-8")
+    raw = {"settings": {"size": settings.size, "depths": settings.depths}, **vars(results)}
+    args.output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
+    if args.docs:
+        DOCS.write_text(splice(DOCS.read_text(encoding="utf-8"), section), encoding="utf-8")
+        results.say(f"spliced the section into {DOCS}")
+    print(section)
+    results.say(f"wrote {args.output}")
 
 
 def _command() -> str:
@@ -141,17 +189,12 @@ async def main(args: argparse.Namespace) -> None:
             results.machine["postgresql"] = await _postgres_settings()
         shutil.rmtree(workdir, ignore_errors=True)
     results.meta["elapsed"] = time.perf_counter() - started
-    section = render(results, settings)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(section, encoding="utf-8")
-    raw = {"settings": {"size": settings.size, "depths": settings.depths}, **vars(results)}
-    args.output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
-    if args.docs:
-        DOCS.write_text(splice(DOCS.read_text(encoding="utf-8"), section), encoding="utf-8")
-        results.say(f"spliced the section into {DOCS}")
-    print(section)
-    results.say(f"wrote {args.output} in {results.meta['elapsed']:.0f} s")
+    _write(args, results, settings)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args(sys.argv[1:])))
+    arguments = parse_args(sys.argv[1:])
+    if arguments.from_json:
+        rerender(arguments)
+    else:
+        asyncio.run(main(arguments))
