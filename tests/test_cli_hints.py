@@ -138,8 +138,14 @@ def test_demo_hints_run_from_a_plain_shell_elsewhere(tmp_path: Path) -> None:
 )
 def test_demo_hints_run_as_shown_after_readme_command_1(tmp_path: Path) -> None:
     # README command 1, from the checkout, in a shell without the venv on PATH.
+    # No directory that holds a statekeeper script: not this test's venv, and not the
+    # checkout's .venv either (CI runs `uv run nox`, which puts it on PATH).
     venv_bin = Path(sys.executable).parent
-    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != venv_bin)
+    path = os.pathsep.join(
+        p
+        for p in os.environ["PATH"].split(os.pathsep)
+        if Path(p) != venv_bin and not (Path(p) / "statekeeper").exists()
+    )
     shell = cli_env({"PATH": path}, unset=(*UV_MARKS, "VIRTUAL_ENV"))
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     readme = "uv run --frozen --no-dev --extra cli statekeeper demo"
