@@ -24,7 +24,9 @@ The modules, from the public class down to the operating system:
   (with a prefix, matched on the names in the index headers) and ``info``.
 - :mod:`.core`: descriptors, the lock, the state file, safe reads of untrusted files.
 - :mod:`.index`: the per-stream slot indexes and the id table (derived data).
-- :mod:`.format`: names and the bytes of every small file; pure, no I/O.
+- :mod:`.format`: names and the bytes of the small files; pure, no I/O.
+- :mod:`.statefile`: the bytes of the state file and its journal, and what a
+  reader may see of a batch in flight; pure, re-exported by :mod:`.format`.
 - :mod:`.io`: :class:`FileIO`, every OS call behind one seam, for durability and
   fault injection.
 """
