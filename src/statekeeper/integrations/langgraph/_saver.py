@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import logging
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -36,7 +34,7 @@ from statekeeper.models import Checkpoint as StoredCheckpoint
 from statekeeper.models import NewCheckpoint
 
 from . import _layout as lay
-from . import _threads
+from . import _listing, _threads
 from ._bridge import LoopBridge
 
 if TYPE_CHECKING:
@@ -45,27 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StatekeeperSaver"]
 
-logger = logging.getLogger("statekeeper.integrations.langgraph")
-
-_PAGE = 250
 _CAS_ATTEMPTS = 50
-
-
-@dataclass
-class _Query:
-    """One ``list()`` in progress: the store query plus what is checked here."""
-
-    stream: str | None
-    tags: dict[str, str] | None
-    pushed: dict[str, Any]
-    local: dict[str, Any]
-    remaining: int | None
-    single: tuple[str, str, str] | None = None  # (thread, ns, checkpoint_id)
-    cursor: str | None = None
-    before_sequence: int | None = None
-    before_id: str | None = None
-    done: bool = False
-    skipped: builtins.list[str] = field(default_factory=builtins.list)
 
 
 class StatekeeperSaver(BaseCheckpointSaver[str]):
@@ -349,138 +327,19 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         writes = (await self.store.load_many([wkey])).get(wkey)
         return self._tuple(ids, checkpoint, metadata, writes)
 
+    # list() lives in _listing; these two are the saver's handles on it, which
+    # _threads.delete_for_runs uses too
     async def _plan(
         self,
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> _Query:
-        pushed, local = lay.split_filter(filter)
-        thread: str | None = None
-        ns: str | None = None
-        if config is None:
-            stream, tags = None, {lay.RESERVED: lay.KIND_CHECKPOINT}
-        else:
-            conf = config["configurable"]
-            thread = str(conf["thread_id"])
-            ns = conf.get("checkpoint_ns")
-            if ns is None:  # every namespace of the thread
-                stream = None
-                tags = {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(thread)}
-            else:
-                stream, tags = lay.checkpoint_stream(thread, ns), None
-        query = _Query(stream, tags, pushed, local, limit)
-        if limit is not None and limit <= 0:
-            query.done = True
-            return query
-        if config is not None and (checkpoint_id := get_checkpoint_id(config)):
-            assert thread is not None
-            query.single = (thread, ns or "", checkpoint_id)
-        before_id = get_checkpoint_id(before) if before else None
-        if before_id and before is not None:
-            bconf = before["configurable"]
-            raw_thread = bconf.get("thread_id", thread)
-            bthread = None if raw_thread is None else str(raw_thread)
-            bns = bconf.get("checkpoint_ns", ns) or ""
-            key = None if bthread is None else lay.checkpoint_key(bthread, bns, before_id)
-            try:
-                if key is None:
-                    raise CheckpointNotFound(before_id)
-                if stream is not None and query.single is None and (bthread, bns) == (thread, ns):
-                    # the position of `before` in this very listing: one lookup, any depth
-                    query.cursor = await self.store.cursor_at(
-                        key, order="desc", tags=tags, metadata=pushed or None
-                    )
-                else:
-                    header = await self.store.load(key, include_state=False)
-                    query.before_sequence = header.sequence
-            except CheckpointNotFound:
-                # not stored (deleted, or never here): LangGraph's own rule, id order
-                query.before_id = before_id
-        return query
+    ) -> _listing.Query:
+        return await _listing.plan(self, config, filter, before, limit)
 
-    async def _page(self, query: _Query) -> builtins.list[CheckpointTuple]:
-        if query.done:
-            return []
-        if query.single is not None:
-            query.done = True
-            return await self._single(query)
-        size = _PAGE
-        if query.remaining is not None and not query.local and query.before_sequence is None:
-            size = max(1, min(query.remaining, 1000)) if query.before_id is None else _PAGE
-        page = await self.store.list(
-            query.stream,
-            limit=size,
-            after=query.cursor,
-            tags=query.tags,
-            metadata=query.pushed or None,
-        )
-        for skipped in page.skipped:
-            logger.warning(
-                "LangGraph list() left out an unreadable checkpoint %s (%s): %s",
-                skipped.id,
-                skipped.location,
-                skipped.reason,
-            )
-        query.cursor = page.next_cursor
-        if page.next_cursor is None:
-            query.done = True
-        kept: builtins.list[tuple[lay.Ids, Checkpoint, CheckpointMetadata]] = []
-        for item in page.items:
-            if query.before_sequence is not None and item.sequence >= query.before_sequence:
-                continue
-            try:
-                ids, checkpoint, metadata = self._decode(item)
-            except CheckpointDecodeError as exc:
-                logger.warning("LangGraph list() left out an unreadable checkpoint: %s", exc)
-                continue
-            if query.before_id is not None and ids.checkpoint_id >= query.before_id:
-                continue
-            if not _matches(metadata, query.local):
-                continue
-            kept.append((ids, checkpoint, metadata))
-            if query.remaining is not None:
-                query.remaining -= 1
-                if query.remaining <= 0:
-                    query.done = True
-                    break
-        return await self._with_writes(kept)
-
-    async def _with_writes(
-        self, kept: builtins.list[tuple[lay.Ids, Checkpoint, CheckpointMetadata]]
-    ) -> builtins.list[CheckpointTuple]:
-        if not kept:
-            return []
-        keys = [lay.writes_key(i.thread_id, i.checkpoint_ns, i.checkpoint_id) for i, _, _ in kept]
-        writes = await self.store.load_many(keys)  # the whole page's writes: one round trip
-        return [
-            self._tuple(ids, ck, md, writes.get(key))
-            for (ids, ck, md), key in zip(kept, keys, strict=True)
-        ]
-
-    async def _single(self, query: _Query) -> builtins.list[CheckpointTuple]:
-        assert query.single is not None
-        thread, ns, checkpoint_id = query.single
-        found = await self._get_tuple(
-            {
-                "configurable": {
-                    "thread_id": thread,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": checkpoint_id,
-                }
-            }
-        )
-        if found is None or not _matches(found.metadata, {**query.pushed, **query.local}):
-            return []
-        if query.before_id is not None and checkpoint_id >= query.before_id:
-            return []
-        if query.before_sequence is not None:
-            key = lay.checkpoint_key(thread, ns, checkpoint_id)
-            header = await self.store.load(key, include_state=False)
-            if header.sequence >= query.before_sequence:
-                return []
-        return [found]
+    async def _page(self, query: _listing.Query) -> builtins.list[CheckpointTuple]:
+        return await _listing.next_page(self, query)
 
     # -- writing --------------------------------------------------------------------
 
@@ -607,8 +466,3 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
     conf = config["configurable"]
     return str(conf["thread_id"]), conf.get("checkpoint_ns") or ""
-
-
-def _matches(metadata: Any, query: dict[str, Any]) -> bool:
-    # LangGraph's rule (InMemorySaver's): equal top-level values; None matches missing
-    return all(metadata.get(key) == value for key, value in query.items())
