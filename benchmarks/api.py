@@ -26,7 +26,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
-from skbench.api import ApiResults, ApiSettings, render, run, splice  # noqa: E402
+from skbench.api import ApiResults, ApiSettings, run  # noqa: E402
+from skbench.api_report import render, splice  # noqa: E402
 from skbench.machine import describe_machine  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
