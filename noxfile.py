@@ -145,3 +145,14 @@ def bench_api(session: nox.Session) -> None:
     ``-- --docs`` also puts the section into docs/benchmarks.md. No peers needed."""
     _sync(session)
     session.run("python", "benchmarks/api.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_integrations(session: nox.Session) -> None:
+    """Issue 14's targets: StatekeeperSaver against LangGraph's AsyncSqliteSaver and
+    AsyncPostgresSaver, StatekeeperCheckpointStorage against Agent Framework's storages;
+    ``-- --docs`` also puts the section into docs/benchmarks.md."""
+    _sync(session)
+    # the peers are pinned in benchmarks/requirements.txt and live only in this env
+    session.install("-r", "benchmarks/requirements.txt")
+    session.run("python", "benchmarks/integrations.py", *session.posargs)
