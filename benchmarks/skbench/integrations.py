@@ -372,16 +372,26 @@ async def check_reads(subject: Subject, settings: Settings, size: int) -> dict[s
     return problems
 
 
-def _sqlite_files(directory: Path) -> dict[str, int]:
-    """Checkpoint the WAL into the database and truncate it, then sum the files."""
+def _sqlite_files(directory: Path) -> dict[str, Any]:
+    """Checkpoint the WAL into the database and truncate it, then sum the files; and
+    where the bytes are, per table and index (SQLite's ``dbstat``, when compiled in)."""
+    objects: dict[str, list[int]] = {}  # name -> [bytes of its pages, payload bytes]
     for db in directory.glob("*.db"):
         conn = sqlite3.connect(db)
         try:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            try:
+                rows = conn.execute(
+                    "SELECT name, sum(pgsize), sum(payload) FROM dbstat GROUP BY name "
+                    "ORDER BY 2 DESC"
+                ).fetchall()
+                objects.update({str(n): [int(size), int(used)] for n, size, used in rows})
+            except sqlite3.OperationalError:
+                pass  # no dbstat in this build: the files' sizes still stand
         finally:
             conn.close()
     files = {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
-    return {"total": sum(files.values()), **files}
+    return {"total": sum(files.values()), "files": files, "objects": objects}
 
 
 # -- running -----------------------------------------------------------------------

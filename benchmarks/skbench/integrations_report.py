@@ -180,7 +180,7 @@ def render(results: Results, before_at: int, size: int, maf_sizes: tuple[int, ..
             ratio += f" ({_ratio(row['p10'])})"
         lines.append(f"| {target.label} | {pair} | {ratio} | {row['figures']} | {row['verdict']} |")
     lines.append("")
-    lines += _langgraph_table(results, before_at)
+    lines += _langgraph_table(results, before_at, size)
     lines += _af_table(results, maf_sizes)
     lines += _notes(results, size)
     return "\n".join(lines) + "\n"
@@ -194,7 +194,7 @@ def _cell(results: Results, name: str, op: str) -> str:
     return str(cell.get("error", "-"))
 
 
-def _langgraph_table(results: Results, before_at: int) -> list[str]:
+def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
     ops = [APUT, LATEST, BY_ID, LIST_ALL, before_op(before_at)]
     names = [n for n in (SK_SQLITE, LG_SQLITE, SK_PG, LG_PG) if n in results.ops]
     if not names:
@@ -203,16 +203,24 @@ def _langgraph_table(results: Results, before_at: int) -> list[str]:
     out.append("| saver | " + " | ".join(f"`{op}`" for op in ops) + " | size |")
     out.append("|---|" + "---|" * (len(ops) + 1))
     for name in names:
-        size = results.sizes.get(name, {}).get("total")
+        on_disk = results.sizes.get(name, {}).get("total")
         cells = [_cell(results, name, op) for op in ops]
-        out.append(f"| {name} | " + " | ".join(cells) + f" | {_bytes(size) if size else '-'} |")
+        shown = _bytes(on_disk) if on_disk else "-"
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {shown} |")
     out.append("")
-    files = []
+    files, objects = [], []
     for name in (SK_SQLITE, LG_SQLITE):
         sizes = results.sizes.get(name, {})
-        parts = ", ".join(f"{k} {v:,} B" for k, v in sizes.items() if k != "total")
+        parts = ", ".join(f"{k} {v:,} B" for k, v in sizes.get("files", {}).items())
         if parts:
             files.append(f"{name}: {parts}")
+        where = ", ".join(
+            f"`{k}` {size / 1024:.0f} KiB ({used / 1024:.0f} KiB payload)"
+            for k, (size, used) in sizes.get("objects", {}).items()
+            if size >= 16384
+        )
+        if where:
+            objects.append(f"- {name}: {where}")
     if files:
         out.append(
             "Sizes: SQLite, every file of the database's directory after `PRAGMA "
@@ -221,6 +229,21 @@ def _langgraph_table(results: Results, before_at: int) -> list[str]:
             "TOAST), before closing, no target."
         )
         out.append("")
+    per = []
+    for name in (SK_SQLITE, LG_SQLITE, SK_PG, LG_PG):
+        total = results.sizes.get(name, {}).get("total")
+        if total:
+            per.append(f"{name} {total / size:,.0f} B")
+    if per:
+        out.append(f"Per checkpoint ({size:,} in the thread): " + ", ".join(per) + ".")
+        out.append("")
+    if objects:
+        out += [
+            "Where the SQLite bytes are: pages per table and index of 16 KiB or more, and "
+            "the bytes of records they hold (SQLite's `dbstat`):",
+            "",
+        ]
+        out += [*objects, ""]
     return out
 
 
