@@ -146,7 +146,8 @@ def test_demo_hints_run_as_shown_after_readme_command_1(tmp_path: Path) -> None:
         for p in os.environ["PATH"].split(os.pathsep)
         if Path(p) != venv_bin and not (Path(p) / "statekeeper").exists()
     )
-    shell = cli_env({"PATH": path}, unset=(*UV_MARKS, "VIRTUAL_ENV"))
+    # nox sets UV_PROJECT_ENVIRONMENT to its session's venv; a user's shell has none
+    shell = cli_env({"PATH": path}, unset=(*UV_MARKS, "VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT"))
     url = f"sqlite:///{tmp_path / 'demo.db'}"
     readme = "uv run --frozen --no-dev --extra cli statekeeper demo"
     demo = run_hint(f"{readme} --steps 2 --kill-after 1 --url {url}", cwd=REPO, env=shell)
@@ -155,3 +156,28 @@ def test_demo_hints_run_as_shown_after_readme_command_1(tmp_path: Path) -> None:
     for hint in hints:
         assert hint.startswith("uv run --frozen --no-dev --extra cli statekeeper "), hint
         run_hint(hint, cwd=REPO, env=shell)
+
+
+def test_program_under_uv_with_another_project_environment_names_uv_run(tmp_path: Path) -> None:
+    from statekeeper.cli.hints import UV_RUN, program
+
+    project = tmp_path / "checkout"
+    (project / "sub").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (project / "uv.lock").write_text("")
+    elsewhere = tmp_path / "envs" / "session"
+    (elsewhere / "bin").mkdir(parents=True)
+    (elsewhere / "bin" / "statekeeper").write_text("")
+    env = {
+        "UV": "/usr/bin/uv",
+        "VIRTUAL_ENV": str(elsewhere),
+        "UV_PROJECT_ENVIRONMENT": str(elsewhere),
+        "PATH": str(elsewhere / "bin"),
+    }
+    words = program(
+        env=env,
+        prefix=str(elsewhere),
+        executable=str(elsewhere / "bin" / "python"),
+        cwd=project / "sub",
+    )
+    assert words == list(UV_RUN)

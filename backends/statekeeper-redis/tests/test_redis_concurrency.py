@@ -231,7 +231,10 @@ async def test_save_many_never_interleaves_with_saves_of_writer_processes(
     """Batches from this process race the single saves (and CAS updates) of 4 writer
     processes on their own connections: no single save takes a sequence inside a
     batch, and each batch is contiguous in the global order."""
-    rounds, width = 40, 25
+    # enough rounds that the writers are still saving when the first batch lands,
+    # even when this process starts late on a loaded machine (CI once saw all 160
+    # single saves finish before the first batch with 40 rounds)
+    rounds, width = 150, 25
     async with make_store() as store:
         await store.save("counters", {"n": 0}, id="counter")
         procs = await _workers(redis_url, key_prefix, rounds)

@@ -8,7 +8,9 @@ say "command not found". :func:`program` picks, in order:
 
 1. under ``uv run`` (``$UV``/``$UV_RUN_RECURSION_DEPTH`` set) in a uv project:
    ``uv run --frozen --no-dev --extra cli statekeeper`` (with ``--project DIR``
-   when the working directory is outside the project);
+   when the working directory is outside the project). The project is the one
+   whose ``.venv`` is running, or, when ``$UV_PROJECT_ENVIRONMENT`` points uv at
+   another environment (nox does), the uv project around the working directory;
 2. ``statekeeper``, when that name on ``PATH`` is the script that is running;
 3. the ``uv run`` form again when this interpreter is the ``.venv`` of a uv
    project (``uv.lock`` next to it), which is where ``uv sync`` puts it;
@@ -44,6 +46,14 @@ def _uv_project(venv: Path) -> Path | None:
     return None
 
 
+def _project_around(cwd: Path) -> Path | None:
+    """The nearest directory at or above ``cwd`` that is a uv project."""
+    for directory in (cwd.resolve(), *cwd.resolve().parents):
+        if (directory / "pyproject.toml").is_file() and (directory / "uv.lock").is_file():
+            return directory
+    return None
+
+
 def _uv_run(project: Path, cwd: Path) -> list[str]:
     try:
         cwd.resolve().relative_to(project.resolve())
@@ -71,6 +81,8 @@ def program(
     script = exe.parent / SCRIPT
     project = _uv_project(Path(env["VIRTUAL_ENV"]) if env.get("VIRTUAL_ENV") else venv)
     under_uv = bool(env.get("UV") or env.get("UV_RUN_RECURSION_DEPTH"))
+    if under_uv and project is None and env.get("UV_PROJECT_ENVIRONMENT"):
+        project = _project_around(here)
     if under_uv and project is not None:
         return _uv_run(project, here)
     found = shutil.which(SCRIPT, path=env.get("PATH", ""))
