@@ -69,6 +69,16 @@ class SyncCheckpointStore:
                 self._loop, self._thread = loop, thread
             return self._loop
 
+    @property
+    def loop(self) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+        """The event loop that runs the wrapped store, and the thread it runs on
+        (started on first use). For adapters that must schedule the store's
+        coroutines themselves, e.g. the LangGraph saver over a blocking store;
+        never run blocking calls of this facade on that thread."""
+        loop = self._ensure_loop()
+        assert self._thread is not None
+        return loop, self._thread
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         loop = self._ensure_loop()
         if threading.current_thread() is self._thread:

@@ -96,8 +96,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         thread: threading.Thread | None = None
         if isinstance(store, SyncCheckpointStore):
             if loop is None:
-                loop = store._ensure_loop()  # its private loop thread runs the store
-                thread = store._thread
+                loop, thread = store.loop  # the facade's own thread runs the store
             store = store.store
         if store.options.codec != "raw":
             raise InvalidOptions(
