@@ -1,16 +1,16 @@
 """Issue 14, Agent Framework part: ``StatekeeperCheckpointStorage`` on SQLite and file
 stores against ``FileCheckpointStorage`` and ``InMemoryCheckpointStorage``.
 
-One workflow grows through each storage's own ``save`` (untimed) to each of
-``maf_sizes`` checkpoints, and ``get_latest`` is timed at each size, in interleaved
-rounds, after being checked once against the id of the last save. See
+Each kind gets one storage per size in ``maf_sizes``, holding one workflow grown
+through the storage's own ``save`` (untimed); then every ``get_latest`` (each kind at
+each size) is timed in the same interleaved rounds, after being checked once against
+the id of the last save. See
 :mod:`skbench.integrations` for the LangGraph part and the shared machinery.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,6 @@ from .integrations import (
     Subject,
     _close_all,
     _measure,
-    _open_all,
     latest_at,
     run_langgraph,
 )
@@ -87,38 +86,47 @@ def latest_op(subject: Subject) -> Op:
 
 
 async def run_agent_framework(settings: Settings, workdir: Path, results: Results) -> None:
+    """One storage of each kind per size, each grown to its size, then every
+    ``get_latest`` in the same interleaved rounds: the sizes are compared under the
+    same machine conditions, not one phase against a later one."""
     names = [AF_SK_SQLITE, AF_SK_FILE, AF_FILE, AF_MEMORY]
     if not settings.wants("agent") and not settings.wants("maf"):
         return
-
-    def opener(name: str) -> Callable[[Path], Awaitable[Subject]]:
-        async def go(workdir: Path) -> Subject:
-            return await open_af(name, workdir)
-
-        return go
-
-    subjects = await _open_all([(n, opener(n)) for n in names], workdir, results)
+    instances: list[tuple[int, Subject]] = []
     try:
-        for size in settings.maf_sizes:
-            results.mark_load(f"grow to {size:,}")
-            for subject in subjects:
-                started = time.perf_counter()
-                await grow(subject, size, 0)
-                spent = time.perf_counter() - started
-                subject.facts.setdefault("build", {})[str(size)] = spent
-                results.say(f"grew {subject.name} to {size:,} in {spent:.1f} s")
-            ops: dict[tuple[str, str], Op] = {}
-            for subject in subjects:
-                got = await subject.handle.get_latest(workflow_name=WORKFLOW)
-                if got is None or got.checkpoint_id != subject.ids[-1]:
-                    # a peer ordering by timestamp may tie; timed anyway, and reported
-                    note = f"at {size:,}: get_latest did not return the last checkpoint saved"
-                    subject.facts.setdefault("wrong", []).append(note)
-                    results.say(f"  {subject.name}: {note}")
-                ops[(subject.name, latest_at(size))] = latest_op(subject)
-            await _measure(results, f"get_latest @{size:,}", ops, settings.latest_budget)
+        for name in names:
+            facts: dict[str, Any] = {}
+            for size in settings.maf_sizes:
+                place = workdir / f"af-{size}"
+                place.mkdir(exist_ok=True)
+                try:
+                    subject = await open_af(name, place)
+                except (ImportError, OSError) as exc:
+                    facts = {"unavailable": f"{type(exc).__name__}: {exc}"}
+                    results.say(f"skip {name}: {exc}")
+                    break
+                facts.update(subject.facts)
+                subject.facts = facts  # one record per kind, whatever the size
+                instances.append((size, subject))
+            results.subjects[name] = facts
+        results.mark_load("grow the workflows")
+        ops: dict[tuple[str, str], Op] = {}
+        for size, subject in instances:
+            started = time.perf_counter()
+            await grow(subject, size, 0)
+            spent = time.perf_counter() - started
+            subject.facts.setdefault("build", {})[str(size)] = spent
+            results.say(f"grew {subject.name} to {size:,} in {spent:.1f} s")
+            got = await subject.handle.get_latest(workflow_name=WORKFLOW)
+            if got is None or got.checkpoint_id != subject.ids[-1]:
+                # a peer ordering by timestamp may tie; timed anyway, and reported
+                note = f"at {size:,}: get_latest did not return the last checkpoint saved"
+                subject.facts.setdefault("wrong", []).append(note)
+                results.say(f"  {subject.name}: {note}")
+            ops[(subject.name, latest_at(size))] = latest_op(subject)
+        await _measure(results, "get_latest, every size", ops, settings.latest_budget)
     finally:
-        await _close_all(subjects, results)
+        await _close_all([subject for _, subject in instances], results)
 
 
 async def run(settings: Settings, workdir: Path, results: Results) -> None:

@@ -273,10 +273,12 @@ def _af_table(results: Results, maf_sizes: tuple[int, ...]) -> list[str]:
         if build:
             builds.append(f"{name} {sum(build.values()):.1f} s")
     out.append(
-        "One workflow, grown through each storage's own `save` (untimed) to each size in "
-        "turn, ~1 KB state per checkpoint, each naming the previous one; `get_latest` was "
-        "first checked once against the id of the last save. Build times to "
-        f"{large:,}: {', '.join(builds)}."
+        "One storage of each kind per size, each holding one workflow grown through the "
+        "storage's own `save` (untimed), ~1 KB state per checkpoint, each naming the "
+        "previous one. Every `get_latest` (each kind at each size) ran in the same "
+        "interleaved rounds, one call each per round, so the sizes are compared under the "
+        "same conditions; each was first checked once against the id of the last save. "
+        f"Build times, all sizes: {', '.join(builds)}."
     )
     out.append("")
     return out
