@@ -235,7 +235,11 @@ def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
         if total:
             per.append(f"{name} {total / size:,.0f} B")
     if per:
-        out.append(f"Per checkpoint ({size:,} in the thread): " + ", ".join(per) + ".")
+        out.append(
+            f"Bytes per checkpoint ({size:,} in the thread; the target is on SQLite): "
+            + ", ".join(per)
+            + "."
+        )
         out.append("")
     if objects:
         out += [
@@ -244,6 +248,16 @@ def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
             "",
         ]
         out += [*objects, ""]
+        fills = []
+        for name in (SK_SQLITE, LG_SQLITE):
+            found = results.sizes.get(name, {}).get("objects", {})
+            if found:
+                table, (pages, payload) = max(found.items(), key=lambda kv: kv[1][0])
+                fills.append(
+                    f"{name}'s `{table}` holds {payload / size:,.0f} B of record per "
+                    f"checkpoint in {pages / size:,.0f} B of pages ({payload / pages:.0%} full)"
+                )
+        out += ["The largest table of each: " + "; ".join(fills) + ".", ""]
     return out
 
 
