@@ -15,7 +15,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,8 +26,9 @@ sys.path.insert(0, str(HERE))
 
 from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
 from skbench.api import ApiResults, ApiSettings, run  # noqa: E402
-from skbench.api_report import render, splice  # noqa: E402
+from skbench.api_report import SECTION, render  # noqa: E402
 from skbench.machine import describe_machine  # noqa: E402
+from skbench.source import git, import_source, splice  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
 DOCS = ROOT / "docs/benchmarks.md"
@@ -86,41 +86,13 @@ async def _postgres_settings() -> str:
         return f"unavailable ({type(exc).__name__})"
 
 
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return done.stdout.rstrip()
-
-
 def _source(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
-    """Which statekeeper is measured: by default the committed ``src/`` of ``--rev``,
-    exported next to the stores and imported ahead of the checkout, so colleagues'
-    uncommitted edits in a shared checkout cannot leak into the figures."""
-    if args.working_tree:
-        dirty = _git("status", "--porcelain", "--", "src")
-        changed = ", ".join(line[3:] for line in dirty.splitlines())
-        note = f", with uncommitted changes in: {changed}" if dirty else " (src/ as committed)"
-        return {"commit": _git("log", "-1", "--format=%h %s"), "tree_note": note}
-    commit = _git("rev-parse", "--verify", f"{args.rev}^{{commit}}")
-    if not commit:
-        raise SystemExit(f"--rev {args.rev!r} is not a commit")
-    snapshot = workdir / "src-snapshot"
-    snapshot.mkdir()
-    archive = subprocess.run(
-        ["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive, check=True)
-    sys.path.insert(0, str(snapshot / "src"))
-    import statekeeper
-
-    where = Path(statekeeper.__file__).resolve()
-    if snapshot.resolve() not in where.parents:
-        raise SystemExit(f"statekeeper was imported from {where}, not from the snapshot")
-    return {
-        "backends": _backend_commits(commit),
-        "commit": _git("log", "-1", "--format=%h, committed %ci", commit),
-        "tree_note": " (its committed src/, exported with git archive; the checkout's "
-        "uncommitted edits are not measured)",
-    }
+    """Which statekeeper is measured (see :mod:`skbench.source`), and the last commit
+    to touch each measured backend."""
+    commit, facts = import_source(args, workdir)
+    if commit is not None:
+        facts["backends"] = _backend_commits(commit)
+    return facts
 
 
 def _backend_commits(commit: str) -> str:
@@ -131,7 +103,7 @@ def _backend_commits(commit: str) -> str:
         "SQL": "src/statekeeper/backends/sql",
     }
     return ", ".join(
-        f"{name} `{_git('log', '-1', '--format=%h', commit, '--', path)}`"
+        f"{name} `{git('log', '-1', '--format=%h', commit, '--', path)}`"
         for name, path in paths.items()
     )
 
@@ -159,7 +131,9 @@ def _write(args: argparse.Namespace, results: ApiResults, settings: ApiSettings)
     raw = {"settings": {"size": settings.size, "depths": settings.depths}, **vars(results)}
     args.output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
     if args.docs:
-        DOCS.write_text(splice(DOCS.read_text(encoding="utf-8"), section), encoding="utf-8")
+        DOCS.write_text(
+            splice(DOCS.read_text(encoding="utf-8"), SECTION, section), encoding="utf-8"
+        )
         results.say(f"spliced the section into {DOCS}")
     print(section)
     results.say(f"wrote {args.output}")

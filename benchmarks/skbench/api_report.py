@@ -2,8 +2,8 @@
 every workload's figures, and the notes computed from the run's own numbers.
 
 Works from an :class:`~skbench.api.ApiResults` alone (a live run, or one re-read from
-its raw JSON), so re-rendering never measures anything. :func:`splice` puts the
-section into ``docs/benchmarks.md``.
+its raw JSON), so re-rendering never measures anything. :func:`skbench.source.splice`
+puts the section into ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -207,15 +207,3 @@ def _notes(results: ApiResults) -> list[str]:
     )
     out.append("")
     return out
-
-
-def splice(document: str, section: str) -> str:
-    """Replace this section in ``document`` (up to the next ``## `` heading), or append it."""
-    lines = document.splitlines(keepends=True)
-    try:
-        start = next(i for i, line in enumerate(lines) if line.rstrip() == SECTION)
-    except StopIteration:
-        return document.rstrip("\n") + "\n\n" + section
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[end:])
-    return "".join(lines[:start]) + section + ("\n" + tail if tail else "")

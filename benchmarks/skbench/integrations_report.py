@@ -345,15 +345,3 @@ def _notes(results: Results, size: int) -> list[str]:
         "",
     ]
     return out
-
-
-def splice(document: str, section: str) -> str:
-    """Replace this section in ``document`` (up to the next ``## `` heading), or append it."""
-    lines = document.splitlines(keepends=True)
-    try:
-        start = next(i for i, line in enumerate(lines) if line.rstrip() == SECTION)
-    except StopIteration:
-        return document.rstrip("\n") + "\n\n" + section
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    tail = "".join(lines[end:])
-    return "".join(lines[:start]) + section + ("\n" + tail if tail else "")
