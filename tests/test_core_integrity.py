@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import builtins
+from datetime import datetime
 
 import pytest
 
 import statekeeper
+from statekeeper import ScanQuery
 from statekeeper.backends.memory import MemoryCheckpointStore
+from statekeeper.record import StoredRecord
 
 
 class _DeletesDuringVerify(MemoryCheckpointStore):
@@ -65,3 +68,25 @@ async def test_verify_reports_a_get_latest_that_answers_older_state() -> None:
 def test_repair_records_is_public_for_backend_authors() -> None:
     assert statekeeper.repair_records.__module__ == "statekeeper._integrity"
     assert "repair_records" in statekeeper.__all__
+
+
+class _IdPathAnswersAnother(MemoryCheckpointStore):
+    """A broken id table: load(id) of the newest answers the record before it."""
+
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        record = await super()._get(id, now)
+        if record is None or record.sequence < 2:
+            return record
+        older = await self._scan(ScanQuery(record.stream, "desc", record.sequence, 1, {}, now))
+        return older[0] if older and isinstance(older[0], StoredRecord) else record
+
+
+@pytest.mark.asyncio
+async def test_verify_reports_a_load_by_id_that_answers_another_record() -> None:
+    async with _IdPathAnswersAnother() as store:
+        await store.save("s", {"i": 1})
+        newest = await store.save("s", {"i": 2})
+        report = await store.verify()
+    assert not report.ok
+    assert [(p.kind, p.id) for p in report.problems] == [("index", newest.id)]
+    assert "load() by id finds sequence 1" in report.problems[0].reason

@@ -67,8 +67,9 @@ async def verify_store(
 
     1. A tolerant listing of the whole store in global order: every ``skipped``
        entry is a damaged record.
-    2. A strict ``load`` of every listed checkpoint: one that lists but does not
-       load points at a damaged id table.
+    2. A strict ``load`` by id of every listed checkpoint's header (its state was
+       decoded by the listing): one that lists but does not load, or loads as
+       another position, points at a damaged id table.
     3. A strict ``get_latest`` of every stream, against the newest sequence the
        listing saw in it: ``None`` or an older checkpoint is damaged metadata, a
        decode error a damaged record.
@@ -88,23 +89,29 @@ async def verify_store(
         for item in page.items:
             newest[item.stream] = max(newest.get(item.stream, 0), item.sequence)
             top = max(top, item.sequence)
+            # The listing decoded the state already; by id, only the header is
+            # read, and it must be the same record (same position).
             try:
-                await store.load(item.id)
+                header = await store.load(item.id, include_state=False)
+                said = f"finds sequence {header.sequence}"
+                wrong = header.sequence != item.sequence
             except CheckpointNotFound:
-                if await _still_listed(store, cursor, item):
-                    found.add(
-                        Problem(
-                            kind="index",
-                            location=store.describe(),
-                            reason=f"checkpoint {item.id!r} lists in stream {item.stream!r} "
-                            "but load() by id says it does not exist",
-                            id=item.id,
-                            sequence=item.sequence,
-                            stream=item.stream,
-                        )
-                    )
-            except CheckpointDecodeError as exc:
+                said, wrong = "says it does not exist", True
+            except CheckpointDecodeError as exc:  # an envelope the listing could read
                 found.add(_decode_problem(exc, item.stream))
+                continue
+            if wrong and await _still_listed(store, cursor, item):
+                found.add(
+                    Problem(
+                        kind="index",
+                        location=store.describe(),
+                        reason=f"checkpoint {item.id!r} lists at sequence {item.sequence} "
+                        f"in stream {item.stream!r} but load() by id {said}",
+                        id=item.id,
+                        sequence=item.sequence,
+                        stream=item.stream,
+                    )
+                )
         records += len(page.items) + len(page.skipped)
         if progress is not None:
             progress(len(page.items) + len(page.skipped))
