@@ -36,22 +36,21 @@ UV_RUN = ("uv", "run", "--frozen", "--no-dev", "--extra", "cli", "statekeeper")
 SCRIPT = "statekeeper"
 
 
+def _is_uv_project(directory: Path) -> bool:
+    return (directory / "pyproject.toml").is_file() and (directory / "uv.lock").is_file()
+
+
 def _uv_project(venv: Path) -> Path | None:
     """The uv project whose ``.venv`` is ``venv``, if it is one."""
-    if venv.name != ".venv":
-        return None
-    project = venv.parent
-    if (project / "pyproject.toml").is_file() and (project / "uv.lock").is_file():
-        return project
+    if venv.name == ".venv" and _is_uv_project(venv.parent):
+        return venv.parent
     return None
 
 
 def _project_around(cwd: Path) -> Path | None:
     """The nearest directory at or above ``cwd`` that is a uv project."""
-    for directory in (cwd.resolve(), *cwd.resolve().parents):
-        if (directory / "pyproject.toml").is_file() and (directory / "uv.lock").is_file():
-            return directory
-    return None
+    here = cwd.resolve()
+    return next((d for d in (here, *here.parents) if _is_uv_project(d)), None)
 
 
 def _uv_run(project: Path, cwd: Path) -> list[str]:
