@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -28,7 +26,7 @@ from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa:
 from skbench.api import ApiResults, ApiSettings, run  # noqa: E402
 from skbench.api_report import SECTION, render  # noqa: E402
 from skbench.machine import describe_machine  # noqa: E402
-from skbench.source import git, import_source, splice  # noqa: E402
+from skbench.source import command, git, import_source, splice  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
 DOCS = ROOT / "docs/benchmarks.md"
@@ -140,10 +138,7 @@ def _write(args: argparse.Namespace, results: ApiResults, settings: ApiSettings)
 
 
 def _command() -> str:
-    extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
-    if os.environ.get("NOX_CURRENT_SESSION") == "bench_api":
-        return "uv run nox -s bench_api" + (f" -- {extra}" if extra else "")
-    return "uv run python benchmarks/api.py" + (f" {extra}" if extra else "")
+    return command("bench_api", "benchmarks/api.py")
 
 
 async def main(args: argparse.Namespace) -> None:

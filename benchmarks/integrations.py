@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from skbench.integrations import Results, Settings  # noqa: E402
 from skbench.integrations_af import run  # noqa: E402
 from skbench.integrations_report import SECTION, render  # noqa: E402
 from skbench.machine import describe_machine  # noqa: E402
-from skbench.source import git, import_source, splice  # noqa: E402
+from skbench.source import command, git, import_source, splice  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
 DOCS = ROOT / "docs/benchmarks.md"
@@ -107,10 +106,7 @@ def _source(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
 
 
 def _command() -> str:
-    extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
-    if os.environ.get("NOX_CURRENT_SESSION") == SESSION:
-        return f"uv run nox -s {SESSION}" + (f" -- {extra}" if extra else "")
-    return "uv run python benchmarks/integrations.py" + (f" {extra}" if extra else "")
+    return command(SESSION, "benchmarks/integrations.py")
 
 
 def _write(args: argparse.Namespace, results: Results, settings: Settings) -> None:

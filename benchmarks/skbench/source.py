@@ -10,11 +10,13 @@ measures the checkout as it is and says which files were dirty.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["git", "import_source", "splice"]
+__all__ = ["command", "git", "import_source", "splice"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,3 +68,12 @@ def splice(document: str, heading: str, section: str) -> str:
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     tail = "".join(lines[end:])
     return "".join(lines[:start]) + section + ("\n" + tail if tail else "")
+
+
+def command(session: str, script: str) -> str:
+    """How this run was started, as a command to print: the nox session when run
+    by it, else the script, with this run's arguments."""
+    extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if os.environ.get("NOX_CURRENT_SESSION") == session:
+        return f"uv run nox -s {session}" + (f" -- {extra}" if extra else "")
+    return f"uv run python {script}" + (f" {extra}" if extra else "")
