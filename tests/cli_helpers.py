@@ -3,6 +3,7 @@ seed or damage a store through the public API and the kit's raw-record backdoor.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import statekeeper
 from statekeeper import BaseCheckpointStore, Checkpoint
 from statekeeper.record import StoredRecord
 
@@ -192,3 +194,47 @@ def seeded_main() -> None:
 
     register_seeded()
     main()
+
+
+#: What ``copy`` keeps of every checkpoint (the sequence is the destination's own).
+HEADER_FIELDS = (
+    "id",
+    "stream",
+    "created_at",
+    "updated_at",
+    "etag",
+    "parent_id",
+    "tags",
+    "metadata",
+    "expires_at",
+)
+
+
+def everything(url: str) -> list[Checkpoint]:
+    """Every live checkpoint of the store at ``url``, in global sequence order, read
+    read-only; none may be unreadable."""
+
+    async def main() -> list[Checkpoint]:
+        async with statekeeper.open_store(url, read_only=True) as store:
+            items: list[Checkpoint] = []
+            cursor = None
+            while True:
+                page = await store.list(None, limit=100, order="asc", after=cursor)
+                assert not page.skipped
+                items += page.items
+                cursor = page.next_cursor
+                if cursor is None:
+                    return items
+
+    return asyncio.run(main())
+
+
+def assert_copied(original: list[Checkpoint], got: list[Checkpoint], where: str = "") -> None:
+    """``got`` holds the checkpoints of ``original``, in the same order, with every
+    header field but the sequence and the same state (value and type)."""
+    assert [cp.id for cp in got] == [cp.id for cp in original], where  # relative order
+    for a, b in zip(original, got, strict=True):
+        assert {f: getattr(a, f) for f in HEADER_FIELDS} == {
+            f: getattr(b, f) for f in HEADER_FIELDS
+        }, where
+        assert a.state == b.state and type(a.state) is type(b.state), where

@@ -12,20 +12,8 @@ from typing import Any
 import pytest
 
 import statekeeper
-from cli_helpers import damage, run_cli, seed
-from statekeeper import BaseCheckpointStore, Checkpoint
-
-HEADER_FIELDS = (
-    "id",
-    "stream",
-    "created_at",
-    "updated_at",
-    "etag",
-    "parent_id",
-    "tags",
-    "metadata",
-    "expires_at",
-)
+from cli_helpers import assert_copied, damage, everything, run_cli, seed
+from statekeeper import BaseCheckpointStore
 
 URLS: dict[str, Callable[[Path], str]] = {
     "file": lambda d: f"file://{d / 'store'}",
@@ -44,23 +32,6 @@ def with_store(url: str, action: Callable[[BaseCheckpointStore], Any]) -> Any:
             return await action(store)
 
     return asyncio.run(main())
-
-
-def everything(url: str) -> list[Checkpoint]:
-    """Every live checkpoint of the store, in global sequence order."""
-
-    async def read(store: BaseCheckpointStore) -> list[Checkpoint]:
-        items: list[Checkpoint] = []
-        cursor = None
-        while True:
-            page = await store.list(None, limit=100, order="asc", after=cursor)
-            assert not page.skipped
-            items += page.items
-            cursor = page.next_cursor
-            if cursor is None:
-                return items
-
-    return with_store(url, read)  # type: ignore[no-any-return]
 
 
 def cli(*args: str, cwd: Path, expect: int = 0) -> Any:
@@ -165,12 +136,7 @@ def test_copy_file_to_sqlite_to_file_keeps_everything(tmp_path: Path) -> None:
     cli("copy", middle, last, cwd=tmp_path)
     for url in (middle, last):
         got = everything(url)
-        assert [cp.id for cp in got] == [cp.id for cp in original]  # relative order
-        for a, b in zip(original, got, strict=True):
-            assert {f: getattr(a, f) for f in HEADER_FIELDS} == {
-                f: getattr(b, f) for f in HEADER_FIELDS
-            }
-            assert a.state == b.state and type(a.state) is type(b.state)
+        assert_copied(original, got, url)
         assert got[-1].expires_at is not None
 
     # Re-running copies nothing and says so; the destination is unchanged.
