@@ -504,7 +504,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
 
         Read-only: it writes nothing, so it is the check to run on a store opened
         with ``read_only=True`` (``statekeeper verify`` does). It reads every record
-        through the tolerant listing, loads each one by id, and reads the latest of
+        through the tolerant listing (decoding each state), loads each one's header
+        by id (it must be the same record), and reads the latest of
         every stream strictly, so each read path is exercised; then the backend
         checks its own derived metadata (:meth:`_verify`). A backend that cannot
         check its metadata says so with an ``"unchecked"`` problem, so the report

@@ -44,7 +44,7 @@ def verify(
     """Check every record, index and table, read-only.
 
     Exit 1 on any problem. Opens the store read-only and writes nothing. Every
-    record is read through a tolerant listing, a strict load and a strict
+    record is read through a tolerant listing, a strict load by id and a strict
     get_latest of its stream; then the backend checks its indexes and tables
     against the records. It says "ok" only when all of that was checked and
     nothing is wrong.
