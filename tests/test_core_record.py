@@ -129,3 +129,23 @@ def test_planted_header_with_wrong_types_is_a_decode_error(field: str, value: ob
     head[field] = value
     with pytest.raises(CheckpointDecodeError, match="malformed record header"):
         StoredRecord.from_bytes(_reseal(head), location="t")
+
+
+def test_positional_record_takes_its_sequence_from_where_it_is_stored() -> None:
+    rec = _record(seq=7)
+    data = rec.to_bytes("store-1", positional=True)
+    assert b'"seq":null' in data
+    back = StoredRecord.from_bytes(data, location="t", expect_sequence=42)
+    assert back.sequence == 42
+    assert back.header.model_copy(update={"sequence": 7}) == rec.header
+    # the checksum still covers the rest: one flipped byte of the header is caught
+    flipped = bytearray(data)
+    flipped[data.index(b'"stream"') + 2] ^= 0x01
+    with pytest.raises(CheckpointDecodeError):
+        StoredRecord.from_bytes(bytes(flipped), location="t", expect_sequence=42)
+
+
+def test_positional_record_without_a_position_is_a_decode_error() -> None:
+    data = _record().to_bytes("store-1", positional=True)
+    with pytest.raises(CheckpointDecodeError, match="positional"):
+        StoredRecord.from_bytes(data, location="t")

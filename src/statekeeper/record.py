@@ -17,6 +17,12 @@ version, store id, id, stream, sequence, timestamps, etag, parent id, tags,
 metadata, expiry, the TTL that slides on update, and the codec name. The state
 bytes are the codec's output and are decoded only when asked for.
 
+A *positional* record (``to_bytes(..., positional=True)``) has ``"seq": null``: its
+sequence is where it is stored (a row's key), assigned after the bytes were built.
+It is read only with ``expect_sequence``, which then supplies the sequence. A
+backend whose sequence comes from the database in the inserting statement uses
+it, so no lock is held while the envelope is built.
+
 This module is public for backend authors: a third-party backend should store
 these bytes rather than invent its own envelope.
 """
@@ -156,8 +162,12 @@ class StoredRecord:
         header = self.header.model_copy(update=update)
         return replace(self, header=header, state=state, codec=codec or self.codec)
 
-    def to_bytes(self, store_id: str) -> bytes:
-        """The envelope bytes, with length and checksum."""
+    def to_bytes(self, store_id: str, *, positional: bool = False) -> bytes:
+        """The envelope bytes, with length and checksum.
+
+        ``positional`` leaves the sequence out (``"seq": null``): the backend stores
+        it beside the bytes and passes it back as ``expect_sequence`` when reading.
+        """
         h = self.header
         head = _HEADER_ENCODER.encode(
             {
@@ -165,7 +175,7 @@ class StoredRecord:
                 "store": store_id,
                 "id": h.id,
                 "stream": h.stream,
-                "seq": h.sequence,
+                "seq": None if positional else h.sequence,
                 "created": h.created_at.isoformat(),
                 "updated": h.updated_at.isoformat(),
                 "etag": h.etag,
@@ -197,7 +207,8 @@ class StoredRecord:
         sequence are known) if the bytes are torn, truncated, fail the checksum,
         carry an unknown format version, or disagree with the expected store id,
         id or sequence (for example a file whose name says sequence 10 but whose
-        content says 1).
+        content says 1). A positional record (``"seq": null``) takes its sequence
+        from ``expect_sequence``, and without one it is a decode error.
         """
 
         def fail(reason: str, rid: str | None = expect_id) -> CheckpointDecodeError:
@@ -229,7 +240,7 @@ class StoredRecord:
                 raise TypeError("the header is not a JSON object")
             if h["v"] != FORMAT_VERSION:
                 raise fail(f"unsupported record format version {h['v']!r}")
-            header = _checked_header(h)
+            header = _checked_header(h, expect_sequence)
             store_id, codec, ttl = h["store"], h["codec"], h["ttl"]
             if not isinstance(store_id, str) or not isinstance(codec, str):
                 raise TypeError("store and codec must be strings")
@@ -243,7 +254,11 @@ class StoredRecord:
             raise fail(f"record belongs to another store ({store_id!r})", header.id)
         if expect_id is not None and header.id != expect_id:
             raise fail(f"record says its id is {header.id!r}", expect_id)
-        if expect_sequence is not None and header.sequence != expect_sequence:
+        if (
+            expect_sequence is not None
+            and h["seq"] is not None
+            and header.sequence != expect_sequence
+        ):
             raise fail(
                 f"record says its sequence is {header.sequence}, "
                 f"but it is stored at sequence {expect_sequence}",
@@ -269,9 +284,15 @@ def _text(value: object, name: str, *, optional: bool = False) -> str | None:
     return value
 
 
-def _checked_header(h: dict[str, Any]) -> CheckpointHeader:
-    """The header of a parsed envelope, every field type-checked (no pydantic pass)."""
+def _checked_header(h: dict[str, Any], expect_sequence: int | None = None) -> CheckpointHeader:
+    """The header of a parsed envelope, every field type-checked (no pydantic pass).
+
+    A positional record (``"seq": null``) takes ``expect_sequence``."""
     seq = h["seq"]
+    if seq is None:
+        if expect_sequence is None:
+            raise TypeError("a positional record (seq null) needs the sequence it is stored at")
+        seq = expect_sequence
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise TypeError("seq must be a positive integer")
     tags, meta = h["tags"], h["meta"]
