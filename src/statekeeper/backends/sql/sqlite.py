@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any, Literal, TypeVar, cast
 from urllib.parse import quote
 
@@ -161,37 +161,45 @@ class _Worker:
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
         self._connect = connect
-        self._queue: SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Any]] = SimpleQueue()
+        self._queue: SimpleQueue[_Job] = SimpleQueue()
         self.conn: sqlite3.Connection | None = None
         self.pending = 0
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
     def _main(self) -> None:
-        while True:
-            fn, (loop, fut) = self._queue.get()
-            if fn is _close:
-                if self.conn is not None:
-                    self.conn.close()
-                _deliver(loop, fut, None, None)
-                return
-            if fut.cancelled():
-                continue  # the caller gave up before we started: do nothing at all
-            try:
-                if self.conn is None:
-                    self.conn = self._connect()
-                result = fn(self.conn)
-            except BaseException as exc:  # delivered to the awaiting task
-                _deliver(loop, fut, None, exc)
-            else:
-                _deliver(loop, fut, result, None)
+        while self._run(self._queue.get()):
+            pass
+
+    def _run(self, job: _Job) -> bool:
+        """Run one plain job; False once the worker has closed its connection."""
+        fn, loop, fut, _ = job
+        if fn is _close:
+            if self.conn is not None:
+                self.conn.close()
+            _deliver(loop, fut, None, None)
+            return False
+        if fut.cancelled():
+            return True  # the caller gave up before we started: do nothing at all
+        try:
+            if self.conn is None:
+                self.conn = self._connect()
+            result = fn(self.conn)
+        except BaseException as exc:  # delivered to the awaiting task
+            _deliver(loop, fut, None, exc)
+        else:
+            _deliver(loop, fut, result, None)
+        return True
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._submit(fn, False)
+
+    async def _submit(self, fn: Callable[[Any], T], write: bool) -> T:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         self.pending += 1
         try:
-            self._queue.put((fn, (loop, fut)))
+            self._queue.put((fn, loop, fut, write))
             return await fut
         finally:
             self.pending -= 1
@@ -200,6 +208,185 @@ class _Worker:
         """Close the connection on its thread; the thread ends right after."""
         await self.call(_close)
         self.conn = None
+
+
+#: A queued job: the function, the caller's loop and future, and whether it is a
+#: write operation (a function of a :class:`SqliteSession`, run in a transaction
+#: that the writer may share with other write operations) or a plain function of
+#: the connection.
+_Job = tuple[Callable[[Any], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]", bool]
+
+#: The most write operations that share one transaction (one COMMIT, one fsync).
+MAX_GROUP = 64
+
+
+class _Writer(_Worker):
+    """The writer thread: runs write operations, several per transaction (group commit, S15).
+
+    When write operations are queued while the writer is busy (typically inside
+    the fsync of the previous COMMIT), it takes up to :data:`MAX_GROUP` of them
+    and runs them in one transaction::
+
+        BEGIN IMMEDIATE
+        SAVEPOINT op; <operation 1>; RELEASE op
+        SAVEPOINT op; <operation 2>; RELEASE op    (or ROLLBACK TO op, if it raised)
+        ...
+        COMMIT
+
+    - Each operation runs as it would alone: it sees the writes of the operations
+      before it, bumps the counter row itself, so sequences follow the order the
+      operations ran in, and commit order is sequence order.
+    - An operation that raises is rolled back to its savepoint (its counter bump
+      too: no gap) and only its caller gets the error; the others go on.
+    - Every caller's future is settled only after the COMMIT returned, that is
+      after SQLite synced the WAL under ``synchronous=FULL``: nothing is
+      acknowledged before it is durable. If BEGIN or COMMIT fails, every
+      operation of the group fails with that error and nothing is acknowledged.
+    - If SQLite rolls the whole transaction back by itself (an I/O error, a full
+      disk), the operations that ran before fail with that error too, since their
+      writes are gone, and the operations after run in a new transaction.
+    - A caller cancelled before its operation started is skipped; one cancelled
+      after may or may not have saved, as with a lone write.
+
+    A lone operation runs exactly as before grouping: ``BEGIN IMMEDIATE``,
+    the operation, ``COMMIT``, with no savepoint.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        name: str,
+        *,
+        compiler: Compiler,
+        busy_timeout: float,
+    ) -> None:
+        self._compiler = compiler
+        self._busy_timeout = busy_timeout
+        #: Write transactions committed, and write operations they carried (a test
+        #: and benchmark hook: ``operations / commits`` is the mean group size).
+        self.commits = 0
+        self.operations = 0
+        super().__init__(connect, name)
+
+    async def write(self, fn: Callable[[SqliteSession], T]) -> T:
+        return await self._submit(fn, True)
+
+    def _main(self) -> None:
+        queue, carry = self._queue, None
+        while True:
+            job = carry if carry is not None else queue.get()
+            carry = None
+            if not job[3]:
+                if not self._run(job):
+                    return
+                continue
+            group = [job]
+            while len(group) < MAX_GROUP:
+                try:
+                    more = queue.get_nowait()
+                except Empty:
+                    break
+                if not more[3]:
+                    carry = more  # runs after this group, in queue order
+                    break
+                group.append(more)
+            self._run_group(group)
+
+    def _run_group(self, group: list[_Job]) -> None:
+        jobs = [job for job in group if not job[2].cancelled()]
+        if not jobs:
+            return
+        try:
+            if self.conn is None:
+                self.conn = self._connect()
+            conn = self.conn
+        except BaseException as exc:
+            _deliver_all([(job, None, exc) for job in jobs])
+            return
+        if len(jobs) == 1:
+            fn, loop, fut, _ = jobs[0]
+            try:
+                result = self._alone(conn, fn)
+            except BaseException as exc:
+                _deliver(loop, fut, None, exc)
+            else:
+                _deliver(loop, fut, result, None)
+            return
+        while jobs:
+            jobs = self._transaction(conn, jobs)
+
+    def _alone(self, conn: sqlite3.Connection, fn: Callable[[SqliteSession], T]) -> T:
+        _begin_immediate(conn, self._busy_timeout)
+        try:
+            result = fn(SqliteSession(conn, self._compiler))
+            _commit(conn)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.commits += 1
+        self.operations += 1
+        return result
+
+    def _transaction(self, conn: sqlite3.Connection, jobs: list[_Job]) -> list[_Job]:
+        """Run ``jobs`` in one transaction and settle their futures; return the jobs
+        left to run in a new transaction (SQLite dropped this one under them)."""
+        try:
+            _begin_immediate(conn, self._busy_timeout)
+        except BaseException as exc:
+            _deliver_all([(job, None, exc) for job in jobs])
+            return []
+        session = SqliteSession(conn, self._compiler)
+        ran: list[tuple[_Job, Any]] = []  # committed with the transaction, if it commits
+        failed: list[tuple[_Job, Any, BaseException | None]] = []
+        for i, job in enumerate(jobs):
+            if job[2].cancelled():
+                continue
+            conn.execute("SAVEPOINT statekeeper_op")
+            try:
+                result = job[0](session)
+            except BaseException as exc:
+                if _undo(conn):
+                    failed.append((job, None, exc))
+                    continue
+                # The whole transaction is gone: so are the writes that ran before.
+                lost = [(done, None, exc) for done, _ in ran]
+                _deliver_all([*failed, *lost, (job, None, exc)])
+                return jobs[i + 1 :]
+            conn.execute("RELEASE statekeeper_op")
+            ran.append((job, result))
+        try:
+            _commit(conn)
+        except BaseException as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            _deliver_all([*failed, *((job, None, exc) for job, _ in ran)])
+            return []
+        self.commits += 1
+        self.operations += len(ran)
+        _deliver_all([*failed, *((job, result, None) for job, result in ran)])
+        return []
+
+
+def _undo(conn: sqlite3.Connection) -> bool:
+    """Roll back to the operation's savepoint; False if the transaction is gone."""
+    if not conn.in_transaction:
+        return False
+    try:
+        conn.execute("ROLLBACK TO statekeeper_op")
+        conn.execute("RELEASE statekeeper_op")
+    except sqlite3.Error:
+        with contextlib.suppress(sqlite3.Error):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        return False
+    return True
+
+
+def _commit(conn: sqlite3.Connection) -> None:
+    """COMMIT the writer's transaction (one place, so that tests can make it fail)."""
+    conn.execute("COMMIT")
 
 
 def _close(conn: sqlite3.Connection) -> None:
@@ -223,6 +410,27 @@ def _deliver(
     # RuntimeError: the loop was closed while we worked, so nobody is waiting.
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(settle)
+
+
+def _deliver_all(outcomes: Sequence[tuple[_Job, Any, BaseException | None]]) -> None:
+    """Settle a group's futures: one wake-up of each event loop, not one per future."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0][1], []).append(outcome)
+
+    for loop, settled in by_loop.items():
+
+        def settle(settled: list[tuple[_Job, Any, BaseException | None]] = settled) -> None:
+            for (_, _, fut, _), result, exc in settled:
+                if fut.done():
+                    continue
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle)
 
 
 class SqliteRuntime:
@@ -258,7 +466,7 @@ class SqliteRuntime:
         self._max_readers = readers
         self._echo = echo
         self._pid = os.getpid()
-        self._writer: _Worker | None = None
+        self._writer: _Writer | None = None
         self._readers: list[_Worker] = []
 
     def _connect_writer(self) -> sqlite3.Connection:
@@ -311,10 +519,15 @@ class SqliteRuntime:
             _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
             self._writer, self._readers, self._pid = None, [], os.getpid()
 
-    def _writer_worker(self) -> _Worker:
+    def _writer_worker(self) -> _Writer:
         self._check_fork()
         if self._writer is None:
-            self._writer = _Worker(self._connect_writer, "statekeeper-sqlite-writer")
+            self._writer = _Writer(
+                self._connect_writer,
+                "statekeeper-sqlite-writer",
+                compiler=self.compiler,
+                busy_timeout=self._busy_timeout,
+            )
         return self._writer
 
     def _reader_worker(self) -> _Worker:
@@ -329,23 +542,14 @@ class SqliteRuntime:
         return min(self._readers, key=lambda w: w.pending)
 
     async def write(self, fn: Callable[[SqliteSession], T]) -> T:
-        """Run ``fn`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread."""
-        compiler = self.compiler
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction on the writer thread.
 
-        timeout = self._busy_timeout
-
-        def body(conn: sqlite3.Connection) -> T:
-            _begin_immediate(conn, timeout)
-            try:
-                result = fn(SqliteSession(conn, compiler))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result
-
-        return await self._writer_worker().call(body)
+        The transaction may be shared with other queued writes (group commit, see
+        :class:`_Writer`): ``fn`` then runs inside its own savepoint, so it commits
+        or fails as if alone, and this returns only after the shared COMMIT, that
+        is once ``fn``'s writes are as durable as ``synchronous`` makes them.
+        """
+        return await self._writer_worker().write(fn)
 
     async def locked_write(
         self,
