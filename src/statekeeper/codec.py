@@ -83,6 +83,12 @@ Save/load symmetry (S5): ``encode`` raises
 allowlist, an unsupported type, a limit, NaN, a lone surrogate (not UTF-8), a
 reference cycle. ``decode`` raises :class:`~statekeeper.errors.CheckpointDecodeError`
 and nothing else: invalid UTF-8 or JSON, duplicate keys, a limit, a bad tag.
+
+Fast path: ``decode`` lets msgspec parse bytes and keeps the result only if
+re-encoding it gives back the very same bytes, with no tag, within the limits;
+anything else (and every error) goes through the reference decoder, so values,
+types and error messages are the same either way (``tests/test_codec_fast_path.py``
+checks it differentially).
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ from datetime import date, datetime, time
 from itertools import accumulate
 from typing import Any, ClassVar
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from statekeeper._codec_tags import (
@@ -151,6 +158,30 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _STR = frozenset({str})
 _SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _SCALARS_NOT_INT: frozenset[type] = frozenset({str, float, bool, type(None)})
+_TAG_BYTES = b'"$sk"'
+_MISS: Any = object()
+_CONTAINERS: frozenset[type] = frozenset({dict, list})
+_DIGIT_RUNS: dict[int, re.Pattern[bytes]] = {}
+
+
+def _digit_run(limit: int) -> re.Pattern[bytes]:
+    """A run of more than ``limit`` decimal digits (found in O(n): a run starts once)."""
+    pattern = _DIGIT_RUNS.get(limit)
+    if pattern is None:
+        pattern = _DIGIT_RUNS[limit] = re.compile(rb"(?<![0-9])[0-9]{%d}" % (limit + 1))
+    return pattern
+
+
+def _tree_depth(v: Any) -> int:
+    """Nesting of lists and dicts in a parsed JSON value (``_json_depth`` of its text)."""
+    t = type(v)
+    if t is dict:
+        children: Iterable[Any] = v.values()
+    elif t is list:
+        children = v
+    else:
+        return 0
+    return 1 + max((_tree_depth(x) for x in children if type(x) in _CONTAINERS), default=0)
 
 
 def _json_depth(text: str) -> int:
@@ -339,6 +370,48 @@ class Codec:
 
     def decode(self, data: bytes | str) -> Any:
         """Decode what ``encode`` produced, or raise ``CheckpointDecodeError``."""
+        if type(data) is bytes:
+            value = self._decode_fast(data)
+            if value is not _MISS:
+                return value
+        return self._decode_checked(data)
+
+    def _decode_fast(self, data: bytes) -> Any:
+        """The value of ``data`` if it is plain JSON in the exact form ``encode``
+        writes, else ``_MISS`` (and :meth:`_decode_checked` decides).
+
+        msgspec parses; the value is accepted only if re-encoding it gives back
+        these very bytes. Canonical bytes have no duplicate keys, whitespace,
+        escapes other than the compulsory ones, ``NaN`` tokens or non-canonical
+        numbers, so ``json`` with our hooks would parse them to an equal value of
+        the same types at every level. What the hooks also check is checked here
+        or sent to the checked path: a tag (``"$sk"`` anywhere), the size, the
+        depth and the int digits. Any error, whatever it is, goes to the checked
+        path too, which words the errors.
+        """
+        if len(data) > self.limits.max_bytes or (data.find(b"$") >= 0 and _TAG_BYTES in data):
+            return _MISS
+        digits = self._digits
+        python_digits = sys.get_int_max_str_digits()
+        if 0 < python_digits < digits:
+            digits = python_digits
+        if len(data) > digits and _digit_run(digits).search(data):
+            return _MISS
+        try:
+            value = msgspec.json.decode(data)
+            if msgspec.json.encode(value) != data:
+                return _MISS
+            if (
+                data.count(b"[") + data.count(b"{") > self._max_depth
+                and _tree_depth(value) > self._max_depth
+            ):
+                return _MISS
+        except Exception:  # RecursionError, an int over Python's limit, ...
+            return _MISS
+        return value
+
+    def _decode_checked(self, data: bytes | str) -> Any:
+        """The reference decoder: every check in Python, every error worded."""
         limits = self.limits
         python_digits = sys.get_int_max_str_digits()
         try:
