@@ -31,9 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 
-from ...errors import CheckpointDecodeError, PreconditionFailed
+from ...errors import (
+    CheckpointDecodeError,
+    CheckpointEncodeError,
+    PreconditionFailed,
+    StatekeeperError,
+)
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import format as fmt
@@ -106,6 +112,172 @@ class FileEngine(EngineWrites):
                 ids.close()
         return [one.header for one in sealed]
 
+    # -- group commit (S15) ---------------------------------------------------------------
+
+    def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
+        """Save ``records`` as independent saves that share one lock hold and one
+        fsync group (group commit, S15); one outcome per record, in order.
+
+        A record whose id is live (or taken earlier in the group) gets
+        :class:`PreconditionFailed`, an oversized one :class:`CheckpointEncodeError`:
+        it fails alone and takes no sequence. The others get consecutive sequences
+        in the order given, under the journal ``batched lo..hi`` (readers see none
+        of them until the journal is cleared, so no listing skips a lower one):
+
+        1. each record is written to a temp file in its bucket; the temp files are
+           made durable as one group (one ``syncfs``, or one ``fsync`` each with
+           ``batch_sync="fsync"``);
+        2. each is renamed to its final name, in sequence order, and each bucket
+           directory touched is fsynced once: from here every record is complete
+           under its final name, as after a one-record save;
+        3. the stream indexes and the id table (soft), then the journal is cleared
+           (one write of ``state``, not flushed: a power cut that loses it leaves
+           ``batched``, which recovery rolls forward over the records that are
+           there, or an older state, which restart recovery repairs from the
+           records above the sync mark).
+
+        A crash before step 3 ends leaves records that no caller was told about;
+        recovery keeps the ones that reached their final names (as it does for a
+        one-record save cut after its rename) and removes the temp files. An error
+        (ENOSPC, EIO) fails the whole group: it is taken back durably (journal
+        ``batch``, flushed, then every temp and record file of ``lo..hi`` removed)
+        and raised; no record of it stays.
+        """
+        out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
+        with self.writing() as tx:
+            ids = self.open_ids(write=True)
+            try:
+                admitted = self._admit_group(tx, ids, records, out)
+                if tx.state.ids_used + len(admitted) > ids.capacity // 2:
+                    ids.close()
+                    ids = self._rebuild_ids(tx)
+                lo = tx.state.hwm + 1
+                sealed: list[StoredRecord] = []
+                blobs: list[bytes] = []
+                for i in admitted:
+                    one = records[i].seal(lo + len(sealed))
+                    data = one.to_bytes(self.store_id)
+                    try:
+                        self._check_size(data)
+                    except CheckpointEncodeError as exc:
+                        out[i] = exc
+                        continue
+                    out[i] = one.header
+                    sealed.append(one)
+                    blobs.append(data)
+                if sealed:
+                    self._commit_group(tx, ids, lo, sealed, blobs)
+            finally:
+                ids.close()
+        assert all(one is not None for one in out)
+        return [one for one in out if one is not None]
+
+    def _admit_group(
+        self,
+        tx: Txn,
+        ids: IdTable,
+        records: list[NewRecord],
+        out: list[CheckpointHeader | StatekeeperError | None],
+    ) -> list[int]:
+        """The positions of the records whose ids are free (an expired holder is
+        removed, as a one-record save does); the others get their error in ``out``."""
+        admitted: list[int] = []
+        taken: set[str] = set()
+        for i, record in enumerate(records):
+            if record.id in taken:
+                out[i] = PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+                continue
+            live, _, _ = ids.probe(fmt.id_key(record.id))
+            if live:
+                try:
+                    self._check_new_id(tx, ids, record, live)
+                except PreconditionFailed as exc:
+                    out[i] = exc
+                    continue
+            taken.add(record.id)
+            admitted.append(i)
+        return admitted
+
+    def _commit_group(
+        self, tx: Txn, ids: IdTable, lo: int, sealed: list[StoredRecord], blobs: list[bytes]
+    ) -> None:
+        """Steps 1 to 3 of :meth:`insert_group` for the admitted records."""
+        hi = lo + len(sealed) - 1
+        tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
+        try:
+            self._publish_group(sealed, blobs)
+        except BaseException:
+            self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            raise
+        try:
+            took = self._index_batch(tx, ids, sealed)
+            tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+        except BaseException:
+            self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            raise
+        if tx.state.hwm - tx.state.synced >= self.sync_interval:
+            try:
+                self._advance_sync(tx, ids)
+            except OSError as exc:
+                _log.warning("file store %s: flushing the indexes failed: %s", self.root, exc)
+
+    def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
+        """Temp files, one sync group, renames in sequence order, one fsync per
+        bucket directory. On failure the caller removes what is left."""
+        by_syncfs = self._by_syncfs()
+        buckets: dict[int, int] = {}
+        moves: list[tuple[int, str, str]] = []
+        try:
+            for record, data in zip(sealed, blobs, strict=True):
+                seq = record.sequence
+                number = fmt.bucket_of(seq)
+                bucket = buckets.get(number)
+                if bucket is None:
+                    bucket = self.bucket(seq, create=True)
+                    assert bucket is not None
+                    buckets[number] = bucket
+                tmp = fmt.temp_name(seq)
+                self.write_new(bucket, tmp, data, sync=self.durable and not by_syncfs)
+                moves.append((bucket, tmp, fmt.record_name(seq, record.id)))
+            if by_syncfs:
+                self._syncfs(buckets.values())
+            for bucket, tmp, name in moves:
+                self.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            if self.durable:
+                for bucket in buckets.values():
+                    self.io.fsync(bucket)
+        finally:
+            for bucket in buckets.values():
+                self.close_bucket(bucket)
+
+    def _by_syncfs(self) -> bool:
+        """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
+        if not self.durable or self.batch_sync == "fsync":
+            return False
+        return self.batch_sync == "syncfs" or syncfs_usable(self.io)
+
+    def _syncfs(self, fds: Iterable[int]) -> None:
+        """One ``syncfs`` per file system the descriptors are on."""
+        devices = {self.io.fstat(fd).st_dev: fd for fd in fds}
+        for fd in devices.values():
+            self.io.syncfs(fd)  # type: ignore[attr-defined]
+
+    def _remove_batch_temps(self, lo: int, hi: int) -> None:
+        """Remove the temp files of sequences ``lo..hi`` (a group commit cut short;
+        sequences are never reused, so no other write owns them)."""
+        records = self.fd("records")
+        for number in range(fmt.bucket_of(lo), fmt.bucket_of(hi) + 1):
+            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
+            if bfd is None:
+                continue
+            try:
+                for name in self.io.listdir(bfd):
+                    seq = fmt.parse_temp_name(name)
+                    if seq is not None and lo <= seq <= hi:
+                        self.unlink_missing_ok(name, bfd)
+            finally:
+                self.io.close(bfd)
+
     def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
         """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
         then remove the expired checkpoints whose ids the batch reuses."""
@@ -130,9 +302,7 @@ class FileEngine(EngineWrites):
 
     def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Create every record file, then make them durable as one group."""
-        by_syncfs = self.durable and self.batch_sync != "fsync"
-        if by_syncfs and self.batch_sync == "auto" and not syncfs_usable(self.io):
-            by_syncfs = False
+        by_syncfs = self._by_syncfs()
         buckets: dict[int, int] = {}
         try:
             for record, data in zip(sealed, blobs, strict=True):
@@ -148,9 +318,7 @@ class FileEngine(EngineWrites):
                 return
             if by_syncfs:
                 # One writeback of the file system: the records' bytes and names.
-                devices = {self.io.fstat(fd).st_dev: fd for fd in buckets.values()}
-                for fd in devices.values():
-                    self.io.syncfs(fd)  # type: ignore[attr-defined]
+                self._syncfs(buckets.values())
             else:
                 for fd in buckets.values():
                     self.io.fsync(fd)
@@ -204,6 +372,8 @@ class FileEngine(EngineWrites):
         assert journal is not None and journal.op in fmt.BATCH_OPS
         lo, hi = journal.lo, journal.hi
         if journal.op == fmt.BATCH_COMMITTED:
+            # A group commit cut short may have left temp files (never renamed).
+            self._remove_batch_temps(lo, hi)
             records = self._batch_records(lo, hi)
             if records:
                 _log.warning("file store %s: finishing save_many %d..%d", self.root, lo, hi)
@@ -257,6 +427,7 @@ class FileEngine(EngineWrites):
         """Remove every trace of batch ``lo..hi``: its record files first (flushed,
         so none comes back), then its index slots and id entries, then the
         journal. Its sequences stay used."""
+        self._remove_batch_temps(lo, hi)
         files = self._batch_files(lo, hi)
         sfiles = set(sfiles or ())
         for seq, cid in files:

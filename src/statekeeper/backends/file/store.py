@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Self, TypeVar
@@ -145,6 +146,9 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             read_only=opts.read_only,
         )
         self._engine.batch_sync = opts.batch_sync
+        self._save_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SaveQueue] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
@@ -261,7 +265,72 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         await asyncio.to_thread(self._engine.close_fds)
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        return await self._run("save", self._engine.insert, record)
+        """Group commit (S15): a save made while another of this event loop is in
+        flight waits, and the waiting ones go together in the next worker hop
+        (:meth:`.batch.FileEngine.insert_group`: one lock hold, one fsync group,
+        one outcome each). A save with none in flight goes alone, at once."""
+        loop = asyncio.get_running_loop()
+        queue = self._save_queues.get(loop)
+        if queue is None:
+            queue = self._save_queues[loop] = _SaveQueue()
+        if not queue.busy:
+            queue.busy = True
+            try:
+                return await self._run("save", self._engine.insert, record)
+            finally:
+                self._next_group(queue, loop)
+        waiter: asyncio.Future[CheckpointHeader] = loop.create_future()
+        queue.waiting.append((record, waiter))
+        return await waiter
+
+    def _next_group(self, queue: _SaveQueue, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand the saves that queued meanwhile to a task that commits them in groups,
+        or mark the queue idle."""
+        if queue.waiting:
+            queue.drainer = loop.create_task(self._drain(queue))
+        else:
+            queue.busy = False
+
+    async def _drain(self, queue: _SaveQueue) -> None:
+        """Commit the waiting saves in groups until none waits. Every waiter gets
+        its own outcome; a waiter cancelled before its group started is left out
+        (nothing of it is written)."""
+        try:
+            while queue.waiting:
+                group = [(r, w) for r, w in queue.waiting[:_MAX_GROUP] if not w.done()]
+                del queue.waiting[:_MAX_GROUP]
+                if not group:
+                    continue
+                try:
+                    if len(group) == 1:
+                        outcomes: list[CheckpointHeader | StatekeeperError] = [
+                            await self._run("save", self._engine.insert, group[0][0])
+                        ]
+                    else:
+                        records = [record for record, _ in group]
+                        outcomes = await self._run("save", self._engine.insert_group, records)
+                except Exception as exc:
+                    for _, waiter in group:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                except BaseException:
+                    for _, waiter in group:
+                        waiter.cancel()
+                    raise
+                for (_, waiter), outcome in zip(group, outcomes, strict=True):
+                    if waiter.done():
+                        continue
+                    if isinstance(outcome, CheckpointHeader):
+                        waiter.set_result(outcome)
+                    else:
+                        waiter.set_exception(outcome)
+        finally:
+            for _, waiter in queue.waiting:
+                waiter.cancel()
+            queue.waiting.clear()
+            queue.busy = False
+            queue.drainer = None
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """All or nothing, also after a crash; invisible to readers until complete;
@@ -328,6 +397,23 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         """Replace the record file's bytes, unverified (conformance kit backdoor)."""
         self._require_writable("backdoor_write_raw")
         await self._run("backdoor_write_raw", self._engine.write_raw, id, bytes(data))
+
+
+#: The most saves committed in one group.
+_MAX_GROUP = 256
+
+
+class _SaveQueue:
+    """The saves of one event loop waiting for a group commit."""
+
+    __slots__ = ("busy", "drainer", "waiting")
+
+    def __init__(self) -> None:
+        #: A save or a group of this loop is in flight.
+        self.busy = False
+        self.waiting: list[tuple[NewRecord, asyncio.Future[CheckpointHeader]]] = []
+        #: The task committing the waiting saves (a reference keeps it alive).
+        self.drainer: asyncio.Task[None] | None = None
 
 
 def _errno_name(exc: OSError) -> str:
