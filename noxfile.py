@@ -156,3 +156,15 @@ def bench_integrations(session: nox.Session) -> None:
     # the peers are pinned in benchmarks/requirements.txt and live only in this env
     session.install("-r", "benchmarks/requirements.txt")
     session.run("python", "benchmarks/integrations.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_hot(session: nox.Session) -> None:
+    """Issue 15's targets: listing, reads against the worker hop, single saves against the
+    bare writes, group commit from 1, 8 and 64 tasks (syncs counted with strace), beside
+    LangGraph's SQLite and in-memory savers; ``-- --quick`` for ~2 minutes, ``-- --docs``
+    also puts the section and its plot into docs/benchmarks.md."""
+    _sync(session)
+    # the peers are pinned in benchmarks/requirements.txt and live only in this env
+    session.install("-r", "benchmarks/requirements.txt")
+    session.run("python", "benchmarks/hot.py", *session.posargs)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 
 from skbench.adapters.base import MAIN_STREAM  # noqa: E402
 from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
-from skbench.floors import Floors  # noqa: E402
+from skbench.floors import Floors, record_bytes  # noqa: E402
 from skbench.machine import describe_machine  # noqa: E402
 from skbench.plots import make_plots  # noqa: E402
 from skbench.report import Report  # noqa: E402
@@ -105,17 +105,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def record_size() -> bytes:
-    """The envelope bytes statekeeper stores for one state (what the floors write)."""
-    from skbench.payload import make_state
-
-    import statekeeper
-
-    async with statekeeper.open_store("memory://") as store:
-        cp = await store.save(MAIN_STREAM, make_state(1), metadata={"step": 1})
-        return bytes(await store.backdoor_read_raw(cp.id))
-
-
 def rerender(args: argparse.Namespace) -> Path:
     """Write the report again from a run's raw JSON (for changes to the report only)."""
     raw = json.loads(args.from_json.read_text())
@@ -154,7 +143,7 @@ async def main(args: argparse.Namespace) -> Path:
     load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
     say(results, f"{mode} run, sizes {settings.sizes}, stores under {workdir}")
     adapters = []
-    record = await record_size()
+    record = await record_bytes(MAIN_STREAM)
     floors = Floors(workdir, record, REDIS_URL)
     try:
         record_floor_constants(results, record)

@@ -74,6 +74,35 @@ def _sqlite_insert(path: Path, synchronous: str, data: bytes) -> tuple[FloorOp, 
     return op, conn
 
 
+async def record_bytes(stream: str = "bench-main") -> bytes:
+    """The envelope bytes statekeeper stores for one ~1 KB state (what the floors write)."""
+    import statekeeper
+
+    from .payload import make_state
+
+    async with statekeeper.open_store("memory://") as store:
+        cp = await store.save(stream, make_state(1), metadata={"step": 1})
+        return bytes(await store.backdoor_read_raw(cp.id))
+
+
+class WriteFloors:
+    """The three bare writes issue 15 compares single saves with, opened under
+    ``workdir``: ``durable`` (write, fsync, rename, fsync the directory), ``plain``
+    (write, rename) and ``sqlite_full`` (``BEGIN IMMEDIATE; INSERT; COMMIT`` at
+    ``synchronous=FULL``), each writing ``data``."""
+
+    def __init__(self, workdir: Path, data: bytes) -> None:
+        for name in ("floor-durable", "floor-plain"):
+            (workdir / name).mkdir()
+        self.durable = _durable_write(workdir / "floor-durable", data)
+        self.plain = _plain_write(workdir / "floor-plain", data)
+        self.sqlite_full, self._conn = _sqlite_insert(workdir / "floor-full.db", "FULL", data)
+
+    def close(self) -> None:
+        os.close(self.durable.dir_fd)  # type: ignore[attr-defined]
+        self._conn.close()
+
+
 def dict_lookup_seconds(size: int = 100_000) -> float:
     """One ``d[key]`` of a str-keyed dict, per call (the memory backend's floor)."""
     table = {f"id-{i}": i for i in range(size)}

@@ -64,3 +64,53 @@ def make_plots(results: Results, sizes: list[int], directory: Path) -> dict[str,
         plt.close(fig)
         written[title] = path
     return written
+
+
+def plot_rates(
+    series: dict[str, list[tuple[int, float, float, float]]],
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str = "saves per second (median of rounds, bars min-max)",
+) -> Path:
+    """One line per store of (x, median, low, high), log x: a rate against concurrency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8.5, 5.5), dpi=110)
+    ticks: set[int] = set()
+    for name, points in series.items():
+        if not points:
+            continue
+        xs = [p[0] for p in points]
+        ticks.update(xs)
+        ys = [p[1] for p in points]
+        ours = name.startswith("statekeeper")
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[
+                [max(y - p[2], 0.0) for y, p in zip(ys, points, strict=True)],
+                [max(p[3] - y, 0.0) for y, p in zip(ys, points, strict=True)],
+            ],
+            label=name,
+            marker="o" if ours else "s",
+            linestyle="-" if ours else "--",
+            linewidth=2.0 if ours else 1.2,
+            capsize=3,
+        )
+    ax.set_xscale("log")
+    ax.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

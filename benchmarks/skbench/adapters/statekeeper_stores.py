@@ -11,7 +11,7 @@ import asyncio
 import os
 import secrets
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -171,6 +171,17 @@ class StatekeeperAdapter(Adapter):
         for store in self.stores.values():
             await store.close()
 
+    def noop_hop(self, store: Any) -> tuple[Callable[[], Awaitable[Any]] | None, str]:
+        """A call that does nothing on the worker ``store``'s reads run on, and how it
+        is made: the cost of the thread hop alone, the floor of ``get_latest`` and
+        ``load`` (issue 15). ``None`` when this store has no worker to hop to, or its
+        internals moved (the report then says the floor was not measured)."""
+        return None, f"{self.name} has no worker thread"
+
+
+def _noop(*_: Any) -> None:
+    """The body of a no-op hop."""
+
 
 def attach_store(cls: str, url: str, options: dict[str, Any]) -> Adapter:
     """Child-process factory: a handle on an existing store (see ``writer_spec``)."""
@@ -211,6 +222,19 @@ class FileStore(StatekeeperAdapter):
             SaveMode("fast", "process-crash", "temp file, rename; no fsync"),
         ]
 
+    def noop_hop(self, store: Any) -> tuple[Callable[[], Awaitable[Any]] | None, str]:
+        # Every operation of the file store runs as one ``_run(what, func, *args)``:
+        # one trip to its worker (today ``asyncio.to_thread``) with the engine held
+        # active. A no-op through the same door costs the trip and nothing else.
+        run = getattr(store, "_run", None)
+        if run is None:
+            return None, "FileCheckpointStore._run is gone: the file store's hop moved"
+
+        async def hop() -> Any:
+            return await run("no-op", _noop)
+
+        return hop, "`FileCheckpointStore._run('no-op', lambda: None)`: every operation's door"
+
 
 class SqliteStore(StatekeeperAdapter):
     name = "statekeeper sqlite"
@@ -227,6 +251,19 @@ class SqliteStore(StatekeeperAdapter):
             SaveMode("full", "power-loss", "WAL, synchronous=FULL, BEGIN IMMEDIATE"),
             SaveMode("fast", "process-crash", "WAL, synchronous=NORMAL, BEGIN IMMEDIATE"),
         ]
+
+    def noop_hop(self, store: Any) -> tuple[Callable[[], Awaitable[Any]] | None, str]:
+        # Reads run on a reader thread that owns its connection:
+        # ``SqliteRuntime._reader_worker().call(fn)``. A no-op there is the hop alone.
+        runtime = getattr(store, "_runtime", None)
+        pick = getattr(runtime, "_reader_worker", None)
+        if pick is None:
+            return None, "SqliteRuntime._reader_worker is gone: the SQLite read path moved"
+
+        async def hop() -> Any:
+            return await pick().call(_noop)
+
+        return hop, "`SqliteRuntime._reader_worker().call(lambda conn: None)`: a reader thread"
 
 
 class PostgresStore(StatekeeperAdapter):
