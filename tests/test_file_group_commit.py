@@ -1,0 +1,334 @@
+"""Group commit on the file backend (S15): saves from concurrent tasks that queue
+while one is in flight share one lock hold and one fsync group, each with its own
+outcome.
+
+Grouping is made deterministic with a gate: the first save (the one in flight)
+waits in the worker thread until every other save has queued behind it; the
+engine's ``insert_group`` is wrapped to record each group it commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file.io import OsFileIO
+from statekeeper.errors import (
+    BackendError,
+    CheckpointEncodeError,
+    CheckpointNotFound,
+    PreconditionFailed,
+)
+from statekeeper.models import Checkpoint
+
+pytestmark = pytest.mark.asyncio
+
+
+class Gate:
+    """Hold the first one-record save in the worker thread until released, and
+    record the ids of every group the engine commits."""
+
+    def __init__(self, store: FileCheckpointStore) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.groups: list[list[str]] = []
+        self.on_group: Callable[[], None] | None = None
+        engine = store._engine
+        insert, insert_group = engine.insert, engine.insert_group
+
+        def gated_insert(record: Any) -> Any:
+            if not self.entered.is_set():
+                self.entered.set()
+                assert self.release.wait(30), "the gate was never released"
+            return insert(record)
+
+        def recorded_group(records: list[Any]) -> Any:
+            self.groups.append([r.id for r in records])
+            if self.on_group is not None:
+                self.on_group()
+            return insert_group(records)
+
+        engine.insert = gated_insert  # type: ignore[method-assign]
+        engine.insert_group = recorded_group  # type: ignore[method-assign]
+
+
+async def behind_one_in_flight(
+    store: FileCheckpointStore, gate: Gate, calls: list[Callable[[], Awaitable[Any]]]
+) -> tuple[list[asyncio.Task[Any]], Checkpoint]:
+    """Start one save and hold it in flight; start ``calls`` (which queue behind
+    it); release it. Returns the queued tasks (not awaited) and the first save."""
+    first = asyncio.create_task(store.save("first", {"n": 0}, id="first"))
+    assert await asyncio.to_thread(gate.entered.wait, 30)
+    tasks = [asyncio.create_task(call()) for call in calls]
+    for _ in range(3):
+        await asyncio.sleep(0)  # every task runs up to its place in the queue
+    return tasks, await _release(gate, first)
+
+
+async def _release(gate: Gate, first: asyncio.Task[Checkpoint]) -> Checkpoint:
+    gate.release.set()
+    return await first
+
+
+def saving(
+    store: FileCheckpointStore, stream: str, cid: str, state: Any = None
+) -> Callable[[], Awaitable[Checkpoint]]:
+    return lambda: store.save(stream, {"id": cid} if state is None else state, id=cid)
+
+
+async def test_saves_that_queue_behind_one_in_flight_commit_as_one_group(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        gate = Gate(store)
+        ids = [f"g{i}" for i in range(12)]
+        tasks, first = await behind_one_in_flight(
+            store, gate, [saving(store, f"s{i}", cid) for i, cid in enumerate(ids)]
+        )
+        saved = await asyncio.gather(*tasks)
+        assert gate.groups == [ids], "the queued saves were not committed as one group"
+        assert [cp.id for cp in saved] == ids
+        # consecutive sequences after the save that was in flight, in the order queued
+        assert [cp.sequence for cp in saved] == list(
+            range(first.sequence + 1, first.sequence + 1 + len(ids))
+        )
+        for i, cp in enumerate(saved):
+            latest = await store.get_latest(f"s{i}")
+            assert latest is not None and latest.id == cp.id and latest.state == {"id": cp.id}
+            assert latest.sequence == cp.sequence and latest.etag == cp.etag
+        assert (await store.verify()).ok
+
+
+async def test_a_lone_save_is_not_grouped(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        gate = Gate(store)
+        gate.entered.set()  # no gating: every save goes straight through
+        for i in range(5):
+            await store.save("s", {"i": i})
+        assert gate.groups == []
+
+
+async def test_a_failing_save_in_a_group_fails_alone(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        await store.save("old", {"x": 1}, id="taken")
+        store._engine.max_record_bytes = 4096  # a record over it fails its own save only
+        gate = Gate(store)
+        calls = [
+            saving(store, "a", "ok-1"),
+            saving(store, "b", "taken"),  # live id
+            saving(store, "c", "ok-2"),
+            saving(store, "d", "ok-2"),  # the id an earlier save of the group took
+            saving(store, "e", "big", {"blob": "x" * 10_000}),  # oversized record
+            saving(store, "f", "ok-3"),
+        ]
+        tasks, first = await behind_one_in_flight(store, gate, calls)
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        assert len(gate.groups) == 1
+        assert isinstance(out[1], PreconditionFailed)
+        assert isinstance(out[3], PreconditionFailed)
+        assert isinstance(out[4], CheckpointEncodeError)
+        ok = [out[0], out[2], out[5]]
+        assert all(isinstance(cp, Checkpoint) for cp in ok), out
+        # the failed ones took no sequence: the others are consecutive
+        assert [cp.sequence for cp in ok if isinstance(cp, Checkpoint)] == [
+            first.sequence + 1,
+            first.sequence + 2,
+            first.sequence + 3,
+        ]
+        assert (await store.load("taken")).stream == "old"
+        assert (await store.load("ok-2")).stream == "c"
+        with pytest.raises(CheckpointNotFound):
+            await store.load("big")
+        assert await store.get_latest("d") is None
+        assert await store.get_latest("e") is None
+        assert (await store.verify()).ok
+
+
+async def test_a_group_reuses_an_expired_id(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        await store.save("old", {"x": 1}, id="reused", ttl=0.01)
+        await asyncio.sleep(0.05)
+        gate = Gate(store)
+        tasks, _ = await behind_one_in_flight(
+            store, gate, [saving(store, "new", "reused"), saving(store, "other", "x")]
+        )
+        saved = await asyncio.gather(*tasks)
+        assert gate.groups == [["reused", "x"]]
+        assert (await store.load("reused")).stream == "new"
+        assert saved[0].id == "reused"
+        assert (await store.verify()).ok
+
+
+async def test_saves_are_acknowledged_in_sequence_order(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        gate = Gate(store)
+        acked: list[int] = []
+
+        def call(i: int) -> Callable[[], Awaitable[None]]:
+            async def save() -> None:
+                cp = await store.save(f"s{i % 3}", {"i": i})
+                acked.append(cp.sequence)
+
+            return save
+
+        tasks, first = await behind_one_in_flight(store, gate, [call(i) for i in range(20)])
+        await asyncio.gather(*tasks)
+        assert acked == list(range(first.sequence + 1, first.sequence + 21))
+        # and the order holds in every read: newest last, by sequence
+        page = await store.list(None, order="asc", limit=100)
+        assert [cp.sequence for cp in page.items] == [first.sequence, *acked]
+        assert [cp.state["i"] for cp in page.items[1:]] == list(range(20))
+
+
+async def test_a_save_cancelled_while_queued_writes_nothing(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        gate = Gate(store)
+        first = asyncio.create_task(store.save("first", {"n": 0}))
+        assert await asyncio.to_thread(gate.entered.wait, 30)
+        tasks = [asyncio.create_task(saving(store, f"s{i}", f"c{i}")()) for i in range(4)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        tasks[1].cancel()
+        await _release(gate, first)
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(out[1], asyncio.CancelledError)
+        assert gate.groups == [["c0", "c2", "c3"]]
+        with pytest.raises(CheckpointNotFound):
+            await store.load("c1")
+        assert await store.get_latest("s1") is None
+        # the queue still works afterwards, alone and grouped
+        assert (await store.save("s1", {"again": True}, id="c1")).id == "c1"
+        assert (await store.verify()).ok
+
+
+async def test_a_group_whose_every_waiter_was_cancelled_commits_nothing(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        gate = Gate(store)
+        first = asyncio.create_task(store.save("first", {"n": 0}))
+        assert await asyncio.to_thread(gate.entered.wait, 30)
+        tasks = [asyncio.create_task(saving(store, f"s{i}", f"c{i}")()) for i in range(3)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        for task in tasks:
+            task.cancel()
+        await _release(gate, first)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert gate.groups == []
+        page = await store.list(None, limit=100)
+        assert [cp.stream for cp in page.items] == ["first"]
+        assert (await store.save("later", {})).stream == "later"
+
+
+class FaultIO(OsFileIO):
+    """The real file system, failing the k-th mutating call (counted from
+    :meth:`arm`) with EIO once; ``counted`` says how many there were."""
+
+    def __init__(self) -> None:
+        self.k: int | None = None
+        self.counted = 0
+        self.fired: str | None = None
+
+    def arm(self, k: int | None) -> None:
+        self.k, self.counted, self.fired = k, 0, None
+
+    def _fault(self, op: str) -> None:
+        self.counted += 1
+        if self.k is not None and self.counted == self.k:
+            self.k, self.fired = None, op
+            self.counted = -(1 << 30)  # stop counting
+            raise OSError(errno.EIO, os.strerror(errno.EIO), op)
+
+    def write(self, fd: int, data: bytes) -> int:
+        self._fault("write")
+        return super().write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        self._fault("pwrite")
+        return super().pwrite(fd, data, offset)
+
+    def fsync(self, fd: int) -> None:
+        self._fault("fsync")
+        super().fsync(fd)
+
+    def fdatasync(self, fd: int) -> None:
+        self._fault("fdatasync")
+        super().fdatasync(fd)
+
+    def syncfs(self, fd: int) -> None:
+        self._fault("syncfs")
+        super().syncfs(fd)
+
+    def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        self._fault("rename")
+        super().rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        if flags & os.O_CREAT:
+            self._fault("open")
+        return super().open(name, flags, mode, dir_fd=dir_fd)
+
+
+async def _group_under_fault(
+    root: Path, batch_sync: str, k: int | None
+) -> tuple[FaultIO, list[Any]]:
+    io = FaultIO()
+    async with FileCheckpointStore(root, io=io, batch_sync=batch_sync) as store:
+        for i in range(3):
+            await store.save(f"s{i}", {"before": i}, id=f"before-{i}")
+        gate = Gate(store)
+        gate.on_group = lambda: io.arm(k)
+        ids = [f"g{i}" for i in range(6)]
+        tasks, _ = await behind_one_in_flight(
+            store, gate, [saving(store, f"s{i % 3}", cid) for i, cid in enumerate(ids)]
+        )
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        io.k = None  # disarmed; ``counted`` keeps the mutating calls of the group
+        if k is not None and io.fired is not None:
+            assert all(isinstance(one, BackendError) for one in out), (io.fired, out)
+            assert all(
+                isinstance(one.orig, OSError) for one in out if isinstance(one, BackendError)
+            )
+            for cid in ids:
+                with pytest.raises(CheckpointNotFound):
+                    await store.load(cid)
+            for i in range(3):
+                latest = await store.get_latest(f"s{i}")
+                assert latest is not None and latest.id == f"before-{i}", (io.fired, latest)
+            page = await store.list(None, limit=100)
+            assert not page.skipped, (io.fired, page.skipped)
+            assert sorted(cp.id for cp in page.items) == sorted(
+                ["first", "before-0", "before-1", "before-2"]
+            )
+            report = await store.verify()
+            assert report.ok, (io.fired, report.problems)
+            # usable at once, alone and in a group
+            again = await store.save("s0", {"after": True}, id="g0")
+            assert (await store.get_latest("s0")) == again
+        leftovers = [
+            name for _, _, names in os.walk(root) for name in names if name.endswith(".tmp")
+        ]
+        assert not leftovers, (io.fired, leftovers)
+    return io, out
+
+
+@pytest.mark.parametrize("batch_sync", ["syncfs", "fsync"])
+async def test_an_io_error_anywhere_in_a_group_fails_every_save_of_it(
+    batch_sync: str, tmp_path: Path
+) -> None:
+    io, out = await _group_under_fault(tmp_path / "dry", batch_sync, None)
+    assert all(isinstance(one, Checkpoint) for one in out)
+    calls = io.counted
+    assert calls > 6
+    fired = set()
+    for k in range(1, calls + 1):
+        io, _ = await _group_under_fault(tmp_path / f"k{k}", batch_sync, k)
+        assert io.fired is not None
+        fired.add(io.fired)
+    assert {"open", "rename"} <= fired
+    assert ("syncfs" if batch_sync == "syncfs" else "fsync") in fired
