@@ -207,7 +207,7 @@ class KitBase:
         if store.capabilities.raw_access:
             cp = await store.save(stream, {"fine": "for now"}, **kwargs)
             raw = await store.backdoor_read_raw(cp.id)
-            record = StoredRecord.from_bytes(raw, location="kit")
+            record = StoredRecord.from_bytes(raw, location="kit", expect_sequence=cp.sequence)
             unreadable = dataclasses.replace(record, state=b'{"$sk": "no such tag" \xff')
             await store.backdoor_write_raw(cp.id, unreadable.to_bytes(store.store_id))
             return store, cp

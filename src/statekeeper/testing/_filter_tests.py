@@ -461,7 +461,7 @@ class FilterTests(KitBase):
         assert updated.metadata == {"m": "json still"}
         if store.capabilities.raw_access:
             raw = await store.backdoor_read_raw(saved[1].id)
-            record = StoredRecord.from_bytes(raw, location="kit")
+            record = StoredRecord.from_bytes(raw, location="kit", expect_sequence=saved[1].sequence)
             assert (record.codec, record.state) == ("raw", payloads[1]), "not stored verbatim"
             assert raw.endswith(payloads[1])
 

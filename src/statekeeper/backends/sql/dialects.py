@@ -320,6 +320,11 @@ def _pg_sqlstate(orig: BaseException | None) -> str | None:
     return state if isinstance(state, str) else None
 
 
+def _from_asyncpg(exc: BaseException) -> bool:
+    """An asyncpg error, raised on PostgreSQL's lean path (:mod:`.pg`) without SQLAlchemy."""
+    return type(exc).__module__.split(".")[0] == "asyncpg"
+
+
 def translate_error(exc: BaseException, where: str, busy_timeout: float) -> StatekeeperError | None:
     """The statekeeper error for a driver/SQLAlchemy/OS error, or ``None`` to re-raise.
 
@@ -338,7 +343,9 @@ def translate_error(exc: BaseException, where: str, busy_timeout: float) -> Stat
     orig: BaseException = exc
     if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
         orig = exc.orig
-    elif not isinstance(exc, sa.exc.SQLAlchemyError | sqlite3.Error | OSError | ConnectionError):
+    elif not isinstance(
+        exc, sa.exc.SQLAlchemyError | sqlite3.Error | OSError | ConnectionError
+    ) and not _from_asyncpg(exc):
         return None
     detail = str(orig).strip() or type(orig).__name__
     if isinstance(orig, sqlite3.Error):

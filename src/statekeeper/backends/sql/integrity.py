@@ -25,15 +25,18 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
+
+import sqlalchemy as sa
 
 from ...errors import CheckpointDecodeError, StoreFormatError
 from ...models import Problem
 from ...record import MAGIC, StoredRecord
-from . import dialects, writes
+from . import dialects, pg, writes
 from .dialects import Session
 from .migrations import read_meta, tables_version
 from .schema import Statements, expires_micros, field_rows, tag_rows
+from .server import SaSession
 
 __all__ = [
     "PAGE",
@@ -191,7 +194,14 @@ def _top(s: Session, st: Statements) -> int:
 
 
 def check_counter(s: Session, st: Statements, where: str) -> list[Problem]:
-    """The counter row: present, an integer, and not below any stored sequence."""
+    """The counter row: present, an integer, and not below any stored sequence.
+
+    PostgreSQL takes sequences from transaction ids (:mod:`.pg`): there the
+    ``seq_base`` meta row is checked instead, present, an integer, and high enough
+    that ``(next transaction id + base) * 1024`` is above every stored sequence.
+    """
+    if s.family == "postgresql":
+        return _check_base(s, st)
     location = f"{st.t.counter.name}[name=sequence]"
     row = s.first(st.read_hwm)
     top = _top(s, st)
@@ -218,7 +228,10 @@ def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
 
     Never lowers it: the counter may rightly be above every stored sequence (the
     newest checkpoints were deleted), and those sequences must not come back.
+    PostgreSQL: raises the ``seq_base`` meta row instead (``(old, new)`` base).
     """
+    if s.family == "postgresql":
+        return _rebuild_base(s, st)
     row = s.first(st.read_hwm)
     top = _top(s, st)
     hwm = counter_value(row)
@@ -231,6 +244,31 @@ def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
         s.run(st.set_hwm, {"new_hwm": top})
         return (hwm or 0, top)
     return None
+
+
+def _base_state(s: Session, st: Statements) -> tuple[str | None, int | None, int, int]:
+    meta = st.t.meta
+    row = s.first(sa.select(meta.c.value).where(meta.c.name == pg.BASE_ROW))
+    raw = None if row is None else str(row[0])
+    nxt = s.first(sa.text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
+    assert nxt is not None
+    return raw, pg.parse_base(raw), _top(s, st), int(nxt[0])
+
+
+def _check_base(s: Session, st: Statements) -> list[Problem]:
+    raw, base, top, nxt = _base_state(s, st)
+    need = pg.base_needed(top, nxt)
+    if base is not None and base >= need:
+        return []
+    location = f"{st.t.meta.name}[name={pg.BASE_ROW}]"
+    return [Problem(kind="state", location=location, reason=pg.base_problem(raw, base, need))]
+
+
+def _rebuild_base(s: Session, st: Statements) -> tuple[int, int] | None:
+    raw, base, top, nxt = _base_state(s, st)
+    if raw is not None and base is not None and base >= pg.base_needed(top, nxt):
+        return None
+    return (base or 0, pg.raise_base(cast(SaSession, s), st.t))
 
 
 # -- checkpoint rows and their tag rows ---------------------------------------------------
@@ -447,8 +485,9 @@ def repair_summary(
     if counter is not None:
         rebuilt["counter"] = 1
         actions.append(
-            f"raised the sequence counter from {counter[0]} to {counter[1]}, the highest "
+            f"raised the sequence counter (on PostgreSQL the seq_base offset of transaction "
+            f"ids) from {counter[0]} to {counter[1]}, so new sequences stay above every "
             "sequence stored; it is never lowered, but the sequences of checkpoints "
-            "deleted above it while the counter was damaged cannot be known"
+            "deleted above it while it was damaged cannot be known"
         )
     return rebuilt, actions

@@ -49,6 +49,11 @@ class SqlOptions(StoreOptions):
     #: Connections: SQLite reader threads (default 2; plus one writer), or the
     #: server connection pool size (default 5, overflow as much again).
     pool_size: int | None = Field(default=None, ge=1, le=64)
+    #: PostgreSQL: seconds a listing waits, at most, for saves still in flight below
+    #: the newest committed ones (the visibility horizon, ``docs/sql-backend.md``)
+    #: before it returns the page up to the horizon; the rest comes on a later call.
+    #: ``get_latest`` and ``load`` never wait.
+    listing_wait: float = Field(default=0.05, ge=0, le=60)
     #: Log every SQL statement (logger ``sqlalchemy.engine`` / ``statekeeper.sql``).
     echo: bool = False
     #: Extra keyword arguments for the driver's ``connect()`` (e.g. ``ssl``);

@@ -513,6 +513,7 @@ class Statements:
         has_bound: bool,
         ntags: int,
         nmeta: int = 0,
+        horizon: bool = False,
     ) -> Executable:
         """A keyset page: live rows ``(seq, id, record)`` beyond ``:bound`` in ``order``.
 
@@ -520,6 +521,9 @@ class Statements:
         through its index, which yields rows already in sequence order (so the
         ``LIMIT`` stops early); the other filters are checked per row through the
         primary key ``(seq, key)`` of the tags or fields table.
+
+        ``horizon`` (PostgreSQL, :mod:`.pg`) keeps only rows below ``hz.h``, a CTE
+        the caller wraps around the statement.
         """
         cp, tags, fields = self.t.checkpoints, self.t.tags, self.t.fields
         cols = (cp.c.seq, cp.c.id, cp.c.record)
@@ -568,5 +572,7 @@ class Statements:
             conds.append(cp.c.stream == _p("stream"))
         if has_bound:
             conds.append(key_col > _p("bound") if order == "asc" else key_col < _p("bound"))
+        if horizon:
+            conds.append(cp.c.seq < sa.literal_column("(SELECT hz.h FROM hz)"))
         ordering = key_col.asc() if order == "asc" else key_col.desc()
         return query.where(*conds).order_by(ordering).limit(_p("limit", sa.Integer()))

@@ -7,14 +7,20 @@ options, ``create`` and ``read_only`` included.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any, ClassVar, cast
 
+from ..._protocol import ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities
-from ...errors import InvalidOptions
+from ...errors import CheckpointDecodeError, InvalidOptions
+from ...models import CheckpointHeader, RepairReport, Skipped
+from ...record import NewRecord, StoredRecord
+from . import dialects, pg
 from .dialects import Family, Runtime
 from .options import SqlOptions
-from .server import ServerRuntime, check_driver, server_connect_args, server_url
+from .schema import filter_params, to_micros
+from .server import SaSession, ServerRuntime, check_driver, server_connect_args, server_url
 from .sqlite import OpenMode, SqliteRuntime, sqlite_path
 from .store import SqlCheckpointStore
 
@@ -119,9 +125,150 @@ class PostgresCheckpointStore(_ServerSqlStore):
 
     ``durability="fast"`` sets ``synchronous_commit=off``. Power-loss durability
     under ``"full"`` is the server's (``fsync=on``, the default).
+
+    Sequences come from the saving transaction's id, not from a counter row, so
+    saves to different streams never wait on each other; saves to one stream
+    commit in sequence order (a per-stream advisory lock). Listings return only
+    sequences below the cluster's oldest running transaction id (the horizon), so
+    a reader paging with cursors never misses a checkpoint committed behind its
+    cursor; a long transaction anywhere in the cluster delays new items in
+    listings, by at most ``listing_wait`` per call. ``save``, ``save_many``,
+    ``get_latest``, ``load`` and ``list`` run as prepared asyncpg statements
+    (:mod:`.pg`).
     """
 
     backend_name: ClassVar[str] = "postgresql"
+
+    def __init__(self, url: str | StoreURL, **options: Any) -> None:
+        super().__init__(url, **options)
+        self._pst = pg.pg_statements(self.tables)
+        self._base = 0
+        self._base_damage: str | None = None
+
+    def _make_runtime(self) -> Runtime:
+        opts = self.options
+        connect_args = server_connect_args(
+            self.family,
+            busy_timeout=opts.busy_timeout,
+            fast=opts.durability == "fast",
+            extra=opts.connect_args,
+            read_only=opts.read_only,
+        )
+        u = self.url
+        size = opts.pool_size or 5
+        asyncpg_args = {
+            "host": u.host,
+            "port": u.port,
+            "user": u.username,
+            "password": u.password,
+            "database": u.path.lstrip("/") or None,
+            "min_size": 1,
+            "max_size": size,
+            **connect_args,
+        }
+        return pg.PgRuntime(
+            server_url(self.url, self.family, self.driver),
+            self.family,
+            pool_size=size,
+            echo=opts.echo,
+            connect_args=connect_args,
+            read_only=opts.read_only,
+            asyncpg_args=asyncpg_args,
+        )
+
+    def _pg(self) -> pg.PgRuntime:
+        rt = self._rt()
+        assert isinstance(rt, pg.PgRuntime)
+        return rt
+
+    async def _open(self) -> StoreIdentity:
+        identity = await super()._open()
+        try:
+            await self._guard("reading the sequence base", self._load_base())
+        except BaseException:
+            await self._stop()
+            raise
+        return identity
+
+    async def _load_base(self) -> None:
+        """Read ``seq_base``; raise it (under the migration lock) where this cluster's
+        transaction ids would not give sequences above every stored one."""
+        raw, top, nxt = await pg.read_state(self._pg(), self._pst)
+        base = pg.parse_base(raw)
+        need = pg.base_needed(top, nxt)
+        self._base_damage = None
+        if base is not None and base >= need:
+            self._base = base
+            return
+        if self.options.read_only:
+            # Reads only need the horizon; verify() reports the row.
+            self._base = max(base or 0, need)
+            self._base_damage = pg.base_problem(raw, base, need)
+            return
+        tables, timeout = self.tables, self.options.busy_timeout
+        self._base = await self._rt().locked_write(
+            lambda s: dialects.migration_lock(s, tables, timeout),
+            lambda s: pg.raise_base(cast(SaSession, s), tables),
+            lambda s: dialects.migration_unlock(s, tables),
+        )
+
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        report = await super()._repair(drop_damaged)
+        await self._guard("reading the sequence base", self._load_base())
+        return report
+
+    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        self._check_meta()
+        call = pg.save(self._pg(), self._pst, [record], self._store_id, self._base)
+        return (await self._guard("saving", call))[0]
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        """One statement: the streams' locks, one transaction id for the batch (so its
+        sequences are consecutive), every row; an id conflict rolls it all back."""
+        self._check_meta()
+        call = pg.save(self._pg(), self._pst, records, self._store_id, self._base)
+        return await self._guard("saving a batch", call)
+
+    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        call = self._pg().fetchrow(self._pst.latest, stream, to_micros(now))
+        row = await self._guard("reading the latest checkpoint", call)
+        return None if row is None else self._parse(row[2], row[1], int(row[0]))
+
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        row = await self._guard("loading", self._pg().fetchrow(self._pst.get, id, to_micros(now)))
+        return None if row is None else self._parse(row[1], id, int(row[0]))
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        tags, meta = dict(query.tags), dict(query.metadata)
+        params = filter_params(tags, meta, query.stream)
+        params["now"] = to_micros(query.now)
+        call = pg.scan_rows(
+            self._pg(),
+            self._st,
+            stream=query.stream,
+            order=query.order,
+            bound=query.bound,
+            limit=query.limit,
+            params=params,
+            ntags=len(tags),
+            nmeta=len(meta),
+            base=self._base,
+            wait=self.options.listing_wait,
+        )
+        out: list[StoredRecord | Skipped] = []
+        for seq, rid, blob in await self._guard("listing", call):
+            try:
+                out.append(self._parse(blob, rid, seq))
+            except CheckpointDecodeError as exc:
+                out.append(skipped_from(exc, rid, seq))
+        return out
+
+    async def _info(self) -> dict[str, Any]:
+        info = await super()._info()
+        _, _, nxt = await self._guard("reading store info", pg.read_state(self._pg(), self._pst))
+        # Every sequence assigned so far is below this; none at or above it exists yet.
+        info["high_water_mark"] = (nxt + self._base) * pg.SEQ_SLOTS - 1
+        return info
 
 
 class MysqlCheckpointStore(_ServerSqlStore):

@@ -1,0 +1,449 @@
+"""PostgreSQL: sequences from transaction ids, a visibility horizon, and a lean path.
+
+**Sequences (S1, S10).** A save is one statement in autocommit, no lock held
+between round trips::
+
+    WITH lk AS (per-stream advisory transaction lock),
+         x  AS ((pg_current_xact_id() + base) * 1024, read after lk),
+         cp AS (INSERT the checkpoint rows at x + 0, x + 1, ...),
+         tg AS (INSERT their tag rows), fd AS (INSERT their fields rows)
+    SELECT seq FROM cp
+
+``pg_current_xact_id()`` is a 64-bit id, monotonic for the whole cluster and
+never reused, so every sequence is above every sequence assigned before it
+without a counter row; ``* 1024`` leaves room for a ``save_many`` (at most 1000
+items) to take consecutive sequences. The advisory lock of the stream is taken
+before the transaction id exists (``x`` reads from ``lk``), so two saves to one
+stream commit in sequence order; saves to different streams never wait on each
+other. ``base`` (the meta row ``seq_base``) keeps sequences above every stored one
+when a store is restored into a cluster whose ids are lower (:func:`ensure_base`).
+
+**Horizon.** A listing returns only sequences below
+``(pg_snapshot_xmin(pg_current_snapshot()) + base) * 1024``, computed in the
+statement that reads the rows: every transaction id below ``xmin`` has ended, so
+no save still in flight can later commit below an item a reader was shown, and a
+reader paging with cursors never misses a committed checkpoint behind its cursor.
+When the horizon hides rows a page may want, the listing waits up to
+``SqlOptions.listing_wait`` for it to pass, then returns what is below it (the
+rest comes on a later call). ``get_latest`` and ``load`` read without a horizon
+and never wait: per-stream order comes from the advisory lock.
+
+**Lean path.** Those statements run on raw asyncpg connections from a pool the
+runtime owns (:class:`PgRuntime`), as prepared statements asyncpg caches per
+connection: no SQLAlchemy compilation per call. Schema, migrations, verify,
+repair and the other operations stay on SQLAlchemy (:mod:`.server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal, TypeVar, cast
+
+import asyncpg  # type: ignore[import-untyped]
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
+
+from ...errors import BackendError, PreconditionFailed
+from ...models import CheckpointHeader
+from ...record import NewRecord, StoredRecord
+from . import dialects
+from .schema import Statements, Tables, expires_micros, field_rows, stream_hash, tag_rows, to_micros
+from .server import SaSession, ServerRuntime
+
+__all__ = ["SEQ_SLOTS", "PgRuntime", "PgStatements", "base_needed", "pg_statements"]
+
+T = TypeVar("T")
+
+#: Sequences per transaction id: room for the largest ``save_many`` (1000 items).
+SEQ_SLOTS = 1024
+#: The meta row holding the store's offset added to transaction ids.
+BASE_ROW = "seq_base"
+
+_I32 = 1 << 32
+
+
+def _int4(value: int) -> int:
+    value &= _I32 - 1
+    return value - _I32 if value >= 1 << 31 else value
+
+
+def stream_lock(stream: str) -> int:
+    """The second key of a stream's advisory lock (a collision only serialises)."""
+    return _int4(stream_hash(stream))
+
+
+def base_needed(max_seq: int, next_xid: int) -> int:
+    """The smallest base for which ``(next_xid + base) * SEQ_SLOTS > max_seq``."""
+    return max_seq // SEQ_SLOTS - next_xid + 1
+
+
+@dataclass(frozen=True)
+class PgStatements:
+    """The lean path's SQL for one store's tables (``$n`` parameters, asyncpg)."""
+
+    store_lock: int
+    save: str
+    latest: str
+    get: str
+    read_base: str
+    table: str
+    tables: Tables
+
+
+_DIALECT = sa_asyncpg.dialect()  # type: ignore[no-untyped-call]
+
+
+def _q(tables: Tables) -> Callable[[sa.Table], str]:
+    prep = _DIALECT.identifier_preparer
+    return lambda table: prep.format_table(table)
+
+
+@lru_cache(maxsize=64)
+def pg_statements(tables: Tables) -> PgStatements:
+    q = _q(tables)
+    cp, tg, fd, meta = (
+        q(tables.checkpoints),
+        q(tables.tags),
+        q(tables.fields),
+        q(tables.meta),
+    )
+    live = "(expires_at IS NULL OR expires_at > $2)"
+    # $1 store lock key, $2 stream lock keys (sorted: no deadlock between batches),
+    # $3 base, $4.. the rows; items at x.s0 + ordinality - 1.
+    save = f"""
+WITH lk AS (SELECT count(pg_advisory_xact_lock($1::int4, k)) AS n FROM unnest($2::int4[]) AS k),
+x AS (SELECT (pg_current_xact_id()::text::bigint + $3::bigint) * {SEQ_SLOTS} AS s0 FROM lk),
+cp AS (
+  INSERT INTO {cp} (seq, id, stream, expires_at, record)
+  SELECT x.s0 + r.i - 1, r.id, r.stream, r.exp, r.rec
+  FROM x, unnest($4::text[], $5::text[], $6::bigint[], $7::bytea[])
+       WITH ORDINALITY AS r(id, stream, exp, rec, i)
+  WHERE x.s0 > (SELECT coalesce(max(seq), 0) FROM {cp})
+  RETURNING seq
+),
+tg AS (
+  INSERT INTO {tg} (seq, "key", vkey, value, shash)
+  SELECT cp.seq, t.k, t.vk, t.v, t.h
+  FROM x, unnest($8::int4[], $9::text[], $10::text[], $11::text[], $12::bigint[])
+       AS t(i, k, vk, v, h), cp
+  WHERE cp.seq = x.s0 + t.i
+),
+fd AS (
+  INSERT INTO {fd} (seq, "key", kind, vkey, value, shash)
+  SELECT cp.seq, f.k, f.kd, f.vk, f.v, f.h
+  FROM x, unnest($13::int4[], $14::text[], $15::text[], $16::text[], $17::text[], $18::bigint[])
+       AS f(i, k, kd, vk, v, h), cp
+  WHERE cp.seq = x.s0 + f.i
+)
+SELECT seq FROM cp ORDER BY seq"""
+    return PgStatements(
+        store_lock=_int4(dialects.lock_key(tables)[0]),
+        save=save,
+        latest=f"SELECT seq, id, record FROM {cp} WHERE stream = $1 AND {live} "
+        "ORDER BY seq DESC LIMIT 1",
+        get=f"SELECT seq, record FROM {cp} WHERE id = $1 AND {live}",
+        read_base=f"SELECT value FROM {meta} WHERE name = '{BASE_ROW}'",
+        table=cp,
+        tables=tables,
+    )
+
+
+def _horizon(base_param: str) -> str:
+    return f"(pg_snapshot_xmin(pg_current_snapshot())::text::bigint + {base_param}) * {SEQ_SLOTS}"
+
+
+@lru_cache(maxsize=256)
+def scan_sql(
+    st: Statements,
+    has_stream: bool,
+    order: Literal["asc", "desc"],
+    has_bound: bool,
+    ntags: int,
+    nmeta: int,
+) -> tuple[str, tuple[str, ...]]:
+    """A listing page below the horizon, and its parameter names in ``$n`` order.
+
+    The first row is the horizon's: ``(horizon, 'hidden' or NULL, NULL)``, where
+    'hidden' says that a row of the query's stream and range lies at or above the
+    horizon (tag and metadata filters are not checked there; a false 'hidden'
+    only costs a wait). The page's rows follow.
+    """
+    cp = st.t.checkpoints
+    stmt = st.scan(has_stream, order, has_bound, ntags, nmeta, horizon=True)
+    compiled = cast(sa.Select[Any], stmt).compile(dialect=_DIALECT)
+    names = tuple(compiled.positiontup or ())
+    n = len(names)
+    table = _q(st.t)(cp)
+    base = f"${n + 1}::bigint"
+    hidden = ["c.seq >= hz.h"]
+    extra = ["base"]
+    if has_stream:
+        hidden.append(f"c.stream = ${n + 2}")
+        extra.append("stream")
+    if has_bound:
+        hidden.append(f"c.seq {'>' if order == 'asc' else '<'} ${n + len(extra) + 1}")
+        extra.append("bound")
+    sql = (
+        f"WITH hz AS (SELECT {_horizon(base)} AS h) "
+        f"SELECT hz.h, CASE WHEN EXISTS (SELECT 1 FROM {table} c WHERE "
+        f"{' AND '.join(hidden)}) THEN 'hidden' END, NULL::bytea FROM hz "
+        f"UNION ALL SELECT * FROM ({compiled.string}) AS page"
+    )
+    return sql, (*names, *extra)
+
+
+def _reset_noop_unless_dirty() -> Callable[[asyncpg.Connection], Awaitable[None]]:
+    async def reset(con: asyncpg.Connection) -> None:
+        # asyncpg's default reset is a round trip per release (UNLISTEN, RESET ALL,
+        # advisory unlock); the lean path sets nothing per session and only takes
+        # transaction-level locks, so only an interrupted transaction needs undoing.
+        if con.is_in_transaction():
+            await con.reset()
+
+    return reset
+
+
+class PgRuntime(ServerRuntime):
+    """:class:`ServerRuntime` plus an asyncpg pool for the hot statements."""
+
+    def __init__(self, *args: Any, asyncpg_args: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._asyncpg_args = dict(asyncpg_args)
+        self._pool: asyncpg.Pool | None = None
+        self._pool_pid = os.getpid()
+        self._pool_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await super().start()
+        await self.pool()
+
+    async def pool(self) -> asyncpg.Pool:
+        if self._pool is not None and self._pool_pid != os.getpid():
+            # Forked: the sockets are the parent's; forget them unclosed.
+            self._pool = None
+        if self._pool is None:
+            async with self._pool_lock:
+                if self._pool is None:
+                    self._pool_pid = os.getpid()
+                    self._pool = await asyncpg.create_pool(
+                        **self._asyncpg_args, reset=_reset_noop_unless_dirty()
+                    )
+        return self._pool
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        pool = await self.pool()
+        async with pool.acquire() as con:
+            return list(await con.fetch(sql, *args))
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        pool = await self.pool()
+        async with pool.acquire() as con:
+            return await con.fetchrow(sql, *args)
+
+    async def in_transaction(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        pool = await self.pool()
+        async with pool.acquire() as con, con.transaction():
+            return await fn(con)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        try:
+            if pool is not None and self._pool_pid == os.getpid():
+                await pool.close()
+        finally:
+            await super().close()
+
+    async def sa_write(self, fn: Callable[[SaSession], T]) -> T:
+        return await self.write(fn)
+
+
+# -- saves --------------------------------------------------------------------------------
+
+
+def save_args(
+    pst: PgStatements, stored: Sequence[StoredRecord], store_id: str, base: int
+) -> tuple[Any, ...]:
+    """The parameters of :attr:`PgStatements.save` for ``stored`` (sequences 0..n-1
+    stand for their offsets; the database assigns the real ones)."""
+    locks = sorted({stream_lock(r.stream) for r in stored})
+    ids, streams, exps, recs = [], [], [], []
+    t_cols: tuple[list[Any], ...] = ([], [], [], [], [])
+    f_cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
+    for i, r in enumerate(stored):
+        h = r.header
+        ids.append(h.id)
+        streams.append(h.stream)
+        exps.append(expires_micros(h.expires_at))
+        recs.append(r.to_bytes(store_id, positional=True))
+        if h.tags:
+            for row in tag_rows(i, h.stream, dict(h.tags)):
+                for col, name in zip(t_cols, ("seq", "key", "vkey", "value", "shash"), strict=True):
+                    col.append(row[name])
+        if h.metadata:
+            for row in field_rows(i, h.stream, dict(h.metadata)):
+                names = ("seq", "key", "kind", "vkey", "value", "shash")
+                for col, name in zip(f_cols, names, strict=True):
+                    col.append(row[name])
+    return (pst.store_lock, locks, base, ids, streams, exps, recs, *t_cols, *f_cols)
+
+
+async def save(
+    rt: PgRuntime,
+    pst: PgStatements,
+    records: Sequence[NewRecord],
+    store_id: str,
+    base: int,
+) -> list[CheckpointHeader]:
+    """Insert ``records`` at consecutive sequences in one statement (one round trip).
+
+    An id that is taken (by a live or an expired checkpoint) aborts the statement,
+    so nothing is written; the slow path then deletes expired holders under the
+    streams' locks and retries once, or raises :class:`PreconditionFailed`.
+    """
+    stored = [r.seal(i) for i, r in enumerate(records)]
+    args = save_args(pst, stored, store_id, base)
+    try:
+        rows = await rt.fetch(pst.save, *args)
+    except asyncpg.UniqueViolationError:
+        rows = await rt.in_transaction(lambda con: _save_replacing(con, pst, records, args))
+    return _headers(records, rows, pst)
+
+
+async def _save_replacing(
+    con: asyncpg.Connection,
+    pst: PgStatements,
+    records: Sequence[NewRecord],
+    args: tuple[Any, ...],
+) -> list[asyncpg.Record]:
+    # The streams' locks first: the DELETE would give this transaction its id, and
+    # the id must come after the locks (per-stream commit order).
+    await con.fetch(
+        "SELECT count(pg_advisory_xact_lock($1::int4, k)) FROM unnest($2::int4[]) AS k",
+        args[0],
+        args[1],
+    )
+    ids = [r.id for r in records]
+    taken = await con.fetch(
+        f"SELECT seq, id, expires_at FROM {pst.table} WHERE id = ANY($1::text[]) FOR UPDATE",
+        ids,
+    )
+    by_id = {r.id: r for r in records}
+    expired = []
+    for seq, rid, expires_at in taken:
+        record = by_id[str(rid)]
+        if expires_at is None or expires_at > to_micros(record.now):
+            raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+        expired.append(int(seq))
+    if expired:
+        await con.execute(f"DELETE FROM {pst.table} WHERE seq = ANY($1::bigint[])", expired)
+    try:
+        return list(await con.fetch(pst.save, *args))
+    except asyncpg.UniqueViolationError as exc:
+        # Taken meanwhile by a save that began after this one looked.
+        raise PreconditionFailed(f"an id of this save was taken meanwhile: {exc}") from exc
+
+
+def _headers(
+    records: Sequence[NewRecord], rows: Sequence[asyncpg.Record], pst: PgStatements
+) -> list[CheckpointHeader]:
+    if len(rows) != len(records):
+        # The guard refused: (transaction id + base) is not above every stored sequence.
+        raise BackendError(
+            f"{pst.table}: the next sequence would not be above every stored sequence (the "
+            f"meta row {BASE_ROW!r} is too low for this cluster's transaction ids), so nothing "
+            "was saved; reopen the store or run store.repair(), which raises it"
+        )
+    return [r.seal(int(row[0])).header for r, row in zip(records, rows, strict=True)]
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+async def scan_rows(
+    rt: PgRuntime,
+    st: Statements,
+    *,
+    stream: str | None,
+    order: Literal["asc", "desc"],
+    bound: int | None,
+    limit: int,
+    params: dict[str, Any],
+    ntags: int,
+    nmeta: int,
+    base: int,
+    wait: float,
+) -> list[tuple[int, str, bytes]]:
+    """One page of ``(seq, id, record)`` below the horizon (see the module docstring).
+
+    While the horizon hides a row this page could show (any row of a ``desc`` page,
+    or an ``asc`` page that is short), retry for up to ``wait`` seconds.
+    """
+    sql, names = scan_sql(st, stream is not None, order, bound is not None, ntags, nmeta)
+    values = {**params, "stream": stream, "bound": bound, "limit": limit, "base": base}
+    args = [values[name] for name in names]
+    deadline = time.monotonic() + wait
+    delay = 0.0005
+    while True:
+        rows = await rt.fetch(sql, *args)
+        hidden = rows[0][1] is not None
+        page = [(int(r[0]), str(r[1]), bytes(r[2])) for r in rows[1:]]
+        if not hidden or (order == "asc" and len(page) >= limit) or time.monotonic() >= deadline:
+            page.sort(key=lambda r: r[0], reverse=order == "desc")
+            return page
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.01)
+
+
+async def read_state(rt: PgRuntime, pst: PgStatements) -> tuple[str | None, int, int]:
+    """``(seq_base row or None, max stored seq, next transaction id)``, one snapshot."""
+    row = await rt.fetchrow(
+        f"SELECT ({pst.read_base}), (SELECT coalesce(max(seq), 0) FROM {pst.table}), "
+        "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+    )
+    assert row is not None
+    return (None if row[0] is None else str(row[0])), int(row[1]), int(row[2])
+
+
+def parse_base(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.lstrip("-").isdigit() or len(text) > 20:
+        return None
+    return int(text)
+
+
+def raise_base(s: SaSession, tables: Tables) -> int:
+    """Under the migration lock: set ``seq_base`` to at least what this cluster's
+    transaction ids need to stay above every stored sequence; the value set."""
+    meta, cp = tables.meta, tables.checkpoints
+    raw = s.first(sa.select(meta.c.value).where(meta.c.name == BASE_ROW))
+    top = s.first(sa.select(sa.func.coalesce(sa.func.max(cp.c.seq), 0)))
+    nxt = s.first(sa.text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
+    assert top is not None and nxt is not None
+    current = parse_base(None if raw is None else str(raw[0]))
+    base = max(current or 0, base_needed(int(top[0]), int(nxt[0])))
+    if raw is None:
+        s.run(meta.insert().values(name=BASE_ROW, value=str(base)))
+    elif current != base:
+        s.run(meta.update().where(meta.c.name == BASE_ROW).values(value=str(base)))
+    return base
+
+
+def base_problem(raw: str | None, base: int | None, need: int) -> str:
+    """Why the ``seq_base`` row cannot give safe sequences, and how to repair it."""
+    if raw is None:
+        what = f"the meta row {BASE_ROW!r} is missing"
+    elif base is None:
+        what = f"the meta row {BASE_ROW!r} holds {raw!r}, not an integer"
+    else:
+        what = (
+            f"the meta row {BASE_ROW!r} is {base}, too low for this cluster's transaction "
+            f"ids (at least {need} is needed to stay above every stored sequence)"
+        )
+    return f"{what}; opening the store writable, or store.repair(), raises it"
