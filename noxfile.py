@@ -168,3 +168,13 @@ def bench_hot(session: nox.Session) -> None:
     # the peers are pinned in benchmarks/requirements.txt and live only in this env
     session.install("-r", "benchmarks/requirements.txt")
     session.run("python", "benchmarks/hot.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_pg(session: nox.Session) -> None:
+    """Issue 16's targets: PostgreSQL saves from 1, 4 and 16 writer processes, get_latest
+    and a middle page, against LangGraph's AsyncPostgresSaver on the same server (needs
+    STATEKEEPER_TEST_POSTGRES_URL); ``-- --quick``, ``-- --docs`` as bench_hot."""
+    _sync(session)
+    session.install("-r", "benchmarks/requirements.txt")
+    session.run("python", "benchmarks/pg.py", *session.posargs)

@@ -42,6 +42,35 @@ def _config(stream: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": conf}
 
 
+def next_put(
+    saver: Any, heads: dict[str, tuple[str, str | None]], stream: str, step: int
+) -> tuple[dict[str, Any], Any, Any, Any]:
+    """The ``put`` arguments of the next checkpoint of ``stream``, as a graph step makes
+    them: its parent the stream's head in ``heads`` (updated), a time-ordered ``uuid6``
+    id, one channel ``state`` holding the ~1 KB state of ``step``, its version bumped."""
+    from langgraph.checkpoint.base import LATEST_VERSION
+    from langgraph.checkpoint.base.id import uuid6
+
+    parent, version = heads.get(stream, (None, None))
+    new_version = saver.get_next_version(version, None)
+    checkpoint = {
+        "v": LATEST_VERSION,
+        "id": str(uuid6(clock_seq=step)),
+        "ts": datetime.now(UTC).isoformat(),
+        "channel_values": {"state": make_state(step)},
+        "channel_versions": {"state": new_version},
+        "versions_seen": {"step": {"state": version}} if version else {},
+        "pending_sends": [],
+        "updated_channels": ["state"],
+    }
+    config = {"configurable": {"thread_id": stream, "checkpoint_ns": ""}}
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent
+    metadata = {"source": "loop", "step": step, "parents": {}}
+    heads[stream] = (checkpoint["id"], new_version)
+    return config, checkpoint, metadata, {"state": new_version}
+
+
 class _LangGraph(Adapter):
     family: ClassVar[str] = "LangGraph"
     distribution: ClassVar[str] = "langgraph-checkpoint"
@@ -56,27 +85,7 @@ class _LangGraph(Adapter):
         self._heads: dict[str, tuple[str, str | None]] = {}  # stream -> (checkpoint id, version)
 
     def _checkpoint(self, stream: str, step: int) -> tuple[dict[str, Any], Any, Any, Any]:
-        from langgraph.checkpoint.base import LATEST_VERSION
-        from langgraph.checkpoint.base.id import uuid6
-
-        parent, version = self._heads.get(stream, (None, None))
-        new_version = self.saver.get_next_version(version, None)
-        checkpoint = {
-            "v": LATEST_VERSION,
-            "id": str(uuid6(clock_seq=step)),
-            "ts": datetime.now(UTC).isoformat(),
-            "channel_values": {"state": make_state(step)},
-            "channel_versions": {"state": new_version},
-            "versions_seen": {"step": {"state": version}} if version else {},
-            "pending_sends": [],
-            "updated_channels": ["state"],
-        }
-        config = {"configurable": {"thread_id": stream, "checkpoint_ns": ""}}
-        if parent is not None:
-            config["configurable"]["checkpoint_id"] = parent
-        metadata = {"source": "loop", "step": step, "parents": {}}
-        self._heads[stream] = (checkpoint["id"], new_version)
-        return config, checkpoint, metadata, {"state": new_version}
+        return next_put(self.saver, self._heads, stream, step)
 
     def export_state(self) -> dict[str, Any]:
         return {"heads": dict(self._heads)}
