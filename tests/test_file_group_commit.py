@@ -332,3 +332,59 @@ async def test_an_io_error_anywhere_in_a_group_fails_every_save_of_it(
         fired.add(io.fired)
     assert {"open", "rename"} <= fired
     assert ("syncfs" if batch_sync == "syncfs" else "fsync") in fired
+
+
+class PausingIO(OsFileIO):
+    """The real file system; once armed, the first rename waits until released, so
+    a group is held in flight with its temp files written and nothing renamed."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.paused = threading.Event()
+        self.go_on = threading.Event()
+
+    def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        if self.armed:
+            self.armed = False
+            self.paused.set()
+            assert self.go_on.wait(30)
+        super().rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+
+
+async def test_readers_see_nothing_of_a_group_in_flight(tmp_path: Path) -> None:
+    """While a group's records sit in temp files, under the journal, a reader sees
+    none of them, and reports none of its temp files as stray; verify agrees."""
+    io = PausingIO()
+    async with FileCheckpointStore(tmp_path / "s", io=io) as store:
+        before = await store.save("s0", {"before": True})
+        gate = Gate(store)
+        gate.on_group = lambda: setattr(io, "armed", True)
+        first = asyncio.create_task(store.save("first", {"n": 0}, id="first"))
+        assert await asyncio.to_thread(gate.entered.wait, 30)
+        tasks = [asyncio.create_task(saving(store, f"s{i % 2}", f"g{i}")()) for i in range(4)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gate.release.set()
+        await first
+        assert await asyncio.to_thread(io.paused.wait, 30)
+        try:
+            page = await store.list(None, order="asc", limit=100)
+            assert not page.skipped, page.skipped
+            assert [cp.id for cp in page.items] == [before.id, "first"]
+            assert await store.get_latest("s0") == before
+            assert await store.get_latest("s1") is None
+            with pytest.raises(CheckpointNotFound):
+                await store.load("g0")
+            temps = [n for _, _, names in os.walk(tmp_path) for n in names if n.endswith(".tmp")]
+            assert len(temps) == 4, temps
+            # verify cannot tell a write in flight from a crashed one (it takes no
+            # lock): it names the journal, and nothing else (no stray temp file)
+            report = await store.verify()
+            assert [p.kind for p in report.problems] == ["state"], report.problems
+        finally:
+            io.go_on.set()
+        saved = await asyncio.gather(*tasks)
+        page = await store.list(None, order="asc", limit=100)
+        assert not page.skipped
+        assert [cp.id for cp in page.items] == [before.id, "first", *(cp.id for cp in saved)]
+        assert (await store.verify()).ok

@@ -134,6 +134,20 @@ def parse_temp_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def temp_in_flight(journal: Journal | None, location: str) -> bool:
+    """Whether the temp file at ``location`` (relative to the root) belongs to the
+    write ``journal`` names: its one temp, or a sequence of the batch (a group
+    commit writes one temp per record of ``lo..hi``)."""
+    if journal is None:
+        return False
+    if journal.tmp == location:
+        return True
+    if journal.op not in BATCH_OPS:
+        return False
+    seq = parse_temp_name(location.rsplit("/", 1)[-1])
+    return seq is not None and journal.lo <= seq <= journal.hi
+
+
 @functools.lru_cache(maxsize=4096)
 def stream_file_name(stream: str) -> str:
     """The index file name of ``stream``: reversible escaping, hashed when long.

@@ -152,9 +152,10 @@ class ListingMixin(ReadsMixin):
             out.append(record)
 
     def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
-        """A temp file nobody is writing: not the current journal's, and still there."""
+        """A temp file nobody is writing: not the current journal's (its one temp, or
+        one of the sequences of a group commit in flight), and still there."""
         state = self.read_state()
-        if state is not None and state.journal is not None and state.journal.tmp == location:
+        if state is not None and fmt.temp_in_flight(state.journal, location):
             return False
         try:
             self.io.lstat(name, dir_fd=bfd)

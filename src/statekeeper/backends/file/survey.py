@@ -136,7 +136,6 @@ def _survey_records(engine: EngineCore, s: Survey) -> None:
     if records is None:
         return
     journal = s.state.journal if s.state is not None else None
-    busy_tmp = journal.tmp if journal is not None else None
     for bname in sorted(io.listdir(records)):
         bucket = fmt.parse_bucket_name(bname)
         if bucket is None:
@@ -151,7 +150,7 @@ def _survey_records(engine: EngineCore, s: Survey) -> None:
             continue
         try:
             for name in sorted(io.listdir(bfd)):
-                _survey_file(engine, s, bfd, bucket, bname, name, busy_tmp)
+                _survey_file(engine, s, bfd, bucket, bname, name, journal)
         finally:
             io.close(bfd)
 
@@ -163,13 +162,13 @@ def _survey_file(
     bucket: int,
     bname: str,
     name: str,
-    busy_tmp: str | None,
+    journal: fmt.Journal | None,
 ) -> None:
     where = f"{fmt.RECORDS_DIR}/{bname}/{name}"
     parsed = fmt.parse_record_name(name)
     if parsed is None or fmt.bucket_of(parsed[0]) != bucket:
         if parsed is None and fmt.parse_temp_name(name) is not None:
-            if where != busy_tmp:
+            if not fmt.temp_in_flight(journal, where):
                 s.temps.append((bucket, name))
             return
         s.foreign.append((where, "not a record of this store (a planted or misplaced file)"))
