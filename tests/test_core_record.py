@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from statekeeper.errors import CheckpointDecodeError
 from statekeeper.record import NewRecord, StoredRecord
@@ -149,3 +152,96 @@ def test_positional_record_without_a_position_is_a_decode_error() -> None:
     data = _record().to_bytes("store-1", positional=True)
     with pytest.raises(CheckpointDecodeError, match="positional"):
         StoredRecord.from_bytes(data, location="t")
+
+
+# -- the fast header parse is the reference parse, only faster ----------------------
+
+_FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10**20),
+    st.floats(),
+    st.text(max_size=6),
+    st.sampled_from(["2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00", "2026-13-01", "1"]),
+    st.lists(st.integers(0, 3) | st.text(max_size=2), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.text(max_size=3) | st.integers() | st.floats()),
+)
+
+
+def _outcome(head: bytes, expect_sequence: int | None) -> tuple[object, ...]:
+    from statekeeper.record import _parse_header
+
+    def fail(reason: str) -> CheckpointDecodeError:
+        return CheckpointDecodeError(reason)
+
+    try:
+        header, *rest = _parse_header(head, expect_sequence, fail)
+    except CheckpointDecodeError as exc:
+        return ("error", str(exc))
+    return ("ok", header.__dict__, *rest)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["v", "seq", "id", "created", "updated", "expires", "tags", "meta"])
+        | st.sampled_from(["ttl", "store", "codec", "parent", "etag", "stream", "extra"]),
+        _FIELD_VALUES,
+        max_size=3,
+    ),
+    st.sampled_from(["compact", "spaced", "duplicate"]),
+    st.none() | st.integers(-1, 9) | st.just(True),
+    st.booleans(),
+)
+def test_fast_header_parse_agrees_with_the_reference_parse(
+    edits: dict[str, object], spelling: str, expect_sequence: int | None, positional: bool
+) -> None:
+    """A header the fast parse accepts is read identically by the reference parse;
+    everything else the fast parse leaves to it (and so to its error messages)."""
+    import json
+
+    from statekeeper.record import _fast_header
+
+    good = _record().to_bytes("s", positional=positional)
+    newline = good.index(b"\n")
+    head_len = int(good[:newline].split(b" ")[1])
+    raw = good[newline + 1 : newline + 1 + head_len]
+    fields = {**json.loads(raw), **edits}
+    if spelling == "spaced":
+        head = json.dumps(fields, ensure_ascii=False).encode()
+    else:
+        head = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+        if spelling == "duplicate" and edits:
+            key = next(iter(edits))
+            head = b'{"%s":%s,' % (key.encode(), json.dumps(json.loads(raw).get(key)).encode())
+            head += json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()[1:]
+    ref = _outcome(head, expect_sequence)
+    fast = _fast_header(head, expect_sequence)
+    if fast is not None:
+        header, *rest = fast
+        assert ref == ("ok", header.__dict__, *rest)
+    if not edits and spelling == "compact" and (expect_sequence or not positional):
+        assert (fast is not None) == (ref[0] == "ok")  # the stored form takes the fast path
+
+
+def test_fast_header_bytes_read_back_the_same_both_ways() -> None:
+    rec = _record()
+    data = rec.to_bytes("store-1")
+    newline = data.index(b"\n")
+    head_len = int(data[:newline].split(b" ")[1])
+    head = data[newline + 1 : newline + 1 + head_len]
+    import json
+
+    from statekeeper.record import _HEADER_ENCODER, _fast_header
+
+    assert json.loads(head) == json.loads(_HEADER_ENCODER.encode(json.loads(head)))
+    fast = _fast_header(head, None)
+    assert fast is not None and fast[0] == rec.header
+
+
+def test_metadata_with_nan_is_refused_by_to_bytes_as_before() -> None:
+    """msgspec would write NaN as null; the header keeps json's refusal."""
+    rec = _record()
+    bad = replace(rec, header=rec.header.model_copy(update={"metadata": {"x": [float("nan")]}}))
+    with pytest.raises(ValueError, match="Out of range float"):
+        bad.to_bytes("s")

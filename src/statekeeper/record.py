@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from .errors import CheckpointDecodeError
 from .models import CheckpointHeader, trusted_header
 
@@ -49,6 +51,34 @@ _HEADER_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), al
 # strict: decimal lengths without signs or spaces, lowercase hex, so no two spellings
 # of a prefix mean the same thing and every flipped byte is caught
 _PREFIX = re.compile(rb"SK1 (0|[1-9][0-9]{0,11}) (0|[1-9][0-9]{0,11}) ([0-9a-f]{8})\n")
+
+
+class _Head(msgspec.Struct):
+    """The header JSON, fields in the order :meth:`StoredRecord.to_bytes` writes them.
+
+    Only the fast parse uses it: msgspec checks each field's JSON type (no coercion:
+    ``true`` is not an int, ``"7"`` is not an int), and the parse counts only if
+    re-encoding gives back the exact header bytes. Anything else is left to the
+    reference parse (``json`` plus :func:`_checked_header`), which words the errors.
+    """
+
+    v: int
+    store: str
+    id: str
+    stream: str
+    seq: int | None
+    created: str
+    updated: str
+    etag: str
+    parent: str | None
+    tags: dict[str, str]
+    meta: dict[str, Any]
+    expires: str | None
+    ttl: int | float | None
+    codec: str
+
+
+_NO_FLOAT: frozenset[type] = frozenset({str, int, bool, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,24 +199,25 @@ class StoredRecord:
         it beside the bytes and passes it back as ``expect_sequence`` when reading.
         """
         h = self.header
-        head = _HEADER_ENCODER.encode(
-            {
-                "v": FORMAT_VERSION,
-                "store": store_id,
-                "id": h.id,
-                "stream": h.stream,
-                "seq": None if positional else h.sequence,
-                "created": h.created_at.isoformat(),
-                "updated": h.updated_at.isoformat(),
-                "etag": h.etag,
-                "parent": h.parent_id,
-                "tags": h.tags,
-                "meta": h.metadata,
-                "expires": h.expires_at.isoformat() if h.expires_at else None,
-                "ttl": self.ttl,
-                "codec": self.codec,
-            }
-        ).encode("utf-8")
+        fields = {
+            "v": FORMAT_VERSION,
+            "store": store_id,
+            "id": h.id,
+            "stream": h.stream,
+            "seq": None if positional else h.sequence,
+            "created": h.created_at.isoformat(),
+            "updated": h.updated_at.isoformat(),
+            "etag": h.etag,
+            "parent": h.parent_id,
+            "tags": h.tags,
+            "meta": h.metadata,
+            "expires": h.expires_at.isoformat() if h.expires_at else None,
+            "ttl": self.ttl,
+            "codec": self.codec,
+        }
+        head = _fast_head(fields)
+        if head is None:
+            head = _HEADER_ENCODER.encode(fields).encode("utf-8")
         crc = zlib.crc32(self.state, zlib.crc32(head))
         prefix = b"%s%d %d %08x\n" % (MAGIC, len(head), len(self.state), crc)
         return prefix + head + self.state
@@ -231,32 +262,21 @@ class StoredRecord:
                 f"record is {len(body)} bytes long but its prefix says {hlen + slen} "
                 "(torn or truncated write)"
             )
-        head, state = body[:hlen], bytes(body[hlen:])
+        head, state = bytes(body[:hlen]), bytes(body[hlen:])
         if zlib.crc32(state, zlib.crc32(head)) != crc:
             raise fail("checksum mismatch (the record is corrupt)")
-        try:
-            h = json.loads(bytes(head).decode("utf-8"))
-            if not isinstance(h, dict):
-                raise TypeError("the header is not a JSON object")
-            if h["v"] != FORMAT_VERSION:
-                raise fail(f"unsupported record format version {h['v']!r}")
-            header = _checked_header(h, expect_sequence)
-            store_id, codec, ttl = h["store"], h["codec"], h["ttl"]
-            if not isinstance(store_id, str) or not isinstance(codec, str):
-                raise TypeError("store and codec must be strings")
-            if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
-                raise TypeError("ttl must be a number or null")
-        except CheckpointDecodeError:
-            raise
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise fail(f"malformed record header: {exc}") from None
+        fast = _fast_header(head, expect_sequence)
+        if fast is not None:
+            header, store_id, codec, ttl, stored_seq = fast
+        else:
+            header, store_id, codec, ttl, stored_seq = _parse_header(head, expect_sequence, fail)
         if expect_store_id is not None and store_id != expect_store_id:
             raise fail(f"record belongs to another store ({store_id!r})", header.id)
         if expect_id is not None and header.id != expect_id:
             raise fail(f"record says its id is {header.id!r}", expect_id)
         if (
             expect_sequence is not None
-            and h["seq"] is not None
+            and stored_seq is not None
             and header.sequence != expect_sequence
         ):
             raise fail(
@@ -265,6 +285,109 @@ class StoredRecord:
                 header.id,
             )
         return cls(header=header, state=state, codec=codec, ttl=ttl)
+
+
+def _parse_header(
+    head: bytes, expect_sequence: int | None, fail: Any
+) -> tuple[CheckpointHeader, str, str, float | None, int | None]:
+    """The reference parse of the header: ``json`` plus a check of every field."""
+    try:
+        h = json.loads(head.decode("utf-8"))
+        if not isinstance(h, dict):
+            raise TypeError("the header is not a JSON object")
+        if h["v"] != FORMAT_VERSION:
+            raise fail(f"unsupported record format version {h['v']!r}")
+        header = _checked_header(h, expect_sequence)
+        store_id, codec, ttl = h["store"], h["codec"], h["ttl"]
+        if not isinstance(store_id, str) or not isinstance(codec, str):
+            raise TypeError("store and codec must be strings")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
+            raise TypeError("ttl must be a number or null")
+    except CheckpointDecodeError:
+        raise
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise fail(f"malformed record header: {exc}") from None
+    return header, store_id, codec, ttl, h["seq"]
+
+
+def _fast_header(
+    head: bytes, expect_sequence: int | None
+) -> tuple[CheckpointHeader, str, str, float | None, int | None] | None:
+    """The header parsed by msgspec, or ``None`` to leave it to :func:`_parse_header`.
+
+    Kept only if re-encoding gives back these exact bytes (so ``json`` would read
+    the same keys, values and types: no duplicate key, no ``NaN``, no other
+    spelling) and every check of :func:`_checked_header` passes; it never raises.
+    """
+    try:
+        h = msgspec.json.decode(head, type=_Head)
+        if msgspec.json.encode(h) != head or h.v != FORMAT_VERSION:
+            return None
+        seq = h.seq
+        if seq is None:
+            seq = expect_sequence
+            if type(seq) is not int:
+                return None
+        if seq < 1:
+            return None
+        created = datetime.fromisoformat(h.created)
+        updated = created if h.updated == h.created else datetime.fromisoformat(h.updated)
+        expires = None if h.expires is None else datetime.fromisoformat(h.expires)
+        if (
+            created.utcoffset() is None
+            or updated.utcoffset() is None
+            or (expires is not None and expires.utcoffset() is None)
+        ):
+            return None
+    except Exception:
+        return None
+    header = trusted_header(
+        {
+            "id": h.id,
+            "stream": h.stream,
+            "sequence": seq,
+            "created_at": created,
+            "updated_at": updated,
+            "etag": h.etag,
+            "parent_id": h.parent,
+            "tags": h.tags,
+            "metadata": h.meta,
+            "expires_at": expires,
+        }
+    )
+    return header, h.store, h.codec, h.ttl, h.seq
+
+
+def _fast_head(fields: dict[str, Any]) -> bytes | None:
+    """The header bytes from msgspec, or ``None`` to leave them to ``json``.
+
+    Unlike ``json`` (``allow_nan=False``), msgspec writes a non-finite float as
+    ``null``, so metadata or a TTL holding one goes to ``json``, which refuses it as
+    before; so does anything msgspec will not encode (a ``str`` subclass, say).
+    """
+    ttl = fields["ttl"]
+    if (ttl is not None and ttl - ttl != 0.0) or not _finite(fields["meta"]):
+        return None
+    try:
+        return msgspec.json.encode(fields)
+    except Exception:
+        return None
+
+
+def _finite(obj: Any) -> bool:
+    """Whether a plain JSON tree holds no NaN or infinity."""
+    t = type(obj)
+    if t is dict:
+        children: Any = obj.values()
+    elif t is list or t is tuple:
+        children = obj
+    elif t is float:
+        return bool(obj - obj == 0.0)
+    else:
+        return True
+    if _NO_FLOAT.issuperset(map(type, children)):
+        return True
+    return all(_finite(x) for x in children)
 
 
 def _aware(value: object, name: str) -> datetime:
