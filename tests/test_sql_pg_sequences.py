@@ -1,0 +1,163 @@
+"""PostgreSQL sequences from transaction ids, and the listing horizon (issue 16).
+
+See ``statekeeper.backends.sql.pg``: a save takes ``(xid + seq_base) * 1024`` under
+its stream's advisory lock; listings show only sequences below the oldest running
+transaction id. These tests hold transactions open on a second connection to show
+what that costs and what it keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from sql_helpers import ServerStores
+from statekeeper.backends.sql import PostgresCheckpointStore, SqlCheckpointStore
+from statekeeper.backends.sql import pg as pg_module
+
+WAIT = 0.2  # listing_wait of these stores
+
+
+@pytest.fixture(scope="module")
+def postgres_stores() -> Iterator[ServerStores]:
+    stores = ServerStores("postgres")
+    yield stores
+    stores.drop()
+
+
+@pytest.fixture
+def factory(postgres_stores: ServerStores) -> Iterator[Any]:
+    yield from postgres_stores.factory()
+
+
+@pytest_asyncio.fixture
+async def other(postgres_stores: ServerStores) -> AsyncIterator[asyncpg.Connection]:
+    """A second connection to the server, outside any store."""
+    dsn = postgres_stores.url.replace("postgresql+asyncpg://", "postgresql://")
+    con = await asyncpg.connect(dsn)
+    yield con
+    await con.close()
+
+
+def _pg(store: SqlCheckpointStore) -> PostgresCheckpointStore:
+    assert isinstance(store, PostgresCheckpointStore)
+    return store
+
+
+@pytest.mark.asyncio
+async def test_a_long_transaction_delays_listings_boundedly_and_they_catch_up(
+    factory: Any, other: asyncpg.Connection
+) -> None:
+    async with factory(listing_wait=WAIT) as store:
+        first = await store.save("s", 0)
+        cursor = await store.cursor_at(first.id, order="asc")
+        long = other.transaction()
+        await long.start()
+        try:
+            await other.fetchval("SELECT pg_current_xact_id()")  # an xid, held open
+            started = time.monotonic()
+            later = [await store.save("s", i) for i in range(1, 6)]
+            assert time.monotonic() - started < 2.0, "saves waited on an unrelated transaction"
+            # get_latest and load neither wait nor hide anything
+            started = time.monotonic()
+            latest = await store.get_latest("s")
+            assert latest is not None and latest.id == later[-1].id
+            assert (await store.load(later[0].id)).state == 1
+            assert time.monotonic() - started < WAIT
+            # listings stop at the horizon, after a bounded wait, in order
+            for order in ("asc", "desc"):
+                started = time.monotonic()
+                page = await store.list("s", order=order, limit=10)
+                elapsed = time.monotonic() - started
+                assert [c.id for c in page.items] == [first.id], order
+                assert WAIT * 0.9 <= elapsed < WAIT + 2.0, (order, elapsed)
+            page = await store.list("s", order="asc", after=cursor)
+            assert page.items == [] and page.next_cursor is None
+            # tag-less listing of every stream too
+            assert [c.id for c in (await store.list(None, order="asc")).items] == [first.id]
+        finally:
+            await long.rollback()
+        # once it ends, the same cursor continues with everything, none skipped
+        started = time.monotonic()
+        page = await store.list("s", order="asc", after=cursor)
+        assert [c.id for c in page.items] == [c.id for c in later]
+        assert time.monotonic() - started < WAIT, "a listing waited with nothing hidden"
+        desc = await store.list("s", order="desc", limit=3)
+        assert [c.id for c in desc.items] == [c.id for c in reversed(later[-3:])]
+
+
+@pytest.mark.asyncio
+async def test_saves_to_other_streams_never_wait_for_a_stream_lock(
+    factory: Any, other: asyncpg.Connection
+) -> None:
+    """No store-wide lock: a held stream lock stops that stream's saves only, and the
+    save that waited gets a sequence above everything committed meanwhile."""
+    async with factory() as store:
+        await store.save("a", 0)
+        keys = (_pg(store)._pst.store_lock, pg_module.stream_lock("a"))
+        held = other.transaction()
+        await held.start()
+        try:
+            await other.fetch("SELECT pg_advisory_xact_lock($1::int4, $2::int4)", *keys)
+            waiting = asyncio.create_task(store.save("a", 1))
+            b = [await asyncio.wait_for(store.save("b", i), 5) for i in range(3)]
+            await asyncio.sleep(0.2)
+            assert not waiting.done(), "a save did not take its stream's lock"
+        finally:
+            await held.rollback()
+        a1 = await asyncio.wait_for(waiting, 5)
+        assert a1.sequence > max(c.sequence for c in b)
+
+
+@pytest.mark.asyncio
+async def test_a_store_restored_into_a_cluster_with_lower_ids_raises_its_base(
+    factory: Any, other: asyncpg.Connection
+) -> None:
+    async with factory() as store:
+        cp = await store.save("s", "restored")
+        table, meta = store.tables.checkpoints.name, store.tables.meta.name
+    # As if restored from a cluster whose transaction ids are far ahead of ours.
+    nxt = await other.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+    huge = (nxt + 10**9) * pg_module.SEQ_SLOTS + 5
+    await other.execute(f"UPDATE {table} SET seq = $1 WHERE id = $2", huge, cp.id)
+    async with factory(read_only=True) as ro:
+        report = await ro.verify()
+        assert [p.location for p in report.problems] == [f"{meta}[name=seq_base]"]
+        assert "too low" in report.problems[0].reason
+        # reads still see it, listings included (the horizon uses the base it needs)
+        assert [c.sequence for c in (await ro.list("s")).items] == [huge]
+    async with factory() as store:  # a writable open raises the base
+        after = await store.save("s", "after")
+        assert after.sequence > huge
+        assert [c.id for c in (await store.list("s", order="asc")).items] == [cp.id, after.id]
+        assert (await store.verify()).ok
+        info = await store.info()
+        assert info.high_water_mark is not None and info.high_water_mark >= after.sequence
+
+
+@pytest.mark.asyncio
+async def test_a_lost_base_row_is_reported_and_rebuilt(
+    factory: Any, other: asyncpg.Connection
+) -> None:
+    async with factory() as store:
+        cp = await store.save("s", 1)
+        meta = store.tables.meta.name
+    await other.execute(f"DELETE FROM {meta} WHERE name = 'seq_base'")
+    async with factory(read_only=True) as ro:
+        (problem,) = (await ro.verify()).problems
+        assert "missing" in problem.reason and problem.kind == "state"
+        assert await ro.get_latest("s") == cp
+    async with factory() as store:
+        assert (await store.verify()).ok
+        assert (await store.save("s", 2)).sequence > cp.sequence
+    await other.execute(f"UPDATE {meta} SET value = 'x' WHERE name = 'seq_base'")
+    async with factory() as store:
+        assert (await store.verify()).ok  # rewritten on open
+        report = await store.repair()
+        assert report.damaged == []
