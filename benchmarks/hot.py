@@ -77,7 +77,7 @@ def settings_for(args: argparse.Namespace) -> HotSettings:
         read_budget=Budget(reps=int(400 * scale), seconds=3.0 * scale, min_reps=5),
         write_budget=Budget(reps=int(200 * scale), seconds=4.0 * scale, min_reps=5),
         group_tasks=tuple(int(x) for x in args.tasks.split(",")),
-        group_saves=512 if quick else 1536,
+        group_saves=1024 if quick else 3072,
         group_rounds=1 if quick else 3,
         strace=not args.no_strace,
     )

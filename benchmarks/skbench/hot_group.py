@@ -33,13 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-STORES = ("statekeeper sqlite", "statekeeper file", "AsyncSqliteSaver")
+from .hot import LG_ASYNC, SK_FILE, SK_SQLITE
+
+STORES = (SK_SQLITE, SK_FILE, LG_ASYNC)
 HERE = Path(__file__).resolve().parent.parent  # benchmarks/
 
 
 async def _open(store: str, directory: Path) -> tuple[Any, Any]:
     """(save(stream, step) coroutine function, close coroutine function)."""
-    if store == "AsyncSqliteSaver":
+    if store == LG_ASYNC:
         from .adapters.langgraph_peers import AsyncSqliteSaverStore
 
         adapter = AsyncSqliteSaverStore()
@@ -56,7 +58,7 @@ async def _open(store: str, directory: Path) -> tuple[Any, Any]:
 
     url = (
         f"sqlite:///{directory / 'sk.db'}"
-        if store == "statekeeper sqlite"
+        if store == SK_SQLITE
         else f"file://{directory / 'sk-file'}"
     )
     handle = statekeeper.open_store(url, durability="full")

@@ -215,7 +215,7 @@ def group_target_rows(results: HotResults) -> list[list[str]]:
         return []
     rows = []
     top = str(GROUP_TASKS)
-    sk, lg, file_ = (group.get(s, {}) for s in STORES)
+    sk, file_, lg = (group.get(s, {}) for s in (SK_SQLITE, SK_FILE, LG_ASYNC))
     ours, theirs = _rate(sk.get(top, {})), _rate(lg.get(top, {}))
     label = f"group commit, {GROUP_TASKS} tasks: SQLite saves/s ≥ 2x `AsyncSqliteSaver.aput`"
     if ours and theirs:
