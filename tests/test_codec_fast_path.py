@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 import test_codec as _unit
 import test_codec_properties as _props
 from statekeeper.codec import _MISS, Codec, CodecLimits
-from statekeeper.errors import CheckpointDecodeError
+from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError
 
 EXAMPLES = int(os.environ.get("STATEKEEPER_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
@@ -300,3 +301,94 @@ def test_fuzz_encoded_values(value: Any) -> None:
 @given(st.binary(max_size=64))
 def test_fuzz_arbitrary_bytes(data: bytes) -> None:
     check_everywhere(data)
+
+
+# -- encoding: plain JSON goes straight to msgspec, the rest through the walk -------
+
+
+class WalkOnly(Codec):
+    """The codec with the plain shortcut off: every value goes through ``_enc``."""
+
+    def _is_plain(self, v: Any, d: int, leaves: frozenset[type]) -> bool:
+        return False
+
+
+WALK_ONLY = {
+    name: WalkOnly(allowed_types=codec.allowed_types, limits=codec.limits)
+    for name, codec in CODECS.items()
+}
+
+
+def encode_outcome(codec: Codec, value: Any) -> tuple[Any, ...]:
+    try:
+        return ("bytes", codec.encode(value))
+    except Exception as exc:
+        return ("error", type(exc), str(exc))
+
+
+def check_encode(value: Any) -> None:
+    for name, codec in CODECS.items():
+        fast = encode_outcome(codec, value)
+        assert fast == encode_outcome(WALK_ONLY[name], value), value
+        if fast[0] == "bytes":
+            # the reference decoder reads back exactly what was given ...
+            assert _unit.same(codec._decode_checked(fast[1]), value)
+            # ... and the bytes are canonical, so the fast decoder takes them whole
+            # (a run of digits longer than max_int_digits, even in a float or a
+            # string, is left to the reference decoder)
+            digits = codec.limits.max_int_digits
+            if b'"$sk"' not in fast[1] and not re.search(b"[0-9]{%d}" % (digits + 1), fast[1]):
+                assert codec._decode_fast(fast[1]) is not _MISS
+
+
+@FUZZ
+@given(_props.values(allow_nan=True))
+def test_fuzz_encode_values(value: Any) -> None:
+    check_encode(value)
+
+
+@FUZZ
+@given(json_trees)
+def test_fuzz_encode_json_trees(value: Any) -> None:
+    check_encode(value)
+
+
+class Sub(dict):  # type: ignore[type-arg]
+    pass
+
+
+class Text(str):
+    pass
+
+
+class Whole(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ([1.0, float("nan")], "state[1]"),
+        ({"a": [float("inf")]}, "state['a'][0]"),
+        ({"a": Sub()}, "state['a']"),
+        ([Text("x")], "state[0]"),
+        ([Whole(1)], "state[0]"),
+        ([_props.Rank.ACE], "state[0]"),
+        ({"a": {"b": _props.Tone.LOW}}, "state['a']['b']"),
+    ],
+)
+def test_what_msgspec_would_write_silently_is_still_refused(value: Any, where: str) -> None:
+    """msgspec writes NaN as null and subclasses and enums as their base value; the
+    plain shortcut never lets them through, so the walk refuses them with the path."""
+    codec = Codec()
+    with pytest.raises(CheckpointEncodeError, match=re.escape(f"cannot encode {where}:")):
+        codec.encode(value)
+
+
+def test_plain_state_and_metadata_are_written_by_msgspec() -> None:
+    codec = Codec()
+    value = {"f": [1e16, 1e-7, -0.0], "s": "\u2028\x00", "n": None, "i": -(10**25)}
+    assert codec.encode(value) == msgspec.json.encode(value)
+    assert identical(codec.decode(codec.encode(value)), value)
+    with python_int_limit(640), pytest.raises(CheckpointEncodeError, match="Exceeds the limit"):
+        codec.encode([10**700])

@@ -84,11 +84,14 @@ allowlist, an unsupported type, a limit, NaN, a lone surrogate (not UTF-8), a
 reference cycle. ``decode`` raises :class:`~statekeeper.errors.CheckpointDecodeError`
 and nothing else: invalid UTF-8 or JSON, duplicate keys, a limit, a bad tag.
 
-Fast path: ``decode`` lets msgspec parse bytes and keeps the result only if
-re-encoding it gives back the very same bytes, with no tag, within the limits;
-anything else (and every error) goes through the reference decoder, so values,
-types and error messages are the same either way (``tests/test_codec_fast_path.py``
-checks it differentially).
+Fast paths: ``encode`` hands plain JSON of exact types (checked by a walk that
+builds nothing: no subclass, no ``"$sk"`` key, finite floats, ints and depth within
+the limits) to msgspec as it is, and everything else through the tagging walk,
+whose output msgspec writes too. ``decode`` lets msgspec parse bytes and keeps the
+result only if re-encoding it gives back the very same bytes, with no tag, within
+the limits; anything else (and every error) goes through the reference decoder, so
+values, types and error messages are the same either way
+(``tests/test_codec_fast_path.py`` checks both differentially).
 """
 
 from __future__ import annotations
@@ -158,6 +161,11 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _STR = frozenset({str})
 _SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 _SCALARS_NOT_INT: frozenset[type] = frozenset({str, float, bool, type(None)})
+# msgspec writes NaN and infinities as null, so no skip set that feeds it holds float
+_SCALARS_NOT_FLOAT: frozenset[type] = frozenset({str, int, bool, type(None)})
+_PLAIN = _SCALARS_NOT_FLOAT
+_PLAIN_NOT_INT: frozenset[type] = frozenset({str, bool, type(None)})
+_msgspec_encode = msgspec.json.encode
 _TAG_BYTES = b'"$sk"'
 _MISS: Any = object()
 _CONTAINERS: frozenset[type] = frozenset({dict, list})
@@ -269,17 +277,29 @@ class Codec:
         return value
 
     def _encode(self, value: Any, root: str) -> bytes:
-        # Containers of plain scalars are handed to json as they are; json itself then
-        # refuses NaN and (when Python's limit is ours) over-long ints, and only then
-        # do we walk again checking every scalar, for the path and for NaN tags.
+        # Plain JSON of exact types (checked by _is_plain, a walk that builds nothing) is
+        # handed to msgspec as it is. Anything else goes through _enc, which tags what
+        # JSON has no type for and refuses, with the path, what decode would refuse.
+        # Neither walk looks at ints Python's own limit already refuses when that
+        # limit is the tighter one: msgspec raises for them, as json did.
         limit = sys.get_int_max_str_digits()
-        skip = _SCALARS if 0 < limit <= self.limits.max_int_digits else _SCALARS_NOT_INT
-        try:
+        python_limits_ints = 0 < limit <= self.limits.max_int_digits
+        data: bytes | None = None
+        if self._is_plain(value, 0, _PLAIN if python_limits_ints else _PLAIN_NOT_INT):
             try:
-                text = self._json.encode(self._enc(value, 0, skip))
-            except ValueError:
-                text = self._json.encode(self._enc(value, 0, _NOTHING))
-            data = text.encode("utf-8")
+                data = _msgspec_encode(value)
+            except Exception:  # a lone surrogate, an int over Python's limit: worded below
+                data = None
+        try:
+            if data is None:
+                # msgspec writes NaN as null, so floats are always checked by the walk
+                skip = _SCALARS_NOT_FLOAT if python_limits_ints else _PLAIN_NOT_INT
+                try:
+                    data = _msgspec_encode(self._enc(value, 0, skip))
+                except UnicodeEncodeError:
+                    raise
+                except ValueError:
+                    data = _msgspec_encode(self._enc(value, 0, _NOTHING))
         except _Refuse as e:
             raise CheckpointEncodeError(e.message(root)) from None
         except UnicodeEncodeError:
@@ -300,6 +320,44 @@ class Codec:
                 f"over max_bytes={self.limits.max_bytes}"
             )
         return data
+
+    def _is_plain(self, v: Any, d: int, leaves: frozenset[type]) -> bool:
+        """Whether ``v`` is plain JSON msgspec may write as it is: exact ``dict`` (``str``
+        keys, no ``"$sk"``), ``list``, ``str``, ``bool``, ``None``, finite ``float``,
+        ``int`` within the limit, nested at most ``max_depth`` deep."""
+        t = type(v)
+        if t is dict:
+            if TAG in v or not _STR.issuperset(map(type, v)):
+                return False
+            items: Iterable[Any] = v.values()
+        elif t is list:
+            items = v
+        else:
+            return bool(
+                t is str
+                or t is bool
+                or v is None
+                or (t is int and self._ilo < v < self._ihi)
+                or (t is float and v - v == 0.0)
+            )
+        d += 1
+        if d > self._max_depth:
+            return False
+        if leaves.issuperset(map(type, items)):
+            return True
+        lo, hi, plain = self._ilo, self._ihi, self._is_plain
+        for x in items:
+            tx = type(x)
+            if not (
+                tx is str
+                or tx is bool
+                or x is None
+                or (tx is int and lo < x < hi)
+                or (tx is float and x - x == 0.0)
+                or ((tx is dict or tx is list) and plain(x, d, leaves))
+            ):
+                return False
+        return True
 
     def _enc(self, v: Any, d: int, skip: frozenset[type]) -> Any:
         """The JSON-native form of ``v``; ``d`` counts the JSON containers around it.
