@@ -5,7 +5,8 @@
 level, 16 by default) is started once; each opens its own statekeeper store
 (``durability="full"``, the run's own ``table_prefix``, ``pool_size=2``) and its own
 ``AsyncPostgresSaver`` (``from_conn_string``: one autocommit connection, in the
-run's own schema). In each of ``rounds`` rounds, at each level (1, 4, 16) and for
+run's own schema), and warms both up with :data:`WARMUP` saves to a stream of its own.
+In each of ``rounds`` rounds, at each level (1, 4, 16) and for
 each side (the order alternates per round), the first N writers start at the same
 instant (a shared ``CLOCK_MONOTONIC`` deadline) and save for ``seconds``, one save
 after another, each to its own stream: statekeeper ``store.save`` of the ~1 KB
@@ -52,6 +53,7 @@ PAGE = 20
 ROTATE = 10
 BUILD_BATCH = 1000
 POOL_SIZE = 2
+WARMUP = 5  # saves per side per writer before the first measured cell
 
 SAVE = 'save (durability="full")'
 APUT = "aput"
@@ -115,6 +117,12 @@ async def _writer(index: int, conn: Any, prefix: str, schema: str) -> None:
     heads: dict[str, tuple[str, str | None]] = {}
     stream = f"pg-writer-{index:02d}"
     step = index * 10_000_000
+    # warm up both sides (connections opened, statements prepared) on a stream of
+    # its own, so the first measured cell does not pay for that
+    warm = f"pg-warm-{index:02d}"
+    for n in range(WARMUP):
+        await store.save(warm, make_state(n))
+        await saver.aput(*next_put(saver, heads, warm, n))
     import statekeeper
 
     conn.send({"ready": index, "statekeeper": statekeeper.__file__})
