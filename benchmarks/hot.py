@@ -74,8 +74,8 @@ def settings_for(args: argparse.Namespace) -> HotSettings:
     return HotSettings(
         big=big,
         list_budget=Budget(reps=5 if quick else 15, seconds=10.0 * scale, min_reps=3),
-        read_budget=Budget(reps=int(400 * scale), seconds=3.0 * scale, min_reps=5),
-        write_budget=Budget(reps=int(200 * scale), seconds=4.0 * scale, min_reps=5),
+        read_budget=Budget(reps=300 if quick else 1000, seconds=5.0 * scale, min_reps=5),
+        write_budget=Budget(reps=150 if quick else 400, seconds=6.0 * scale, min_reps=5),
         group_tasks=tuple(int(x) for x in args.tasks.split(",")),
         group_saves=1024 if quick else 3072,
         group_rounds=1 if quick else 3,
