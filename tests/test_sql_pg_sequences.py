@@ -1,8 +1,8 @@
 """PostgreSQL sequences from transaction ids, and the listing horizon (issue 16).
 
 See ``statekeeper.backends.sql.pg``: a save takes ``(xid + seq_base) * 1024`` under
-its stream's advisory lock; listings show only sequences below the oldest running
-transaction id. These tests hold transactions open on a second connection to show
+its stream's advisory lock; listings of every stream show only sequences below the
+oldest running transaction id. These tests hold transactions open on a second connection to show
 what that costs and what it keeps.
 """
 
@@ -54,41 +54,49 @@ def _pg(store: SqlCheckpointStore) -> PostgresCheckpointStore:
 async def test_a_long_transaction_delays_listings_boundedly_and_they_catch_up(
     factory: Any, other: asyncpg.Connection
 ) -> None:
+    """A transaction with an id, open on another connection, holds the horizon back:
+    listings of every stream stop below it after waiting at most ``listing_wait``,
+    and continue with nothing skipped once it ends. Saves, ``get_latest``, ``load``
+    and listings of one stream (ordered by its lock) are not held back at all."""
     async with factory(listing_wait=WAIT) as store:
-        first = await store.save("s", 0)
-        cursor = await store.cursor_at(first.id, order="asc")
+        start, first = await store.save("s", -1), await store.save("s", 0)
+        top = await store.list(None, order="asc", limit=1)
+        assert [c.id for c in top.items] == [start.id] and top.next_cursor is not None
+        cursor = top.next_cursor  # every stream, past `start`
         long = other.transaction()
         await long.start()
         try:
             await other.fetchval("SELECT pg_current_xact_id()")  # an xid, held open
             started = time.monotonic()
-            later = [await store.save("s", i) for i in range(1, 6)]
+            later = [await store.save("s" if i % 2 else "t", i) for i in range(1, 7)]
             assert time.monotonic() - started < 2.0, "saves waited on an unrelated transaction"
-            # get_latest and load neither wait nor hide anything
             started = time.monotonic()
             latest = await store.get_latest("s")
-            assert latest is not None and latest.id == later[-1].id
+            assert latest is not None and latest.id == later[-2].id
             assert (await store.load(later[0].id)).state == 1
-            assert time.monotonic() - started < WAIT
-            # listings stop at the horizon, after a bounded wait, in order
+            one = await store.list("s", order="asc")
+            in_s = [start.id, first.id, *(c.id for c in later if c.stream == "s")]
+            assert [c.id for c in one.items] == in_s
+            assert time.monotonic() - started < WAIT, "a read of one stream waited"
+            # every stream: stops at the horizon, after a bounded wait
             for order in ("asc", "desc"):
                 started = time.monotonic()
-                page = await store.list("s", order=order, limit=10)
+                page = await store.list(None, order=order, limit=10)
                 elapsed = time.monotonic() - started
-                assert [c.id for c in page.items] == [first.id], order
+                assert [c.id for c in page.items] == [start.id, first.id][
+                    :: 1 if order == "asc" else -1
+                ]
                 assert WAIT * 0.9 <= elapsed < WAIT + 2.0, (order, elapsed)
-            page = await store.list("s", order="asc", after=cursor)
-            assert page.items == [] and page.next_cursor is None
-            # tag-less listing of every stream too
-            assert [c.id for c in (await store.list(None, order="asc")).items] == [first.id]
+            page = await store.list(None, order="asc", after=cursor)
+            assert [c.id for c in page.items] == [first.id] and page.next_cursor is None
         finally:
             await long.rollback()
         # once it ends, the same cursor continues with everything, none skipped
         started = time.monotonic()
-        page = await store.list("s", order="asc", after=cursor)
-        assert [c.id for c in page.items] == [c.id for c in later]
+        page = await store.list(None, order="asc", after=cursor)
+        assert [c.id for c in page.items] == [first.id, *(c.id for c in later)]
         assert time.monotonic() - started < WAIT, "a listing waited with nothing hidden"
-        desc = await store.list("s", order="desc", limit=3)
+        desc = await store.list(None, order="desc", limit=3)
         assert [c.id for c in desc.items] == [c.id for c in reversed(later[-3:])]
 
 

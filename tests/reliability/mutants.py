@@ -348,6 +348,11 @@ def restore() -> None:
         from statekeeper.backends.sql import dialects
 
         dialects.next_sequence = _ORIGINAL.pop("next_sequence")
+    if "pg_statements" in _ORIGINAL:
+        from statekeeper.backends.sql import pg
+
+        pg.pg_statements = _ORIGINAL.pop("pg_statements")
+        pg._horizon = _ORIGINAL.pop("pg_horizon")
 
 
 # -- mutants of the SQL backend (installed in a workload child with --setup) -------------
@@ -370,31 +375,32 @@ def sql_max_plus_one() -> None:
     dialects.next_sequence = next_sequence  # type: ignore[assignment]
 
 
-def pg_serial_sequences() -> None:
-    """PostgreSQL sequences from a bare SEQUENCE (what SERIAL does): ``nextval`` is not
-    transactional, so a save can take sequence n, commit after the save that took
-    n + 1, and appear behind a reader that already saw n + 1."""
-    import sqlalchemy as sa
+def pg_unordered_sequences() -> None:
+    """PostgreSQL sequences from transaction ids without what makes them safe: no
+    per-stream lock and no listing horizon, and every other save works between
+    taking its id and committing. A save can then commit below an item a reader
+    already saw (what a bare SERIAL does too)."""
+    import dataclasses
 
-    from statekeeper.backends.sql import dialects
+    from statekeeper.backends.sql import pg
 
-    original = dialects.next_sequence
-    _ORIGINAL.setdefault("next_sequence", original)
-    created: set[str] = set()
+    original = pg.pg_statements
+    _ORIGINAL.setdefault("pg_statements", original)
+    _ORIGINAL.setdefault("pg_horizon", pg._horizon)
+    lock = "count(pg_advisory_xact_lock($1::int4, k))"
+    slow_x = (
+        "x AS (SELECT q.s0 FROM (SELECT (pg_current_xact_id()::text::bigint + $3::bigint) "
+        "* 1024 AS s0 FROM lk) q, LATERAL (SELECT pg_sleep(CASE WHEN (q.s0 / 1024) % 2 = 1 "
+        "THEN 0.3 ELSE 0 END)) z),"
+    )
 
-    def next_sequence(s: Any, st: Any) -> int:
-        if s.family != "postgresql":
-            return original(s, st)
-        name = f"{st.t.checkpoints.name}_serial"
-        if name not in created:
-            # concurrent CREATE SEQUENCE IF NOT EXISTS races in PostgreSQL; serialise it
-            s.first(sa.text("SELECT pg_advisory_xact_lock(7031)"))
-            s.ddl(sa.text(f"CREATE SEQUENCE IF NOT EXISTS {name} START WITH 1000000"))
-            created.add(name)
-        row = s.first(sa.text(f"SELECT nextval('{name}')"))
-        seq = int(row[0])
-        if seq % 2:  # work between taking the number and committing, for every other save
-            time.sleep(0.3)
-        return seq
+    def pg_statements(tables: Any) -> Any:
+        st = original(tables)
+        head, rest = st.save.split("x AS (", 1)
+        rest = rest.split("\n", 1)[1]
+        assert lock in head
+        save = head.replace(lock, "count(k) + 0 * $1::int4") + slow_x + "\n" + rest
+        return dataclasses.replace(st, save=save)
 
-    dialects.next_sequence = next_sequence  # type: ignore[assignment]
+    pg.pg_statements = pg_statements  # type: ignore[assignment]
+    pg._horizon = lambda base_param: f"(9223372036854775807 + 0 * {base_param})"

@@ -49,11 +49,12 @@ class SqlOptions(StoreOptions):
     #: Connections: SQLite reader threads (default 2; plus one writer), or the
     #: server connection pool size (default 5, overflow as much again).
     pool_size: int | None = Field(default=None, ge=1, le=64)
-    #: PostgreSQL: seconds a listing waits, at most, for saves still in flight below
-    #: the newest committed ones (the visibility horizon, ``docs/sql-backend.md``)
-    #: before it returns the page up to the horizon; the rest comes on a later call.
+    #: PostgreSQL: seconds a listing of every stream (``list(None, ...)``) waits, at
+    #: most, for transactions still in flight below the newest committed save (the
+    #: visibility horizon, ``docs/sql-backend.md``) before it returns the page up to
+    #: the horizon; the rest comes on a later call. Listings of one stream,
     #: ``get_latest`` and ``load`` never wait.
-    listing_wait: float = Field(default=0.05, ge=0, le=60)
+    listing_wait: float = Field(default=0.1, ge=0, le=60)
     #: Log every SQL statement (logger ``sqlalchemy.engine`` / ``statekeeper.sql``).
     echo: bool = False
     #: Extra keyword arguments for the driver's ``connect()`` (e.g. ``ssl``);

@@ -18,15 +18,16 @@ stream commit in sequence order; saves to different streams never wait on each
 other. ``base`` (the meta row ``seq_base``) keeps sequences above every stored one
 when a store is restored into a cluster whose ids are lower (:func:`ensure_base`).
 
-**Horizon.** A listing returns only sequences below
-``(pg_snapshot_xmin(pg_current_snapshot()) + base) * 1024``, computed in the
+**Horizon.** Saves to one stream commit in sequence order, so a listing of one
+stream is a plain keyset scan. A listing of every stream returns only sequences
+below ``(pg_snapshot_xmin(pg_current_snapshot()) + base) * 1024``, computed in the
 statement that reads the rows: every transaction id below ``xmin`` has ended, so
-no save still in flight can later commit below an item a reader was shown, and a
-reader paging with cursors never misses a committed checkpoint behind its cursor.
-When the horizon hides rows a page may want, the listing waits up to
-``SqlOptions.listing_wait`` for it to pass, then returns what is below it (the
-rest comes on a later call). ``get_latest`` and ``load`` read without a horizon
-and never wait: per-stream order comes from the advisory lock.
+no save still in flight (to any stream) can later commit below an item a reader
+was shown, and a reader paging with cursors never misses a committed checkpoint
+behind its cursor. When the horizon hides rows such a page may want, the listing
+waits up to ``SqlOptions.listing_wait`` for it to pass, then returns what is below
+it (the rest comes on a later call). ``get_latest`` and ``load`` read without a
+horizon and never wait.
 
 **Lean path.** Those statements run on raw asyncpg connections from a pool the
 runtime owns (:class:`PgRuntime`), as prepared statements asyncpg caches per
@@ -166,30 +167,29 @@ def scan_sql(
     ntags: int,
     nmeta: int,
 ) -> tuple[str, tuple[str, ...]]:
-    """A listing page below the horizon, and its parameter names in ``$n`` order.
+    """A listing page, and its parameter names in ``$n`` order.
 
-    The first row is the horizon's: ``(horizon, 'hidden' or NULL, NULL)``, where
-    'hidden' says that a row of the query's stream and range lies at or above the
-    horizon (tag and metadata filters are not checked there; a false 'hidden'
-    only costs a wait). The page's rows follow.
+    A page of one stream is the plain keyset scan: saves to one stream commit in
+    sequence order (its advisory lock), so no horizon is needed there. A page of
+    every stream stays below the horizon, and its first row is the horizon's:
+    ``(horizon, 'hidden' or NULL, NULL)``, where 'hidden' says that a row in the
+    page's range lies at or above the horizon (filters are not checked there; a
+    false 'hidden' only costs a wait). The page's rows follow.
     """
-    cp = st.t.checkpoints
-    stmt = st.scan(has_stream, order, has_bound, ntags, nmeta, horizon=True)
+    stmt = st.scan(has_stream, order, has_bound, ntags, nmeta, horizon=not has_stream)
     compiled = cast(sa.Select[Any], stmt).compile(dialect=_DIALECT)
     names = tuple(compiled.positiontup or ())
+    if has_stream:
+        return compiled.string, names
     n = len(names)
-    table = _q(st.t)(cp)
-    base = f"${n + 1}::bigint"
+    table = _q(st.t)(st.t.checkpoints)
     hidden = ["c.seq >= hz.h"]
     extra = ["base"]
-    if has_stream:
-        hidden.append(f"c.stream = ${n + 2}")
-        extra.append("stream")
     if has_bound:
-        hidden.append(f"c.seq {'>' if order == 'asc' else '<'} ${n + len(extra) + 1}")
+        hidden.append(f"c.seq {'>' if order == 'asc' else '<'} ${n + 2}")
         extra.append("bound")
     sql = (
-        f"WITH hz AS (SELECT {_horizon(base)} AS h) "
+        f"WITH hz AS (SELECT {_horizon(f'${n + 1}::bigint')} AS h) "
         f"SELECT hz.h, CASE WHEN EXISTS (SELECT 1 FROM {table} c WHERE "
         f"{' AND '.join(hidden)}) THEN 'hidden' END, NULL::bytea FROM hz "
         f"UNION ALL SELECT * FROM ({compiled.string}) AS page"
@@ -378,14 +378,17 @@ async def scan_rows(
     base: int,
     wait: float,
 ) -> list[tuple[int, str, bytes]]:
-    """One page of ``(seq, id, record)`` below the horizon (see the module docstring).
+    """One page of ``(seq, id, record)``; of every stream, below the horizon (see
+    the module docstring).
 
-    While the horizon hides a row this page could show (any row of a ``desc`` page,
-    or an ``asc`` page that is short), retry for up to ``wait`` seconds.
+    While the horizon hides a row such a page could show (any row of a ``desc``
+    page, or an ``asc`` page that is short), retry for up to ``wait`` seconds.
     """
     sql, names = scan_sql(st, stream is not None, order, bound is not None, ntags, nmeta)
     values = {**params, "stream": stream, "bound": bound, "limit": limit, "base": base}
     args = [values[name] for name in names]
+    if stream is not None:
+        return [(int(r[0]), str(r[1]), bytes(r[2])) for r in await rt.fetch(sql, *args)]
     deadline = time.monotonic() + wait
     delay = 0.0005
     while True:

@@ -128,11 +128,12 @@ class PostgresCheckpointStore(_ServerSqlStore):
 
     Sequences come from the saving transaction's id, not from a counter row, so
     saves to different streams never wait on each other; saves to one stream
-    commit in sequence order (a per-stream advisory lock). Listings return only
-    sequences below the cluster's oldest running transaction id (the horizon), so
-    a reader paging with cursors never misses a checkpoint committed behind its
-    cursor; a long transaction anywhere in the cluster delays new items in
-    listings, by at most ``listing_wait`` per call. ``save``, ``save_many``,
+    commit in sequence order (a per-stream advisory lock), so its listings page
+    safely as they are. Listings of every stream return only sequences below the
+    cluster's oldest running transaction id (the horizon), so a reader paging with
+    cursors never misses a checkpoint committed behind its cursor; a long
+    transaction anywhere in the cluster delays new items there, and each such
+    listing waits at most ``listing_wait`` for it. ``save``, ``save_many``,
     ``get_latest``, ``load`` and ``list`` run as prepared asyncpg statements
     (:mod:`.pg`).
     """
