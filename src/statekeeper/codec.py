@@ -346,16 +346,32 @@ class Codec:
         if leaves.issuperset(map(type, items)):
             return True
         lo, hi, plain = self._ilo, self._ihi, self._is_plain
+        inner = d < self._max_depth  # a container here may itself hold scalars only
         for x in items:
             tx = type(x)
-            if not (
+            if (
                 tx is str
                 or tx is bool
                 or x is None
                 or (tx is int and lo < x < hi)
                 or (tx is float and x - x == 0.0)
-                or ((tx is dict or tx is list) and plain(x, d, leaves))
             ):
+                continue
+            # a container of scalars (the common leaf) is checked here, without a call
+            if tx is dict:
+                if (
+                    inner
+                    and TAG not in x
+                    and _STR.issuperset(map(type, x))
+                    and leaves.issuperset(map(type, x.values()))
+                ):
+                    continue
+            elif tx is list:
+                if inner and leaves.issuperset(map(type, x)):
+                    continue
+            else:
+                return False
+            if not plain(x, d, leaves):
                 return False
         return True
 

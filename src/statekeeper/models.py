@@ -87,7 +87,10 @@ def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
 
 def checkpoint_with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
     """``header`` plus ``state`` as a :class:`Checkpoint`, without re-validation."""
-    values = {name: header.__dict__[name] for name in CheckpointHeader.__pydantic_fields__}
+    if type(header) is CheckpointHeader:  # its __dict__ holds exactly the header fields
+        values = header.__dict__.copy()
+    else:
+        values = {name: header.__dict__[name] for name in CheckpointHeader.__pydantic_fields__}
     values["state"] = state
     obj = object.__new__(Checkpoint)
     object.__setattr__(obj, "__dict__", values)
