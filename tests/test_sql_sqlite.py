@@ -496,3 +496,37 @@ def _no_stray_threads() -> Iterator[None]:
             return
         time.sleep(0.01)
     raise AssertionError(f"worker threads left running: {stray}")
+
+
+@pytest.mark.asyncio
+async def test_a_listed_page_costs_one_reader_hop(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page scan and the probe that decides its other cursor share one hop."""
+    for i in range(25):
+        await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
+    runtime = store._runtime
+    hops: list[object] = []
+    read = runtime.read
+
+    async def counted(fn: Any) -> Any:
+        hops.append(fn)
+        return await read(fn)
+
+    monkeypatch.setattr(runtime, "read", counted)
+    for order in ("asc", "desc"):
+        first = await store.list("s", limit=10, order=order)
+        second = await store.list("s", limit=10, order=order, after=first.next_cursor)
+        third = await store.list("s", limit=10, order=order, after=second.next_cursor)
+        again = await store.list("s", limit=10, order=order, before=third.prev_cursor)
+        odd = await store.list("s", limit=5, order=order, tags={"odd": "1"})
+        odd2 = await store.list("s", limit=5, order=order, tags={"odd": "1"}, after=odd.next_cursor)
+        assert len(hops) == 6, (order, len(hops))
+        hops.clear()
+        states = [cp.state["i"] for p in (first, second, third) for cp in p.items]
+        assert states == (list(range(25)) if order == "asc" else list(range(24, -1, -1)))
+        assert second.prev_cursor is not None and second.next_cursor is not None
+        assert third.prev_cursor is not None and third.next_cursor is None
+        assert again.items == second.items and again.prev_cursor and again.next_cursor
+        assert [cp.state["i"] % 2 for cp in odd.items + odd2.items] == [1] * 10
+        assert odd2.prev_cursor is not None and odd2.has_more

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache, partial
-from typing import Any, ClassVar, Self, TypeVar, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 import sqlalchemy as sa
 
@@ -55,6 +56,7 @@ from .sqlite import Compiler
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 
 T = TypeVar("T")
+Order = Literal["asc", "desc"]
 
 _REBUILD = "repair() rebuilds the meta table from the records"
 
@@ -130,6 +132,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self._store_id = ""
         self._meta_damage: list[str] = []
         self._runtime: Runtime | None = None
+        #: The probe :meth:`_scan` ran with the last page scan: (its key, its entries).
+        self._probed: tuple[tuple[Any, ...], list[StoredRecord | Skipped]] | None = None
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
@@ -356,16 +360,32 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         )
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        tags, meta = dict(query.tags), dict(query.metadata)
-        stmt = self._st.scan(
-            query.stream is not None, query.order, query.bound is not None, len(tags), len(meta)
-        )
-        params = filter_params(tags, meta, query.stream)
-        params.update(
-            stream=query.stream, bound=query.bound, limit=query.limit, now=to_micros(query.now)
-        )
+        """One keyset scan, in one worker hop or round trip.
 
-        def op(s: Session) -> list[StoredRecord | Skipped]:
+        A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
+        hop, the one-row probe that :func:`statekeeper._paging.list_page` asks for
+        next: the first candidate the other way from the page's edge (its first
+        entry, or the bound's neighbour when the page is empty), which decides
+        ``prev_cursor`` (``after=``) or ``next_cursor`` (``before=``). Its result
+        is kept for exactly the next ``_scan`` call: ``list_page`` makes that call
+        without yielding to the event loop, so no other task runs in between, and
+        any other call finds a different query and drops it.
+        """
+        tags, meta = dict(query.tags), dict(query.metadata)
+        kept, self._probed = self._probed, None
+        if kept is not None and query.limit == 1 and kept[0] == _probe_key(query, tags, meta):
+            return kept[1]
+        has_stream, bound = query.stream is not None, query.bound
+        stmt = self._st.scan(has_stream, query.order, bound is not None, len(tags), len(meta))
+        params = filter_params(tags, meta, query.stream)
+        params.update(stream=query.stream, bound=bound, limit=query.limit, now=to_micros(query.now))
+        probe: ScanQuery | None = None
+        if bound is not None and query.limit > 1:
+            back: Order = "desc" if query.order == "asc" else "asc"
+            probe = replace(query, order=back, limit=1)
+            probe_stmt = self._st.scan(has_stream, back, True, len(tags), len(meta))
+
+        def entries(s: Session, stmt: Any, params: dict[str, Any]) -> list[StoredRecord | Skipped]:
             out: list[StoredRecord | Skipped] = []
             for seq, rid, blob in s.rows(stmt, params):
                 try:
@@ -374,7 +394,18 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
                     out.append(skipped_from(exc, rid, seq))
             return out
 
-        return await self._guard("listing", self._read(op))
+        def op(s: Session) -> tuple[list[StoredRecord | Skipped], Any]:
+            page = entries(s, stmt, params)
+            if probe is None or bound is None:
+                return page, None
+            edge = page[0].sequence if page else None
+            if edge is None:
+                edge = bound + (1 if query.order == "asc" else -1)
+            found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1})
+            return page, (_probe_key(replace(probe, bound=edge), tags, meta), found)
+
+        page, self._probed = await self._guard("listing", self._read(op))
+        return page
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
@@ -571,6 +602,18 @@ def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statem
     once per process and dialect. Keyed by dialect: the dialect-specific statements
     built on first use must not reach a store of another dialect (issue 11)."""
     return Statements(build_tables(prefix, schema), family), Compiler()
+
+
+def _probe_key(query: ScanQuery, tags: dict[str, str], meta: dict[str, Any]) -> tuple[Any, ...]:
+    """What identifies a one-row probe scan (the mappings as sorted items)."""
+    return (
+        query.stream,
+        query.order,
+        query.bound,
+        sorted(tags.items()),
+        sorted((k, type(v).__name__, v) for k, v in meta.items()),  # True is not 1
+        query.now,
+    )
 
 
 def _check_etag(current: StoredRecord, if_match: str | None) -> None:
