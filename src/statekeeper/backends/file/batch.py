@@ -262,22 +262,6 @@ class FileEngine(EngineWrites):
         for fd in devices.values():
             self.io.syncfs(fd)  # type: ignore[attr-defined]
 
-    def _remove_batch_temps(self, lo: int, hi: int) -> None:
-        """Remove the temp files of sequences ``lo..hi`` (a group commit cut short;
-        sequences are never reused, so no other write owns them)."""
-        records = self.fd("records")
-        for number in range(fmt.bucket_of(lo), fmt.bucket_of(hi) + 1):
-            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
-            if bfd is None:
-                continue
-            try:
-                for name in self.io.listdir(bfd):
-                    seq = fmt.parse_temp_name(name)
-                    if seq is not None and lo <= seq <= hi:
-                        self.unlink_missing_ok(name, bfd)
-            finally:
-                self.io.close(bfd)
-
     def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
         """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
         then remove the expired checkpoints whose ids the batch reuses."""
@@ -373,7 +357,7 @@ class FileEngine(EngineWrites):
         lo, hi = journal.lo, journal.hi
         if journal.op == fmt.BATCH_COMMITTED:
             # A group commit cut short may have left temp files (never renamed).
-            self._remove_batch_temps(lo, hi)
+            self._remove_temps(lo, hi)
             records = self._batch_records(lo, hi)
             if records:
                 _log.warning("file store %s: finishing save_many %d..%d", self.root, lo, hi)
@@ -427,7 +411,7 @@ class FileEngine(EngineWrites):
         """Remove every trace of batch ``lo..hi``: its record files first (flushed,
         so none comes back), then its index slots and id entries, then the
         journal. Its sequences stay used."""
-        self._remove_batch_temps(lo, hi)
+        self._remove_temps(lo, hi)
         files = self._batch_files(lo, hi)
         sfiles = set(sfiles or ())
         for seq, cid in files:

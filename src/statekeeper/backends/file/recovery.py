@@ -230,10 +230,8 @@ class RecoveryMixin(RebuildMixin):
         dirty_fd = self.fd("dirty")
         if self.durable:
             size = self.io.fstat(dirty_fd).st_size
-            names = set(read_exact(self.io, dirty_fd, size, 0).decode("ascii", "replace").split())
+            names = _index_names(read_exact(self.io, dirty_fd, size, 0).decode("ascii", "replace"))
             for sfile in sorted(names):
-                if not sfile.endswith(".idx") or "/" in sfile:
-                    continue
                 idx = self.open_index(sfile)
                 if idx is not None:
                     with idx:
@@ -362,6 +360,28 @@ class RecoveryMixin(RebuildMixin):
             finally:
                 self.io.close(bfd)
 
+    def _remove_temps(self, lo: int, hi: int | None) -> None:
+        """Remove the temp files of sequences ``lo..hi`` (``hi=None``: no upper
+        bound), under the lock: a write cut short left them (sequences are never
+        reused, so no write in flight owns them)."""
+        records = self.fd("records")
+        first = fmt.bucket_of(lo)
+        for number in sorted(
+            b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None
+        ):
+            if number < first or (hi is not None and number > fmt.bucket_of(hi)):
+                continue
+            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
+            if bfd is None:
+                continue
+            try:
+                for name in self.io.listdir(bfd):
+                    seq = fmt.parse_temp_name(name)
+                    if seq is not None and lo <= seq and (hi is None or seq <= hi):
+                        self.unlink_missing_ok(name, bfd)
+            finally:
+                self.io.close(bfd)
+
     def _recover_restart(self, tx: Txn, boot: str | None) -> None:
         """After a machine restart, index again every record above the sync mark (a
         power cut may have lost unflushed index writes) and drop index entries whose
@@ -369,6 +389,9 @@ class RecoveryMixin(RebuildMixin):
         :class:`IndexDamaged`, so the caller rebuilds (which finds its stream)."""
         lo = tx.state.synced
         hwm = max(tx.state.hwm, self._max_on_disk())
+        # No write is in flight (the lock is held, and the machine restarted): a
+        # temp file above the mark is a save or group commit cut short.
+        self._remove_temps(lo + 1, None)
         found: dict[str, list[StoredRecord]] = {}
         present: set[int] = set()
         damaged: list[tuple[int, str]] = []
@@ -405,7 +428,7 @@ class RecoveryMixin(RebuildMixin):
         dirty_fd = self.fd("dirty")
         size = self.io.fstat(dirty_fd).st_size
         text = read_exact(self.io, dirty_fd, size, 0).decode("ascii", "replace")
-        return {n for n in text.split() if n.endswith(".idx") and "/" not in n}
+        return _index_names(text)
 
     def _merge_tail(
         self,
@@ -491,3 +514,14 @@ class RecoveryMixin(RebuildMixin):
         """Run a best-effort cleanup step; a failure is left to the journal."""
         with contextlib.suppress(Exception):
             action()
+
+
+def _index_names(text: str) -> set[str]:
+    """The index file names listed in ``dirty``, one a line. A power cut can tear
+    its last append (zeros where the bytes were lost): NULs separate names too,
+    and anything that is not a plain index file name is left out."""
+    return {
+        name
+        for name in text.replace("\x00", "\n").split()
+        if name.endswith(".idx") and "/" not in name and not name.startswith(".")
+    }

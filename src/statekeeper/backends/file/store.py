@@ -309,15 +309,16 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
                     else:
                         records = [record for record, _ in group]
                         outcomes = await self._run("save", self._engine.insert_group, records)
-                except Exception as exc:
+                except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                    for _, waiter in group:
+                        waiter.cancel()
+                    raise
+                except BaseException as exc:
+                    # Every save of the group hears the error that failed it.
                     for _, waiter in group:
                         if not waiter.done():
                             waiter.set_exception(exc)
                     continue
-                except BaseException:
-                    for _, waiter in group:
-                        waiter.cancel()
-                    raise
                 for (_, waiter), outcome in zip(group, outcomes, strict=True):
                     if waiter.done():
                         continue
