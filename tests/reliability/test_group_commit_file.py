@@ -355,3 +355,21 @@ def test_a_reboot_removes_temp_files_above_the_sync_mark(tmp_path: Path) -> None
         (bucket / f".{seq:020d}.1a2b00000001.tmp").write_bytes(b"SK1 half a record")
     asyncio.run(reopen_and_check(root, {"kept"}, RebootedIO("rebooted")))
     assert not [n for n in os.listdir(bucket) if n.endswith(".tmp")]
+
+
+def test_a_reboot_reads_a_torn_dirty_list(tmp_path: Path) -> None:
+    """A power cut that tears the last append to ``dirty`` leaves zeros where its
+    bytes were lost; the restart recovery reads the names around them."""
+    root = tmp_path / "store"
+
+    async def seed() -> None:
+        async with FileCheckpointStore(root, sync_interval=1000) as store:
+            for i in range(3):
+                await store.save(f"s{i}", {"id": f"c{i}"}, id=f"c{i}")
+
+    asyncio.run(seed())
+    dirty = root / "dirty"
+    names = dirty.read_bytes()
+    assert names.count(b".idx\n") == 3, names
+    dirty.write_bytes(b"\x00" * 5 + names + b"\x00" * 7 + b"s1.i")
+    asyncio.run(reopen_and_check(root, {"c0", "c1", "c2"}, RebootedIO("rebooted")))
