@@ -115,8 +115,9 @@ class SqliteSession:
     ) -> tuple[str, tuple[Any, ...]]:
         sql, binds = self._compile(stmt)
         if not params:
-            return sql, tuple(default for _, default in binds)
-        args = tuple(params.get(n, d) for n, d in binds)
+            return sql, tuple([default for _, default in binds])
+        get = params.get
+        args = tuple([get(n, d) for n, d in binds])  # a list is built faster than a generator
         if _POSTCOMPILE in sql:
             return _expand(sql, binds, args)
         return sql, args
@@ -159,10 +160,14 @@ class SqliteSession:
 class _Worker:
     """A thread that owns one connection and runs submitted functions on it, in order."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
+    def __init__(
+        self, connect: Callable[[], sqlite3.Connection], name: str, compiler: Compiler
+    ) -> None:
         self._connect = connect
+        self._compiler = compiler
         self._queue: SimpleQueue[_Job] = SimpleQueue()
         self.conn: sqlite3.Connection | None = None
+        self.session: SqliteSession | None = None  # over ``conn``, made with it
         self.pending = 0
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
@@ -172,8 +177,8 @@ class _Worker:
             pass
 
     def _run(self, job: _Job) -> bool:
-        """Run one plain job; False once the worker has closed its connection."""
-        fn, loop, fut, _ = job
+        """Run one job alone; False once the worker has closed its connection."""
+        fn, loop, fut, on_session = job
         if fn is _close:
             if self.conn is not None:
                 self.conn.close()
@@ -182,24 +187,39 @@ class _Worker:
         if fut.cancelled():
             return True  # the caller gave up before we started: do nothing at all
         try:
-            if self.conn is None:
-                self.conn = self._connect()
-            result = fn(self.conn)
+            result = fn(self._session() if on_session else self._conn())
         except BaseException as exc:  # delivered to the awaiting task
             _deliver(loop, fut, None, exc)
         else:
             _deliver(loop, fut, result, None)
         return True
 
+    def _conn(self) -> sqlite3.Connection:
+        if self.conn is None:
+            self.conn = self._connect()
+            self.session = SqliteSession(self.conn, self._compiler)
+        return self.conn
+
+    def _session(self) -> SqliteSession:
+        if self.session is None:
+            self._conn()
+        assert self.session is not None
+        return self.session
+
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the thread."""
         return await self._submit(fn, False)
 
-    async def _submit(self, fn: Callable[[Any], T], write: bool) -> T:
+    async def run(self, fn: Callable[[SqliteSession], T]) -> T:
+        """Run ``fn(session)`` on the thread (the writer: in a write transaction)."""
+        return await self._submit(fn, True)
+
+    async def _submit(self, fn: Callable[[Any], T], on_session: bool) -> T:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         self.pending += 1
         try:
-            self._queue.put((fn, loop, fut, write))
+            self._queue.put((fn, loop, fut, on_session))
             return await fut
         finally:
             self.pending -= 1
@@ -211,9 +231,9 @@ class _Worker:
 
 
 #: A queued job: the function, the caller's loop and future, and whether it is a
-#: write operation (a function of a :class:`SqliteSession`, run in a transaction
-#: that the writer may share with other write operations) or a plain function of
-#: the connection.
+#: function of the worker's :class:`SqliteSession` (on the writer: a write
+#: operation, run in a transaction it may share with other writes) or a plain
+#: function of the connection.
 _Job = tuple[Callable[[Any], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]", bool]
 
 #: The most write operations that share one transaction (one COMMIT, one fsync).
@@ -260,16 +280,12 @@ class _Writer(_Worker):
         compiler: Compiler,
         busy_timeout: float,
     ) -> None:
-        self._compiler = compiler
         self._busy_timeout = busy_timeout
         #: Write transactions committed, and write operations they carried (a test
         #: and benchmark hook: ``operations / commits`` is the mean group size).
         self.commits = 0
         self.operations = 0
-        super().__init__(connect, name)
-
-    async def write(self, fn: Callable[[SqliteSession], T]) -> T:
-        return await self._submit(fn, True)
+        super().__init__(connect, name, compiler)
 
     def _main(self) -> None:
         queue, carry = self._queue, None
@@ -297,28 +313,27 @@ class _Writer(_Worker):
         if not jobs:
             return
         try:
-            if self.conn is None:
-                self.conn = self._connect()
-            conn = self.conn
+            session = self._session()
         except BaseException as exc:
             _deliver_all([(job, None, exc) for job in jobs])
             return
         if len(jobs) == 1:
             fn, loop, fut, _ = jobs[0]
             try:
-                result = self._alone(conn, fn)
+                result = self._alone(session, fn)
             except BaseException as exc:
                 _deliver(loop, fut, None, exc)
             else:
                 _deliver(loop, fut, result, None)
             return
         while jobs:
-            jobs = self._transaction(conn, jobs)
+            jobs = self._transaction(session, jobs)
 
-    def _alone(self, conn: sqlite3.Connection, fn: Callable[[SqliteSession], T]) -> T:
+    def _alone(self, session: SqliteSession, fn: Callable[[SqliteSession], T]) -> T:
+        conn = session.conn
         _begin_immediate(conn, self._busy_timeout)
         try:
-            result = fn(SqliteSession(conn, self._compiler))
+            result = fn(session)
             _commit(conn)
         except BaseException:
             if conn.in_transaction:
@@ -328,15 +343,15 @@ class _Writer(_Worker):
         self.operations += 1
         return result
 
-    def _transaction(self, conn: sqlite3.Connection, jobs: list[_Job]) -> list[_Job]:
+    def _transaction(self, session: SqliteSession, jobs: list[_Job]) -> list[_Job]:
         """Run ``jobs`` in one transaction and settle their futures; return the jobs
         left to run in a new transaction (SQLite dropped this one under them)."""
+        conn = session.conn
         try:
             _begin_immediate(conn, self._busy_timeout)
         except BaseException as exc:
             _deliver_all([(job, None, exc) for job in jobs])
             return []
-        session = SqliteSession(conn, self._compiler)
         ran: list[tuple[_Job, Any]] = []  # committed with the transaction, if it commits
         failed: list[tuple[_Job, Any, BaseException | None]] = []
         for i, job in enumerate(jobs):
@@ -532,11 +547,12 @@ class SqliteRuntime:
 
     def _reader_worker(self) -> _Worker:
         self._check_fork()
-        idle = [w for w in self._readers if not w.pending]
-        if idle:
-            return idle[0]
+        for worker in self._readers:
+            if not worker.pending:
+                return worker
         if len(self._readers) < self._max_readers:
-            worker = _Worker(self.connect, f"statekeeper-sqlite-reader-{len(self._readers)}")
+            name = f"statekeeper-sqlite-reader-{len(self._readers)}"
+            worker = _Worker(self.connect, name, self.compiler)
             self._readers.append(worker)
             return worker
         return min(self._readers, key=lambda w: w.pending)
@@ -549,7 +565,7 @@ class SqliteRuntime:
         or fails as if alone, and this returns only after the shared COMMIT, that
         is once ``fn``'s writes are as durable as ``synchronous`` makes them.
         """
-        return await self._writer_worker().write(fn)
+        return await self._writer_worker().run(fn)
 
     async def locked_write(
         self,
@@ -562,9 +578,7 @@ class SqliteRuntime:
 
     async def read(self, fn: Callable[[SqliteSession], T]) -> T:
         """Run ``fn`` on an idle reader thread (autocommit: each statement is a snapshot)."""
-        compiler = self.compiler
-        worker = self._reader_worker()
-        return await worker.call(lambda conn: fn(SqliteSession(conn, compiler)))
+        return await self._reader_worker().run(fn)
 
     async def snapshot(self, fn: Callable[[SqliteSession], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread: one WAL snapshot."""
