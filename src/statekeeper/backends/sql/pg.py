@@ -66,6 +66,8 @@ SEQ_SLOTS = 1024
 BASE_ROW = "seq_base"
 
 _I32 = 1 << 32
+#: Pools inherited through ``fork`` (see :meth:`PgRuntime.pool`).
+_FORKED_POOLS: list[Any] = []
 
 
 def _int4(value: int) -> int:
@@ -224,7 +226,9 @@ class PgRuntime(ServerRuntime):
 
     async def pool(self) -> asyncpg.Pool:
         if self._pool is not None and self._pool_pid != os.getpid():
-            # Forked: the sockets are the parent's; forget them unclosed.
+            # Forked: the sockets are the parent's; forget them unclosed, and keep them
+            # from the garbage collector, whose finaliser would abort them noisily.
+            _FORKED_POOLS.append(self._pool)
             self._pool = None
         if self._pool is None:
             async with self._pool_lock:
