@@ -16,6 +16,7 @@ import asyncio
 import os
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
@@ -146,6 +147,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             read_only=opts.read_only,
         )
         self._engine.batch_sync = opts.batch_sync
+        #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
+        self._probed: tuple[ScanQuery, list[StoredRecord | Skipped]] | None = None
         self._save_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SaveQueue] = (
             weakref.WeakKeyDictionary()
         )
@@ -369,7 +372,37 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("get_latest", self._engine.latest, stream, now)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        return await self._run("list", self._engine.scan, query)
+        """One scan, in one worker hop.
+
+        A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
+        hop, the one-entry probe that :func:`statekeeper._paging.list_page` asks
+        for next: the first candidate the other way from the page's edge (its
+        first entry, or the bound's neighbour when the page is empty), which
+        decides ``prev_cursor`` (``after=``) or ``next_cursor`` (``before=``). Its
+        result is kept for exactly the next ``_scan`` call: ``list_page`` makes
+        that call without yielding to the event loop, so no other task runs in
+        between, and any other call finds a different query and drops it.
+        """
+        kept, self._probed = self._probed, None
+        if kept is not None and query.limit == 1 and kept[0] == query:
+            return kept[1]
+        if query.bound is None or query.limit == 1 or query.metadata:
+            return await self._run("list", self._engine.scan, query)
+        page, self._probed = await self._run("list", self._scan_and_probe, query)
+        return page
+
+    def _scan_and_probe(
+        self, query: ScanQuery
+    ) -> tuple[list[StoredRecord | Skipped], tuple[ScanQuery, list[StoredRecord | Skipped]] | None]:
+        """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread)."""
+        engine = self._engine
+        page = engine.scan(query)
+        assert query.bound is not None
+        edge = page[0].sequence if page else query.bound + (1 if query.order == "asc" else -1)
+        if edge is None:
+            return page, None
+        probe = replace(query, order="desc" if query.order == "asc" else "asc", bound=edge, limit=1)
+        return page, (probe, engine.scan(probe))
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
         return await self._run("delete", self._engine.delete, id, if_match, now)

@@ -1,0 +1,94 @@
+"""Worker hops of the file backend's reads: one per listed page (the page scan
+runs, in the same hop, the probe that decides the other cursor), with the same
+pages and cursors as two hops gave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekeeper.backends.file import FileCheckpointStore
+
+pytestmark = pytest.mark.asyncio
+
+
+def count_hops(store: FileCheckpointStore) -> list[str]:
+    hops: list[str] = []
+    run = store._run
+
+    async def counted(what: str, func: Any, *args: Any) -> Any:
+        hops.append(what)
+        return await run(what, func, *args)
+
+    store._run = counted  # type: ignore[method-assign]
+    return hops
+
+
+@pytest.mark.parametrize("stream", ["s", None])
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_one_hop_per_page_forward_and_back(
+    tmp_path: Path, stream: str | None, order: str
+) -> None:
+    async with FileCheckpointStore(tmp_path / "store") as store:
+        saved = [await store.save("s", {"i": i}) for i in range(23)]  # 5 pages of 5
+        await store.save("other", {"x": 1}) if stream is None else None
+        want = [cp.id for cp in saved]
+        if stream is None:
+            want.append((await store.get_latest("other")).id)  # type: ignore[union-attr]
+        if order == "desc":
+            want.reverse()
+        hops = count_hops(store)
+        got: list[str] = []
+        pages = []
+        cursor = None
+        while True:
+            before = len(hops)
+            page = await store.list(stream, order=order, limit=5, after=cursor)  # type: ignore[arg-type]
+            assert hops[before:] == ["list"], hops[before:]
+            pages.append(page)
+            got += [cp.id for cp in page.items]
+            assert (page.prev_cursor is None) == (cursor is None)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert got == want
+        # past the end: with the last page deleted, the page after the cursor that
+        # led to it is empty, and its prev_cursor leads back
+        for cp in pages[-1].items:
+            await store.delete(cp.id)
+        want = want[: -len(pages[-1].items)]
+        before = len(hops)
+        empty = await store.list(stream, order=order, limit=5, after=pages[-2].next_cursor)  # type: ignore[arg-type]
+        assert hops[before:] == ["list"] and empty.items == []
+        assert empty.next_cursor is None and empty.prev_cursor is not None
+        # and back again with before=, one hop a page
+        back: list[str] = []
+        cursor = empty.prev_cursor
+        while cursor is not None:
+            before = len(hops)
+            page = await store.list(stream, order=order, limit=5, before=cursor)  # type: ignore[arg-type]
+            assert hops[before:] == ["list"], hops[before:]
+            # nothing follows the first page back (the last ones were deleted)
+            assert (page.next_cursor is None) == (not back)
+            back = [cp.id for cp in page.items] + back
+            cursor = page.prev_cursor
+        assert back == want
+
+
+async def test_the_kept_probe_serves_only_the_call_right_after(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "store") as store:
+        for i in range(12):
+            await store.save("s", {"i": i})
+        first = await store.list("s", order="asc", limit=5)
+        hops = count_hops(store)
+        page = await store.list("s", order="asc", limit=5, after=first.next_cursor)
+        assert hops == ["list"] and store._probed is None
+        # a save in between: the next page sees it and its cursors are fresh
+        await store.save("s", {"i": 12})
+        hops.clear()
+        nxt = await store.list("s", order="asc", limit=5, after=page.next_cursor)
+        assert hops == ["list"]
+        assert [cp.state["i"] for cp in nxt.items] == [10, 11, 12]
+        assert nxt.prev_cursor is not None and nxt.next_cursor is None
