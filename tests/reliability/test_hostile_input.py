@@ -267,9 +267,10 @@ def test_every_truncation_of_a_valid_json_state_is_detected() -> None:
 # -- records planted in each backend ---------------------------------------------------
 
 
-def _plants(good: bytes, store_id: str, marker: Path) -> dict[str, bytes]:
-    """Hostile replacements for the stored bytes of one checkpoint, by name."""
-    rec = StoredRecord.from_bytes(good, location="plant")
+def _plants(good: bytes, store_id: str, marker: Path, seq: int) -> dict[str, bytes]:
+    """Hostile replacements for the stored bytes of one checkpoint (at ``seq``; a
+    positional record needs it), by name."""
+    rec = StoredRecord.from_bytes(good, location="plant", expect_sequence=seq)
     # one bit flipped inside a string of the state: still valid JSON, so only the
     # checksum can tell (a "p" becomes a "P")
     flipped = bytearray(good)
@@ -322,7 +323,7 @@ def plant_and_check(backend: Backend, workdir: Path, marker: Path) -> int:
                 writer.close()
                 victim = saved[-1] if position == "newest" else saved[1]
                 good = await store.backdoor_read_raw(victim.id)
-                for name, blob in _plants(good, store.store_id, marker).items():
+                for name, blob in _plants(good, store.store_id, marker, victim.sequence).items():
                     await store.backdoor_write_raw(victim.id, blob)
                     where = f"{backend.kind}, {position}, planted {name}"
                     try:
