@@ -1,4 +1,5 @@
-"""SQLite execution: one worker thread per connection, one thread hop per operation.
+"""SQLite execution: one worker thread per connection, one thread hop per operation,
+and group commit on the writer.
 
 Why not SQLAlchemy's ``sqlite+aiosqlite`` engine: aiosqlite already runs each
 connection on its own thread, but the async adapter awaits that thread once per
@@ -9,6 +10,13 @@ as one function on the connection's own thread, and the event loop waits for it
 once. The statements are the same SQLAlchemy Core objects the other dialects
 execute, compiled once for SQLite and run through the stdlib ``sqlite3`` driver
 (which is also what aiosqlite wraps).
+
+All writes of a process go through the one writer thread. Writes queued behind
+the one it is committing run together in one transaction, each in its own
+savepoint, with one COMMIT (one WAL fsync under ``synchronous=FULL``) for all of
+them, and every caller returns only after that COMMIT (SPEC S15; see
+:class:`_Writer`). A lone write runs as ``BEGIN IMMEDIATE; ...; COMMIT`` with no
+savepoint.
 
 Connections never cross threads (``check_same_thread`` stays on) and never cross
 ``fork``: a child process that uses a store opened by its parent gets fresh
@@ -452,8 +460,10 @@ class SqliteRuntime:
     """The connections of one SQLite store: one writer thread, up to ``readers`` reader threads.
 
     All writes of this process go through the single writer connection, so they
-    queue here instead of spinning in SQLite's busy handler; writers in other
-    processes are waited for up to ``busy_timeout``. Reads use the reader
+    queue here instead of spinning in SQLite's busy handler, and the ones that
+    queue up while a COMMIT is being synced share the next transaction (group
+    commit, :class:`_Writer`); writers in other processes are waited for up to
+    ``busy_timeout``. Reads use the reader
     connections (started on demand) and, in WAL mode, never wait for writers.
 
     Every connection opens the file through a ``file:`` URI with ``mode``: ``rwc``
