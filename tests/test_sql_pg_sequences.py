@@ -20,6 +20,7 @@ import pytest_asyncio
 from sql_helpers import ServerStores
 from statekeeper.backends.sql import PostgresCheckpointStore, SqlCheckpointStore
 from statekeeper.backends.sql import pg as pg_module
+from statekeeper.errors import InvalidOptions
 
 WAIT = 0.2  # listing_wait of these stores
 
@@ -169,3 +170,11 @@ async def test_a_lost_base_row_is_reported_and_rebuilt(
         assert (await store.verify()).ok  # rewritten on open
         report = await store.repair()
         assert report.damaged == []
+
+
+@pytest.mark.parametrize("url", ["sqlite:///x.db", "mysql+aiomysql://u@localhost/db"])
+def test_listing_wait_is_an_option_of_postgresql_only(url: str) -> None:
+    with pytest.raises(InvalidOptions, match="listing_wait"):
+        SqlCheckpointStore(url, listing_wait=1)
+    store = SqlCheckpointStore("postgresql://u@localhost/db?listing_wait=0.5")
+    assert store.options.listing_wait == 0.5

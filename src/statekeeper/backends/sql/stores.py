@@ -32,6 +32,14 @@ __all__ = [
 ]
 
 
+def _refuse_listing_wait(options: SqlOptions, where: str) -> None:
+    if "listing_wait" in options.model_fields_set:
+        raise InvalidOptions(
+            f"the listing_wait option is PostgreSQL's (its listing horizon); {where} "
+            "listings never wait, so drop it"
+        )
+
+
 def _sqlite_mode(options: SqlOptions) -> OpenMode:
     if options.read_only:
         return "ro"
@@ -64,6 +72,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         super().__init__(url, **options)
         if self.options.db_schema is not None:
             raise InvalidOptions("the schema option is not available on SQLite; use table_prefix")
+        _refuse_listing_wait(self.options, "SQLite")
         self.path = sqlite_path(self.url)
 
     def describe(self) -> str:
@@ -101,6 +110,8 @@ class _ServerSqlStore(SqlCheckpointStore):
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         super().__init__(url, **options)
         self.driver = check_driver(self.url, self.family)
+        if self.family == "mysql":
+            _refuse_listing_wait(self.options, "MySQL/MariaDB")
 
     def _make_runtime(self) -> Runtime:
         opts = self.options
