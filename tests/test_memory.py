@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
-from statekeeper.errors import CheckpointEncodeError
+from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError
 from statekeeper.testing import CheckpointStoreTests, StoreFactory
 
 
@@ -25,3 +27,60 @@ async def test_non_mapping_metadata_is_refused_with_encode_error() -> None:
             with pytest.raises(CheckpointEncodeError):
                 await store.save("job", {}, metadata=metadata)  # type: ignore[arg-type]
         assert await store.list_streams() == []
+
+
+@pytest.mark.asyncio
+async def test_mutating_what_a_read_returned_never_changes_the_store() -> None:
+    """Reads may reuse the parsed envelope of the bytes the store holds, but every
+    checkpoint they return is the caller's own: mutating its state, tags or
+    metadata (nested too) changes nothing the store returns next."""
+    meta = {"note": "n", "nested": {"list": [1, 2]}, "flat": 1.5}
+    state = {"step": 1, "items": [{"a": 1}]}
+    async with MemoryCheckpointStore() as store:
+        saved = await store.save("job", state, tags={"kind": "step"}, metadata=meta)
+        # the caller's own objects, mutated after the save
+        meta["nested"]["list"].append(3)  # type: ignore[index]
+        state["items"].append({"b": 2})  # type: ignore[attr-defined]
+
+        async def reads() -> list[Any]:
+            latest = await store.get_latest("job")
+            assert latest is not None
+            page = await store.list("job")
+            many = await store.load_many([saved.id])
+            return [latest, await store.load(saved.id), page.items[0], many[saved.id]]
+
+        for _ in range(2):  # the second round reads whatever the first one cached
+            for cp in await reads():
+                assert cp.state == {"step": 1, "items": [{"a": 1}]}
+                assert cp.tags == {"kind": "step"}
+                assert cp.metadata == {"note": "n", "nested": {"list": [1, 2]}, "flat": 1.5}
+                cp.state["items"].append("x")
+                cp.state["step"] = 99
+                cp.tags["kind"] = "changed"
+                cp.metadata["nested"]["list"].append("x")
+                cp.metadata["note"] = "changed"
+        header = await store.load(saved.id, include_state=False)
+        header.metadata["nested"]["list"].clear()
+        header.tags.clear()
+        again = await store.load(saved.id)
+        assert again.metadata["nested"] == {"list": [1, 2]} and again.tags == {"kind": "step"}
+
+
+@pytest.mark.asyncio
+async def test_reads_see_a_backdoor_write_and_an_update_at_once() -> None:
+    """Whatever a read reuses is tied to the very bytes stored: a planted record or
+    an update is what the next read sees."""
+    async with MemoryCheckpointStore() as store:
+        cp = await store.save("job", {"v": 1}, metadata={"m": 1})
+        assert (await store.load(cp.id)).state == {"v": 1}
+        await store.update(cp.id, {"v": 2}, metadata={"m": 2})
+        latest = await store.get_latest("job")
+        assert latest is not None and (latest.state, latest.metadata) == ({"v": 2}, {"m": 2})
+        raw = await store.backdoor_read_raw(cp.id)
+        await store.backdoor_write_raw(cp.id, raw[:-1] + bytes([raw[-1] ^ 1]))
+        with pytest.raises(CheckpointDecodeError):
+            await store.load(cp.id)
+        with pytest.raises(CheckpointDecodeError):
+            await store.get_latest("job")
+        await store.backdoor_write_raw(cp.id, raw)
+        assert (await store.load(cp.id)).state == {"v": 2}

@@ -9,12 +9,13 @@ bad argument or a state the store could not load raises with nothing written
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._interface import TTL
-from ._validate import check_id, check_stream, check_tags, new_etag, new_id
+from ._validate import check_id, check_stream, check_tags
 from .errors import InvalidQuery
 from .models import CheckpointHeader
 from .record import NewRecord, RecordEdits
@@ -44,17 +45,19 @@ def new_record(
         check_id(parent_id, what="parent_id")
     clean_tags = check_tags(tags)
     ttl_s = check_ttl(store, ttl)
-    clean_meta = _metadata(store, {} if metadata is None else metadata)
+    clean_meta: dict[str, Any] = {} if metadata is None else _metadata(store, metadata)
     state_bytes = store.codec.encode(state)
     now = store.now()
+    # one read of the system's randomness for both: the same as new_id() + new_etag()
+    token = secrets.token_hex(24)
     return NewRecord(
-        id=id or new_id(),
+        id=id or token[:32],
         stream=stream,
         state=state_bytes,
         codec=store.codec.name,
         created_at=now,
         updated_at=now,
-        etag=new_etag(),
+        etag=token[32:],
         parent_id=parent_id,
         tags=clean_tags,
         metadata=clean_meta,

@@ -30,7 +30,7 @@ from ..errors import (
     PreconditionFailed,
     StoreNotFound,
 )
-from ..models import CheckpointHeader, Problem, Skipped
+from ..models import CheckpointHeader, Problem, Skipped, trusted_header
 from ..record import NewRecord, RecordEdits, StoredRecord
 
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
@@ -43,9 +43,39 @@ class _Entry:
     blob: bytes
     tags: dict[str, str]
     expires_at: datetime | None
+    #: ``blob`` parsed and verified once (see ``_parse``), with the very bytes it
+    #: came from: it is reused only while ``blob`` is still those bytes
+    parsed: tuple[bytes, StoredRecord] | None = None
 
     def live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
+
+
+_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of a parsed JSON value (containers new, scalars shared: immutable)."""
+    t = type(value)
+    if t is dict:
+        if _SCALARS.issuperset(map(type, value.values())):
+            return value.copy()
+        return {k: _json_copy(v) for k, v in value.items()}
+    if t is list:
+        if _SCALARS.issuperset(map(type, value)):
+            return value.copy()
+        return [_json_copy(v) for v in value]
+    return value
+
+
+def _fresh(record: StoredRecord) -> StoredRecord:
+    """``record`` with a header of its own: the caller may mutate tags and metadata."""
+    values = record.header.__dict__.copy()
+    values["tags"] = values["tags"].copy()
+    values["metadata"] = _json_copy(values["metadata"])
+    return StoredRecord(
+        header=trusted_header(values), state=record.state, codec=record.codec, ttl=record.ttl
+    )
 
 
 @dataclass
@@ -137,13 +167,26 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         return f"memory:seq={entry.sequence}"
 
     def _parse(self, id: str, entry: _Entry) -> StoredRecord:
-        return StoredRecord.from_bytes(
-            entry.blob,
-            location=self._location(entry),
-            expect_store_id=self.storage.store_id,
-            expect_id=id,
-            expect_sequence=entry.sequence,
-        )
+        """The verified record of ``entry``'s bytes (call with the lock held).
+
+        The bytes are parsed and verified through the envelope once, as any backend
+        reads them, and the result is kept beside them. It is reused only while the
+        entry holds those very bytes (an update or a backdoor write replaces them),
+        and every read gets a header of its own, so what a caller does with a
+        returned checkpoint never reaches the store. States are decoded per read.
+        """
+        blob = entry.blob
+        parsed = entry.parsed
+        if parsed is None or parsed[0] is not blob:
+            record = StoredRecord.from_bytes(
+                blob,
+                location=self._location(entry),
+                expect_store_id=self.storage.store_id,
+                expect_id=id,
+                expect_sequence=entry.sequence,
+            )
+            entry.parsed = parsed = (blob, record)
+        return _fresh(parsed[1])
 
     def _live_entry(self, id: str, now: datetime) -> _Entry | None:
         entry = self.storage.by_id.get(id)
