@@ -40,7 +40,7 @@ _KINDS = {
 }
 
 
-_INDEXES_KEPT = 32
+_INDEXES_KEPT = 128
 _BUCKETS_KEPT = 4
 
 
