@@ -178,3 +178,34 @@ def test_listing_wait_is_an_option_of_postgresql_only(url: str) -> None:
         SqlCheckpointStore(url, listing_wait=1)
     store = SqlCheckpointStore("postgresql://u@localhost/db?listing_wait=0.5")
     assert store.options.listing_wait == 0.5
+
+
+@pytest.mark.asyncio
+async def test_a_listing_waits_only_for_rows_hidden_when_it_began(
+    factory: Any, postgres_stores: ServerStores
+) -> None:
+    """Rows committed after a listing of every stream began (hidden by another open
+    transaction) do not keep it waiting: it returns once the horizon passes the rows
+    it found hidden, so steady saves cannot hold it to ``listing_wait``."""
+    dsn = postgres_stores.url.replace("postgresql+asyncpg://", "postgresql://")
+    first, second = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        async with factory(listing_wait=30) as store:
+            one, two = first.transaction(), second.transaction()
+            await one.start()
+            await first.fetchval("SELECT pg_current_xact_id()")
+            a = await store.save("a", "hidden while the first transaction runs")
+            await two.start()
+            await second.fetchval("SELECT pg_current_xact_id()")
+            listing = asyncio.create_task(store.list(None, order="desc"))
+            await asyncio.sleep(0.3)
+            b = await store.save("b", "hidden by the second transaction")
+            assert not listing.done()
+            await one.rollback()
+            page = await asyncio.wait_for(listing, 10)  # not the 30 s of listing_wait
+            assert [c.id for c in page.items] == [a.id]
+            await two.rollback()
+            assert [c.id for c in (await store.list(None)).items] == [b.id, a.id]
+    finally:
+        await first.close()
+        await second.close()

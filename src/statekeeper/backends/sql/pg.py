@@ -174,9 +174,10 @@ def scan_sql(
     A page of one stream is the plain keyset scan: saves to one stream commit in
     sequence order (its advisory lock), so no horizon is needed there. A page of
     every stream stays below the horizon, and its first row is the horizon's:
-    ``(horizon, 'hidden' or NULL, NULL)``, where 'hidden' says that a row in the
-    page's range lies at or above the horizon (filters are not checked there; a
-    false 'hidden' only costs a wait). The page's rows follow.
+    ``(horizon, highest hidden sequence as text or NULL, NULL)``: the newest
+    committed row in the page's range at or above the horizon (filters are not
+    checked there; a row the filters would drop only costs a wait). The page's
+    rows follow.
     """
     stmt = st.scan(has_stream, order, has_bound, ntags, nmeta, horizon=not has_stream)
     compiled = cast(sa.Select[Any], stmt).compile(dialect=_DIALECT)
@@ -192,8 +193,8 @@ def scan_sql(
         extra.append("bound")
     sql = (
         f"WITH hz AS (SELECT {_horizon(f'${n + 1}::bigint')} AS h) "
-        f"SELECT hz.h, CASE WHEN EXISTS (SELECT 1 FROM {table} c WHERE "
-        f"{' AND '.join(hidden)}) THEN 'hidden' END, NULL::bytea FROM hz "
+        f"SELECT hz.h, (SELECT max(c.seq) FROM {table} c WHERE "
+        f"{' AND '.join(hidden)})::text, NULL::bytea FROM hz "
         f"UNION ALL SELECT * FROM ({compiled.string}) AS page"
     )
     return sql, (*names, *extra)
@@ -386,7 +387,9 @@ async def scan_rows(
     the module docstring).
 
     While the horizon hides a row such a page could show (any row of a ``desc``
-    page, or an ``asc`` page that is short), retry for up to ``wait`` seconds.
+    page, or an ``asc`` page that is short), retry for up to ``wait`` seconds, until
+    the horizon passes every row hidden at the first try: rows committed after the
+    call began need not be waited for, so steady saves cannot keep it waiting.
     """
     sql, names = scan_sql(st, stream is not None, order, bound is not None, ntags, nmeta)
     values = {**params, "stream": stream, "bound": bound, "limit": limit, "base": base}
@@ -395,11 +398,15 @@ async def scan_rows(
         return [(int(r[0]), str(r[1]), bytes(r[2])) for r in await rt.fetch(sql, *args)]
     deadline = time.monotonic() + wait
     delay = 0.0005
+    target: int | None = None  # the newest row hidden at the first try
     while True:
         rows = await rt.fetch(sql, *args)
-        hidden = rows[0][1] is not None
+        horizon, hidden = int(rows[0][0]), rows[0][1]
+        if target is None and hidden is not None:
+            target = int(hidden)
         page = [(int(r[0]), str(r[1]), bytes(r[2])) for r in rows[1:]]
-        if not hidden or (order == "asc" and len(page) >= limit) or time.monotonic() >= deadline:
+        done = target is None or horizon > target or (order == "asc" and len(page) >= limit)
+        if done or time.monotonic() >= deadline:
             page.sort(key=lambda r: r[0], reverse=order == "desc")
             return page
         await asyncio.sleep(delay)
