@@ -4,10 +4,12 @@ crashes. The on-disk layout is documented in ``docs/file-backend.md``.
 The modules, from the public class down to the operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
-  class's primitives onto the engine, in one worker thread hop each.
-- :mod:`.batch`: ``save_many`` (atomic: intent, one fsync group, commit),
+  class's primitives onto the engine, in one worker thread hop each; queues the
+  saves made while one is in flight, for a group commit.
+- :mod:`.batch`: ``save_many`` (atomic: intent, one fsync group, commit), the
+  group commit of concurrent saves (one fsync group, one outcome each),
   ``delete_many`` and ``load_many``, each one hop; the roll forward or back of
-  a batch a crash interrupted.
+  a batch or group a crash interrupted.
 - :mod:`.engine`: the one-record writes (save, update, delete) under ``flock``.
 - :mod:`.opening`: open and create; the read-only open, which writes nothing.
 - :mod:`.recovery`: the journal, the sync mark, restart recovery and ``repair``.

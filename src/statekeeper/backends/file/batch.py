@@ -1,4 +1,5 @@
-"""Batches in the file backend's engine: ``save_many``, ``delete_many`` and
+"""Batches in the file backend's engine: ``save_many``, the group commit of
+concurrent saves (:meth:`FileEngine.insert_group`, S15), ``delete_many`` and
 ``load_many``, each one worker-thread hop, the writes under one lock hold.
 
 ``save_many`` (:meth:`FileEngine.insert_many`) is all or nothing, also after a
@@ -360,7 +361,9 @@ class FileEngine(EngineWrites):
             self._remove_temps(lo, hi)
             records = self._batch_records(lo, hi)
             if records:
-                _log.warning("file store %s: finishing save_many %d..%d", self.root, lo, hi)
+                _log.warning(
+                    "file store %s: finishing save_many or save group %d..%d", self.root, lo, hi
+                )
                 ids = self.open_ids(write=True)
                 try:
                     if tx.state.ids_used + len(records) > ids.capacity // 2:

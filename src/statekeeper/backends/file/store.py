@@ -93,7 +93,11 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     **Concurrency.** Any number of tasks, threads and processes on one host may
     share a store. Writers serialise on ``flock`` of ``<dir>/lock`` (waiting up to
     ``lock_timeout`` seconds), so sequences are unique and in commit order.
-    Readers take no lock; ``get_latest`` and ``load`` are strict: they never return
+    Saves that tasks of one event loop make while another of its saves is in
+    flight are committed together when it returns (group commit: one lock hold
+    and one fsync group; each save keeps its own outcome, and returns only once
+    its record is as durable as ``durability`` says). Readers take no lock;
+    ``get_latest`` and ``load`` are strict: they never return
     a checkpoint older than the newest committed before the call began, retry when
     a concurrent writer disturbs them, and raise
     :class:`~statekeeper.errors.ConcurrentModificationError` if that keeps
