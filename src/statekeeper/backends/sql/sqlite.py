@@ -246,6 +246,9 @@ _Job = tuple[Callable[[Any], Any], asyncio.AbstractEventLoop, "asyncio.Future[An
 
 #: The most write operations that share one transaction (one COMMIT, one fsync).
 MAX_GROUP = 64
+#: How long (seconds) the writer waits for more writes when the last group had
+#: more than the writes queued now (its callers are probably sending their next).
+GATHER_WAIT = 0.0002
 
 
 class _Writer(_Worker):
@@ -277,7 +280,10 @@ class _Writer(_Worker):
       after may or may not have saved, as with a lone write.
 
     A lone operation runs exactly as before grouping: ``BEGIN IMMEDIATE``,
-    the operation, ``COMMIT``, with no savepoint.
+    the operation, ``COMMIT``, with no savepoint. When the last group had more
+    operations than are queued now, the writer waits up to :data:`GATHER_WAIT`
+    for them (their callers are typically queueing their next writes just then);
+    writes that come one at a time never wait.
     """
 
     def __init__(
@@ -296,7 +302,7 @@ class _Writer(_Worker):
         super().__init__(connect, name, compiler)
 
     def _main(self) -> None:
-        queue, carry = self._queue, None
+        queue, carry, last = self._queue, None, 1
         while True:
             job = carry if carry is not None else queue.get()
             carry = None
@@ -305,15 +311,22 @@ class _Writer(_Worker):
                     return
                 continue
             group = [job]
+            # The callers of the last group are likely queueing their next writes
+            # right now: wait a moment for as many (never when writes come one by one).
+            deadline = time.monotonic() + GATHER_WAIT if last > 1 else 0.0
             while len(group) < MAX_GROUP:
                 try:
-                    more = queue.get_nowait()
+                    if len(group) < last and (wait := deadline - time.monotonic()) > 0:
+                        more = queue.get(timeout=wait)
+                    else:
+                        more = queue.get_nowait()
                 except Empty:
                     break
                 if not more[3]:
                     carry = more  # runs after this group, in queue order
                     break
                 group.append(more)
+            last = len(group)
             self._run_group(group)
 
     def _run_group(self, group: list[_Job]) -> None:
