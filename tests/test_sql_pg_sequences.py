@@ -20,7 +20,7 @@ import pytest_asyncio
 from sql_helpers import ServerStores
 from statekeeper.backends.sql import PostgresCheckpointStore, SqlCheckpointStore
 from statekeeper.backends.sql import pg as pg_module
-from statekeeper.errors import InvalidOptions
+from statekeeper.errors import InvalidOptions, StoreTimeout
 
 WAIT = 0.2  # listing_wait of these stores
 
@@ -209,3 +209,16 @@ async def test_a_listing_waits_only_for_rows_hidden_when_it_began(
     finally:
         await first.close()
         await second.close()
+
+
+@pytest.mark.asyncio
+async def test_no_free_connection_in_time_is_a_store_timeout(
+    factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_module, "ACQUIRE_TIMEOUT", 0.2)
+    async with factory(pool_size=1) as store:
+        cp = await store.save("s", 1)
+        async with _pg(store)._pg().connection():  # the only connection, held
+            with pytest.raises(StoreTimeout, match="pool_size"):
+                await store.get_latest("s")
+        assert await store.get_latest("s") == cp

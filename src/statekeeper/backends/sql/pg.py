@@ -40,7 +40,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypeVar, cast
@@ -49,7 +50,7 @@ import asyncpg  # type: ignore[import-untyped]
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
 
-from ...errors import BackendError, PreconditionFailed
+from ...errors import BackendError, PreconditionFailed, StoreTimeout
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import dialects
@@ -62,6 +63,8 @@ T = TypeVar("T")
 
 #: Sequences per transaction id: room for the largest ``save_many`` (1000 items).
 SEQ_SLOTS = 1024
+#: Seconds to wait for a free pooled connection (SQLAlchemy's default pool_timeout).
+ACQUIRE_TIMEOUT = 30.0
 #: The meta row holding the store's offset added to transaction ids.
 BASE_ROW = "seq_base"
 
@@ -240,19 +243,33 @@ class PgRuntime(ServerRuntime):
                     )
         return self._pool
 
-    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection; :class:`StoreTimeout` if none frees up in time (as
+        SQLAlchemy's pool does for the other operations)."""
         pool = await self.pool()
-        async with pool.acquire() as con:
+        try:
+            con = await pool.acquire(timeout=ACQUIRE_TIMEOUT)
+        except TimeoutError as exc:
+            raise StoreTimeout(
+                f"no database connection became free within {ACQUIRE_TIMEOUT:g}s; raise pool_size",
+                orig=exc,
+            ) from exc
+        try:
+            yield con
+        finally:
+            await pool.release(con)
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        async with self.connection() as con:
             return list(await con.fetch(sql, *args))
 
     async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        pool = await self.pool()
-        async with pool.acquire() as con:
+        async with self.connection() as con:
             return await con.fetchrow(sql, *args)
 
     async def in_transaction(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        pool = await self.pool()
-        async with pool.acquire() as con, con.transaction():
+        async with self.connection() as con, con.transaction():
             return await fn(con)
 
     async def close(self) -> None:
