@@ -29,8 +29,6 @@ from statekeeper.errors import (
 )
 from statekeeper.models import Checkpoint
 
-pytestmark = pytest.mark.asyncio
-
 
 class Gate:
     """Hold the first one-record save in the worker thread until released, and
@@ -84,6 +82,7 @@ def saving(
     return lambda: store.save(stream, {"id": cid} if state is None else state, id=cid)
 
 
+@pytest.mark.asyncio
 async def test_saves_that_queue_behind_one_in_flight_commit_as_one_group(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
@@ -105,6 +104,7 @@ async def test_saves_that_queue_behind_one_in_flight_commit_as_one_group(tmp_pat
         assert (await store.verify()).ok
 
 
+@pytest.mark.asyncio
 async def test_a_lone_save_is_not_grouped(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
@@ -114,6 +114,7 @@ async def test_a_lone_save_is_not_grouped(tmp_path: Path) -> None:
         assert gate.groups == []
 
 
+@pytest.mark.asyncio
 async def test_a_failing_save_in_a_group_fails_alone(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         await store.save("old", {"x": 1}, id="taken")
@@ -150,6 +151,7 @@ async def test_a_failing_save_in_a_group_fails_alone(tmp_path: Path) -> None:
         assert (await store.verify()).ok
 
 
+@pytest.mark.asyncio
 async def test_a_group_reuses_an_expired_id(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         await store.save("old", {"x": 1}, id="reused", ttl=0.01)
@@ -165,6 +167,7 @@ async def test_a_group_reuses_an_expired_id(tmp_path: Path) -> None:
         assert (await store.verify()).ok
 
 
+@pytest.mark.asyncio
 async def test_saves_are_acknowledged_in_sequence_order(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
@@ -186,6 +189,7 @@ async def test_saves_are_acknowledged_in_sequence_order(tmp_path: Path) -> None:
         assert [cp.state["i"] for cp in page.items[1:]] == list(range(20))
 
 
+@pytest.mark.asyncio
 async def test_a_save_cancelled_while_queued_writes_nothing(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
@@ -207,6 +211,7 @@ async def test_a_save_cancelled_while_queued_writes_nothing(tmp_path: Path) -> N
         assert (await store.verify()).ok
 
 
+@pytest.mark.asyncio
 async def test_a_group_whose_every_waiter_was_cancelled_commits_nothing(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
@@ -317,6 +322,7 @@ async def _group_under_fault(
     return io, out
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("batch_sync", ["syncfs", "fsync"])
 async def test_an_io_error_anywhere_in_a_group_fails_every_save_of_it(
     batch_sync: str, tmp_path: Path
@@ -351,6 +357,7 @@ class PausingIO(OsFileIO):
         super().rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
+@pytest.mark.asyncio
 async def test_readers_see_nothing_of_a_group_in_flight(tmp_path: Path) -> None:
     """While a group's records sit in temp files, under the journal, a reader sees
     none of them, and reports none of its temp files as stray; verify agrees."""
@@ -388,3 +395,36 @@ async def test_readers_see_nothing_of_a_group_in_flight(tmp_path: Path) -> None:
         assert not page.skipped
         assert [cp.id for cp in page.items] == [before.id, "first", *(cp.id for cp in saved)]
         assert (await store.verify()).ok
+
+
+def test_threads_through_the_blocking_facade_are_grouped(tmp_path: Path) -> None:
+    """Threads share the facade's one event loop, so their saves group too."""
+    from statekeeper.sync import SyncCheckpointStore
+
+    store = FileCheckpointStore(tmp_path / "s")
+    gate = Gate(store)
+    with SyncCheckpointStore(store) as sync:
+        first = threading.Thread(target=sync.save, args=("first", {"n": 0}))
+        first.start()
+        assert gate.entered.wait(30)
+        results: dict[int, Checkpoint] = {}
+
+        def save(i: int) -> None:
+            results[i] = sync.save(f"t{i}", {"i": i}, id=f"t{i}")
+
+        threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        # each thread's save reaches the loop's queue behind the one in flight
+        deadline = 30.0
+        while sum(len(q.waiting) for q in store._save_queues.values()) < 6 and deadline > 0:
+            threading.Event().wait(0.01)
+            deadline -= 0.01
+        gate.release.set()
+        for thread in (first, *threads):
+            thread.join(30)
+        assert len(gate.groups) == 1 and sorted(gate.groups[0]) == [f"t{i}" for i in range(6)]
+        assert sorted(results) == list(range(6))
+        for i, cp in results.items():
+            assert sync.load(f"t{i}").sequence == cp.sequence
+        assert sync.verify().ok
