@@ -392,3 +392,25 @@ def test_plain_state_and_metadata_are_written_by_msgspec() -> None:
     assert identical(codec.decode(codec.encode(value)), value)
     with python_int_limit(640), pytest.raises(CheckpointEncodeError, match="Exceeds the limit"):
         codec.encode([10**700])
+
+
+@contextmanager
+def recursion_limit(limit: int) -> Iterator[None]:
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_recursion_in_the_plain_check_is_an_encode_error() -> None:
+    """Regression: the plain check ran outside the error handling, so running out of
+    interpreter stack escaped as a bare RecursionError."""
+    codec = Codec(limits=CodecLimits(max_depth=500))
+    value: Any = []
+    for _ in range(400):
+        value = [value]
+    with recursion_limit(250), pytest.raises(CheckpointEncodeError, match="recursion limit"):
+        codec.encode(value)
+    assert codec.decode(codec.encode(value)) == value

@@ -84,3 +84,42 @@ async def test_reads_see_a_backdoor_write_and_an_update_at_once() -> None:
             await store.get_latest("job")
         await store.backdoor_write_raw(cp.id, raw)
         assert (await store.load(cp.id)).state == {"v": 2}
+
+
+@pytest.mark.asyncio
+async def test_deeply_nested_planted_metadata_never_escapes_as_recursion_error() -> None:
+    """Regression: copying the kept header's metadata for a read could run out of
+    interpreter stack and escape as a bare RecursionError; a read now parses the
+    bytes anew then, which returns or raises CheckpointDecodeError like any read."""
+    import inspect
+    import json
+    import sys
+    import zlib
+
+    async with MemoryCheckpointStore() as store:
+        cp = await store.save("job", {"v": 1})
+        raw = await store.backdoor_read_raw(cp.id)
+        newline = raw.index(b"\n")
+        head_len = int(raw[:newline].split(b" ")[1])
+        head = json.loads(raw[newline + 1 : newline + 1 + head_len])
+        state = raw[newline + 1 + head_len :]
+        deep: Any = 1
+        for _ in range(150):
+            deep = {"d": deep}
+        head["meta"] = {"deep": deep}
+        planted = json.dumps(head, separators=(",", ":")).encode()
+        crc = zlib.crc32(state, zlib.crc32(planted))
+        prefix = b"SK1 %d %d %08x\n" % (len(planted), len(state), crc)
+        await store.backdoor_write_raw(cp.id, prefix + planted + state)
+        assert (await store.load(cp.id)).metadata == {"deep": deep}  # parsed and kept
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(len(inspect.stack()) + 120)
+        try:
+            try:
+                got = await store.load(cp.id)
+            except CheckpointDecodeError:
+                pass
+            else:
+                assert got.metadata == {"deep": deep}
+        finally:
+            sys.setrecursionlimit(old)

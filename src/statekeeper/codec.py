@@ -285,11 +285,11 @@ class Codec:
         limit = sys.get_int_max_str_digits()
         python_limits_ints = 0 < limit <= self.limits.max_int_digits
         data: bytes | None = None
-        if self._is_plain(value, 0, _PLAIN if python_limits_ints else _PLAIN_NOT_INT):
-            try:
+        try:
+            if self._is_plain(value, 0, _PLAIN if python_limits_ints else _PLAIN_NOT_INT):
                 data = _msgspec_encode(value)
-            except Exception:  # a lone surrogate, an int over Python's limit: worded below
-                data = None
+        except Exception:  # a lone surrogate, an int over Python's limit, recursion: below
+            data = None
         try:
             if data is None:
                 # msgspec writes NaN as null, so floats are always checked by the walk

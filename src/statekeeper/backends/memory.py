@@ -178,15 +178,20 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         blob = entry.blob
         parsed = entry.parsed
         if parsed is None or parsed[0] is not blob:
-            record = StoredRecord.from_bytes(
-                blob,
-                location=self._location(entry),
-                expect_store_id=self.storage.store_id,
-                expect_id=id,
-                expect_sequence=entry.sequence,
-            )
-            entry.parsed = parsed = (blob, record)
-        return _fresh(parsed[1])
+            entry.parsed = parsed = (blob, self._read(id, entry))
+        try:
+            return _fresh(parsed[1])
+        except RecursionError:  # metadata nested too deep to copy: a parse of its own
+            return self._read(id, entry)
+
+    def _read(self, id: str, entry: _Entry) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            entry.blob,
+            location=self._location(entry),
+            expect_store_id=self.storage.store_id,
+            expect_id=id,
+            expect_sequence=entry.sequence,
+        )
 
     def _live_entry(self, id: str, now: datetime) -> _Entry | None:
         entry = self.storage.by_id.get(id)
