@@ -9,7 +9,10 @@ record envelope as the persistent backends, so a test that passes here does not
 fail in production because of state production cannot store.
 
 Costs: ``get_latest`` is O(1) amortised, a page is O(log n + page), ``save`` is
-O(1) amortised, ``delete`` is O(n) in the worst case (a list removal).
+O(1) amortised, ``delete`` is O(n) in the worst case (a list removal). A record's
+envelope is parsed and verified on its first read and kept beside its bytes (so a
+checkpoint that was read takes about twice its size); states are decoded on every
+read, through the store's codec.
 """
 
 from __future__ import annotations
