@@ -282,7 +282,7 @@ class EngineCore:
                     f"it is {st.st_size} bytes, over the {self.max_record_bytes}-byte limit"
                 )
             # One byte more than fstat said: a file that grew is caught by the length check.
-            return read_exact(self.io, fd, st.st_size + 1, 0)
+            return read_exact(self.io, fd, st.st_size + 1, 0, expect=st.st_size)
         finally:
             self.io.close(fd)
 
@@ -435,7 +435,7 @@ class EngineCore:
             self.fd("root")  # StoreClosed if closed
             return None
         # One byte more than a state file has: a longer file is damage, not state.
-        raw = read_exact(self.io, fd, fmt.STATE_SIZE + 1, 0)
+        raw = read_exact(self.io, fd, fmt.STATE_SIZE + 1, 0, expect=fmt.STATE_SIZE)
         # Usually the bytes are the ones this process wrote or read last: skip the parse.
         cached = self._state_cache
         if cached is not None and cached[0] == raw:

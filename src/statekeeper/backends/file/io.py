@@ -238,10 +238,17 @@ def write_all(io: FileIO, fd: int, data: bytes) -> None:
         done += n
 
 
-def read_exact(io: FileIO, fd: int, size: int, offset: int = 0) -> bytes:
-    """Read up to ``size`` bytes at ``offset``; shorter only at end of file."""
+def read_exact(
+    io: FileIO, fd: int, size: int, offset: int = 0, *, expect: int | None = None
+) -> bytes:
+    """Read up to ``size`` bytes at ``offset``; shorter only at end of file.
+
+    ``expect``: the length the caller expects (``fstat``'s size, or a fixed file
+    size) when it asks for one byte more to catch a longer file; a first read
+    that gives exactly that many bytes ended at the end of the file (a file that
+    grew meanwhile gives more), so no second read is made to find out."""
     first = io.pread(fd, size, offset)
-    if len(first) == size or not first:
+    if len(first) == size or not first or len(first) == expect:
         return first
     chunks = [first]
     got = len(first)
