@@ -222,3 +222,63 @@ async def test_no_free_connection_in_time_is_a_store_timeout(
             with pytest.raises(StoreTimeout, match="pool_size"):
                 await store.get_latest("s")
         assert await store.get_latest("s") == cp
+
+
+async def _walk_every_stream(store: SqlCheckpointStore, stop: asyncio.Event) -> list[int]:
+    """Page forward through every stream with cursors while others save, until
+    ``stop`` and nothing new: the sequences seen, in the order seen. At the end of
+    the data the walk keeps its last cursor and asks again for what came since."""
+    seen: list[int] = []
+    cursor: str | None = None
+    idle = 0
+    while idle < 3:
+        stopping = stop.is_set()
+        page = await store.list(None, order="asc", limit=7, after=cursor, include_state=False)
+        fresh = [c.sequence for c in page.items if not seen or c.sequence > seen[-1]]
+        seen += fresh
+        if page.next_cursor is not None:
+            cursor = page.next_cursor
+        idle = idle + 1 if stopping and not fresh and page.next_cursor is None else 0
+        await asyncio.sleep(0)
+    return seen
+
+
+@pytest.mark.asyncio
+async def test_a_cursor_walk_over_every_stream_misses_nothing_while_streams_are_saved(
+    factory: Any,
+) -> None:
+    """Eight stores (eight connection pools, as eight hosts) save to their own streams
+    while a reader pages every stream forward with cursors: the walk sees every
+    checkpoint exactly once, in sequence order, although saves to different streams
+    commit in any order (the horizon)."""
+    writers = [factory(pool_size=1) for _ in range(8)]
+    reader = factory(listing_wait=0.5)
+    stop = asyncio.Event()
+
+    async def write(store: SqlCheckpointStore, name: str) -> None:
+        while not stop.is_set():
+            await store.save(name, {"n": 1})
+
+    for store in [*writers, reader]:
+        await store.open()
+    try:
+        tasks = [asyncio.create_task(write(s, f"w{i}")) for i, s in enumerate(writers)]
+        walk = asyncio.create_task(_walk_every_stream(reader, stop))
+        await asyncio.sleep(2.0)
+        stop.set()
+        await asyncio.gather(*tasks)
+        seen = await asyncio.wait_for(walk, 60)
+        final, cursor = [], None
+        while True:
+            page = await reader.list(None, order="asc", limit=1000, after=cursor)
+            final += [c.sequence for c in page.items]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert len(final) > 50, "the writers hardly saved"
+        missed = sorted(set(final) - set(seen))
+        assert not missed, f"the walk passed {len(missed)} checkpoint(s) that committed later"
+        assert seen == final
+    finally:
+        for store in [*writers, reader]:
+            await store.close()
