@@ -288,6 +288,7 @@ def test_a_group_cut_before_its_fsync_acknowledged_nothing(tmp_path: Path, long_
             outcomes[present] += 1
     FIGURES["crash points: killed and checked (sqlite group commit)"] += kills
     FIGURES["crash points: SIGKILLs survived (all backends)"] += kills
+    # two runs per point; a late point may not be reached when a run's groups are bigger
     assert kills >= len(points), (kills, points)
     assert len(outcomes) >= 3, outcomes  # the cuts land between groups, not only at the ends
 
