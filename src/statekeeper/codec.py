@@ -159,11 +159,11 @@ _ESCAPE_RE = re.compile(
 )
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _STR = frozenset({str})
-_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
-_SCALARS_NOT_INT: frozenset[type] = frozenset({str, float, bool, type(None)})
-# msgspec writes NaN and infinities as null, so no skip set that feeds it holds float
-_SCALARS_NOT_FLOAT: frozenset[type] = frozenset({str, int, bool, type(None)})
-_PLAIN = _SCALARS_NOT_FLOAT
+# The scalars a walk may pass unchecked, by type alone. Never float: msgspec writes
+# NaN and infinities as null, so each float is checked for being finite; and int
+# only when Python's own digit limit is the tighter one (msgspec then refuses longer
+# ints, as json did).
+_PLAIN: frozenset[type] = frozenset({str, int, bool, type(None)})
 _PLAIN_NOT_INT: frozenset[type] = frozenset({str, bool, type(None)})
 _msgspec_encode = msgspec.json.encode
 _TAG_BYTES = b'"$sk"'
@@ -283,19 +283,17 @@ class Codec:
         # Neither walk looks at ints Python's own limit already refuses when that
         # limit is the tighter one: msgspec raises for them, as json did.
         limit = sys.get_int_max_str_digits()
-        python_limits_ints = 0 < limit <= self.limits.max_int_digits
+        leaves = _PLAIN if 0 < limit <= self.limits.max_int_digits else _PLAIN_NOT_INT
         data: bytes | None = None
         try:
-            if self._is_plain(value, 0, _PLAIN if python_limits_ints else _PLAIN_NOT_INT):
+            if self._is_plain(value, 0, leaves):
                 data = _msgspec_encode(value)
         except Exception:  # a lone surrogate, an int over Python's limit, recursion: below
             data = None
         try:
             if data is None:
-                # msgspec writes NaN as null, so floats are always checked by the walk
-                skip = _SCALARS_NOT_FLOAT if python_limits_ints else _PLAIN_NOT_INT
                 try:
-                    data = _msgspec_encode(self._enc(value, 0, skip))
+                    data = _msgspec_encode(self._enc(value, 0, leaves))
                 except UnicodeEncodeError:
                     raise
                 except ValueError:
