@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+import statekeeper as sk
 from sql_helpers import ServerStores
 from statekeeper.backends.sql import PostgresCheckpointStore, SqlCheckpointStore
 from statekeeper.backends.sql import pg as pg_module
@@ -282,3 +283,39 @@ async def test_a_cursor_walk_over_every_stream_misses_nothing_while_streams_are_
     finally:
         for store in [*writers, reader]:
             await store.close()
+
+
+@pytest.mark.asyncio
+async def test_a_middle_page_of_one_stream_is_one_round_trip(
+    factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page and the probe that decides its prev_cursor (after=) or next_cursor
+    (before=) share one statement; the cursors are those of two separate scans."""
+    async with factory() as store:
+        cps = await store.save_many([sk.NewCheckpoint(stream="s", state=i) for i in range(9)])
+        await store.save("other", "not in s")
+        rt = _pg(store)._pg()
+        calls: list[str] = []
+        fetch = rt.fetch
+
+        async def counted(sql: str, *args: Any) -> Any:
+            calls.append(sql)
+            return await fetch(sql, *args)
+
+        monkeypatch.setattr(rt, "fetch", counted)
+        for order in ("asc", "desc"):
+            first = await store.list("s", order=order, limit=3)
+            calls.clear()
+            middle = await store.list("s", order=order, limit=3, after=first.next_cursor)
+            assert len(calls) == 1, calls
+            ids = [c.id for c in cps] if order == "asc" else [c.id for c in reversed(cps)]
+            assert [c.id for c in middle.items] == ids[3:6]
+            back = await store.list("s", order=order, limit=3, before=middle.prev_cursor)
+            assert [c.id for c in back.items] == ids[:3] and back.prev_cursor is None
+            calls.clear()
+            again = await store.list("s", order=order, limit=3, before=middle.next_cursor)
+            assert len(calls) == 1, calls
+            assert [c.id for c in again.items] == ids[2:5]  # the 3 before ids[5]
+            assert again.next_cursor is not None and again.prev_cursor is not None
+            last = await store.list("s", order=order, limit=3, after=middle.next_cursor)
+            assert [c.id for c in last.items] == ids[6:] and last.next_cursor is None

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -201,6 +202,28 @@ def scan_sql(
         f"UNION ALL SELECT * FROM ({compiled.string}) AS page"
     )
     return sql, (*names, *extra)
+
+
+@lru_cache(maxsize=256)
+def paired_scan_sql(
+    st: Statements, order: Literal["asc", "desc"], ntags: int, nmeta: int
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """A page of one stream past a bound, and in the same statement the one-row
+    probe the other way that :func:`statekeeper._paging.list_page` asks for next
+    (does anything precede the page?), with the parameter names of each part.
+
+    Rows are ``(part, seq, id, record)``, part 0 the page and 1 the probe. The
+    probe's bound is the page's bound moved one step back (``<= bound`` for an
+    ``asc`` page): what ``list_page`` asks, the items beyond the page's first
+    entry, since none lies between the bound and that entry.
+    """
+    page, page_names = scan_sql(st, True, order, True, ntags, nmeta)
+    back: Literal["asc", "desc"] = "desc" if order == "asc" else "asc"
+    probe, probe_names = scan_sql(st, True, back, True, ntags, nmeta)
+    n = len(page_names)
+    probe = re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + n}", probe)
+    sql = f"SELECT 0 AS part, * FROM ({page}) AS page UNION ALL SELECT 1, * FROM ({probe}) AS probe"
+    return sql, page_names, probe_names
 
 
 def _reset_noop_unless_dirty() -> Callable[[asyncpg.Connection], Awaitable[None]]:
@@ -401,7 +424,8 @@ async def scan_rows(
     wait: float,
 ) -> list[tuple[int, str, bytes]]:
     """One page of ``(seq, id, record)``; of every stream, below the horizon (see
-    the module docstring).
+    the module docstring). For a page of one stream past a bound, see
+    :func:`paired_scan_rows`.
 
     While the horizon hides a row such a page could show (any row of a ``desc``
     page, or an ``asc`` page that is short), retry for up to ``wait`` seconds, until
@@ -428,6 +452,32 @@ async def scan_rows(
             return page
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.01)
+
+
+async def paired_scan_rows(
+    rt: PgRuntime,
+    st: Statements,
+    *,
+    stream: str,
+    order: Literal["asc", "desc"],
+    bound: int,
+    limit: int,
+    params: dict[str, Any],
+    ntags: int,
+    nmeta: int,
+) -> tuple[list[tuple[int, str, bytes]], list[tuple[int, str, bytes]]]:
+    """A page of one stream past ``bound`` and its probe (:func:`paired_scan_sql`),
+    in one round trip: ``(page rows, probe rows)``."""
+    sql, page_names, probe_names = paired_scan_sql(st, order, ntags, nmeta)
+    step = 1 if order == "asc" else -1
+    values = {**params, "stream": stream, "bound": bound, "limit": limit}
+    probe = {**values, "bound": bound + step, "limit": 1}
+    args = [values[name] for name in page_names] + [probe[name] for name in probe_names]
+    parts: tuple[list[tuple[int, str, bytes]], list[tuple[int, str, bytes]]] = ([], [])
+    for part, seq, rid, blob in await rt.fetch(sql, *args):
+        parts[part].append((int(seq), str(rid), bytes(blob)))
+    parts[0].sort(key=lambda r: r[0], reverse=order == "desc")
+    return parts
 
 
 async def read_state(rt: PgRuntime, pst: PgStatements) -> tuple[str | None, int, int]:

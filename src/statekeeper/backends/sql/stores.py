@@ -7,8 +7,9 @@ options, ``create`` and ``read_only`` included.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Literal, cast
 
 from ..._protocol import ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
@@ -22,7 +23,7 @@ from .options import SqlOptions
 from .schema import filter_params, to_micros
 from .server import SaSession, ServerRuntime, check_driver, server_connect_args, server_url
 from .sqlite import OpenMode, SqliteRuntime, sqlite_path
-from .store import SqlCheckpointStore
+from .store import SqlCheckpointStore, _probe_key
 
 __all__ = [
     "STORE_CLASSES",
@@ -251,15 +252,42 @@ class PostgresCheckpointStore(_ServerSqlStore):
         return None if row is None else self._parse(row[1], id, int(row[0]))
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        """One keyset scan, one round trip. A page of one stream past a bound also
+        runs the one-row probe ``list_page`` asks for next, kept for exactly that
+        next call (as :meth:`SqlCheckpointStore._scan` does; see there)."""
         tags, meta = dict(query.tags), dict(query.metadata)
+        kept, self._probed = self._probed, None
+        if kept is not None and query.limit == 1 and kept[0] == _probe_key(query, tags, meta):
+            return kept[1]
         params = filter_params(tags, meta, query.stream)
         params["now"] = to_micros(query.now)
-        call = pg.scan_rows(
+        stream, bound, order = query.stream, query.bound, query.order
+        if stream is not None and bound is not None and query.limit > 1:
+            call = pg.paired_scan_rows(
+                self._pg(),
+                self._st,
+                stream=stream,
+                order=order,
+                bound=bound,
+                limit=query.limit,
+                params=params,
+                ntags=len(tags),
+                nmeta=len(meta),
+            )
+            rows, probe = await self._guard("listing", call)
+            # list_page probes the other way from the page's first entry, or from
+            # the bound's neighbour when the page is empty
+            edge = rows[0][0] if rows else bound + (1 if order == "asc" else -1)
+            back: Literal["asc", "desc"] = "desc" if order == "asc" else "asc"
+            asked = replace(query, order=back, bound=edge, limit=1)
+            self._probed = (_probe_key(asked, tags, meta), self._entries(probe))
+            return self._entries(rows)
+        call_one = pg.scan_rows(
             self._pg(),
             self._st,
-            stream=query.stream,
-            order=query.order,
-            bound=query.bound,
+            stream=stream,
+            order=order,
+            bound=bound,
             limit=query.limit,
             params=params,
             ntags=len(tags),
@@ -267,8 +295,11 @@ class PostgresCheckpointStore(_ServerSqlStore):
             base=self._base,
             wait=self.options.listing_wait,
         )
+        return self._entries(await self._guard("listing", call_one))
+
+    def _entries(self, rows: list[tuple[int, str, bytes]]) -> list[StoredRecord | Skipped]:
         out: list[StoredRecord | Skipped] = []
-        for seq, rid, blob in await self._guard("listing", call):
+        for seq, rid, blob in rows:
             try:
                 out.append(self._parse(blob, rid, seq))
             except CheckpointDecodeError as exc:
