@@ -16,6 +16,8 @@ The modules:
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
 - :mod:`.sqlite`: stdlib ``sqlite3`` on one worker thread per connection.
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
+- :mod:`.pg`: PostgreSQL's sequences from transaction ids, its listing horizon, and
+  the hot statements as prepared asyncpg statements.
 """
 
 from __future__ import annotations
