@@ -9,8 +9,10 @@ the dialect decides where it runs:
 - PostgreSQL (asyncpg) and MySQL/MariaDB (aiomysql): inside
   ``AsyncConnection.run_sync`` of a SQLAlchemy async engine.
 
-Ordering (S10): every save takes its sequence from a per-store counter row in the
-same transaction, so the row lock orders commits by sequence. See
+Ordering (S10): on SQLite and MySQL every save takes its sequence from a per-store
+counter row in the same transaction, so the row lock orders commits by sequence; on
+PostgreSQL from its transaction id, with a per-stream lock and a listing horizon
+(:mod:`.pg`). See
 ``docs/sql-backend.md`` for URLs, options, the schema, migrations and tuning.
 """
 
@@ -71,10 +73,12 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     Strict and tolerant reads are as the base contract says; a row whose record
     cannot be decoded raises :class:`~statekeeper.errors.CheckpointDecodeError`
     in ``get_latest``/``load`` and is reported in ``page.skipped`` by ``list``.
-    Every statement is a bound-parameter statement. Sequences come from a counter
-    row locked by each saving transaction, so sequence order is commit order
-    across processes and (PostgreSQL, MySQL) hosts; saves are serialised through
-    that row, which is the price of the guarantee (``docs/sql-backend.md``).
+    Every statement is a bound-parameter statement. Sequence order is commit order
+    across processes and (PostgreSQL, MySQL) hosts: on SQLite and MySQL sequences
+    come from a counter row locked by each saving transaction, which serialises
+    saves; on PostgreSQL from the saving transaction's id, saves to one stream
+    ordered by its lock and listings of every stream kept below the oldest running
+    transaction (``docs/sql-backend.md``).
     Driver errors raise :class:`~statekeeper.errors.BackendError` (``.orig`` is the
     driver's exception) and lock timeouts :class:`~statekeeper.errors.StoreTimeout`.
 
