@@ -428,3 +428,73 @@ def test_threads_through_the_blocking_facade_are_grouped(tmp_path: Path) -> None
         for i, cp in results.items():
             assert sync.load(f"t{i}").sequence == cp.sequence
         assert sync.verify().ok
+
+
+_GROUPING_CHILD = """
+import asyncio, json, sys
+from statekeeper.backends.file import FileCheckpointStore
+
+async def main(root, tag):
+    acked = []
+    async with FileCheckpointStore(root) as store:
+        async def one(i):
+            for j in range(6):
+                cid = "%s-%d-%d" % (tag, i, j)
+                cp = await store.save("s%d" % (i % 3), {"i": i, "j": j}, id=cid)
+                acked.append((cp.id, cp.sequence))
+        await asyncio.gather(*(one(i) for i in range(12)))
+    print(json.dumps(acked))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_groups_of_several_processes_share_one_sequence(tmp_path: Path) -> None:
+    """Processes each committing groups of concurrent saves to the same streams:
+    every acknowledged save is there once, sequences are unique, each stream's
+    latest is its highest acknowledged sequence, and verify is clean."""
+    import json
+    import subprocess
+    import sys
+
+    root = tmp_path / "s"
+    asyncio.run(_create(root))
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _GROUPING_CHILD, str(root), tag], stdout=subprocess.PIPE
+        )
+        for tag in ("p", "q", "r")
+    ]
+    acked: dict[str, int] = {}
+    for child in children:
+        out, _ = child.communicate(timeout=120)
+        assert child.returncode == 0
+        acked.update(json.loads(out))
+    assert len(acked) == 3 * 12 * 6
+    assert len(set(acked.values())) == len(acked), "a sequence was handed out twice"
+    asyncio.run(_check_processes(root, acked))
+
+
+async def _create(root: Path) -> None:
+    async with FileCheckpointStore(root):
+        pass
+
+
+async def _check_processes(root: Path, acked: dict[str, int]) -> None:
+    async with FileCheckpointStore(root) as store:
+        listed: dict[str, int] = {}
+        cursor = None
+        while True:
+            page = await store.list(None, order="asc", limit=100, after=cursor)
+            assert not page.skipped
+            listed.update((cp.id, cp.sequence) for cp in page.items)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert listed == acked
+        for k in range(3):
+            latest = await store.get_latest(f"s{k}")
+            want = max(seq for cid, seq in acked.items() if int(cid.split("-")[1]) % 3 == k)
+            assert latest is not None and latest.sequence == want
+        report = await store.verify()
+        assert report.ok, report.problems
