@@ -498,3 +498,32 @@ async def _check_processes(root: Path, acked: dict[str, int]) -> None:
             assert latest is not None and latest.sequence == want
         report = await store.verify()
         assert report.ok, report.problems
+
+
+@pytest.mark.asyncio
+async def test_a_group_across_two_buckets_keeps_both_directories_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group whose sequences cross a bucket boundary holds both bucket
+    directories to the end; the writer's small cache of bucket descriptors must
+    not close one under it (regression: with one cached descriptor, the second
+    bucket evicted and closed the first while its renames were still to come)."""
+    import statekeeper as sk
+    from statekeeper.backends.file import core
+
+    monkeypatch.setattr(core, "_BUCKETS_KEPT", 1)
+    async with FileCheckpointStore(tmp_path / "s", durability="fast") as store:
+        await store.save_many([sk.NewCheckpoint(stream="fill", state={}) for _ in range(996)])
+        gate = Gate(store)
+        tasks, first = await behind_one_in_flight(
+            store, gate, [saving(store, f"s{i}", f"g{i}") for i in range(6)]
+        )
+        assert first.sequence == 997
+        saved = await asyncio.gather(*tasks)
+        assert gate.groups == [[f"g{i}" for i in range(6)]]
+        assert [cp.sequence for cp in saved] == list(range(998, 1004))
+        for i in range(6):
+            latest = await store.get_latest(f"s{i}")
+            assert latest is not None and latest.id == f"g{i}"
+        assert (tmp_path / "s" / "records" / "00000000000000001").is_dir()
+        assert (await store.verify()).ok

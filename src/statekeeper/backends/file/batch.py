@@ -234,7 +234,9 @@ class FileEngine(EngineWrites):
                 number = fmt.bucket_of(seq)
                 bucket = buckets.get(number)
                 if bucket is None:
-                    bucket = self.bucket(seq, create=True)
+                    # Its own descriptor, not the writer's cached one: a group may
+                    # span two buckets, and the small cache could close the first.
+                    bucket = self.open_dir(self.fd("records"), fmt.bucket_name(number), create=True)
                     assert bucket is not None
                     buckets[number] = bucket
                 tmp = fmt.temp_name(seq)
@@ -249,7 +251,8 @@ class FileEngine(EngineWrites):
                     self.io.fsync(bucket)
         finally:
             for bucket in buckets.values():
-                self.close_bucket(bucket)
+                with contextlib.suppress(OSError):
+                    self.io.close(bucket)
 
     def _by_syncfs(self) -> bool:
         """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
