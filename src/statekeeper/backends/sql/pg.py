@@ -303,9 +303,6 @@ class PgRuntime(ServerRuntime):
         finally:
             await super().close()
 
-    async def sa_write(self, fn: Callable[[SaSession], T]) -> T:
-        return await self.write(fn)
-
 
 # -- saves --------------------------------------------------------------------------------
 

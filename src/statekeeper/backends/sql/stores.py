@@ -156,7 +156,6 @@ class PostgresCheckpointStore(_ServerSqlStore):
         super().__init__(url, **options)
         self._pst = pg.pg_statements(self.tables)
         self._base = 0
-        self._base_damage: str | None = None
 
     def _make_runtime(self) -> Runtime:
         opts = self.options
@@ -209,14 +208,12 @@ class PostgresCheckpointStore(_ServerSqlStore):
         raw, top, nxt = await pg.read_state(self._pg(), self._pst)
         base = pg.parse_base(raw)
         need = pg.base_needed(top, nxt)
-        self._base_damage = None
         if base is not None and base >= need:
             self._base = base
             return
         if self.options.read_only:
             # Reads only need the horizon; verify() reports the row.
             self._base = max(base or 0, need)
-            self._base_damage = pg.base_problem(raw, base, need)
             return
         tables, timeout = self.tables, self.options.busy_timeout
         self._base = await self._rt().locked_write(
