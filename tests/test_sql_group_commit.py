@@ -13,7 +13,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ class Held:
 
 
 async def _group(
-    store: SqliteCheckpointStore, calls: list[Awaitable[Any]], *, refused: int = 0
+    store: SqliteCheckpointStore, calls: Sequence[Awaitable[Any]], *, refused: int = 0
 ) -> list[Any]:
     """Queue ``calls`` behind the held writer, in order, then release it (``refused``
     of them fail before they are queued)."""
@@ -258,3 +258,25 @@ async def test_writes_that_come_one_at_a_time_never_wait_for_company(
     for i in range(5):
         await store.save("s", {"i": i})
     assert time.monotonic() - started < 2.5  # not one wait of 5 s
+
+
+async def test_the_writer_thread_survives_a_failure_of_its_own_machinery(
+    store: SqliteCheckpointStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong while running a group, every caller gets an answer and
+    the writer goes on serving writes (a dead writer thread would hang them all)."""
+
+    def broken_undo(conn: sqlite3.Connection) -> bool:
+        raise RuntimeError("the savepoint machinery broke")
+
+    await store.save("taken", {}, id="taken")
+    monkeypatch.setattr(sqlite_module, "_undo", broken_undo)
+    # the second save fails (a live id), and rolling it back to its savepoint breaks
+    calls = [store.save("a", {}), store.save("b", {}, id="taken"), store.save("c", {})]
+    results = await asyncio.wait_for(_group(store, calls), timeout=10)
+    assert [type(r) for r in results] == [RuntimeError] * 3, results
+    monkeypatch.undo()
+    later = await asyncio.wait_for(store.save("later", {"ok": True}), timeout=10)
+    assert (await store.get_latest("later")) == later
+    for stream in ("a", "b", "c"):
+        assert await store.get_latest(stream) is None

@@ -327,7 +327,13 @@ class _Writer(_Worker):
                     break
                 group.append(more)
             last = len(group)
-            self._run_group(group)
+            try:
+                self._run_group(group)
+            except BaseException as exc:  # never leave the thread: every caller would hang
+                _deliver_all([(job, None, exc) for job in group])  # (settled ones stay)
+                with contextlib.suppress(BaseException):
+                    if self.conn is not None and self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
 
     def _run_group(self, group: list[_Job]) -> None:
         jobs = [job for job in group if not job[2].cancelled()]
@@ -378,9 +384,10 @@ class _Writer(_Worker):
         for i, job in enumerate(jobs):
             if job[2].cancelled():
                 continue
-            conn.execute("SAVEPOINT statekeeper_op")
             try:
+                conn.execute("SAVEPOINT statekeeper_op")
                 result = job[0](session)
+                conn.execute("RELEASE statekeeper_op")
             except BaseException as exc:
                 if _undo(conn):
                     failed.append((job, None, exc))
@@ -389,7 +396,6 @@ class _Writer(_Worker):
                 lost = [(done, None, exc) for done, _ in ran]
                 _deliver_all([*failed, *lost, (job, None, exc)])
                 return jobs[i + 1 :]
-            conn.execute("RELEASE statekeeper_op")
             ran.append((job, result))
         try:
             _commit(conn)
