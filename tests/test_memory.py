@@ -8,6 +8,8 @@ import pytest
 
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
 from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError
+from statekeeper.models import CheckpointHeader, NewCheckpoint
+from statekeeper.record import StoredRecord
 from statekeeper.testing import CheckpointStoreTests, StoreFactory
 
 
@@ -123,3 +125,51 @@ async def test_deeply_nested_planted_metadata_never_escapes_as_recursion_error()
                 assert got.metadata == {"deep": deep}
         finally:
             sys.setrecursionlimit(old)
+
+
+@pytest.mark.asyncio
+async def test_mutating_what_a_save_returned_never_changes_the_store() -> None:
+    """Regression: the checkpoint ``save`` returned shared its tags dict with the
+    store's tag index, so ``cp.tags[k] = ...`` hid the checkpoint from ``list(tags=)``
+    (and changed the tags a later read reported)."""
+    async with MemoryCheckpointStore() as store:
+        saved = await store.save("job", {"v": 1}, tags={"kind": "step"}, metadata={"m": [1]})
+        many = await store.save_many(
+            [NewCheckpoint(stream="job", state={"v": 2}, tags={"kind": "step"})]
+        )
+        for cp in (saved, *many):
+            cp.tags["kind"] = "changed"
+            cp.tags["extra"] = "x"
+            cp.metadata.setdefault("m", []).append(2)
+        page = await store.list("job", tags={"kind": "step"})
+        assert [cp.id for cp in page.items] == [many[0].id, saved.id]
+        assert [(cp.tags, cp.metadata) for cp in page.items] == [
+            ({"kind": "step"}, {}),
+            ({"kind": "step"}, {"m": [1]}),
+        ]
+        assert (await store.list("job", tags={"kind": "changed"})).items == []
+
+
+@pytest.mark.asyncio
+async def test_the_envelope_is_the_one_the_save_saw_whenever_it_is_built() -> None:
+    """A save without metadata leaves the envelope to be built on first use: its
+    bytes are still those of the values the save saw, whatever the caller does to
+    what it passed or what ``save`` returned, and so are the bytes built at once
+    for a save with metadata."""
+    async with MemoryCheckpointStore() as store:
+        for tags, metadata in (({"k": "v"}, None), ({}, {"m": [1]})):
+            given = dict(tags)
+            cp = await store.save("job", {"v": 1}, tags=given, metadata=metadata, ttl=60)
+            header = CheckpointHeader.model_validate(cp.model_dump(exclude={"state"}))
+            expected = StoredRecord(
+                header=header, state=store.codec.encode({"v": 1}), codec=store.codec.name, ttl=60.0
+            ).to_bytes(store.storage.store_id)
+            given["k"] = "given"
+            cp.tags["k"] = "changed"
+            cp.metadata.setdefault("m", []).append(2)
+            if metadata is not None:
+                metadata["m"].append(3)
+            raw = await store.backdoor_read_raw(cp.id)
+            assert raw == expected
+            assert (await store.load(cp.id, include_state=False)) == header
+            assert await store.backdoor_read_raw(cp.id) is raw

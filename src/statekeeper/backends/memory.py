@@ -21,7 +21,7 @@ import secrets
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -39,16 +39,56 @@ from ..record import NewRecord, RecordEdits, StoredRecord
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
 
 
-@dataclass(slots=True)
 class _Entry:
-    sequence: int
-    stream: str
-    blob: bytes
-    tags: dict[str, str]
-    expires_at: datetime | None
-    #: ``blob`` parsed and verified once (see ``_parse``), with the very bytes it
-    #: came from: it is reused only while ``blob`` is still those bytes
-    parsed: tuple[bytes, StoredRecord] | None = None
+    """One checkpoint: its index fields and its envelope bytes.
+
+    ``blob`` is built on first use when the save left it pending (see
+    :meth:`MemoryCheckpointStore._insert_locked`): the same bytes, from the same
+    values, that the save would have built. Every reader holds the store's lock.
+    """
+
+    __slots__ = ("_blob", "_pending", "expires_at", "parsed", "sequence", "stream", "tags")
+
+    def __init__(
+        self,
+        sequence: int,
+        stream: str,
+        blob: bytes | None,
+        tags: dict[str, str],
+        expires_at: datetime | None,
+        parsed: tuple[bytes, StoredRecord] | None = None,
+        pending: tuple[NewRecord, str] | None = None,
+    ) -> None:
+        self.sequence = sequence
+        self.stream = stream
+        self._blob = blob
+        #: the record and store id ``blob`` is built from, until it is built
+        self._pending = pending
+        #: the store's own copy (the tag filter reads it): no caller holds it
+        self.tags = tags
+        self.expires_at = expires_at
+        #: ``blob`` parsed and verified once (see ``_parse``), with the very bytes it
+        #: came from: it is reused only while ``blob`` is still those bytes
+        self.parsed = parsed
+
+    @property
+    def blob(self) -> bytes:
+        blob = self._blob
+        if blob is None:
+            assert self._pending is not None
+            record, store_id = self._pending
+            # the values the save saw: the entry's own tags, and the metadata that
+            # made the save leave the envelope pending (none: see _insert_locked)
+            blob = self._blob = (
+                replace(record, tags=self.tags, metadata={}).seal(self.sequence).to_bytes(store_id)
+            )
+            self._pending = None
+        return blob
+
+    @blob.setter
+    def blob(self, value: bytes) -> None:
+        self._blob = value
+        self._pending = None
 
     def live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -230,21 +270,52 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
 
     def _insert_locked(self, record: NewRecord) -> CheckpointHeader:
+        """Insert ``record`` at the next sequence; the caller holds the lock.
+
+        Without metadata the envelope is left pending and built on first use (a
+        read, ``backdoor_read_raw``): it would be built from the same immutable
+        values and the entry's own tags, so the bytes are the same, and with no
+        metadata nothing in it can fail to encode. With metadata it is built now,
+        so an error raises here, and the caller's later changes to the metadata it
+        passed never reach the store.
+        """
         data = self.storage
         existing = data.by_id.get(record.id)
         if existing is not None:  # expired: _check_free let it through
             self._unlink(record.id, existing)
-        data.high_water_mark += 1
-        seq = data.high_water_mark
-        stored = record.seal(seq)
-        entry = _Entry(
-            seq, record.stream, stored.to_bytes(data.store_id), record.tags, record.expires_at
-        )
+        seq = data.high_water_mark + 1
+        tags = record.tags.copy()
+        if record.metadata:
+            entry = _Entry(
+                seq,
+                record.stream,
+                record.seal(seq).to_bytes(data.store_id),
+                tags,
+                record.expires_at,
+            )
+        else:
+            entry = _Entry(
+                seq, record.stream, None, tags, record.expires_at, None, (record, data.store_id)
+            )
+        data.high_water_mark = seq
         data.by_id[record.id] = entry
         data.by_seq[seq] = record.id
         data.all_seqs.append(seq)
         data.stream_seqs.setdefault(record.stream, []).append(seq)
-        return stored.header
+        return trusted_header(
+            {
+                "id": record.id,
+                "stream": record.stream,
+                "sequence": seq,
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "etag": record.etag,
+                "parent_id": record.parent_id,
+                "tags": record.tags,
+                "metadata": record.metadata,
+                "expires_at": record.expires_at,
+            }
+        )
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         with self.storage.lock:
