@@ -319,3 +319,36 @@ async def test_a_middle_page_of_one_stream_is_one_round_trip(
             assert again.next_cursor is not None and again.prev_cursor is not None
             last = await store.list("s", order=order, limit=3, after=middle.next_cursor)
             assert [c.id for c in last.items] == ids[6:] and last.next_cursor is None
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_call_never_leaves_its_connection_to_the_next(
+    factory: Any, other: asyncpg.Connection
+) -> None:
+    """A save cancelled while it waits for its stream's lock takes its connection
+    down with it (the session ends, so the save never lands); the next call gets a
+    fresh connection instead of one still busy with the old statement. Many tasks
+    share a pool of two."""
+    async with factory(pool_size=1) as store:
+        first = await store.save("s", "first")
+        keys = (_pg(store)._pst.store_lock, pg_module.stream_lock("s"))
+        held = other.transaction()
+        await held.start()
+        try:
+            await other.fetch("SELECT pg_advisory_xact_lock($1::int4, $2::int4)", *keys)
+            waiting = asyncio.create_task(store.save("s", "cancelled"))
+            await asyncio.sleep(0.3)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            latest = await asyncio.wait_for(store.get_latest("s"), 5)
+            assert latest == first
+        finally:
+            await held.rollback()
+        await asyncio.sleep(0.3)
+        assert [c.state for c in (await store.list("s")).items] == ["first"]
+    async with factory(pool_size=2) as store:
+        saved = await asyncio.gather(*(store.save(f"t{i % 4}", i) for i in range(40)))
+        assert len({c.sequence for c in saved}) == 40
+        got = await asyncio.gather(*(store.get_latest(f"t{i}") for i in range(4)))
+        assert all(g is not None for g in got)

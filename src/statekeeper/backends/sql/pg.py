@@ -41,6 +41,7 @@ import asyncio
 import os
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ import asyncpg  # type: ignore[import-untyped]
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
 
-from ...errors import BackendError, PreconditionFailed, StoreTimeout
+from ...errors import BackendError, PreconditionFailed, StatekeeperError, StoreTimeout
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import dialects
@@ -66,6 +67,8 @@ T = TypeVar("T")
 SEQ_SLOTS = 1024
 #: Seconds to wait for a free pooled connection (SQLAlchemy's default pool_timeout).
 ACQUIRE_TIMEOUT = 30.0
+#: Seconds to wait for the server to cancel the statement of a cancelled call.
+CANCEL_WAIT = 10.0
 #: The meta row holding the store's offset added to transaction ids.
 BASE_ROW = "seq_base"
 
@@ -226,53 +229,140 @@ def paired_scan_sql(
     return sql, page_names, probe_names
 
 
-def _reset_noop_unless_dirty() -> Callable[[asyncpg.Connection], Awaitable[None]]:
-    async def reset(con: asyncpg.Connection) -> None:
-        # asyncpg's default reset is a round trip per release (UNLISTEN, RESET ALL,
-        # advisory unlock); the lean path sets nothing per session and only takes
-        # transaction-level locks, so only an interrupted transaction needs undoing.
-        if con.is_in_transaction():
-            await con.reset()
+class _Connections:
+    """A small pool of asyncpg connections, cheaper per checkout than ``asyncpg.Pool``
+    (no task, no timeout context per acquire and release: those were a third of the
+    client's CPU for one ``get_latest``).
 
-    return reset
+    Up to ``size`` connections, opened on demand, the most recently used first. A
+    connection comes back idle unless its user was interrupted (cancelled) or failed
+    other than by a database error, or it is still in a transaction; then it is
+    closed, never reused in an unknown state.
+    """
+
+    def __init__(self, connect_args: Mapping[str, Any], size: int) -> None:
+        self._args = dict(connect_args)
+        self._size = size
+        self._idle: list[asyncpg.Connection] = []
+        self._open = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+
+    async def acquire(self, within: float) -> asyncpg.Connection:
+        """A connection; :class:`TimeoutError` if none is free ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            if self._closed:
+                raise BackendError("the store's connections are closed")
+            while self._idle:
+                con = self._idle.pop()
+                if not con.is_closed():
+                    return con
+                self._open -= 1
+            if self._open < self._size:
+                self._open += 1
+                try:
+                    return await asyncpg.connect(**self._args)
+                except BaseException:
+                    self._open -= 1
+                    self._wake()
+                    raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(left):
+                    await waiter
+            except TimeoutError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # pass the wake-up on to the next waiter
+                raise
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()
+                raise
+            finally:
+                if not waiter.done():
+                    self._waiters.remove(waiter)
+
+    async def release(self, con: asyncpg.Connection, error: BaseException | None) -> None:
+        reusable = error is None or isinstance(error, asyncpg.PostgresError | StatekeeperError)
+        if reusable and not self._closed and not con.is_closed() and not con.is_in_transaction():
+            self._idle.append(con)
+            self._wake()
+            return
+        try:
+            # Cancelled mid-statement: asyncpg is sending the server a cancel request.
+            # Wait for it (as asyncpg's own pool does), or the statement would run on
+            # (a save waiting for its stream's lock would land after all): closing
+            # the socket alone does not stop a backend that is not reading it.
+            protocol = getattr(con, "_protocol", None)
+            if protocol is not None and protocol._is_cancelling():
+                await asyncio.shield(protocol._wait_for_cancellation(CANCEL_WAIT))
+        except (Exception, asyncio.CancelledError):
+            pass  # the caller raises its own error; the connection goes regardless
+        finally:
+            self._open -= 1
+            con.terminate()
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        for con in idle:
+            try:
+                await con.close(timeout=5)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+                con.terminate()
+        self._wake()
 
 
 class PgRuntime(ServerRuntime):
-    """:class:`ServerRuntime` plus an asyncpg pool for the hot statements."""
+    """:class:`ServerRuntime` plus asyncpg connections for the hot statements."""
 
     def __init__(self, *args: Any, asyncpg_args: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._asyncpg_args = dict(asyncpg_args)
-        self._pool: asyncpg.Pool | None = None
+        connect_args = dict(asyncpg_args)
+        connect_args.pop("min_size", None)
+        self._size = int(connect_args.pop("max_size", 5))
+        self._asyncpg_args = connect_args
+        self._pool: _Connections | None = None
         self._pool_pid = os.getpid()
-        self._pool_lock = asyncio.Lock()
 
     async def start(self) -> None:
         await super().start()
-        await self.pool()
+        # Connect now, so that a wrong URL fails the open, not the first save.
+        async with self.connection():
+            pass
 
-    async def pool(self) -> asyncpg.Pool:
+    def pool(self) -> _Connections:
         if self._pool is not None and self._pool_pid != os.getpid():
             # Forked: the sockets are the parent's; forget them unclosed, and keep them
             # from the garbage collector, whose finaliser would abort them noisily.
             _FORKED_POOLS.append(self._pool)
             self._pool = None
         if self._pool is None:
-            async with self._pool_lock:
-                if self._pool is None:
-                    self._pool_pid = os.getpid()
-                    self._pool = await asyncpg.create_pool(
-                        **self._asyncpg_args, reset=_reset_noop_unless_dirty()
-                    )
+            self._pool_pid = os.getpid()
+            self._pool = _Connections(self._asyncpg_args, self._size)
         return self._pool
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection; :class:`StoreTimeout` if none frees up in time (as
         SQLAlchemy's pool does for the other operations)."""
-        pool = await self.pool()
+        pool = self.pool()
         try:
-            con = await pool.acquire(timeout=ACQUIRE_TIMEOUT)
+            con = await pool.acquire(ACQUIRE_TIMEOUT)
         except TimeoutError as exc:
             raise StoreTimeout(
                 f"no database connection became free within {ACQUIRE_TIMEOUT:g}s; raise pool_size",
@@ -280,8 +370,10 @@ class PgRuntime(ServerRuntime):
             ) from exc
         try:
             yield con
-        finally:
-            await pool.release(con)
+        except BaseException as exc:
+            await pool.release(con, exc)
+            raise
+        await pool.release(con, None)
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         async with self.connection() as con:
