@@ -342,8 +342,13 @@ class PgRuntime(ServerRuntime):
     async def start(self) -> None:
         await super().start()
         # Connect now, so that a wrong URL fails the open, not the first save.
-        async with self.connection():
-            pass
+        async with self.connection() as con:
+            version = con.get_server_version()
+        if version.major < 13:
+            raise BackendError(
+                f"PostgreSQL {version.major}.{version.minor} is too old: statekeeper needs "
+                "PostgreSQL 13 or later (pg_current_xact_id, pg_current_snapshot)"
+            )
 
     def pool(self) -> _Connections:
         if self._pool is not None and self._pool_pid != os.getpid():
