@@ -21,7 +21,7 @@ import statekeeper as sk
 from sql_helpers import ServerStores
 from statekeeper.backends.sql import PostgresCheckpointStore, SqlCheckpointStore
 from statekeeper.backends.sql import pg as pg_module
-from statekeeper.errors import InvalidOptions, StoreTimeout
+from statekeeper.errors import BackendError, InvalidOptions, StoreTimeout
 
 WAIT = 0.2  # listing_wait of these stores
 
@@ -352,3 +352,13 @@ async def test_a_cancelled_call_never_leaves_its_connection_to_the_next(
         assert len({c.sequence for c in saved}) == 40
         got = await asyncio.gather(*(store.get_latest(f"t{i}") for i in range(4)))
         assert all(g is not None for g in got)
+
+
+@pytest.mark.asyncio
+async def test_a_server_older_than_postgresql_13_is_refused_on_open(
+    factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = asyncpg.types.ServerVersion(12, 9, 0, "final", 0)
+    monkeypatch.setattr(asyncpg.Connection, "get_server_version", lambda self: old)
+    with pytest.raises(BackendError, match="PostgreSQL 13 or later"):
+        await factory().open()
