@@ -9,9 +9,9 @@ bad argument or a state the store could not load raises with nothing written
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Mapping
 from datetime import timedelta
+from os import urandom as _urandom
 from typing import TYPE_CHECKING, Any
 
 from ._interface import TTL
@@ -43,13 +43,14 @@ def new_record(
         check_id(id, what="id")
     if parent_id is not None:
         check_id(parent_id, what="parent_id")
-    clean_tags = check_tags(tags)
-    ttl_s = check_ttl(store, ttl)
+    clean_tags: dict[str, str] = {} if tags is None else check_tags(tags)
+    ttl_s = None if ttl is None else check_ttl(store, ttl)
     clean_meta: dict[str, Any] = {} if metadata is None else _metadata(store, metadata)
     state_bytes = store.codec.encode(state)
     now = store.now()
     # one read of the system's randomness for both: the same as new_id() + new_etag()
-    token = secrets.token_hex(24)
+    # (secrets.token_hex(24), without its two wrapper calls)
+    token = _urandom(24).hex()
     return NewRecord(
         id=id or token[:32],
         stream=stream,
@@ -62,7 +63,7 @@ def new_record(
         tags=clean_tags,
         metadata=clean_meta,
         ttl=ttl_s,
-        expires_at=now + timedelta(seconds=ttl_s) if ttl_s is not None else None,
+        expires_at=None if ttl_s is None else now + timedelta(seconds=ttl_s),
         written_at=now,
     )
 

@@ -280,32 +280,39 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         passed never reach the store.
         """
         data = self.storage
-        existing = data.by_id.get(record.id)
+        by_id = data.by_id
+        rid = record.id
+        existing = by_id.get(rid)
         if existing is not None:  # expired: _check_free let it through
-            self._unlink(record.id, existing)
+            self._unlink(rid, existing)
         seq = data.high_water_mark + 1
-        tags = record.tags.copy()
+        stream = record.stream
         if record.metadata:
-            entry = _Entry(
-                seq,
-                record.stream,
-                record.seal(seq).to_bytes(data.store_id),
-                tags,
-                record.expires_at,
-            )
+            blob = record.seal(seq).to_bytes(data.store_id)
+            entry = _Entry(seq, stream, blob, record.tags.copy(), record.expires_at)
         else:
             entry = _Entry(
-                seq, record.stream, None, tags, record.expires_at, None, (record, data.store_id)
+                seq,
+                stream,
+                None,
+                record.tags.copy(),
+                record.expires_at,
+                None,
+                (record, data.store_id),
             )
         data.high_water_mark = seq
-        data.by_id[record.id] = entry
-        data.by_seq[seq] = record.id
+        by_id[rid] = entry
+        data.by_seq[seq] = rid
         data.all_seqs.append(seq)
-        data.stream_seqs.setdefault(record.stream, []).append(seq)
+        seqs = data.stream_seqs.get(stream)
+        if seqs is None:
+            data.stream_seqs[stream] = [seq]
+        else:
+            seqs.append(seq)
         return trusted_header(
             {
-                "id": record.id,
-                "stream": record.stream,
+                "id": rid,
+                "stream": stream,
                 "sequence": seq,
                 "created_at": record.created_at,
                 "updated_at": record.updated_at,
