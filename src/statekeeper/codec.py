@@ -343,18 +343,15 @@ class Codec:
             return False
         if leaves.issuperset(map(type, items)):
             return True
-        lo, hi, plain = self._ilo, self._ihi, self._is_plain
         inner = d < self._max_depth  # a container here may itself hold scalars only
         for x in items:
             tx = type(x)
-            if (
-                tx is str
-                or tx is bool
-                or x is None
-                or (tx is int and lo < x < hi)
-                or (tx is float and x - x == 0.0)
-            ):
+            if tx in leaves:  # one set lookup for str, bool, None (and int, see above)
                 continue
+            if tx is float:
+                if x - x == 0.0:  # not NaN nor infinite (msgspec would write null)
+                    continue
+                return False
             # a container of scalars (the common leaf) is checked here, without a call
             if tx is dict:
                 if (
@@ -367,9 +364,13 @@ class Codec:
             elif tx is list:
                 if inner and leaves.issuperset(map(type, x)):
                     continue
+            elif tx is int:
+                if self._ilo < x < self._ihi:
+                    continue
+                return False
             else:
                 return False
-            if not plain(x, d, leaves):
+            if not self._is_plain(x, d, leaves):
                 return False
         return True
 
