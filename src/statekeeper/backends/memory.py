@@ -9,10 +9,12 @@ record envelope as the persistent backends, so a test that passes here does not
 fail in production because of state production cannot store.
 
 Costs: ``get_latest`` is O(1) amortised, a page is O(log n + page), ``save`` is
-O(1) amortised, ``delete`` is O(n) in the worst case (a list removal). A record's
-envelope is parsed and verified on its first read and kept beside its bytes (so a
-checkpoint that was read takes about twice its size); states are decoded on every
-read, through the store's codec.
+O(1) amortised, ``delete`` is O(n) in the worst case (a list removal). A save
+without metadata leaves its envelope bytes to be built on first use (a read, a raw
+read), from the very values the save saw, so that cost moves from the save to the
+first read. A record's envelope is parsed and verified on its first read and kept
+beside its bytes (so a checkpoint that was read takes about twice its size); states
+are decoded on every read, through the store's codec.
 """
 
 from __future__ import annotations
@@ -47,7 +49,16 @@ class _Entry:
     values, that the save would have built. Every reader holds the store's lock.
     """
 
-    __slots__ = ("_blob", "_pending", "expires_at", "parsed", "sequence", "stream", "tags")
+    __slots__ = (
+        "_blob",
+        "_pending",
+        "_store_id",
+        "expires_at",
+        "parsed",
+        "sequence",
+        "stream",
+        "tags",
+    )
 
     def __init__(
         self,
@@ -57,13 +68,15 @@ class _Entry:
         tags: dict[str, str],
         expires_at: datetime | None,
         parsed: tuple[bytes, StoredRecord] | None = None,
-        pending: tuple[NewRecord, str] | None = None,
+        pending: NewRecord | None = None,
+        store_id: str = "",
     ) -> None:
         self.sequence = sequence
         self.stream = stream
         self._blob = blob
-        #: the record and store id ``blob`` is built from, until it is built
+        #: the record ``blob`` is built from (with ``store_id``), until it is built
         self._pending = pending
+        self._store_id = store_id
         #: the store's own copy (the tag filter reads it): no caller holds it
         self.tags = tags
         self.expires_at = expires_at
@@ -75,12 +88,14 @@ class _Entry:
     def blob(self) -> bytes:
         blob = self._blob
         if blob is None:
-            assert self._pending is not None
-            record, store_id = self._pending
+            record = self._pending
+            assert record is not None
             # the values the save saw: the entry's own tags, and the metadata that
             # made the save leave the envelope pending (none: see _insert_locked)
             blob = self._blob = (
-                replace(record, tags=self.tags, metadata={}).seal(self.sequence).to_bytes(store_id)
+                replace(record, tags=self.tags, metadata={})
+                .seal(self.sequence)
+                .to_bytes(self._store_id)
             )
             self._pending = None
         return blob
@@ -298,7 +313,8 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                 record.tags.copy(),
                 record.expires_at,
                 None,
-                (record, data.store_id),
+                record,
+                data.store_id,
             )
         data.high_water_mark = seq
         by_id[rid] = entry
