@@ -414,3 +414,30 @@ def test_recursion_in_the_plain_check_is_an_encode_error() -> None:
     with recursion_limit(250), pytest.raises(CheckpointEncodeError, match="recursion limit"):
         codec.encode(value)
     assert codec.decode(codec.encode(value)) == value
+
+
+def _nestings(depth: int, leaf: Any) -> Iterator[Any]:
+    """Every chain of lists and dicts ``depth`` deep around ``leaf``, alone and
+    beside a scalar sibling."""
+    if depth == 0:
+        yield leaf
+        return
+    for inner in _nestings(depth - 1, leaf):
+        yield [inner]
+        yield [1, inner]
+        yield {"k": inner}
+        yield {"s": "x", "k": inner, "f": 0.5}
+
+
+@pytest.mark.parametrize("max_depth", [1, 2, 3, 4])
+def test_the_plain_check_agrees_with_the_walk_at_the_depth_limit(max_depth: int) -> None:
+    """The plain check settles a child container in its parent's loop and its items
+    in one call; around max_depth and with every kind of bottom value, it decides
+    exactly as the tagging walk does (same bytes or same error)."""
+    limits = CodecLimits(max_depth=max_depth, allow_nan=False)
+    fast, walk = Codec(limits=limits), WalkOnly(limits=limits)
+    leaves = [1, 0.5, float("nan"), None, "s", [], {}, [1.5], {"a": None}, Text("t"), (1,)]
+    for depth in range(max_depth + 2):
+        for leaf in leaves:
+            for value in _nestings(depth, leaf):
+                assert encode_outcome(fast, value) == encode_outcome(walk, value), value

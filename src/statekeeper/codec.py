@@ -343,7 +343,13 @@ class Codec:
             return False
         if leaves.issuperset(map(type, items)):
             return True
-        inner = d < self._max_depth  # a container here may itself hold scalars only
+        return self._plain_items(items, d, leaves)
+
+    def _plain_items(self, items: Iterable[Any], d: int, leaves: frozenset[type]) -> bool:
+        """Whether the items of a container at depth ``d`` are plain (see
+        :meth:`_is_plain`). A child container is checked here, and its own items
+        by a call only when they are not all ``leaves``: no check runs twice."""
+        inner = d < self._max_depth  # a child container is within max_depth
         for x in items:
             tx = type(x)
             if tx in leaves:  # one set lookup for str, bool, None (and int, see above)
@@ -352,25 +358,23 @@ class Codec:
                 if x - x == 0.0:  # not NaN nor infinite (msgspec would write null)
                     continue
                 return False
-            # a container of scalars (the common leaf) is checked here, without a call
             if tx is dict:
-                if (
-                    inner
-                    and TAG not in x
-                    and _STR.issuperset(map(type, x))
-                    and leaves.issuperset(map(type, x.values()))
-                ):
-                    continue
+                if not inner or TAG in x or not _STR.issuperset(map(type, x)):
+                    return False
+                children: Iterable[Any] = x.values()
             elif tx is list:
-                if inner and leaves.issuperset(map(type, x)):
-                    continue
+                if not inner:
+                    return False
+                children = x
             elif tx is int:
                 if self._ilo < x < self._ihi:
                     continue
                 return False
             else:
                 return False
-            if not self._is_plain(x, d, leaves):
+            if not (
+                leaves.issuperset(map(type, children)) or self._plain_items(children, d + 1, leaves)
+            ):
                 return False
         return True
 
