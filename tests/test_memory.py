@@ -173,3 +173,80 @@ async def test_the_envelope_is_the_one_the_save_saw_whenever_it_is_built() -> No
             assert raw == expected
             assert (await store.load(cp.id, include_state=False)) == header
             assert await store.backdoor_read_raw(cp.id) is raw
+
+
+@pytest.mark.asyncio
+async def test_a_pending_envelope_reads_as_its_bytes_would() -> None:
+    """A read of a checkpoint whose envelope is still pending takes the save's values
+    without building the bytes only when they round-trip: it gives what parsing the
+    bytes gives, field for field and type for type; any other clock reads the bytes
+    (a ZoneInfo comes back as its fixed offset, a naive time is a decode error),
+    as every other backend does."""
+    from datetime import UTC, datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    from statekeeper.backends.memory import _Entry
+
+    def parsed(store: MemoryCheckpointStore, entry: _Entry) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            entry.blob, location="t", expect_store_id=store.storage.store_id
+        )
+
+    def header_fields(header: CheckpointHeader) -> list[tuple[str, Any, type]]:
+        values = {name: getattr(header, name) for name in CheckpointHeader.model_fields}
+        stamps = [(v.tzinfo, v.tzname(), v.fold) for v in values.values() if type(v) is datetime]
+        return [(k, v, type(v)) for k, v in sorted(values.items())] + [("tz", stamps, list)]
+
+    def fields(record: StoredRecord) -> list[tuple[str, Any, type]]:
+        extra = [("state", record.state, bytes), ("codec", record.codec, str)]
+        return [*header_fields(record.header), *extra, ("ttl", record.ttl, type(record.ttl))]
+
+    async with MemoryCheckpointStore() as store:
+        header = CheckpointHeader(
+            id="imported",
+            stream="other",
+            sequence=7,
+            created_at=datetime(2020, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+            updated_at=datetime(2021, 1, 2, 3, 4, 5, tzinfo=UTC),
+            etag="e1",
+            parent_id="p1",
+            tags={"k": "v"},
+            expires_at=datetime(2999, 1, 1, tzinfo=UTC),
+        )
+        saved = [
+            await store.save("job", {"v": 1}),
+            await store.save("job \u2028 \x01 é", [1.5], tags={"t": "ü"}, ttl=0.5, parent_id="x"),
+            await store.save("job", None, ttl=timedelta(days=3), id="given.id"),
+            await store.import_checkpoint(header, {"v": 2}),
+        ]
+        for cp in saved:
+            entry = store.storage.by_id[cp.id]
+            direct = entry.read_pending()
+            assert direct is not None
+            assert fields(direct) == fields(parsed(store, entry))
+            assert entry.read_pending() is None  # the bytes are built now
+        fresh = await store.save("job", {"v": 3})
+        entry = store.storage.by_id[fresh.id]
+        got = await store.load(fresh.id)
+        assert entry._blob is None  # read without building the envelope
+        assert header_fields(got) == header_fields(parsed(store, entry).header)
+
+    zone = ZoneInfo("Europe/Paris")
+    clocks = [
+        lambda: datetime.now(zone),
+        lambda: datetime.now(timezone(timedelta(hours=2))),
+        lambda: datetime.now(timezone(timedelta(0), "Z")),
+        lambda: datetime.now(UTC).replace(fold=1),
+    ]
+    for clock in clocks:
+        async with MemoryCheckpointStore(clock=clock) as store:
+            cp = await store.save("job", {"v": 1}, ttl=60)
+            entry = store.storage.by_id[cp.id]
+            assert entry.read_pending() is None
+            loaded = await store.load(cp.id)
+            assert header_fields(loaded) == header_fields(parsed(store, entry).header)
+    async with MemoryCheckpointStore(clock=lambda: datetime(2026, 1, 1)) as store:
+        cp = await store.save("job", {"v": 1})
+        assert store.storage.by_id[cp.id].read_pending() is None
+        with pytest.raises(CheckpointDecodeError, match="timezone-aware"):
+            await store.load(cp.id)

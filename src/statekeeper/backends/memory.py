@@ -23,8 +23,8 @@ import secrets
 import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from .._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
@@ -67,7 +67,7 @@ class _Entry:
         blob: bytes | None,
         tags: dict[str, str],
         expires_at: datetime | None,
-        parsed: tuple[bytes, StoredRecord] | None = None,
+        parsed: tuple[bytes | None, StoredRecord] | None = None,
         pending: NewRecord | None = None,
         store_id: str = "",
     ) -> None:
@@ -81,22 +81,17 @@ class _Entry:
         self.tags = tags
         self.expires_at = expires_at
         #: ``blob`` parsed and verified once (see ``_parse``), with the very bytes it
-        #: came from: it is reused only while ``blob`` is still those bytes
+        #: came from (``None``: the pending envelope): it is reused only while
+        #: ``blob`` is still those bytes
         self.parsed = parsed
 
     @property
     def blob(self) -> bytes:
         blob = self._blob
         if blob is None:
-            record = self._pending
-            assert record is not None
-            # the values the save saw: the entry's own tags, and the metadata that
-            # made the save leave the envelope pending (none: see _insert_locked)
-            blob = self._blob = (
-                replace(record, tags=self.tags, metadata={})
-                .seal(self.sequence)
-                .to_bytes(self._store_id)
-            )
+            stored = self._pending_record()
+            assert stored is not None
+            blob = self._blob = stored.to_bytes(self._store_id)
             self._pending = None
         return blob
 
@@ -104,6 +99,54 @@ class _Entry:
     def blob(self, value: bytes) -> None:
         self._blob = value
         self._pending = None
+
+    def _pending_record(self) -> StoredRecord | None:
+        """The record a pending envelope is built from (``None`` when none is pending).
+
+        The values the save saw: the entry's own tags, and the metadata that made
+        the save leave the envelope pending (none: see ``_insert_locked``). This is
+        what ``record.seal`` builds with those two fields (``dataclasses.replace``
+        would cost more than the envelope).
+        """
+        record = self._pending
+        if record is None:
+            return None
+        header = trusted_header(
+            {
+                "id": record.id,
+                "stream": record.stream,
+                "sequence": self.sequence,
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "etag": record.etag,
+                "parent_id": record.parent_id,
+                "tags": self.tags,
+                "metadata": {},
+                "expires_at": record.expires_at,
+            }
+        )
+        return StoredRecord(header=header, state=record.state, codec=record.codec, ttl=record.ttl)
+
+    def read_pending(self) -> StoredRecord | None:
+        """What parsing the pending envelope would give, without building it, or
+        ``None`` when nothing is pending or the parse could differ.
+
+        Every field round-trips through the envelope unchanged (strings without
+        surrogates, ints, a float TTL, str tags, no metadata) except the timestamps:
+        those are taken as they are only when each is an exact ``datetime`` in
+        ``timezone.utc`` with ``fold`` 0 (the default clock's), which ``isoformat``
+        and ``fromisoformat`` give back equal, in the same ``timezone.utc``. Any
+        other clock (a ``ZoneInfo``, a naive time) is read from the bytes.
+        """
+        record = self._pending
+        if record is None:
+            return None
+        for stamp in (record.created_at, record.updated_at, record.expires_at):
+            if stamp is not None and (
+                type(stamp) is not datetime or stamp.tzinfo is not UTC or stamp.fold
+            ):
+                return None
+        return self._pending_record()
 
     def live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -228,15 +271,21 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         """The verified record of ``entry``'s bytes (call with the lock held).
 
         The bytes are parsed and verified through the envelope once, as any backend
-        reads them, and the result is kept beside them. It is reused only while the
-        entry holds those very bytes (an update or a backdoor write replaces them),
+        reads them, and the result is kept beside them; a pending envelope is not
+        built for this when its values are known to round-trip (see
+        :meth:`_Entry.read_pending`). It is reused only while the entry holds those
+        very bytes, or still none (an update or a backdoor write replaces them),
         and every read gets a header of its own, so what a caller does with a
         returned checkpoint never reaches the store. States are decoded per read.
         """
-        blob = entry.blob
+        blob = entry._blob  # None while the envelope is pending
         parsed = entry.parsed
         if parsed is None or parsed[0] is not blob:
-            entry.parsed = parsed = (blob, self._read(id, entry))
+            record = None if blob is not None else entry.read_pending()
+            if record is None:
+                blob = entry.blob
+                record = self._read(id, entry)
+            entry.parsed = parsed = (blob, record)
         try:
             return _fresh(parsed[1])
         except RecursionError:  # metadata nested too deep to copy: a parse of its own
