@@ -245,3 +245,38 @@ def test_metadata_with_nan_is_refused_by_to_bytes_as_before() -> None:
     bad = replace(rec, header=rec.header.model_copy(update={"metadata": {"x": [float("nan")]}}))
     with pytest.raises(ValueError, match="Out of range float"):
         bad.to_bytes("s")
+
+
+def test_trusted_new_record_is_new_record_field_for_field() -> None:
+    """The save path's constructor sets every field of NewRecord, each to its own
+    value (a field added or reordered in the dataclass breaks this, not a save)."""
+    import dataclasses
+    import inspect
+    from datetime import timedelta
+
+    from statekeeper.record import trusted_new_record
+
+    names = [f.name for f in dataclasses.fields(NewRecord)]
+    assert list(inspect.signature(trusted_new_record).parameters) == names
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    values: dict[str, object] = {
+        "id": "i",
+        "stream": "s",
+        "state": b"x",
+        "codec": "c",
+        "created_at": t0,
+        "updated_at": t0 + timedelta(seconds=1),
+        "etag": "e",
+        "parent_id": "p",
+        "tags": {"k": "v"},
+        "metadata": {"m": 1},
+        "ttl": 1.5,
+        "expires_at": t0 + timedelta(seconds=2),
+        "written_at": t0 + timedelta(seconds=3),
+    }
+    made = trusted_new_record(**values)  # type: ignore[arg-type]
+    assert type(made) is NewRecord
+    assert made == NewRecord(**values)  # type: ignore[arg-type]
+    assert [getattr(made, name) for name in names] == list(values.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.id = "other"  # type: ignore[misc]

@@ -18,7 +18,7 @@ from ._interface import TTL
 from ._validate import check_id, check_stream, check_tags
 from .errors import InvalidQuery
 from .models import CheckpointHeader
-from .record import NewRecord, RecordEdits
+from .record import NewRecord, RecordEdits, trusted_new_record
 
 if TYPE_CHECKING:
     from ._protocol import BaseCheckpointStore
@@ -51,7 +51,7 @@ def new_record(
     # one read of the system's randomness for both: the same as new_id() + new_etag()
     # (secrets.token_hex(24), without its two wrapper calls)
     token = _urandom(24).hex()
-    return NewRecord(
+    return trusted_new_record(
         id=id or token[:32],
         stream=stream,
         state=state_bytes,
