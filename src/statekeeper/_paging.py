@@ -27,7 +27,7 @@ from ._validate import (
     metadata_matches,
     skipped_from,
 )
-from .cursor import query_fingerprint
+from .cursor import MAX_POSITION, query_fingerprint
 from .errors import CheckpointDecodeError, InvalidQuery
 from .models import Checkpoint, Page, Skipped, checkpoint_with_state
 from .record import StoredRecord
@@ -144,7 +144,7 @@ async def list_page(
         next_pos = pos(entries[-1]) if more else None
         prev_pos: int | None = None
         if bound is not None:
-            edge = pos(entries[0]) if entries else bound + step
+            edge = pos(entries[0]) if entries else _beside(bound, step)
             if await exists(back, edge):
                 prev_pos = edge
     else:
@@ -154,7 +154,7 @@ async def list_page(
         entries = entries[:limit]
         entries.reverse()
         prev_pos = pos(entries[0]) if earlier else None
-        edge = pos(entries[-1]) if entries else bound - step
+        edge = pos(entries[-1]) if entries else _beside(bound, -step)
         next_pos = edge if await exists(order, edge) else None
 
     items: builtins.list[Checkpoint] = []
@@ -176,3 +176,13 @@ async def list_page(
         prev_cursor=signer.make(prev_pos, fp) if prev_pos is not None else None,
         has_more=next_pos is not None,
     )
+
+
+def _beside(bound: int, step: int) -> int:
+    """The position one ``step`` from ``bound``, kept within what a cursor can hold.
+
+    Sequences are at least 1, so every position below 1 marks the same place (before
+    everything), as does every position above :data:`~.cursor.MAX_POSITION`; walking
+    empty pages past either end stays there instead of leaving the cursor's range.
+    """
+    return min(max(bound + step, 0), MAX_POSITION)

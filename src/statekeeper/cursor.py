@@ -24,11 +24,13 @@ from collections.abc import Mapping
 
 from .errors import InvalidCursor
 
-__all__ = ["CursorSigner", "query_fingerprint"]
+__all__ = ["MAX_POSITION", "CursorSigner", "query_fingerprint"]
 
 _VERSION = 1
 _MAC_LEN = 12
 _PACK = struct.Struct(">BQ")
+#: The largest position a cursor holds (positions are unsigned 64-bit).
+MAX_POSITION = (1 << 64) - 1
 _TOKEN_LEN = _PACK.size + _MAC_LEN
 _MAX_TEXT = 64
 

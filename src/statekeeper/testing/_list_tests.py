@@ -121,6 +121,30 @@ class ListTests(KitBase):
 
     @asyncio_test
     @pytest.mark.parametrize("order", ORDERS)
+    async def test_empty_pages_past_either_end_keep_valid_cursors(
+        self, store: BaseCheckpointStore, order: Order
+    ) -> None:
+        # A filtered-out checkpoint at the very start (or end) of the stream: the page
+        # before its cursor is empty, and so is the page before that page's next_cursor.
+        # Each empty page's cursors must still be cursors (regression: the second
+        # before= step made a position below 0 and list() crashed packing it).
+        [first] = await self.save_steps(store, "job", 1)
+        kept = await store.save("job", {"step": 1}, tags={"kind": "a"})
+        [last] = await self.save_steps(store, "job", 1, start=2)
+        edge = first if order == "asc" else last
+        cursor = await store.cursor_at(edge.id, order=order, tags={"kind": "a"})
+        # Enough steps to walk the position past 0 (or past the top) whatever the
+        # store's first sequence is.
+        for _ in range(min(edge.sequence, 50) + 3):
+            page = await store.list("job", limit=1, order=order, tags={"kind": "a"}, before=cursor)
+            assert (ids(page), page.prev_cursor) == ([], None)
+            assert page.next_cursor is not None and page.has_more
+            cursor = page.next_cursor
+        forward = await store.list("job", limit=1, order=order, tags={"kind": "a"}, after=cursor)
+        assert (ids(forward), forward.next_cursor) == ([kept.id], None)
+
+    @asyncio_test
+    @pytest.mark.parametrize("order", ORDERS)
     async def test_seed_cursor_of_deleted_item_resumes_at_its_position(
         self, store: BaseCheckpointStore, order: Order
     ) -> None:
