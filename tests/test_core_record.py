@@ -280,3 +280,42 @@ def test_trusted_new_record_is_new_record_field_for_field() -> None:
     assert [getattr(made, name) for name in names] == list(values.values())
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.id = "other"  # type: ignore[misc]
+
+
+def test_trusted_models_are_the_validated_ones() -> None:
+    """trusted_header and checkpoint_with_state set pydantic's own slots directly:
+    what they build equals, dumps, copies and compares as the validated models, and
+    each gets a fields-set of its own."""
+    from datetime import timedelta
+
+    from statekeeper.models import (
+        Checkpoint,
+        CheckpointHeader,
+        checkpoint_with_state,
+        trusted_header,
+    )
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    values = {
+        "id": "i",
+        "stream": "s",
+        "sequence": 3,
+        "created_at": t0,
+        "updated_at": t0 + timedelta(seconds=1),
+        "etag": "e",
+        "parent_id": None,
+        "tags": {"k": "v"},
+        "metadata": {"m": [1]},
+        "expires_at": None,
+    }
+    header = trusted_header(dict(values))
+    assert header == CheckpointHeader(**values)  # type: ignore[arg-type]
+    assert header.model_dump() == CheckpointHeader(**values).model_dump()  # type: ignore[arg-type]
+    cp = checkpoint_with_state(header, {"v": 1})
+    assert cp == Checkpoint(**values, state={"v": 1})  # type: ignore[arg-type]
+    assert cp.model_fields_set == set(Checkpoint.model_fields)
+    other = trusted_header(dict(values))
+    header.model_fields_set.discard("id")
+    assert other.model_fields_set == set(CheckpointHeader.model_fields)
+    assert cp.model_copy(update={"etag": "f"}).etag == "f" and cp.etag == "e"
+    assert header.__pydantic_extra__ is None and header.__pydantic_private__ is None

@@ -69,6 +69,24 @@ class Checkpoint(CheckpointHeader):
 
 _HEADER_FIELDS = frozenset(CheckpointHeader.model_fields)
 _CHECKPOINT_FIELDS = frozenset(Checkpoint.model_fields)
+_HEADER_FIELD_SET = set(_HEADER_FIELDS)
+_CHECKPOINT_FIELD_SET = set(_CHECKPOINT_FIELDS)
+_new = object.__new__
+
+
+def _slot_setter(name: str) -> Any:
+    """The setter of one of BaseModel's own slots (what ``object.__setattr__`` ends
+    up calling, without its lookup), or that call if pydantic lays them out otherwise."""
+    descriptor = BaseModel.__dict__.get(name)
+    if descriptor is not None and hasattr(descriptor, "__set__"):
+        return descriptor.__set__
+    return lambda obj, value: object.__setattr__(obj, name, value)
+
+
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
 
 
 def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
@@ -77,11 +95,11 @@ def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
     Internal fast path for reads (``model_construct`` costs several times more);
     ``values`` must hold exactly the header fields with the right types.
     """
-    obj = object.__new__(CheckpointHeader)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_HEADER_FIELDS))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    obj: CheckpointHeader = _new(CheckpointHeader)
+    _set_dict(obj, values)
+    _set_fields_set(obj, _HEADER_FIELD_SET.copy())
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj
 
 
@@ -92,11 +110,11 @@ def checkpoint_with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
     else:
         values = {name: header.__dict__[name] for name in CheckpointHeader.__pydantic_fields__}
     values["state"] = state
-    obj = object.__new__(Checkpoint)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(_CHECKPOINT_FIELDS))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    obj: Checkpoint = _new(Checkpoint)
+    _set_dict(obj, values)
+    _set_fields_set(obj, _CHECKPOINT_FIELD_SET.copy())
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj
 
 
