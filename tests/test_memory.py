@@ -250,3 +250,25 @@ async def test_a_pending_envelope_reads_as_its_bytes_would() -> None:
         assert store.storage.by_id[cp.id].read_pending() is None
         with pytest.raises(CheckpointDecodeError, match="timezone-aware"):
             await store.load(cp.id)
+
+
+@pytest.mark.asyncio
+async def test_a_read_kept_from_a_pending_envelope_yields_to_a_backdoor_write_or_update() -> None:
+    """A read of a pending envelope is kept like any parse, tied to "no bytes yet":
+    a planted record, or an update, is what the next read sees."""
+    async with MemoryCheckpointStore() as store:
+        cp = await store.save("job", {"v": 1})
+        assert store.storage.by_id[cp.id]._blob is None
+        assert (await store.load(cp.id)).state == {"v": 1}  # kept, bytes still pending
+        raw = await store.backdoor_read_raw(cp.id)
+        await store.backdoor_write_raw(cp.id, raw[:-1] + bytes([raw[-1] ^ 1]))
+        with pytest.raises(CheckpointDecodeError):
+            await store.load(cp.id)
+        with pytest.raises(CheckpointDecodeError):
+            await store.get_latest("job")
+        other = await store.save("job", {"v": 2})
+        assert (await store.load(other.id)).etag == other.etag  # kept, pending
+        await store.update(other.id, {"v": 3})
+        latest = await store.get_latest("job")
+        assert latest is not None and (latest.id, latest.state) == (other.id, {"v": 3})
+        assert latest.etag != other.etag
