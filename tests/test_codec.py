@@ -599,8 +599,14 @@ def test_check_metadata() -> None:
             codec.check_metadata(bad)
     with pytest.raises(CheckpointEncodeError, match="max_bytes"):
         Codec(limits=CodecLimits(max_bytes=10)).check_metadata({"k": "0123456789"})
+    # allow_nan is for state: metadata lives in the record header and the index rows,
+    # which are strict JSON (it was accepted here, then every save failed with a bare
+    # ValueError from the header encoder)
     nan_ok = Codec(limits=CodecLimits(allow_nan=True))
-    assert nan_ok.check_metadata({"f": math.inf}) == {"f": math.inf}
+    for bad in ({"f": math.inf}, {"a": [1, {"n": math.nan}]}):
+        with pytest.raises(CheckpointEncodeError, match="NaN or infinite float"):
+            nan_ok.check_metadata(bad)
+    assert nan_ok.check_metadata({"f": 1.5}) == {"f": 1.5}
 
 
 def test_decode_plain() -> None:

@@ -74,8 +74,9 @@ Limits and NaN
 - ``max_bytes=16 MiB``: the size of the document, checked before parsing.
 - ``max_int_digits=4300``: decimal digits of any ``int``, as in Python's own limit.
 - ``allow_nan=False``: NaN and infinities (``float`` and ``Decimal``) are refused
-  both ways. With ``True`` they round-trip as tags, and ``NaN``/``Infinity``
-  tokens written by other tools are accepted too.
+  both ways. With ``True`` they round-trip as tags in state, and ``NaN``/``Infinity``
+  tokens written by other tools are accepted too; metadata refuses them either way
+  (it is stored as strict JSON in the record header and the index rows).
 
 Save/load symmetry (S5): ``encode`` raises
 :class:`~statekeeper.errors.CheckpointEncodeError`, naming the part
@@ -663,12 +664,19 @@ def _find_surrogate(v: Any, path: str, depth: int) -> str | None:
     return None
 
 
+_TAG_MEANS = {
+    "dict": "a dict with a non-str or reserved key",
+    # metadata lives in the record header and in index rows, which are strict JSON
+    "float": "a NaN or infinite float (metadata is strict JSON, even with allow_nan)",
+}
+
+
 def _first_tag(obj: Any, path: str) -> tuple[str, str] | None:
-    """Where the first tagged value (other than a NaN) in a JSON tree is, and its tag."""
+    """Where the first tagged value in a JSON tree is, and what it stands for."""
     if isinstance(obj, dict):
         tag = obj.get(TAG)
-        if tag is not None and tag != "float":
-            return path, "a dict with a non-str or reserved key" if tag == "dict" else tag
+        if tag is not None:
+            return path, _TAG_MEANS.get(tag, tag)
         children: Iterable[tuple[Any, Any]] = obj.items()
     else:
         children = enumerate(obj) if isinstance(obj, list) else ()

@@ -252,6 +252,19 @@ class ReadTests(KitBase):
         assert await store.list_streams() == []
 
     @asyncio_test
+    async def test_allow_nan_is_for_state_not_metadata(self, store: BaseCheckpointStore) -> None:
+        # Metadata is strict JSON (the record header, the index rows). It used to pass
+        # the check under allow_nan=True, then the save raised a bare ValueError.
+        store = await self.reopen(store, allow_nan=True)
+        for metadata in ({"inf": float("inf")}, {"deep": [{"nan": float("nan")}]}):
+            with pytest.raises(CheckpointEncodeError, match="NaN or infinite"):
+                await store.save("job", {}, metadata=metadata)
+        assert await store.list_streams() == []
+        cp = await store.save("job", {"inf": float("inf")}, metadata={"ok": 1.5})
+        loaded = await store.load(cp.id)
+        assert (loaded.state, loaded.metadata) == ({"inf": float("inf")}, {"ok": 1.5})
+
+    @asyncio_test
     async def test_tagged_values_round_trip_exactly(self, store: BaseCheckpointStore) -> None:
         state = tagged_state()
         cp = await store.save("job", state)
