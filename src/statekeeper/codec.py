@@ -676,7 +676,7 @@ def _first_tag(obj: Any, path: str) -> tuple[str, str] | None:
     if isinstance(obj, dict):
         tag = obj.get(TAG)
         if tag is not None:
-            return path, _TAG_MEANS.get(tag, tag)
+            return path, _TAG_MEANS.get(tag, str(tag))
         children: Iterable[tuple[Any, Any]] = obj.items()
     else:
         children = enumerate(obj) if isinstance(obj, list) else ()
