@@ -14,27 +14,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
 from skbench.hot import HotResults, HotSettings, run  # noqa: E402
 from skbench.hot_group import STORES, run_group  # noqa: E402
 from skbench.hot_report import SECTION, render  # noqa: E402
-from skbench.machine import describe_machine  # noqa: E402
 from skbench.plots import plot_rates  # noqa: E402
-from skbench.source import command, git, import_source, splice  # noqa: E402
+from skbench.script import (  # noqa: E402
+    DOCS,
+    add_output_args,
+    load_raw,
+    measuring,
+    run_script,
+    start_meta,
+    write_section,
+)
+from skbench.source import command  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
-DOCS = ROOT / "docs/benchmarks.md"
 SESSION = "bench_hot"
 PLOT = "hot_group_commit.png"
 #: What the figures depend on: the last commit to each, named in the report.
@@ -54,14 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and budgets")
     parser.add_argument("--no-group", action="store_true", help="leave out group commit")
     parser.add_argument("--no-strace", action="store_true", help="do not count the syncs")
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/raw/hot.md")
-    parser.add_argument("--docs", action="store_true", help=f"also splice the section into {DOCS}")
-    parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
-    parser.add_argument("--from-json", type=Path, help="re-render from a run's raw JSON")
-    parser.add_argument("--rev", default="HEAD", help="measure this commit's src/ (default HEAD)")
-    parser.add_argument(
-        "--working-tree", action="store_true", help="measure src/ as it is, edits and all"
-    )
+    add_output_args(parser, "hot.md")
     return parser.parse_args(argv)
 
 
@@ -117,45 +112,23 @@ def _write(args: argparse.Namespace, results: HotResults, settings: HotSettings)
     if plot is not None:
         link = f"benchmarks/{PLOT}" if args.docs else PLOT
     section = render(results, settings.big, link)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(section, encoding="utf-8")
-    raw = {"settings": {"big": settings.big}, **vars(results)}
-    args.output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
-    if args.docs:
-        DOCS.write_text(
-            splice(DOCS.read_text(encoding="utf-8"), SECTION, section), encoding="utf-8"
-        )
-        results.say(f"spliced the section into {DOCS}")
-    print(section)
-    results.say(f"wrote {args.output}")
+    write_section(args, results, section, SECTION, {"big": settings.big})
 
 
 def rerender(args: argparse.Namespace) -> None:
     """Write the section again from a run's raw JSON, measuring nothing; it says so."""
-    raw = json.loads(args.from_json.read_text(encoding="utf-8"))
-    args.big = raw["settings"]["big"]
-    settings = settings_for(args)
     results = HotResults()
-    for key in ("meta", "machine", "subjects", "ops", "loads", "log", "hops", "group"):
-        setattr(results, key, raw[key])
-    results.meta["rerendered"] = _command()
-    _write(args, results, settings)
+    keys = ("meta", "machine", "subjects", "ops", "loads", "log", "hops", "group")
+    args.big = load_raw(args, results, keys, _command())["big"]
+    _write(args, results, settings_for(args))
 
 
 async def main(args: argparse.Namespace) -> None:
     settings = settings_for(args)
     results = HotResults()
     workdir = Path(tempfile.mkdtemp(prefix="skbench-hot-", dir=args.workdir))
-    results.meta = {"command": _command(), "date": time.strftime("%Y-%m-%d %H:%M %Z")}
-    commit, facts = import_source(args, workdir)
-    results.meta.update(facts)
-    if commit is not None:
-        results.meta["paths"] = ", ".join(
-            f"{name} `{git('log', '-1', '--format=%h', commit, '--', path)}`"
-            for name, path in PATHS.items()
-        )
-    started = time.perf_counter()
-    try:
+    results.meta = start_meta(args, workdir, _command(), PATHS)
+    async with measuring(results, workdir):
         await run(settings, workdir, results)
         if not args.no_group:
             results.mark_load("group commit")
@@ -174,16 +147,8 @@ async def main(args: argparse.Namespace) -> None:
                 "rounds": settings.group_rounds,
             }
         results.mark_load("end")
-    finally:
-        results.machine = describe_machine(workdir, POSTGRES_URL, REDIS_URL)
-        shutil.rmtree(workdir, ignore_errors=True)
-    results.meta["elapsed"] = time.perf_counter() - started
     _write(args, results, settings)
 
 
 if __name__ == "__main__":
-    arguments = parse_args(sys.argv[1:])
-    if arguments.from_json:
-        rerender(arguments)
-    else:
-        asyncio.run(main(arguments))
+    run_script(parse_args, rerender, main, sys.argv[1:])

@@ -13,27 +13,27 @@ Needs ``STATEKEEPER_TEST_POSTGRES_URL``. The raw figures go to
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
-from skbench.machine import describe_machine  # noqa: E402
 from skbench.pg import PgResults, PgSettings, run  # noqa: E402
 from skbench.pg_report import SECTION, render  # noqa: E402
-from skbench.source import command, git, import_source, splice  # noqa: E402
+from skbench.script import (  # noqa: E402
+    add_output_args,
+    load_raw,
+    measuring,
+    run_script,
+    start_meta,
+    write_section,
+)
+from skbench.source import command  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
-DOCS = ROOT / "docs/benchmarks.md"
 SESSION = "bench_pg"
 PATHS = {"SQL backend": "src/statekeeper/backends/sql", "record": "src/statekeeper/record.py"}
 
@@ -45,14 +45,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="rounds (default 3; quick 1)")
     parser.add_argument("--size", type=int, default=10_000, help="the read stream's length")
     parser.add_argument("--quick", action="store_true", help="one short round (debugging)")
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks/results/raw/pg.md")
-    parser.add_argument("--docs", action="store_true", help=f"also splice the section into {DOCS}")
-    parser.add_argument("--workdir", type=Path, help="where the src/ snapshot goes")
-    parser.add_argument("--from-json", type=Path, help="re-render from a run's raw JSON")
-    parser.add_argument("--rev", default="HEAD", help="measure this commit's src/ (default HEAD)")
-    parser.add_argument(
-        "--working-tree", action="store_true", help="measure src/ as it is, edits and all"
-    )
+    add_output_args(parser, "pg.md", workdir_help="where the src/ snapshot goes")
     return parser.parse_args(argv)
 
 
@@ -74,32 +67,18 @@ def _command() -> str:
 
 
 def _write(args: argparse.Namespace, results: PgResults, settings: PgSettings) -> None:
-    section = render(results, settings)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(section, encoding="utf-8")
-    raw = {"settings": vars(settings) | {"read_budget": None}, **vars(results)}
-    args.output.with_suffix(".json").write_text(json.dumps(raw, indent=1, default=str))
-    if args.docs:
-        DOCS.write_text(
-            splice(DOCS.read_text(encoding="utf-8"), SECTION, section), encoding="utf-8"
-        )
-        results.say(f"spliced the section into {DOCS}")
-    print(section)
-    results.say(f"wrote {args.output}")
+    raw_settings = vars(settings) | {"read_budget": None}
+    write_section(args, results, render(results, settings), SECTION, raw_settings)
 
 
 def rerender(args: argparse.Namespace) -> None:
     """Write the section again from a run's raw JSON, measuring nothing; it says so."""
-    raw = json.loads(args.from_json.read_text(encoding="utf-8"))
-    saved = raw["settings"]
+    results = PgResults()
+    keys = ("meta", "machine", "subjects", "ops", "loads", "log", "writers")
+    saved = load_raw(args, results, keys, _command())
     args.writers = ",".join(map(str, saved["writers"]))
     args.seconds, args.rounds, args.size = saved["seconds"], saved["rounds"], saved["size"]
-    settings = settings_for(args)
-    results = PgResults()
-    for key in ("meta", "machine", "subjects", "ops", "loads", "log", "writers"):
-        setattr(results, key, raw[key])
-    results.meta["rerendered"] = _command()
-    _write(args, results, settings)
+    _write(args, results, settings_for(args))
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -108,27 +87,11 @@ async def main(args: argparse.Namespace) -> None:
     settings = settings_for(args)
     results = PgResults()
     workdir = Path(tempfile.mkdtemp(prefix="skbench-pg-", dir=args.workdir))
-    results.meta = {"command": _command(), "date": time.strftime("%Y-%m-%d %H:%M %Z")}
-    commit, facts = import_source(args, workdir)
-    results.meta.update(facts)
-    if commit is not None:
-        results.meta["paths"] = ", ".join(
-            f"{name} `{git('log', '-1', '--format=%h', commit, '--', path)}`"
-            for name, path in PATHS.items()
-        )
-    started = time.perf_counter()
-    try:
+    results.meta = start_meta(args, workdir, _command(), PATHS)
+    async with measuring(results, workdir):
         await run(settings, results)
-    finally:
-        results.machine = describe_machine(workdir, POSTGRES_URL, REDIS_URL)
-        shutil.rmtree(workdir, ignore_errors=True)
-    results.meta["elapsed"] = time.perf_counter() - started
     _write(args, results, settings)
 
 
 if __name__ == "__main__":
-    arguments = parse_args(sys.argv[1:])
-    if arguments.from_json:
-        rerender(arguments)
-    else:
-        asyncio.run(main(arguments))
+    run_script(parse_args, rerender, main, sys.argv[1:])
