@@ -319,3 +319,77 @@ def test_trusted_models_are_the_validated_ones() -> None:
     assert other.model_fields_set == set(CheckpointHeader.model_fields)
     assert cp.model_copy(update={"etag": "f"}).etag == "f" and cp.etag == "e"
     assert header.__pydantic_extra__ is None and header.__pydantic_private__ is None
+
+
+def _both_ways(
+    data: object, store_id: str | None, id: str, seq: int
+) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """``read_record`` and the ``from_bytes`` call it stands for, as comparable outcomes."""
+    from statekeeper.record import read_record
+
+    def outcome(call: object) -> tuple[object, ...]:
+        try:
+            rec = call()  # type: ignore[operator]
+        except CheckpointDecodeError as exc:
+            return ("error", type(exc), str(exc), exc.id, exc.location, exc.sequence)
+        return ("ok", type(rec), rec, rec.header.__dict__)
+
+    fast = outcome(
+        lambda: read_record(
+            data,  # type: ignore[arg-type]
+            lambda n: f"tbl[seq={n}]",
+            store_id=store_id,
+            id=id,
+            sequence=seq,
+        )
+    )
+    reference = outcome(
+        lambda: StoredRecord.from_bytes(
+            data,  # type: ignore[arg-type]
+            location=f"tbl[seq={seq}]",
+            expect_store_id=store_id,
+            expect_id=id,
+            expect_sequence=seq,
+        )
+    )
+    return fast, reference
+
+
+def test_read_record_is_from_bytes_for_every_damage_and_mismatch() -> None:
+    """The backends' read path gives the same record, or the same error in the same
+    words at the same location, as ``from_bytes`` with the same expectations."""
+    good = _record().to_bytes("store-1")
+    positional = _record().to_bytes("store-1", positional=True)
+    cases: list[bytes | bytearray | memoryview] = [good, positional, bytearray(good)]
+    cases += [memoryview(good), good[:-1], good + b"x", b"", b"SK1 ", b"SK1 1 1 0\n{"]
+    for data in (good, positional):
+        for i in range(len(data)):
+            corrupt = bytearray(data)
+            corrupt[i] ^= 0x20
+            cases.append(bytes(corrupt))
+    for data in cases:
+        for store_id in ("store-1", "other", None):
+            for id in ("cp-1", "cp-2"):
+                for seq in (7, 70):
+                    fast, reference = _both_ways(data, store_id, id, seq)
+                    assert fast == reference, (bytes(data)[:40], store_id, id, seq)
+    # the well-formed cases do take the fast path and read back the record
+    assert _both_ways(good, "store-1", "cp-1", 7)[0][2] == _record()
+    assert _both_ways(positional, "store-1", "cp-1", 7)[0][2] == _record()
+
+
+def test_read_record_words_a_location_only_for_an_error() -> None:
+    from statekeeper.record import read_record
+
+    asked: list[int] = []
+
+    def location_of(seq: int) -> str:
+        asked.append(seq)
+        return f"tbl[seq={seq}]"
+
+    good = _record().to_bytes("store-1")
+    read_record(good, location_of, store_id="store-1", id="cp-1", sequence=7)
+    assert asked == []
+    with pytest.raises(CheckpointDecodeError) as info:
+        read_record(good, location_of, store_id="store-1", id="cp-1", sequence=70)
+    assert asked == [70] and info.value.location == "tbl[seq=70]"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +42,14 @@ import msgspec
 from .errors import CheckpointDecodeError
 from .models import CheckpointHeader, trusted_header
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "NewRecord", "RecordEdits", "StoredRecord"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "NewRecord",
+    "RecordEdits",
+    "StoredRecord",
+    "read_record",
+]
 
 MAGIC = b"SK1 "
 FORMAT_VERSION = 1
@@ -344,6 +352,59 @@ class StoredRecord:
                 header.id,
             )
         return cls(header=header, state=state, codec=codec, ttl=ttl)
+
+
+_stored_header, _stored_state, _stored_codec, _stored_ttl = (
+    StoredRecord.__dict__[f.name].__set__ for f in fields(StoredRecord)
+)
+
+
+def read_record(
+    data: bytes,
+    location_of: Callable[[int], str],
+    *,
+    store_id: str | None,
+    id: str,
+    sequence: int,
+) -> StoredRecord:
+    """``StoredRecord.from_bytes(data, location=location_of(sequence),
+    expect_store_id=store_id, expect_id=id, expect_sequence=sequence)``, for a
+    backend's reads: the same record, or the same error with the same words.
+
+    A well-formed record whose header takes the fast parse and matches every
+    expectation is built here without the location string, the error closure or
+    the dataclass ``__init__``; anything else (a wrong type, a bad prefix, length or
+    checksum, a header the fast parse leaves, a mismatch) goes through
+    :meth:`StoredRecord.from_bytes`, which decides and words the error.
+    """
+    if type(data) is bytes:
+        prefix = _PREFIX.match(data, 0, _MAX_PREFIX)
+        if prefix is not None:
+            start = prefix.end()
+            hlen = int(prefix[1])
+            if len(data) - start == hlen + int(prefix[2]):
+                head, state = data[start : start + hlen], data[start + hlen :]
+                if zlib.crc32(state, zlib.crc32(head)) == int(prefix[3], 16):
+                    fast = _fast_header(head, sequence)
+                    if (
+                        fast is not None
+                        and (store_id is None or fast[1] == store_id)
+                        and fast[0].id == id
+                        and (fast[4] is None or fast[0].sequence == sequence)
+                    ):
+                        record: StoredRecord = object.__new__(StoredRecord)
+                        _stored_header(record, fast[0])
+                        _stored_state(record, state)
+                        _stored_codec(record, fast[2])
+                        _stored_ttl(record, fast[3])
+                        return record
+    return StoredRecord.from_bytes(
+        data,
+        location=location_of(sequence),
+        expect_store_id=store_id,
+        expect_id=id,
+        expect_sequence=sequence,
+    )
 
 
 def _parse_header(

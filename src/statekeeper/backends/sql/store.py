@@ -41,7 +41,7 @@ from ...errors import (
     StoreNotFound,
 )
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, RecordEdits, StoredRecord
+from ...record import NewRecord, RecordEdits, StoredRecord, read_record
 from . import dialects, integrity, migrations, writes
 from .dialects import Family, Runtime, Session
 from .options import SqlOptions, family_of
@@ -278,13 +278,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return f"{self.tables.checkpoints.name}[seq={seq}]"
 
     def _parse(self, blob: bytes, id: str, seq: int) -> StoredRecord:
-        return StoredRecord.from_bytes(
-            blob,
-            location=self._location(seq),
-            expect_store_id=self._store_id,
-            expect_id=id,
-            expect_sequence=seq,
-        )
+        return read_record(blob, self._location, store_id=self._store_id, id=id, sequence=seq)
 
     # -- primitives --------------------------------------------------------------------
 
