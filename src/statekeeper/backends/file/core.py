@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
-from ...record import StoredRecord
+from ...record import StoredRecord, read_record
 from . import format as fmt
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
@@ -287,12 +287,13 @@ class EngineCore:
             self.io.close(fd)
 
     def decode(self, data: bytes, seq: int, cid: str) -> StoredRecord:
-        return StoredRecord.from_bytes(
+        # the location is worded only for an error (read_record is from_bytes otherwise)
+        return read_record(
             data,
-            location=self.where(self.record_path(seq, cid)),
-            expect_store_id=self.store_id,
-            expect_id=cid,
-            expect_sequence=seq,
+            lambda n: self.where(self.record_path(n, cid)),
+            store_id=self.store_id,
+            id=cid,
+            sequence=seq,
         )
 
     def load_record(
