@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import msgspec
@@ -83,13 +83,24 @@ def check_everywhere(data: Any) -> None:
 
 
 @contextmanager
-def python_int_limit(digits: int) -> Iterator[None]:
-    old = sys.get_int_max_str_digits()
-    sys.set_int_max_str_digits(digits)
+def _interpreter_limit(
+    get: Callable[[], int], set_to: Callable[[int], object], limit: int
+) -> Iterator[None]:
+    """An interpreter limit set to ``limit`` for the block, then restored."""
+    old = get()
+    set_to(limit)
     try:
         yield
     finally:
-        sys.set_int_max_str_digits(old)
+        set_to(old)
+
+
+def python_int_limit(digits: int) -> AbstractContextManager[None]:
+    return _interpreter_limit(sys.get_int_max_str_digits, sys.set_int_max_str_digits, digits)
+
+
+def recursion_limit(limit: int) -> AbstractContextManager[None]:
+    return _interpreter_limit(sys.getrecursionlimit, sys.setrecursionlimit, limit)
 
 
 # -- a targeted corpus of nasty inputs --------------------------------------------
@@ -392,16 +403,6 @@ def test_plain_state_and_metadata_are_written_by_msgspec() -> None:
     assert identical(codec.decode(codec.encode(value)), value)
     with python_int_limit(640), pytest.raises(CheckpointEncodeError, match="Exceeds the limit"):
         codec.encode([10**700])
-
-
-@contextmanager
-def recursion_limit(limit: int) -> Iterator[None]:
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)
 
 
 def test_recursion_in_the_plain_check_is_an_encode_error() -> None:

@@ -68,6 +68,18 @@ async def test_mutating_what_a_read_returned_never_changes_the_store() -> None:
         assert again.metadata["nested"] == {"list": [1, 2]} and again.tags == {"kind": "step"}
 
 
+async def plant_damage(store: MemoryCheckpointStore, cid: str, stream: str) -> bytes:
+    """Flip a bit of the stored record ``cid`` (the latest of ``stream``) behind the
+    store's back, and check that the next reads see it; returns the record's bytes."""
+    raw = await store.backdoor_read_raw(cid)
+    await store.backdoor_write_raw(cid, raw[:-1] + bytes([raw[-1] ^ 1]))
+    with pytest.raises(CheckpointDecodeError):
+        await store.load(cid)
+    with pytest.raises(CheckpointDecodeError):
+        await store.get_latest(stream)
+    return raw
+
+
 @pytest.mark.asyncio
 async def test_reads_see_a_backdoor_write_and_an_update_at_once() -> None:
     """Whatever a read reuses is tied to the very bytes stored: a planted record or
@@ -78,12 +90,7 @@ async def test_reads_see_a_backdoor_write_and_an_update_at_once() -> None:
         await store.update(cp.id, {"v": 2}, metadata={"m": 2})
         latest = await store.get_latest("job")
         assert latest is not None and (latest.state, latest.metadata) == ({"v": 2}, {"m": 2})
-        raw = await store.backdoor_read_raw(cp.id)
-        await store.backdoor_write_raw(cp.id, raw[:-1] + bytes([raw[-1] ^ 1]))
-        with pytest.raises(CheckpointDecodeError):
-            await store.load(cp.id)
-        with pytest.raises(CheckpointDecodeError):
-            await store.get_latest("job")
+        raw = await plant_damage(store, cp.id, "job")
         await store.backdoor_write_raw(cp.id, raw)
         assert (await store.load(cp.id)).state == {"v": 2}
 
@@ -260,12 +267,7 @@ async def test_a_read_kept_from_a_pending_envelope_yields_to_a_backdoor_write_or
         cp = await store.save("job", {"v": 1})
         assert store.storage.by_id[cp.id]._blob is None
         assert (await store.load(cp.id)).state == {"v": 1}  # kept, bytes still pending
-        raw = await store.backdoor_read_raw(cp.id)
-        await store.backdoor_write_raw(cp.id, raw[:-1] + bytes([raw[-1] ^ 1]))
-        with pytest.raises(CheckpointDecodeError):
-            await store.load(cp.id)
-        with pytest.raises(CheckpointDecodeError):
-            await store.get_latest("job")
+        await plant_damage(store, cp.id, "job")
         other = await store.save("job", {"v": 2})
         assert (await store.load(other.id)).etag == other.etag  # kept, pending
         await store.update(other.id, {"v": 3})
