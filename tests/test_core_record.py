@@ -282,6 +282,25 @@ def test_trusted_new_record_is_new_record_field_for_field() -> None:
         made.id = "other"  # type: ignore[misc]
 
 
+def test_trusted_stored_record_is_stored_record_field_for_field() -> None:
+    """The read paths' constructor sets every field of StoredRecord, each to its own
+    value, in the dataclass's order."""
+    import dataclasses
+    import inspect
+
+    from statekeeper.record import trusted_stored_record
+
+    names = [f.name for f in dataclasses.fields(StoredRecord)]
+    assert list(inspect.signature(trusted_stored_record).parameters) == names
+    header = _record().header
+    made = trusted_stored_record(header, b"x", "c", 2.5)
+    assert type(made) is StoredRecord
+    assert made == StoredRecord(header=header, state=b"x", codec="c", ttl=2.5)
+    assert [getattr(made, name) for name in names] == [header, b"x", "c", 2.5]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.codec = "other"  # type: ignore[misc]
+
+
 def test_trusted_models_are_the_validated_ones() -> None:
     """trusted_header and checkpoint_with_state set pydantic's own slots directly:
     what they build equals, dumps, copies and compares as the validated models, and

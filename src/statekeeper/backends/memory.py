@@ -36,7 +36,7 @@ from ..errors import (
     StoreNotFound,
 )
 from ..models import CheckpointHeader, Problem, Skipped, trusted_header
-from ..record import NewRecord, RecordEdits, StoredRecord
+from ..record import NewRecord, RecordEdits, StoredRecord, trusted_stored_record
 
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
 
@@ -174,9 +174,7 @@ def _fresh(record: StoredRecord) -> StoredRecord:
     values = record.header.__dict__.copy()
     values["tags"] = values["tags"].copy()
     values["metadata"] = _json_copy(values["metadata"])
-    return StoredRecord(
-        header=trusted_header(values), state=record.state, codec=record.codec, ttl=record.ttl
-    )
+    return trusted_stored_record(trusted_header(values), record.state, record.codec, record.ttl)
 
 
 @dataclass
