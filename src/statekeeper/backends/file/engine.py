@@ -49,63 +49,95 @@ class EngineWrites(OpeningMixin):
     # -- save ---------------------------------------------------------------------------
 
     def insert(self, record: NewRecord) -> CheckpointHeader:
-        key = fmt.id_key(record.id)
         with self.writing() as tx:
-            ids = self.open_ids(write=True)
-            try:
-                if tx.state.ids_used + 1 > ids.capacity // 2:
-                    ids.close()
-                    ids = self._rebuild_ids(tx)
-                live, free, fresh = ids.probe(key)
-                if live:
-                    self._check_new_id(tx, ids, record, live)
-                    live, free, fresh = ids.probe(key)
-                seq = tx.state.hwm + 1
-                stored = record.seal(seq)
-                data = stored.to_bytes(self.store_id)
-                self._check_size(data)
-                sfile = fmt.stream_file_name(record.stream)
-                path = self.record_path(seq, record.id)
-                bucket = self.bucket(seq, create=True)
-                assert bucket is not None
-                try:
-                    tmp = fmt.temp_name(seq)
-                    # One write of state per save: it reserves the sequence, counts the
-                    # id-table slot and names the operation; it is not cleared after.
-                    tx.commit(
-                        hwm=seq,
-                        ids_used=tx.state.ids_used + fresh,
-                        journal=fmt.Journal(
-                            "insert", sfile, seq=seq, path=path, tmp=_sibling(path, tmp)
-                        ),
-                    )
-                    try:
-                        self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
-                    except BaseException:
-                        self._quietly(lambda: tx.commit(journal=None, hwm=seq))
-                        raise
-                    slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
-                    try:
-                        self._index_new(tx, ids, sfile, record.stream, slot, key, at=(free, fresh))
-                    except BaseException:
-                        # The caller will hear that the save failed, so take it back.
-                        self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
-                        raise
-                finally:
-                    self.close_bucket(bucket)
-                self._done_gen = tx.state.gen
-                if tx.state.hwm - tx.state.synced >= self.sync_interval:
-                    # The save is complete and durable; if flushing the indexes fails,
-                    # the mark stays put and the next save tries again.
-                    try:
-                        self._advance_sync(tx, ids)
-                        self._done_gen = tx.state.gen
-                    except OSError as exc:
-                        _log.warning(
-                            "file store %s: flushing the indexes failed: %s", self.root, exc
-                        )
-            finally:
+            header = self._insert(tx, record, nowait=False)
+        assert header is not None
+        return header
+
+    def insert_nowait(self, record: NewRecord) -> CheckpointHeader | None:
+        """:meth:`insert`, for a store without ``durable`` (``durability="fast"``), or
+        ``None`` at once with nothing written wherever :meth:`insert` could wait or
+        sync: the lock is taken (by a thread or a process), the state file is
+        unreadable or torn, a crashed writer's journal needs finishing, the id table
+        needs growing, or the sync mark is due (it fsyncs). What it does is page-cache
+        work only, so a caller may run it on its event loop's thread instead of a
+        worker's (saving the hop) and fall back to :meth:`insert` in a worker when it
+        gets ``None``."""
+        if self.durable:
+            return None
+        with self.locked(wait=False) as got:
+            if not got:
+                return None
+            state = self.read_state()
+            if state is None or state.torn:
+                return None  # a rebuild or a scan of the records first
+            tx = self._txn()
+            journal = tx.state.journal
+            if journal is not None and not self._insert_done(tx, journal):
+                return None
+            if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
+                return None
+            return self._insert(tx, record, nowait=True)
+
+    def _insert(self, tx: Txn, record: NewRecord, *, nowait: bool) -> CheckpointHeader | None:
+        """The body of :meth:`insert`, under the lock (``nowait``: see
+        :meth:`insert_nowait`)."""
+        key = fmt.id_key(record.id)
+        ids = self.open_ids(write=True)
+        try:
+            if tx.state.ids_used + 1 > ids.capacity // 2:
+                if nowait:
+                    return None
                 ids.close()
+                ids = self._rebuild_ids(tx)
+            live, free, fresh = ids.probe(key)
+            if live:
+                self._check_new_id(tx, ids, record, live)
+                live, free, fresh = ids.probe(key)
+            seq = tx.state.hwm + 1
+            stored = record.seal(seq)
+            data = stored.to_bytes(self.store_id)
+            self._check_size(data)
+            sfile = fmt.stream_file_name(record.stream)
+            path = self.record_path(seq, record.id)
+            bucket = self.bucket(seq, create=True)
+            assert bucket is not None
+            try:
+                tmp = fmt.temp_name(seq)
+                # One write of state per save: it reserves the sequence, counts the
+                # id-table slot and names the operation; it is not cleared after.
+                tx.commit(
+                    hwm=seq,
+                    ids_used=tx.state.ids_used + fresh,
+                    journal=fmt.Journal(
+                        "insert", sfile, seq=seq, path=path, tmp=_sibling(path, tmp)
+                    ),
+                )
+                try:
+                    self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
+                except BaseException:
+                    self._quietly(lambda: tx.commit(journal=None, hwm=seq))
+                    raise
+                slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
+                try:
+                    self._index_new(tx, ids, sfile, record.stream, slot, key, at=(free, fresh))
+                except BaseException:
+                    # The caller will hear that the save failed, so take it back.
+                    self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
+                    raise
+            finally:
+                self.close_bucket(bucket)
+            self._done_gen = tx.state.gen
+            if tx.state.hwm - tx.state.synced >= self.sync_interval:
+                # The save is complete and durable; if flushing the indexes fails,
+                # the mark stays put and the next save tries again.
+                try:
+                    self._advance_sync(tx, ids)
+                    self._done_gen = tx.state.gen
+                except OSError as exc:
+                    _log.warning("file store %s: flushing the indexes failed: %s", self.root, exc)
+        finally:
+            ids.close()
         return stored.header
 
     def _check_size(self, data: bytes) -> None:

@@ -275,12 +275,21 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         """Group commit (S15): a save made while another of this event loop is in
         flight waits, and the waiting ones go together in the next worker hop
         (:meth:`.batch.FileEngine.insert_group`: one lock hold, one fsync group,
-        one outcome each). A save with none in flight goes alone, at once."""
+        one outcome each). A save with none in flight goes alone, at once.
+
+        With ``durability="fast"`` such a lone save runs on the event loop's thread,
+        without the worker hop, when it can do so without waiting or syncing
+        (:meth:`.engine.EngineWrites.insert_nowait`: page-cache writes only, as a
+        bare write + rename); otherwise it takes the hop as any other."""
         loop = asyncio.get_running_loop()
         queue = self._save_queues.get(loop)
         if queue is None:
             queue = self._save_queues[loop] = _SaveQueue()
         if not queue.busy:
+            if not self._engine.durable:
+                header = self._call("save", self._engine.insert_nowait, record)
+                if header is not None:
+                    return header
             queue.busy = True
             try:
                 return await self._run("save", self._engine.insert, record)
