@@ -13,7 +13,6 @@ write the raw figures as JSON under ``benchmarks/results/raw/``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shlex
@@ -44,6 +43,7 @@ from skbench.runner import (  # noqa: E402
     run_writer_workload,
     say,
 )
+from skbench.script import run_script  # noqa: E402
 from skbench.timing import Budget  # noqa: E402
 
 
@@ -215,8 +215,4 @@ def _command() -> str:
 
 
 if __name__ == "__main__":
-    arguments = parse_args(sys.argv[1:])
-    if arguments.from_json:
-        rerender(arguments)
-    else:
-        asyncio.run(main(arguments))
+    run_script(parse_args, rerender, main, sys.argv[1:])

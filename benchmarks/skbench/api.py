@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .adapters.base import StoreUnavailable
+from .adapters.base import open_adapter
 from .adapters.statekeeper_stores import (
     FileStore,
     MemoryStore,
@@ -185,14 +185,9 @@ async def open_subjects(settings: ApiSettings, workdir: Path, results: ApiResult
     if not os.environ.get("STATEKEEPER_TEST_POSTGRES_URL"):
         results.say("PostgreSQL left out: STATEKEEPER_TEST_POSTGRES_URL is not set")
     for cls in adapter_classes(settings.only):
-        adapter = cls()
-        place = workdir / cls.__name__
-        place.mkdir()
-        try:
-            await adapter.open(place)
-        except (StoreUnavailable, ImportError) as exc:
-            results.stores[cls.name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
-            results.say(f"skip {cls.name}: {exc}")
+        adapter, problem = await open_adapter(cls, workdir, results.say)
+        if adapter is None:
+            results.stores[cls.name] = {"unavailable": problem}
             continue
         caps = adapter.main.capabilities
         results.stores[cls.name] = {

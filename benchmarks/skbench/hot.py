@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .adapters.base import StoreUnavailable
+from .adapters.base import open_adapter
 from .adapters.langgraph_peers import AsyncSqliteSaverStore, InMemorySaverStore, SqliteSaverStore
 from .adapters.statekeeper_stores import FileStore, MemoryStore, SqliteStore, StatekeeperAdapter
 from .floors import WriteFloors, record_bytes
@@ -213,14 +213,9 @@ async def open_subjects(
     subjects: list[Subject] = []
     closers: list[Callable[[], Awaitable[None]]] = []
     for cls in (MemoryStore, FileStore, SqliteStore):
-        adapter = cls()
-        place = workdir / cls.__name__
-        place.mkdir()
-        try:
-            await adapter.open(place)
-        except (StoreUnavailable, ImportError) as exc:
-            results.subjects[cls.name] = {"unavailable": f"{type(exc).__name__}: {exc}"}
-            results.say(f"skip {cls.name}: {exc}")
+        adapter, problem = await open_adapter(cls, workdir, results.say)
+        if adapter is None:
+            results.subjects[cls.name] = {"unavailable": problem}
             continue
         closers.append(adapter.close)
         results.subjects[cls.name] = {"backend": type(adapter.main).__name__}

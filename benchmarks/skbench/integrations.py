@@ -27,12 +27,11 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .adapters.base import StoreUnavailable
-from .adapters.langgraph_peers import _libpq_url
+from .adapters.langgraph_peers import _libpq_url, graph_put
 from .adapters.statekeeper_stores import POSTGRES_URL, _reachable
 from .api import measure_round_robin
 from .payload import make_state
@@ -180,6 +179,19 @@ async def _pg_settings(fetch: Callable[[str], Awaitable[Any]]) -> str:
     return ", ".join(out)
 
 
+async def drop_tables_like(conn: Any, prefix: str) -> None:
+    """Drop every table, in any schema, whose name starts with ``prefix`` (over an
+    asyncpg connection)."""
+    rows = await conn.fetch(
+        "SELECT schemaname, tablename FROM pg_tables WHERE tablename LIKE $1",
+        prefix.replace("_", r"\_") + "%",
+    )
+    for row in rows:
+        await conn.execute(
+            f'DROP TABLE IF EXISTS "{row["schemaname"]}"."{row["tablename"]}" CASCADE'
+        )
+
+
 async def open_sk_pg(workdir: Path) -> Subject:
     import asyncpg  # type: ignore[import-untyped]
 
@@ -197,14 +209,7 @@ async def open_sk_pg(workdir: Path) -> Subject:
     async def close() -> None:
         try:
             await store.close()
-            rows = await admin.fetch(
-                "SELECT schemaname, tablename FROM pg_tables WHERE tablename LIKE $1",
-                prefix.replace("_", r"\_") + "%",
-            )
-            for row in rows:
-                await admin.execute(
-                    f'DROP TABLE IF EXISTS "{row["schemaname"]}"."{row["tablename"]}" CASCADE'
-                )
+            await drop_tables_like(admin, prefix)
         finally:
             await admin.close()
 
@@ -267,31 +272,15 @@ async def open_lg_pg(workdir: Path) -> Subject:
 def make_checkpoints(size: int) -> list[tuple[dict[str, Any], ...]]:
     """``size`` puts of one thread, as a compiled graph makes them: each checkpoint's
     parent is the previous one, ids are time-ordered uuid6, one channel version bumps."""
-    from langgraph.checkpoint.base import LATEST_VERSION
-    from langgraph.checkpoint.base.id import uuid6
-
     rng = random.Random(14)
     out = []
     parent: str | None = None
     version: str | None = None
     for step in range(size):
         new_version = f"{step + 1:032}.{rng.random():016}"
-        checkpoint = {
-            "v": LATEST_VERSION,
-            "id": str(uuid6(clock_seq=step)),
-            "ts": datetime.now(UTC).isoformat(),
-            "channel_values": {"state": make_state(step)},
-            "channel_versions": {"state": new_version},
-            "versions_seen": {"step": {"state": version}} if version else {},
-            "pending_sends": [],
-            "updated_channels": ["state"],
-        }
-        conf: dict[str, Any] = {"thread_id": THREAD, "checkpoint_ns": ""}
-        if parent is not None:
-            conf["checkpoint_id"] = parent
-        metadata = {"source": "loop", "step": step, "parents": {}}
-        out.append(({"configurable": conf}, checkpoint, metadata, {"state": new_version}))
-        parent, version = str(checkpoint["id"]), new_version
+        put = graph_put(THREAD, step, parent, version, new_version)
+        out.append(put)
+        parent, version = str(put[1]["id"]), new_version
     ids = [str(c[1]["id"]) for c in out]
     if ids != sorted(ids) or len(set(ids)) != len(ids):
         raise RuntimeError("uuid6 ids are not strictly increasing; LangGraph orders by them")

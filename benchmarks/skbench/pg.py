@@ -41,7 +41,7 @@ from typing import Any
 
 from .adapters.langgraph_peers import _libpq_url, next_put
 from .adapters.statekeeper_stores import POSTGRES_URL, _reachable
-from .integrations import Results, _measure
+from .integrations import Results, _measure, drop_tables_like
 from .payload import make_state
 from .timing import Budget
 
@@ -431,14 +431,7 @@ async def cleanup(prefix: str, schema: str, results: PgResults) -> None:
 
     conn = await asyncpg.connect(_libpq_url())
     try:
-        rows = await conn.fetch(
-            "SELECT schemaname, tablename FROM pg_tables WHERE tablename LIKE $1",
-            prefix.replace("_", r"\_") + "%",
-        )
-        for row in rows:
-            await conn.execute(
-                f'DROP TABLE IF EXISTS "{row["schemaname"]}"."{row["tablename"]}" CASCADE'
-            )
+        await drop_tables_like(conn, prefix)
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     finally:
         await conn.close()

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .adapters.base import MAIN_STREAM, NOISE_STREAMS, WRITERS_STREAM, Adapter, StoreUnavailable
+from .adapters.base import (
+    MAIN_STREAM,
+    NOISE_STREAMS,
+    WRITERS_STREAM,
+    Adapter,
+    StoreUnavailable,
+    open_adapter,
+)
 from .floors import Floors, dict_lookup_seconds
 from .timing import Budget, Op, Stat, format_seconds, measure_interleaved
 from .writers import BulkLoad, run_writers
@@ -145,14 +152,9 @@ async def open_stores(settings: Settings, workdir: Path, results: Results) -> li
             "notes": dict(cls.notes),
         }
         results.stores[cls.name] = info
-        adapter = cls()
-        place = workdir / cls.__name__
-        place.mkdir()
-        try:
-            await adapter.open(place)
-        except (StoreUnavailable, ImportError) as exc:
-            info["unavailable"] = f"{type(exc).__name__}: {exc}"
-            say(results, f"skip {cls.name}: {exc}")
+        adapter, problem = await open_adapter(cls, workdir, lambda text: say(results, text))
+        if adapter is None:
+            info["unavailable"] = problem
             continue
         info["modes"] = [vars(mode) for mode in adapter.save_modes()]
         info["describe"] = adapter.describe()

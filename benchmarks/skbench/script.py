@@ -136,8 +136,8 @@ def load_raw(
 
 def run_script(
     parse_args: Callable[[list[str]], argparse.Namespace],
-    rerender: Callable[[argparse.Namespace], None],
-    main: Callable[[argparse.Namespace], Coroutine[Any, Any, None]],
+    rerender: Callable[[argparse.Namespace], object],
+    main: Callable[[argparse.Namespace], Coroutine[Any, Any, object]],
     argv: list[str],
 ) -> None:
     """The entry point: re-render under ``--from-json``, else measure."""

@@ -10,10 +10,10 @@ have to do, and says so in :attr:`Adapter.notes` so the table can show it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 # What a save has survived once it returned (the durability class it is compared in).
 Durability = Literal["power-loss", "process-crash", "server-memory", "process-memory"]
@@ -186,3 +186,22 @@ class Adapter(ABC):
     async def count_stream(self, stream: str) -> int:
         """How many checkpoints ``stream`` holds (verifies the writer workload)."""
         return await self.list_all(stream)
+
+
+A = TypeVar("A", bound=Adapter)
+
+
+async def open_adapter(
+    cls: type[A], workdir: Path, say: Callable[[str], None]
+) -> tuple[A | None, str | None]:
+    """A new ``cls`` opened in a directory of its own under ``workdir``; or, where it
+    cannot run here, ``None`` and why (``"Type: message"``), said as ``skip NAME``."""
+    adapter = cls()
+    place = workdir / cls.__name__
+    place.mkdir()
+    try:
+        await adapter.open(place)
+    except (StoreUnavailable, ImportError) as exc:
+        say(f"skip {cls.name}: {exc}")
+        return None, f"{type(exc).__name__}: {exc}"
+    return adapter, None

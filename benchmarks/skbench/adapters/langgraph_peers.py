@@ -42,17 +42,16 @@ def _config(stream: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": conf}
 
 
-def next_put(
-    saver: Any, heads: dict[str, tuple[str, str | None]], stream: str, step: int
-) -> tuple[dict[str, Any], Any, Any, Any]:
-    """The ``put`` arguments of the next checkpoint of ``stream``, as a graph step makes
-    them: its parent the stream's head in ``heads`` (updated), a time-ordered ``uuid6``
-    id, one channel ``state`` holding the ~1 KB state of ``step``, its version bumped."""
+def graph_put(
+    stream: str, step: int, parent: str | None, version: str | None, new_version: str
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, str]]:
+    """The ``put`` arguments of checkpoint ``step`` of ``stream``, as a graph step makes
+    them: its parent checkpoint ``parent``, a time-ordered ``uuid6`` id, one channel
+    ``state`` holding the ~1 KB state of ``step``, its version bumped from ``version``
+    to ``new_version``."""
     from langgraph.checkpoint.base import LATEST_VERSION
     from langgraph.checkpoint.base.id import uuid6
 
-    parent, version = heads.get(stream, (None, None))
-    new_version = saver.get_next_version(version, None)
     checkpoint = {
         "v": LATEST_VERSION,
         "id": str(uuid6(clock_seq=step)),
@@ -63,12 +62,21 @@ def next_put(
         "pending_sends": [],
         "updated_channels": ["state"],
     }
-    config = {"configurable": {"thread_id": stream, "checkpoint_ns": ""}}
-    if parent is not None:
-        config["configurable"]["checkpoint_id"] = parent
     metadata = {"source": "loop", "step": step, "parents": {}}
-    heads[stream] = (checkpoint["id"], new_version)
-    return config, checkpoint, metadata, {"state": new_version}
+    return _config(stream, parent), checkpoint, metadata, {"state": new_version}
+
+
+def next_put(
+    saver: Any, heads: dict[str, tuple[str, str | None]], stream: str, step: int
+) -> tuple[dict[str, Any], Any, Any, Any]:
+    """The ``put`` arguments of the next checkpoint of ``stream`` (see
+    :func:`graph_put`): its parent the stream's head in ``heads`` (updated), its
+    version the saver's next."""
+    parent, version = heads.get(stream, (None, None))
+    new_version = saver.get_next_version(version, None)
+    put = graph_put(stream, step, parent, version, new_version)
+    heads[stream] = (put[1]["id"], new_version)
+    return put
 
 
 class _LangGraph(Adapter):
