@@ -1,5 +1,6 @@
-"""What the focused benchmarks (``api.py``, ``integrations.py``) measure, and how
-they put their section into ``docs/benchmarks.md``.
+"""What the focused benchmarks (``api.py``, ``integrations.py``, ``hot.py``,
+``pg.py``) measure, and how a section is spliced into ``docs/benchmarks.md`` (the
+rest of what they share is :mod:`skbench.script`).
 
 By default a run measures the committed ``src/`` of a revision, exported with
 ``git archive`` and imported ahead of the checkout, so colleagues' uncommitted
