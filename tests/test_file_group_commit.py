@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from fault_io import FaultHookIO
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
@@ -61,16 +62,25 @@ class Gate:
         engine.insert_nowait = lambda record: None  # type: ignore[method-assign]
 
 
-async def behind_one_in_flight(
+async def queued_behind_one(
     store: FileCheckpointStore, gate: Gate, calls: list[Callable[[], Awaitable[Any]]]
-) -> tuple[list[asyncio.Task[Any]], Checkpoint]:
+) -> tuple[list[asyncio.Task[Any]], asyncio.Task[Checkpoint]]:
     """Start one save and hold it in flight; start ``calls`` (which queue behind
-    it); release it. Returns the queued tasks (not awaited) and the first save."""
+    it). Returns the queued tasks and the first save's, none of them awaited."""
     first = asyncio.create_task(store.save("first", {"n": 0}, id="first"))
     assert await asyncio.to_thread(gate.entered.wait, 30)
     tasks = [asyncio.create_task(call()) for call in calls]
     for _ in range(3):
         await asyncio.sleep(0)  # every task runs up to its place in the queue
+    return tasks, first
+
+
+async def behind_one_in_flight(
+    store: FileCheckpointStore, gate: Gate, calls: list[Callable[[], Awaitable[Any]]]
+) -> tuple[list[asyncio.Task[Any]], Checkpoint]:
+    """:func:`queued_behind_one`, then release the first save. Returns the queued
+    tasks (not awaited) and the first save."""
+    tasks, first = await queued_behind_one(store, gate, calls)
     return tasks, await _release(gate, first)
 
 
@@ -196,11 +206,8 @@ async def test_saves_are_acknowledged_in_sequence_order(tmp_path: Path) -> None:
 async def test_a_save_cancelled_while_queued_writes_nothing(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
-        first = asyncio.create_task(store.save("first", {"n": 0}))
-        assert await asyncio.to_thread(gate.entered.wait, 30)
-        tasks = [asyncio.create_task(saving(store, f"s{i}", f"c{i}")()) for i in range(4)]
-        for _ in range(3):
-            await asyncio.sleep(0)
+        calls = [saving(store, f"s{i}", f"c{i}") for i in range(4)]
+        tasks, first = await queued_behind_one(store, gate, calls)
         tasks[1].cancel()
         await _release(gate, first)
         out = await asyncio.gather(*tasks, return_exceptions=True)
@@ -218,11 +225,8 @@ async def test_a_save_cancelled_while_queued_writes_nothing(tmp_path: Path) -> N
 async def test_a_group_whose_every_waiter_was_cancelled_commits_nothing(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         gate = Gate(store)
-        first = asyncio.create_task(store.save("first", {"n": 0}))
-        assert await asyncio.to_thread(gate.entered.wait, 30)
-        tasks = [asyncio.create_task(saving(store, f"s{i}", f"c{i}")()) for i in range(3)]
-        for _ in range(3):
-            await asyncio.sleep(0)
+        calls = [saving(store, f"s{i}", f"c{i}") for i in range(3)]
+        tasks, first = await queued_behind_one(store, gate, calls)
         for task in tasks:
             task.cancel()
         await _release(gate, first)
@@ -233,9 +237,11 @@ async def test_a_group_whose_every_waiter_was_cancelled_commits_nothing(tmp_path
         assert (await store.save("later", {})).stream == "later"
 
 
-class FaultIO(OsFileIO):
+class FaultIO(FaultHookIO):
     """The real file system, failing the k-th mutating call (counted from
     :meth:`arm`) with EIO once; ``counted`` says how many there were."""
+
+    FAULTED = frozenset({"write", "pwrite", "fsync", "fdatasync", "syncfs", "rename", "open"})
 
     def __init__(self) -> None:
         self.k: int | None = None
@@ -251,35 +257,6 @@ class FaultIO(OsFileIO):
             self.k, self.fired = None, op
             self.counted = -(1 << 30)  # stop counting
             raise OSError(errno.EIO, os.strerror(errno.EIO), op)
-
-    def write(self, fd: int, data: bytes) -> int:
-        self._fault("write")
-        return super().write(fd, data)
-
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
-        self._fault("pwrite")
-        return super().pwrite(fd, data, offset)
-
-    def fsync(self, fd: int) -> None:
-        self._fault("fsync")
-        super().fsync(fd)
-
-    def fdatasync(self, fd: int) -> None:
-        self._fault("fdatasync")
-        super().fdatasync(fd)
-
-    def syncfs(self, fd: int) -> None:
-        self._fault("syncfs")
-        super().syncfs(fd)
-
-    def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
-        self._fault("rename")
-        super().rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
-        if flags & os.O_CREAT:
-            self._fault("open")
-        return super().open(name, flags, mode, dir_fd=dir_fd)
 
 
 async def _group_under_fault(

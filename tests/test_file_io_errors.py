@@ -13,16 +13,20 @@ from typing import Any
 
 import pytest
 
+from fault_io import FaultHookIO
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import BackendError, CheckpointNotFound, StatekeeperError
 from statekeeper.models import Checkpoint
 
 pytestmark = pytest.mark.reliability
 
 
-class FaultIO(OsFileIO):
+class FaultIO(FaultHookIO):
     """The real file system, failing the k-th mutating call with ``errno`` once."""
+
+    FAULTED = frozenset(
+        {"write", "pwrite", "fsync", "fdatasync", "rename", "ftruncate", "unlink", "mkdir"}
+    )
 
     def __init__(self) -> None:
         self.armed: tuple[int, int] | None = None
@@ -40,38 +44,6 @@ class FaultIO(OsFileIO):
         if self.calls == k:
             self.armed, self.fired = None, True
             raise OSError(code, os.strerror(code), op)
-
-    def write(self, fd: int, data: bytes) -> int:
-        self._fault("write")
-        return super().write(fd, data)
-
-    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
-        self._fault("pwrite")
-        return super().pwrite(fd, data, offset)
-
-    def fsync(self, fd: int) -> None:
-        self._fault("fsync")
-        super().fsync(fd)
-
-    def fdatasync(self, fd: int) -> None:
-        self._fault("fdatasync")
-        super().fdatasync(fd)
-
-    def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
-        self._fault("rename")
-        super().rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-
-    def ftruncate(self, fd: int, length: int) -> None:
-        self._fault("ftruncate")
-        super().ftruncate(fd, length)
-
-    def unlink(self, name: str, *, dir_fd: int) -> None:
-        self._fault("unlink")
-        super().unlink(name, dir_fd=dir_fd)
-
-    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None:
-        self._fault("mkdir")
-        super().mkdir(name, mode, dir_fd=dir_fd)
 
 
 def _temp_files(root: Path) -> list[Path]:

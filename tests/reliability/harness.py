@@ -11,12 +11,15 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, NoReturn, Protocol
 
 from reliability_support import Backend
 
@@ -225,6 +228,97 @@ def server_crash_loop(
 _CALL = re.compile(r"^(\d+)\s+(\w+)\(")
 
 
+def _strace_command(
+    trace: Path, inject: tuple[str, int] | None, options: Sequence[str]
+) -> list[str]:
+    """strace tracing the mutating calls of every thread into ``trace``; with
+    ``(name, k)`` it kills the traced process on entering the k-th ``name`` call
+    of a thread."""
+    assert STRACE is not None
+    cmd = [STRACE, "-f", *options, "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
+    if inject is not None:
+        cmd += ["-e", f"inject={inject[0]}:signal=KILL:when={inject[1]}"]
+    return cmd
+
+
+@contextmanager
+def strace_attached(
+    pid: int, trace: Path, inject: tuple[str, int] | None, *, options: Sequence[str] = ()
+) -> Iterator[None]:
+    """Attach strace (see :func:`_strace_command`) to the stopped process ``pid`` and
+    continue it; on leaving, wait for strace, and kill it if it is still running."""
+    cmd = _strace_command(trace, inject, options)
+    tracer = subprocess.Popen(
+        [*cmd, "-p", str(pid)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
+    )
+    try:
+        assert tracer.stderr is not None
+        line = tracer.stderr.readline()  # "strace: Process N attached"
+        if b"attached" not in line:
+            raise AssertionError(f"strace did not attach: {line!r}")
+        os.kill(pid, signal.SIGCONT)
+        yield
+        tracer.wait(30)
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()
+        if tracer.stderr is not None:
+            tracer.stderr.close()
+
+
+def child_exit(job: Callable[[], Coroutine[Any, Any, None]]) -> NoReturn:  # pragma: no cover
+    """The body of a forked child to trace: stop until strace is attached (it sends
+    SIGCONT), run ``job``, and exit 0, or 1 with the traceback printed."""
+    code = 1
+    try:
+        os.kill(os.getpid(), signal.SIGSTOP)  # until strace is attached
+        asyncio.run(job())
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def most_per_name(per_thread: Counter[tuple[str, str]]) -> Counter[str]:
+    """From counts per (thread, call name): the most calls of each name that one
+    thread made (strace counts ``when=K`` per thread)."""
+    calls: Counter[str] = Counter()
+    for (_, name), n in per_thread.items():
+        calls[name] = max(calls[name], n)
+    return calls
+
+
+def count_calls(trace: Path) -> Counter[str]:
+    """The most calls of each mutating syscall one thread made, from an strace log."""
+    per_thread: Counter[tuple[str, str]] = Counter()
+    for text in trace.read_text(errors="replace").splitlines():
+        m = _CALL.match(text)
+        if m and "resumed>" not in text:
+            per_thread[(m[1], m[2])] += 1
+    return most_per_name(per_thread)
+
+
+def run_python_traced(
+    code: str, trace: Path, inject: tuple[str, int] | None
+) -> tuple[int, set[str], Counter[str]]:
+    """Run ``python -c code`` under strace (see :func:`_strace_command`); return its
+    exit status, the word after each ``acked`` line it printed, and its calls (see
+    :func:`count_calls`). Without ``inject`` it must succeed."""
+    cmd = _strace_command(trace, inject, ["-qq"])
+    done = subprocess.run(
+        [*cmd, sys.executable, "-c", code], capture_output=True, timeout=120, check=False
+    )
+    acked = {
+        line.split()[1] for line in done.stdout.decode().splitlines() if line.startswith("acked")
+    }
+    calls = count_calls(trace)
+    if inject is None and done.returncode != 0:
+        raise AssertionError(f"the child fails without faults: {done.stderr.decode()[-2000:]}")
+    return done.returncode, acked, calls
+
+
 @dataclass
 class CrashRun:
     exit_code: int
@@ -250,46 +344,21 @@ def run_traced(
     child = fork_workload(argv, stopped=True)
     child_end.close()
     os.waitpid(child.pid, os.WUNTRACED)
-    cmd = [STRACE, "-f", "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
-    if inject is not None:
-        name, k = inject
-        cmd += ["-e", f"inject={name}:signal=KILL:when={k}"]
-    tracer = subprocess.Popen(
-        [*cmd, "-p", str(child.pid)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
     try:
-        assert tracer.stderr is not None
-        line = tracer.stderr.readline()  # "strace: Process N attached"
-        if b"attached" not in line:
-            raise AssertionError(f"strace did not attach: {line!r}")
-        os.kill(child.pid, signal.SIGCONT)
-        chunks = []
-        parent_end.settimeout(60)
-        while True:  # drain the log while the child runs, so it never blocks on a full socket
-            chunk = parent_end.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        code = child.wait(60)
-        tracer.wait(30)
+        with strace_attached(child.pid, trace, inject):
+            chunks = []
+            parent_end.settimeout(60)
+            while True:  # drain the log as the child runs: it never blocks on a full socket
+                chunk = parent_end.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            code = child.wait(60)
     finally:
         child.kill()
         child.wait(30)
-        if tracer.poll() is None:
-            tracer.kill()
-            tracer.wait()
-        if tracer.stderr is not None:
-            tracer.stderr.close()
         parent_end.close()
-    per_thread: Counter[tuple[str, str]] = Counter()
-    for text in trace.read_text(errors="replace").splitlines():
-        m = _CALL.match(text)
-        if m and "resumed>" not in text:
-            per_thread[(m[1], m[2])] += 1
-    calls: Counter[str] = Counter()
-    for (_, name), n in per_thread.items():
-        calls[name] = max(calls[name], n)
-    return CrashRun(code, WriteLog.parse(b"".join(chunks)), calls)
+    return CrashRun(code, WriteLog.parse(b"".join(chunks)), count_calls(trace))
 
 
 def crash_points(calls: Counter[str], *, budget: int | None, seed: int) -> list[tuple[str, int]]:

@@ -20,15 +20,13 @@ import asyncio
 import os
 import signal
 import stat
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from fileio_faults import PowerCut, PowerLossIO, RebootedIO
-from harness import MUTATING_SYSCALLS, STRACE, crash_points
-from reliability_support import FIGURES
+from harness import STRACE, crash_points, run_python_traced
+from reliability_support import FIGURES, list_everything, reopen_file_store
 
 import statekeeper as sk
 from statekeeper.backends.file import FileCheckpointStore
@@ -53,15 +51,7 @@ def batch_items(tag: str) -> list[sk.NewCheckpoint]:
 async def check_batches(store: FileCheckpointStore, acked: set[str], tried: list[str]) -> None:
     """Each batch in ``tried`` is there whole or not at all; those in ``acked`` are
     there; and no read shows part of one."""
-    listed: list[str] = []
-    cursor = None
-    while True:
-        page = await store.list(None, order="asc", limit=100, after=cursor)
-        assert not page.skipped, f"damaged or stray files after the crash: {page.skipped}"
-        listed += [cp.id for cp in page.items]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
+    listed = [cp.id for cp in await list_everything(store)]
     for tag in tried:
         want = [f"{tag}-{i}" for i in range(WIDTH)]
         present = [cid for cid in want if cid in listed]
@@ -87,12 +77,7 @@ async def check_batches(store: FileCheckpointStore, acked: set[str], tried: list
 async def reopen_and_check(
     root: Path, acked: set[str], tried: list[str], io: object | None = None
 ) -> None:
-    async with FileCheckpointStore(root, io=io) as store:  # type: ignore[arg-type]
-        await check_batches(store, acked, tried)
-        await store.repair()
-        await check_batches(store, acked, tried)
-        report = await store.verify()
-        assert report.ok, report.problems
+    await reopen_file_store(root, io, lambda store: check_batches(store, acked, tried))
 
 
 # -- SIGKILL at system calls -------------------------------------------------------------
@@ -119,30 +104,8 @@ def run_child(
 ) -> tuple[int, set[str], Counter[str]]:
     """Run the child under strace; return its exit status, the batches it
     acknowledged, and (without ``inject``) its mutating calls per name."""
-    assert STRACE is not None
-    trace = root.parent / f"{root.name}.trace"
     code = CHILD.format(here=str(Path(__file__).parent), root=str(root), durability=durability)
-    cmd = [STRACE, "-f", "-qq", "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
-    if inject is not None:
-        cmd += ["-e", f"inject={inject[0]}:signal=KILL:when={inject[1]}"]
-    done = subprocess.run(
-        [*cmd, sys.executable, "-c", code], capture_output=True, timeout=120, check=False
-    )
-    acked = {
-        line.split()[1] for line in done.stdout.decode().splitlines() if line.startswith("acked")
-    }
-    per_thread: Counter[tuple[str, str]] = Counter()
-    for text in trace.read_text(errors="replace").splitlines():
-        parts = text.split(None, 1)
-        if len(parts) == 2 and "(" in parts[1] and "resumed>" not in text:
-            per_thread[(parts[0], parts[1].split("(", 1)[0])] += 1
-    calls: Counter[str] = Counter()
-    for (_, name), n in per_thread.items():
-        calls[name] = max(calls[name], n)
-    status = done.returncode
-    if inject is None and status != 0:
-        raise AssertionError(f"the child fails without faults: {done.stderr.decode()[-2000:]}")
-    return status, acked, calls
+    return run_python_traced(code, root.parent / f"{root.name}.trace", inject)
 
 
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed (.ci/run installs it)")
@@ -268,18 +231,16 @@ def test_a_batch_cut_before_its_group_sync_acknowledges_nothing(tmp_path: Path) 
     assert not leftovers, f"record files of the cut batch survived: {leftovers}"
 
 
-def test_the_power_cut_sweep_catches_a_batch_without_its_group_sync(tmp_path: Path) -> None:
+def test_the_power_cut_sweep_catches_a_batch_without_its_group_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Mutant: the record files' fsyncs do nothing (what leaving out the group sync
     amounts to). The sweep must find an acknowledged batch lost or torn."""
 
     def mutant(root: Path, batch_sync: str, cut_at: int | None = None) -> PowerLossIO:
         return PowerLossIO(str(root), cut_at=cut_at, drop_file_fsync=True)
 
-    original = globals()["make_io"]
-    globals()["make_io"] = mutant
-    try:
-        with pytest.raises(AssertionError, match=r"acknowledged|damaged|half"):
-            test_save_many_survives_a_power_cut_at_any_call("fsync", tmp_path)
-    finally:
-        globals()["make_io"] = original
+    monkeypatch.setitem(globals(), "make_io", mutant)
+    with pytest.raises(AssertionError, match=r"acknowledged|damaged|half"):
+        test_save_many_survives_a_power_cut_at_any_call("fsync", tmp_path)
     FIGURES["mutants caught"] += 1

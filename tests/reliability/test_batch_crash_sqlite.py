@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
-import subprocess
-import traceback
 import warnings
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import MUTATING_SYSCALLS, STRACE, crash_points
+from harness import STRACE, child_exit, count_calls, crash_points, strace_attached
 from reliability_support import FIGURES
 
 import statekeeper as sk
@@ -44,7 +41,6 @@ SEED = 13
 BUDGET = 20  # crash points in a normal run (--long: all of them)
 BATCHES = 3
 SIZE = 5
-_CALL = re.compile(r"^(\d+)\s+(\w+)\(")
 
 
 def _items(batch: int) -> list[sk.NewCheckpoint]:
@@ -67,15 +63,7 @@ def _child(url: str, acks: int) -> None:  # pragma: no cover - runs in the child
                 await store.save_many(_items(batch))
                 os.write(acks, b"%d\n" % batch)
 
-    code = 1
-    try:
-        os.kill(os.getpid(), signal.SIGSTOP)  # until strace is attached
-        asyncio.run(job())
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(code)
+    child_exit(job)
 
 
 def _run_traced(
@@ -94,37 +82,11 @@ def _run_traced(
     os.close(write)
     os.waitpid(pid, os.WUNTRACED)
     trace = workdir / "trace.txt"
-    cmd = [STRACE, "-f", "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
-    if inject is not None:
-        cmd += ["-e", f"inject={inject[0]}:signal=KILL:when={inject[1]}"]
-    tracer = subprocess.Popen(
-        [*cmd, "-p", str(pid)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
-    try:
-        assert tracer.stderr is not None
-        line = tracer.stderr.readline()
-        if b"attached" not in line:
-            raise AssertionError(f"strace did not attach: {line!r}")
-        os.kill(pid, signal.SIGCONT)
+    with strace_attached(pid, trace, inject):
         with os.fdopen(read, "rb") as pipe:
             acked = {int(x) for x in pipe.read().split()}
         _, status = os.waitpid(pid, 0)
-        tracer.wait(30)
-    finally:
-        if tracer.poll() is None:
-            tracer.kill()
-            tracer.wait()
-        if tracer.stderr is not None:
-            tracer.stderr.close()
-    per_thread: Counter[tuple[str, str]] = Counter()
-    for text in trace.read_text(errors="replace").splitlines():
-        m = _CALL.match(text)
-        if m and "resumed>" not in text:
-            per_thread[(m[1], m[2])] += 1
-    calls: Counter[str] = Counter()
-    for (_, name), n in per_thread.items():
-        calls[name] = max(calls[name], n)
-    return os.waitstatus_to_exitcode(status), acked, calls
+    return os.waitstatus_to_exitcode(status), acked, count_calls(trace)
 
 
 async def _prepare(url: str) -> int:

@@ -25,17 +25,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fileio_faults import PowerCut, PowerLossIO, RebootedIO
-from harness import MUTATING_SYSCALLS, STRACE, crash_points
-from reliability_support import FIGURES
-from test_batch_crash_file import SyncfsPowerLossIO
+from harness import STRACE, crash_points, run_python_traced
+from reliability_support import FIGURES, list_everything, reopen_file_store
+from test_batch_crash_file import SyncfsPowerLossIO, make_io
 
 from statekeeper.backends.file import FileCheckpointStore
 
@@ -44,11 +42,6 @@ pytestmark = pytest.mark.reliability
 SEED = 15
 BUDGET = 12  # SIGKILL points per durability in a normal run (--long: all of them)
 WIDTH = 6  # saves in the group, each to its own stream
-
-
-def make_io(root: Path, batch_sync: str, cut_at: int | None = None) -> PowerLossIO:
-    cls = SyncfsPowerLossIO if batch_sync == "syncfs" else PowerLossIO
-    return cls(str(root), cut_at=cut_at)
 
 
 async def concurrent_saves(store: FileCheckpointStore, tag: str, acked: set[str]) -> None:
@@ -100,15 +93,7 @@ async def run_until_cut(
 
 
 async def check_store(store: FileCheckpointStore, acked: set[str]) -> None:
-    listed = []
-    cursor = None
-    while True:
-        page = await store.list(None, order="asc", limit=100, after=cursor)
-        assert not page.skipped, f"damaged or stray files after the crash: {page.skipped}"
-        listed += page.items
-        cursor = page.next_cursor
-        if cursor is None:
-            break
+    listed = await list_everything(store)
     seqs = [cp.sequence for cp in listed]
     assert seqs == sorted(set(seqs)), f"listing out of order: {seqs}"
     ids = {cp.id for cp in listed}
@@ -128,12 +113,7 @@ async def check_store(store: FileCheckpointStore, acked: set[str]) -> None:
 
 
 async def reopen_and_check(root: Path, acked: set[str], io: object | None = None) -> None:
-    async with FileCheckpointStore(root, io=io) as store:  # type: ignore[arg-type]
-        await check_store(store, acked)
-        await store.repair()
-        await check_store(store, acked)
-        report = await store.verify()
-        assert report.ok, report.problems
+    await reopen_file_store(root, io, lambda store: check_store(store, acked))
 
 
 def cut_and_check(tmp_path: Path, batch_sync: str, cut_at: int) -> set[str]:
@@ -232,20 +212,18 @@ def test_named_crash_points_inside_a_group(tmp_path: Path) -> None:
             assert not acked & group, f"{what}: acknowledged {sorted(acked & group)}"
 
 
-def test_the_sweep_catches_a_group_without_its_directory_fsync(tmp_path: Path) -> None:
+def test_the_sweep_catches_a_group_without_its_directory_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Mutant: the record directories' fsyncs do nothing. The sweep must find an
     acknowledged save of a group lost."""
 
     def mutant(root: Path, batch_sync: str, cut_at: int | None = None) -> PowerLossIO:
         return PowerLossIO(str(root), cut_at=cut_at, drop_dir_fsync=True)
 
-    original = globals()["make_io"]
-    globals()["make_io"] = mutant
-    try:
-        with pytest.raises(AssertionError, match=r"acknowledged saves are gone"):
-            test_a_group_survives_a_power_cut_at_any_call("fsync", tmp_path)
-    finally:
-        globals()["make_io"] = original
+    monkeypatch.setitem(globals(), "make_io", mutant)
+    with pytest.raises(AssertionError, match=r"acknowledged saves are gone"):
+        test_a_group_survives_a_power_cut_at_any_call("fsync", tmp_path)
     FIGURES["mutants caught"] += 1
 
 
@@ -273,29 +251,8 @@ asyncio.run(main())
 def run_child(
     root: Path, durability: str, inject: tuple[str, int] | None
 ) -> tuple[int, set[str], Counter[str]]:
-    assert STRACE is not None
-    trace = root.parent / f"{root.name}.trace"
     code = CHILD.format(root=str(root), durability=durability, width=WIDTH)
-    cmd = [STRACE, "-f", "-qq", "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
-    if inject is not None:
-        cmd += ["-e", f"inject={inject[0]}:signal=KILL:when={inject[1]}"]
-    done = subprocess.run(
-        [*cmd, sys.executable, "-c", code], capture_output=True, timeout=120, check=False
-    )
-    acked = {
-        line.split()[1] for line in done.stdout.decode().splitlines() if line.startswith("acked")
-    }
-    per_thread: Counter[tuple[str, str]] = Counter()
-    for text in trace.read_text(errors="replace").splitlines():
-        parts = text.split(None, 1)
-        if len(parts) == 2 and "(" in parts[1] and "resumed>" not in text:
-            per_thread[(parts[0], parts[1].split("(", 1)[0])] += 1
-    calls: Counter[str] = Counter()
-    for (_, name), n in per_thread.items():
-        calls[name] = max(calls[name], n)
-    if inject is None and done.returncode != 0:
-        raise AssertionError(f"the child fails without faults: {done.stderr.decode()[-2000:]}")
-    return done.returncode, acked, calls
+    return run_python_traced(code, root.parent / f"{root.name}.trace", inject)
 
 
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed (.ci/run installs it)")

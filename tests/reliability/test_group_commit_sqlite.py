@@ -31,15 +31,13 @@ import os
 import random
 import re
 import signal
-import subprocess
-import traceback
 import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import MUTATING_SYSCALLS, STRACE, crash_points
+from harness import STRACE, child_exit, crash_points, most_per_name, strace_attached
 from reliability_support import FIGURES
 
 import statekeeper as sk
@@ -82,15 +80,7 @@ def _child(url: str, acks: int, stats: int, close: bool) -> None:  # pragma: no 
             if not close:  # the power goes before the store is closed (and checkpointed)
                 os._exit(0)
 
-    code = 1
-    try:
-        os.kill(os.getpid(), signal.SIGSTOP)  # until strace is attached
-        asyncio.run(job())
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        os._exit(code)
+    child_exit(job)
 
 
 @dataclass
@@ -143,8 +133,7 @@ def _read_trace(trace: Path, db: str, run: Run) -> None:
         elif name in ("fdatasync", "fsync") and path[1] == wal:
             # a sync covers what was written before it began
             run.wal_synced = max(run.wal_synced, began)
-    for (_, name), n in per_thread.items():
-        run.calls[name] = max(run.calls[name], n)
+    run.calls = most_per_name(per_thread)
 
 
 def run_traced(
@@ -165,30 +154,12 @@ def run_traced(
     os.close(stats_write)
     os.waitpid(pid, os.WUNTRACED)
     trace = workdir / "trace.txt"
-    cmd = [STRACE, "-f", "-y", "-o", str(trace), "-e", f"trace={MUTATING_SYSCALLS}"]
-    if inject is not None:
-        cmd += ["-e", f"inject={inject[0]}:signal=KILL:when={inject[1]}"]
-    tracer = subprocess.Popen(
-        [*cmd, "-p", str(pid)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
-    )
-    try:
-        assert tracer.stderr is not None
-        line = tracer.stderr.readline()
-        if b"attached" not in line:
-            raise AssertionError(f"strace did not attach: {line!r}")
-        os.kill(pid, signal.SIGCONT)
+    with strace_attached(pid, trace, inject, options=["-y"]):
         with os.fdopen(ack_read, "rb") as pipe:
             acked = {(int(a), int(b)) for a, b in (x.split() for x in pipe.read().splitlines())}
         with os.fdopen(stats_read, "rb") as pipe:
             stats = pipe.read().split()
         _, status = os.waitpid(pid, 0)
-        tracer.wait(30)
-    finally:
-        if tracer.poll() is None:
-            tracer.kill()
-            tracer.wait()
-        if tracer.stderr is not None:
-            tracer.stderr.close()
     run = Run(os.waitstatus_to_exitcode(status), acked, Counter())
     if stats:
         run.stats = (int(stats[0]), int(stats[1]))
