@@ -319,6 +319,33 @@ def run_python_traced(
     return done.returncode, acked, calls
 
 
+def kill_file_store_sweep(
+    workdir: Path,
+    points: list[tuple[str, int]],
+    run: Callable[[Path, tuple[str, int]], tuple[int, set[str], Counter[str]]],
+    check: Callable[[Path, set[str]], Coroutine[Any, Any, None]],
+) -> int:
+    """For each crash point, ``run`` a child saving to a fresh file store under
+    ``workdir`` killed there (see :func:`run_python_traced`), and ``check`` the store
+    it left with what it acknowledged (on the same machine: no reboot, so the boot id
+    is the recorded one). At least half the points must kill the child; returns how
+    many did."""
+    kills = 0
+    for n, (name, k) in enumerate(points):
+        root = workdir / f"kill{n}"
+        status, acked, _ = run(root, (name, k))
+        # strace reports the traced child's SIGKILL as its own exit (128 + 9)
+        kills += status in (-signal.SIGKILL, 128 + signal.SIGKILL)
+        if not (root / "statekeeper.json").exists():
+            continue  # killed before the store existed
+        try:
+            asyncio.run(check(root, acked))
+        except AssertionError as exc:
+            raise AssertionError(f"after SIGKILL at {name} #{k}: {exc}") from exc
+    assert kills >= len(points) // 2, f"only {kills} of {len(points)} points killed the child"
+    return kills
+
+
 @dataclass
 class CrashRun:
     exit_code: int
