@@ -141,6 +141,10 @@ def run_traced(
 ) -> Run:
     """Run the child under strace (``-y``: file descriptors with their paths)."""
     assert STRACE is not None
+    # What the WAL holds before the child starts was synced by the save that wrote it
+    # (the closing store does not always checkpoint it away), so no cut goes below it.
+    wal = Path(db + "-wal")
+    before = wal.stat().st_size if wal.exists() else 0
     ack_read, ack_write = os.pipe()
     stats_read, stats_write = os.pipe()
     with warnings.catch_warnings():  # 3.12+ warns about forking with threads
@@ -160,7 +164,7 @@ def run_traced(
         with os.fdopen(stats_read, "rb") as pipe:
             stats = pipe.read().split()
         _, status = os.waitpid(pid, 0)
-    run = Run(os.waitstatus_to_exitcode(status), acked, Counter())
+    run = Run(os.waitstatus_to_exitcode(status), acked, Counter(), before, before)
     if stats:
         run.stats = (int(stats[0]), int(stats[1]))
     _read_trace(trace, db, run)
