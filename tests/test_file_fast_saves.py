@@ -9,25 +9,13 @@ import asyncio
 import fcntl
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from file_helpers import count_hops
 from statekeeper.backends.file import FileCheckpointStore
 
 pytestmark = pytest.mark.asyncio
-
-
-def count_hops(store: FileCheckpointStore) -> list[str]:
-    hops: list[str] = []
-    run = store._run
-
-    async def counted(what: str, func: Any, *args: Any) -> Any:
-        hops.append(what)
-        return await run(what, func, *args)
-
-    store._run = counted  # type: ignore[method-assign]
-    return hops
 
 
 async def test_a_lone_fast_save_takes_no_hop_and_is_read_back(tmp_path: Path) -> None:

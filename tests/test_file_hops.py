@@ -5,25 +5,13 @@ pages and cursors as two hops gave."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from file_helpers import count_hops
 from statekeeper.backends.file import FileCheckpointStore
 
 pytestmark = pytest.mark.asyncio
-
-
-def count_hops(store: FileCheckpointStore) -> list[str]:
-    hops: list[str] = []
-    run = store._run
-
-    async def counted(what: str, func: Any, *args: Any) -> Any:
-        hops.append(what)
-        return await run(what, func, *args)
-
-    store._run = counted  # type: ignore[method-assign]
-    return hops
 
 
 @pytest.mark.parametrize("stream", ["s", None])
