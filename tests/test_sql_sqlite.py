@@ -7,6 +7,8 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -530,3 +532,25 @@ async def test_a_listed_page_costs_one_reader_hop(
         assert again.items == second.items and again.prev_cursor and again.next_cursor
         assert [cp.state["i"] % 2 for cp in odd.items + odd2.items] == [1] * 10
         assert odd2.prev_cursor is not None and odd2.has_more
+
+
+def test_sqlite_needs_no_server_driver(tmp_path: Path) -> None:
+    # The quick start installs no server extra: a SQLite store must open, save and
+    # read with asyncpg and aiomysql missing (regression: the PostgreSQL lean path
+    # imported asyncpg with the SQL backend, so `statekeeper demo` failed).
+    code = f"""
+import asyncio, sys
+sys.modules["asyncpg"] = None
+sys.modules["aiomysql"] = None
+import statekeeper as sk
+
+async def main():
+    async with sk.open_store("sqlite:///{tmp_path / "s.db"}") as store:
+        await store.save("job", {{"step": 1}})
+        print((await store.get_latest("job")).state)
+
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{'step': 1}"

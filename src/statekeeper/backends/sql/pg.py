@@ -48,7 +48,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypeVar, cast
 
-import asyncpg  # type: ignore[import-untyped]
+try:
+    import asyncpg  # type: ignore[import-untyped]
+except ImportError:  # pragma: no cover - without the postgres extra
+    # SQLite and MySQL stores import this module too (through .stores); a
+    # PostgreSQL store checks for the driver (check_driver) before any of this runs.
+    asyncpg = None
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import asyncpg as sa_asyncpg
 
