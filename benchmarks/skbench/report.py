@@ -296,10 +296,11 @@ class Report:
             "stream of a fresh store, started together at a barrier. Throughput is all "
             "saves over the wall time from the first start to the last finish; afterwards "
             "the stream is counted. Stores that cannot be shared across processes are not "
-            "listed. statekeeper's SQL stores take each sequence from a counter row in the "
-            "save's transaction, so that sequence order is commit order (S10): concurrent "
-            "writers queue on that row, and the PostgreSQL figure is the price of that "
-            "guarantee. The peers promise no such order.\n",
+            "listed. All writers here save to one stream, so they take turns on every "
+            "backend: sequence order is commit order (S10). statekeeper's SQLite and MySQL "
+            "stores take each sequence from a counter row in the save's transaction; "
+            "PostgreSQL takes it from the transaction id under a per-stream lock (see "
+            "docs/sql-backend.md). The peers promise no such order.\n",
             "| store | throughput | median save latency | errors | saves counted afterwards |",
             "|---|---|---|---|---|",
         ]
