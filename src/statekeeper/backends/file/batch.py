@@ -102,13 +102,7 @@ class FileEngine(EngineWrites):
                     # The caller will hear that save_many failed: take it all back.
                     self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
                     raise
-                if tx.state.hwm - tx.state.synced >= self.sync_interval:
-                    try:
-                        self._advance_sync(tx, ids)
-                    except OSError as exc:
-                        _log.warning(
-                            "file store %s: flushing the indexes failed: %s", self.root, exc
-                        )
+                self._sync_mark_if_due(tx, ids)
             finally:
                 ids.close()
         return [one.header for one in sealed]
@@ -216,11 +210,7 @@ class FileEngine(EngineWrites):
         except BaseException:
             self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
-        if tx.state.hwm - tx.state.synced >= self.sync_interval:
-            try:
-                self._advance_sync(tx, ids)
-            except OSError as exc:
-                _log.warning("file store %s: flushing the indexes failed: %s", self.root, exc)
+        self._sync_mark_if_due(tx, ids)
 
     def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Temp files, one sync group, renames in sequence order, one fsync per

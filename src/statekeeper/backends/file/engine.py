@@ -11,7 +11,6 @@ record file goes, so a power cut never resurrects a deleted checkpoint.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -32,7 +31,6 @@ from .opening import OpeningMixin
 __all__ = ["EngineWrites"]
 
 _COMPACT_MIN_DEAD = 64
-_log = logging.getLogger("statekeeper.backends.file")
 
 
 @dataclass
@@ -128,14 +126,8 @@ class EngineWrites(OpeningMixin):
             finally:
                 self.close_bucket(bucket)
             self._done_gen = tx.state.gen
-            if tx.state.hwm - tx.state.synced >= self.sync_interval:
-                # The save is complete and durable; if flushing the indexes fails,
-                # the mark stays put and the next save tries again.
-                try:
-                    self._advance_sync(tx, ids)
-                    self._done_gen = tx.state.gen
-                except OSError as exc:
-                    _log.warning("file store %s: flushing the indexes failed: %s", self.root, exc)
+            if self._sync_mark_if_due(tx, ids):
+                self._done_gen = tx.state.gen
         finally:
             ids.close()
         return stored.header

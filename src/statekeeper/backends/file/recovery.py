@@ -241,6 +241,20 @@ class RecoveryMixin(RebuildMixin):
         tx.sync()
         self.io.ftruncate(dirty_fd, 0)
 
+    def _sync_mark_if_due(self, tx: Txn, ids: IdTable) -> bool:
+        """After a complete, durable write: move the sync mark if ``sync_interval``
+        records came since the last one. A failed flush is logged, not raised (the
+        write it follows stands); the mark stays put and a later write tries again.
+        Returns whether the mark moved."""
+        if tx.state.hwm - tx.state.synced < self.sync_interval:
+            return False
+        try:
+            self._advance_sync(tx, ids)
+        except OSError as exc:
+            _log.warning("file store %s: flushing the indexes failed: %s", self.root, exc)
+            return False
+        return True
+
     def _recover_journal(self, tx: Txn) -> None:
         """Finish (or, for a record that never got its bytes, undo) the operation a
         crashed writer was in the middle of. Every step is idempotent."""
