@@ -441,17 +441,19 @@ def _deliver(
     result: Any,
     exc: BaseException | None,
 ) -> None:
-    def settle() -> None:
-        if fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
-
     # RuntimeError: the loop was closed while we worked, so nobody is waiting.
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(settle)
+        loop.call_soon_threadsafe(_settle, fut, result, exc)
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    """On the future's loop: its result or exception, unless the caller gave up."""
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
 
 
 def _deliver_all(outcomes: Sequence[tuple[_Job, Any, BaseException | None]]) -> None:
@@ -464,12 +466,7 @@ def _deliver_all(outcomes: Sequence[tuple[_Job, Any, BaseException | None]]) -> 
 
         def settle(settled: list[tuple[_Job, Any, BaseException | None]] = settled) -> None:
             for (_, _, fut, _), result, exc in settled:
-                if fut.done():
-                    continue
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
+                _settle(fut, result, exc)
 
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle)
