@@ -80,3 +80,20 @@ async def test_the_kept_probe_serves_only_the_call_right_after(tmp_path: Path) -
         assert hops == ["list"]
         assert [cp.state["i"] for cp in nxt.items] == [10, 11, 12]
         assert nxt.prev_cursor is not None and nxt.next_cursor is None
+
+
+async def test_empty_pages_past_the_start_stay_one_hop(tmp_path: Path) -> None:
+    # Walking before= past the start of a filtered stream: every page is empty and
+    # its next_cursor sits at position 0. The page's hop must have probed exactly
+    # where list_page asks next (both take it from _paging.probe_bound).
+    async with FileCheckpointStore(tmp_path / "store") as store:
+        first = await store.save("s", {"i": 0})
+        await store.save("s", {"i": 1}, tags={"k": "a"})
+        cursor = await store.cursor_at(first.id, order="asc", tags={"k": "a"})
+        hops = count_hops(store)
+        for _ in range(3):
+            before = len(hops)
+            page = await store.list("s", order="asc", limit=2, tags={"k": "a"}, before=cursor)
+            assert hops[before:] == ["list"], hops[before:]
+            assert page.items == [] and page.next_cursor is not None
+            cursor = page.next_cursor

@@ -13,7 +13,7 @@ filtering of its item because it names a position, not an item.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,7 +35,7 @@ from .record import StoredRecord
 if TYPE_CHECKING:
     from ._protocol import BaseCheckpointStore
 
-__all__ = ["ScanQuery", "list_page", "scan"]
+__all__ = ["ScanQuery", "list_page", "probe_bound", "scan"]
 
 Order = Literal["asc", "desc"]
 Entry = StoredRecord | Skipped
@@ -123,7 +123,6 @@ async def list_page(
     fp = query_fingerprint(stream, order, clean_tags, clean_meta)
     now = store.now()
     back: Order = "desc" if order == "asc" else "asc"
-    step = 1 if order == "asc" else -1
 
     def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
         return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state, clean_meta)
@@ -138,23 +137,25 @@ async def list_page(
 
     if before is None:
         bound = signer.position(after, fp) if after is not None else None
-        entries = await scan(store, query(order, bound, limit + 1))
+        asked = query(order, bound, limit + 1)
+        entries = await scan(store, asked)
         more = len(entries) > limit
         entries = entries[:limit]
         next_pos = pos(entries[-1]) if more else None
         prev_pos: int | None = None
         if bound is not None:
-            edge = pos(entries[0]) if entries else _beside(bound, step)
+            edge = probe_bound(asked, entries)
             if await exists(back, edge):
                 prev_pos = edge
     else:
         bound = signer.position(before, fp)
-        entries = await scan(store, query(back, bound, limit + 1))
+        asked = query(back, bound, limit + 1)
+        entries = await scan(store, asked)
         earlier = len(entries) > limit
         entries = entries[:limit]
+        edge = probe_bound(asked, entries)
         entries.reverse()
         prev_pos = pos(entries[0]) if earlier else None
-        edge = pos(entries[-1]) if entries else _beside(bound, -step)
         next_pos = edge if await exists(order, edge) else None
 
     items: builtins.list[Checkpoint] = []
@@ -176,6 +177,24 @@ async def list_page(
         prev_cursor=signer.make(prev_pos, fp) if prev_pos is not None else None,
         has_more=next_pos is not None,
     )
+
+
+def probe_bound(scanned: ScanQuery, page: Sequence[Entry]) -> int:
+    """Where :func:`list_page` probes next, after the scan ``scanned`` (which has a
+    bound) returned ``page``: from the page's first entry, or, for an empty page, from
+    one step past the bound in the scan's order (kept within a cursor's range).
+
+    The probe is a one-entry scan the other way from there; it decides the page's
+    other cursor. A backend that runs it in the page's own hop (and keeps it for the
+    next :meth:`~.BaseCheckpointStore._scan` call) takes its bound from here, so the
+    two always agree.
+    """
+    assert scanned.bound is not None, "only a page past a bound is probed"
+    if page:
+        seq = page[0].sequence
+        assert seq is not None, "_scan must report the sequence of every entry"
+        return seq
+    return _beside(scanned.bound, 1 if scanned.order == "asc" else -1)
 
 
 def _beside(bound: int, step: int) -> int:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 from pydantic import Field
 
 from ..._integrity import repair_records
+from ..._paging import probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -410,10 +411,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread)."""
         engine = self._engine
         page = engine.scan(query)
-        assert query.bound is not None
-        edge = page[0].sequence if page else query.bound + (1 if query.order == "asc" else -1)
-        if edge is None:
-            return page, None
+        edge = probe_bound(query, page)
         probe = replace(query, order="desc" if query.order == "asc" else "asc", bound=edge, limit=1)
         return page, (probe, engine.scan(probe))
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 import sqlalchemy as sa
 
 from ..._integrity import repair_records
+from ..._paging import probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -396,9 +397,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             page = entries(s, stmt, params)
             if probe is None or bound is None:
                 return page, None
-            edge = page[0].sequence if page else None
-            if edge is None:
-                edge = bound + (1 if query.order == "asc" else -1)
+            edge = probe_bound(query, page)
             found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1})
             return page, (_probe_key(replace(probe, bound=edge), tags, meta), found)
 

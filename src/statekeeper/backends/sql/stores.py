@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, cast
 
+from ..._paging import probe_bound
 from ..._protocol import ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities
@@ -272,13 +273,13 @@ class PostgresCheckpointStore(_ServerSqlStore):
                 nmeta=len(meta),
             )
             rows, probe = await self._guard("listing", call)
-            # list_page probes the other way from the page's first entry, or from
-            # the bound's neighbour when the page is empty
-            edge = rows[0][0] if rows else bound + (1 if order == "asc" else -1)
+            page = self._entries(rows)
+            # the statement probed from where list_page will (positions past either
+            # end of the stream all mean the same, so its unclamped bound agrees)
             back: Literal["asc", "desc"] = "desc" if order == "asc" else "asc"
-            asked = replace(query, order=back, bound=edge, limit=1)
+            asked = replace(query, order=back, bound=probe_bound(query, page), limit=1)
             self._probed = (_probe_key(asked, tags, meta), self._entries(probe))
-            return self._entries(rows)
+            return page
         call_one = pg.scan_rows(
             self._pg(),
             self._st,
