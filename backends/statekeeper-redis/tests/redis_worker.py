@@ -2,7 +2,7 @@
 
 ``python redis_worker.py URL KEY_PREFIX NAME COUNT``: opens the store, prints
 ``ready``, waits for a line on stdin (so that all workers start together), then
-runs COUNT rounds of
+runs COUNT rounds (fewer if a second line, ``stop``, arrives first) of
 
 - one save of ``{"by": NAME, "i": round}`` to the stream ``shared``, and
 - one compare-and-set increment of checkpoint ``counter`` (load, then
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import threading
 
 from statekeeper_redis import RedisCheckpointStore
 
@@ -42,7 +43,13 @@ async def main(url: str, prefix: str, name: str, count: int) -> None:
     async with store:
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
+        # a second line (or the end of stdin) stops the rounds early; a daemon thread
+        # reads it, so that a worker that runs all its rounds exits without one
+        stop = threading.Event()
+        threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
         for i in range(count):
+            if stop.is_set():
+                break
             cp = await store.save("shared", {"by": name, "i": i}, tags={"by": name})
             seqs.append(cp.sequence)
             conflicts += await _increment(store, name)

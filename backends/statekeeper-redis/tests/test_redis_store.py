@@ -384,3 +384,63 @@ async def test_a_save_many_that_lost_the_sequence_race_costs_one_more_round_trip
         saved = await mine.save_many([sk.NewCheckpoint(stream="job") for _ in range(3)])
     assert [cp.sequence for cp in saved] == [3, 4, 5]
     assert counter.commands == ["EVALSHA", "EVALSHA"]
+
+
+# -- the turn: a writer that keeps losing the sequence race is not starved ------------------
+
+
+@pytest.mark.asyncio
+async def test_a_held_turn_makes_other_saves_wait_until_it_lapses(make_store: Maker) -> None:
+    """While another writer holds the turn, a save writes nothing and waits; when the
+    turn lapses (its holder went away), the save goes through. verify() accepts the
+    turn key, and repair() replaces one of the wrong type."""
+    async with make_store() as store:
+        await store.save("job", {"n": 0})
+        turn = store.key_prefix + "turn"
+        await store.client.set(turn, b"someone-else", px=300)
+        assert (await store.verify()).ok
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        cp = await store.save("job", {"n": 1})
+        assert loop.time() - started >= 0.2
+        assert cp.sequence == 2
+        await store.client.set(turn, b"someone-else", px=200)
+        batch = await store.save_many([sk.NewCheckpoint(stream="job") for _ in range(3)])
+        assert [c.sequence for c in batch] == [3, 4, 5]
+        assert not await store.client.exists(turn)
+        await store.client.sadd(turn, b"junk")
+        report = await store.verify()
+        assert not report.ok
+        assert (await store.repair()).rebuilt
+        assert (await store.verify()).ok
+        assert (await store.save("job", {})).sequence == 6
+
+
+@pytest.mark.asyncio
+async def test_a_writer_that_keeps_losing_takes_the_turn_and_wins(make_store: Maker) -> None:
+    """Each time ``mine`` tries, ``other`` has just saved: after a few lost races mine
+    asks for the turn, the script gives it, other's next save waits, and mine's next
+    try wins, releasing the turn."""
+    async with make_store() as mine, make_store() as other:
+        await mine.save("job", {})
+        turn = mine.key_prefix + "turn"
+        real_call = mine._call
+        outcomes: list[bytes] = []
+
+        async def racing_call(name: str, *args: Any) -> Any:
+            if name == "INSERT" and not await mine.client.exists(turn):
+                await other.save("job", {"other": True})  # always one step ahead
+            reply = await real_call(name, *args)
+            if name == "INSERT":
+                outcomes.append(reply[0])
+            return reply
+
+        mine._call = racing_call  # type: ignore[method-assign]
+        batch = await mine.save_many([sk.NewCheckpoint(stream="job") for _ in range(5)])
+        assert outcomes[-1] == b"ok" and outcomes[:-1] == [b"seq"] * (len(outcomes) - 1)
+        assert len(outcomes) <= 5, outcomes
+        seqs = [c.sequence for c in batch]
+        assert seqs == list(range(seqs[0], seqs[0] + 5))
+        assert not await mine.client.exists(turn)
+        # other was never refused for good: its saves went on, and it can save now
+        assert (await other.save("job", {})).sequence == seqs[-1] + 1

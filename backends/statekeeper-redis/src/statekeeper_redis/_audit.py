@@ -415,6 +415,11 @@ async def _read_key(
         else:
             audit.wrongtype.append((suffix, has, "hash"))
         return
+    if suffix == "turn":
+        # a writer's turn (see _lua.INSERT): short-lived and holds no checkpoint data
+        if has != "string":
+            audit.wrongtype.append((suffix, has, "string"))
+        return
     wants = FIXED_TYPES.get(suffix)
     if wants is None and suffix.startswith(("s:", "t:")):
         wants = "zset"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,6 +26,7 @@ from statekeeper.errors import ConcurrentModificationError, PreconditionFailed, 
 from statekeeper.record import NewRecord, StoredRecord
 
 from ._audit import index_json, us
+from ._lua import TURN_MILLISECONDS
 
 if TYPE_CHECKING:
     from ._store import RedisCheckpointStore
@@ -34,6 +36,9 @@ __all__ = ["MAX_ATTEMPTS", "delete_many", "get_many", "insert", "stream_names"]
 # Races lost before a save or update gives up with ConcurrentModificationError;
 # every lost race means another writer committed, so this is not reached in practice.
 MAX_ATTEMPTS = 1000
+# Races lost before a save asks for the turn (``_lua.INSERT``), which makes other
+# writers wait until its next try has won.
+_CLAIM_AFTER = 3
 _STREAM_BATCH = 500
 # the characters SSCAN MATCH (Redis glob) gives a meaning; a backslash makes them literal
 _GLOB = re.compile(r"([\\*?\[\]])")
@@ -45,11 +50,19 @@ def _text(value: bytes | str) -> str:
 
 async def insert(store: RedisCheckpointStore, records: list[NewRecord]) -> list[CheckpointHeader]:
     """Insert ``records`` with consecutive sequences, all or none, in one script call
-    (one more per sequence race lost to another writer)."""
+    (one more per sequence race lost to another writer).
+
+    A writer that has lost :data:`_CLAIM_AFTER` races asks for the turn (see
+    ``_lua.INSERT``), so a batch is not starved by other clients' single saves: once
+    it holds the turn, other inserts wait for it (they get 'busy', and back off), and
+    its next try wins."""
     # one writer per store instance at a time: tasks of one process would only
     # lose sequence races to each other
     async with store._insert_lock:
         first = store._hwm + 1
+        token = ""
+        busy = 0
+        waited_since: float | None = None
         for attempt in range(MAX_ATTEMPTS):
             now = store.now()
             # the envelope carries its sequence under its checksum: seal at the
@@ -67,20 +80,34 @@ async def insert(store: RedisCheckpointStore, records: list[NewRecord]) -> list[
                     millis,
                     record.etag,
                 ]
-            reply = await store._call("INSERT", us(now), first, *args)
+            reply = await store._call("INSERT", us(now), first, token, *args)
             status = reply[0]
             if status == b"ok":
                 store._hwm = max(store._hwm, first + len(records) - 1)
                 return [stored.header for stored in sealed]
+            if status == b"busy":
+                # another writer holds the turn for at most TURN_MILLISECONDS
+                loop = asyncio.get_running_loop()
+                if waited_since is None:
+                    waited_since = loop.time()
+                elif loop.time() - waited_since > 2 * TURN_MILLISECONDS / 1000:
+                    break
+                busy += 1
+                await asyncio.sleep(random.uniform(0, min(0.02, 0.0002 * 2**busy)))
+                continue
+            waited_since = None
             if status != b"seq":
                 _refuse(store, reply)
             store._hwm = int(reply[1])
             first = store._hwm + 1
+            if attempt + 1 >= _CLAIM_AFTER and not token:
+                token = uuid.uuid4().hex
             if attempt >= 4:
                 await asyncio.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** (attempt - 4))))
     raise ConcurrentModificationError(
         f"save to {store.describe()} lost the race for the next sequence "
-        f"{MAX_ATTEMPTS} times; retry"
+        f"{MAX_ATTEMPTS} times (or waited over {2 * TURN_MILLISECONDS} ms for another "
+        "writer's turn); retry"
     )
 
 

@@ -19,6 +19,8 @@ another's, because a prefix may not contain braces)::
     P e             hash    id -> current etag (the compare-and-set token)
     P n             set     names of streams that have index entries
     P r:<id>        string  the envelope bytes (``StoredRecord.to_bytes``), PEXPIRE'd with a TTL
+    P turn          string  token of a writer that kept losing the sequence race; other
+                            saves wait while it exists (PEXPIRE'd; see INSERT)
 
 Every script takes ``P`` as ``ARGV[1]`` and ``P meta`` as ``KEYS[1]`` (so a cluster
 client routes it to the slot); the other keys are derived from ``P`` inside the
@@ -47,7 +49,12 @@ strings: Lua prints numbers with 14 significant digits.
 
 from __future__ import annotations
 
-__all__ = ["EXPIRY_GRACE_SECONDS", "PRELUDE", "SCRIPTS"]
+__all__ = ["EXPIRY_GRACE_SECONDS", "PRELUDE", "SCRIPTS", "TURN_MILLISECONDS"]
+
+#: How long a writer that keeps losing the sequence race may hold the turn (see
+#: :data:`INSERT`) before it lapses, if the writer does not release it (it crashed, or
+#: was cancelled mid-call): other writers wait at most this long for it.
+TURN_MILLISECONDS = 1000
 
 #: A record key missing less than this long before its expiry (by the caller's
 #: clock) counts as expired, not lost: clocks of different clients disagree a little.
@@ -179,55 +186,86 @@ end
 
 #: Insert records sealed at consecutive sequences from ARGV[3], which must be hwm + 1:
 #: all of them or, if any check fails, none (every check runs before the first write).
-#: ARGV: P, now_us, first seq, then seven per record: id, blob, stream, index JSON,
-#: exp_us | '', pexpire_ms, etag. Returns {'ok'}, {'exists', id}, {'lost', id} (the
-#: id is a lost checkpoint), {'seq', hwm} (lost the race: reseal from hwm + 1),
+#: ARGV: P, now_us, first seq, turn token | '', then seven per record: id, blob,
+#: stream, index JSON, exp_us | '', pexpire_ms, etag. Returns {'ok'}, {'exists', id},
+#: {'lost', id} (the id is a lost checkpoint), {'seq', hwm} (lost the race: reseal
+#: from hwm + 1), {'busy'} (another writer holds the turn: try again shortly),
 #: {'nometa'}, {'badhwm', hwm | '', top} (the high-water mark is missing, malformed
 #: or below a sequence in use), {'noidx', id} (an expired checkpoint with this id
 #: cannot be unlinked) or {'wrongtype', key}.
+#:
+#: The turn (``P turn``) keeps a writer from starving: sealing happens on the client,
+#: so a large batch can lose the race to a stream of small saves from other clients
+#: every time. A caller that has lost a few races passes a token; when it loses again
+#: and nobody holds the turn, the script gives the turn to that token for
+#: ``TURN_MILLISECONDS``, and until it is released every other INSERT answers
+#: {'busy'} without writing, so the holder's next try (resealed at the hwm it was
+#: told) wins. Any reply other than 'seq' to the holder releases the turn, and the
+#: expiry releases it if the holder goes away.
 INSERT = (
     PRELUDE
     + r"""
-local now, first, n = tonumber(ARGV[2]), tonumber(ARGV[3]), (#ARGV - 3) / 7
-local ids, streams, infos, keys, seen = {}, {}, {}, {}, {}
-for i = 1, n do
-  local id = ARGV[i * 7 - 3]
-  local st = status(id, now, false)
-  if st == 'live' then return {'exists', id} end
-  if st == 'lost' then return {'lost', id} end
-  ids[i], streams[i], infos[i] = id, ARGV[i * 7 - 1], cjson.decode(ARGV[i * 7])
-  local mine = {skey(streams[i])}
-  for k, v in pairs(infos[i].t) do mine[#mine + 1] = tkey(k, v) end
-  for _, k in ipairs(mine) do
-    if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+local TURN, token = P .. 'turn', ARGV[4]
+local turn_type = redis.call('TYPE', TURN)['ok']
+if turn_type ~= 'none' and turn_type ~= 'string' then return {'wrongtype', TURN} end
+local holder = redis.call('GET', TURN)
+if holder and holder ~= token then return {'busy'} end
+
+local function insert()
+  local now, first, n = tonumber(ARGV[2]), tonumber(ARGV[3]), (#ARGV - 4) / 7
+  local ids, streams, infos, keys, seen = {}, {}, {}, {}, {}
+  for i = 1, n do
+    local at = i * 7 - 2
+    local id = ARGV[at]
+    local st = status(id, now, false)
+    if st == 'live' then return {'exists', id} end
+    if st == 'lost' then return {'lost', id} end
+    ids[i], streams[i], infos[i] = id, ARGV[at + 2], cjson.decode(ARGV[at + 3])
+    local mine = {skey(streams[i])}
+    for k, v in pairs(infos[i].t) do mine[#mine + 1] = tkey(k, v) end
+    for _, k in ipairs(mine) do
+      if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
+    end
+  end
+  if redis.call('EXISTS', META) == 0 then return {'nometa'} end
+  local bad = badtype(keys)
+  if bad then return {'wrongtype', bad} end
+  local hwm = redis.call('HGET', META, 'hwm')
+  local top = topscore(ALL)
+  for i = 1, n do top = math.max(top, topscore(skey(streams[i]))) end
+  if not hwm or not string.match(hwm, '^%d+$') or tonumber(hwm) < top then
+    return {'badhwm', hwm or '', string.format('%d', top)}
+  end
+  if tonumber(hwm) + 1 ~= first then return {'seq', hwm} end
+  local refusal = cannot_unlink(ids)
+  if refusal then return refusal end
+  -- expired (or vanished) checkpoints with these ids are replaced: drop their old entries
+  for _, id in ipairs(ids) do unlink(id) end
+  for i = 1, n do
+    local id, seq, at = ids[i], string.format('%d', first + i - 1), i * 7 - 2
+    write_record(id, ARGV[at + 1], ARGV[at + 4], ARGV[at + 5])
+    redis.call('ZADD', ALL, seq, id)
+    redis.call('ZADD', skey(streams[i]), seq, id)
+    redis.call('SADD', NAMES, streams[i])
+    for k, v in pairs(infos[i].t) do redis.call('ZADD', tkey(k, v), seq, id) end
+    redis.call('HSET', IDX, id, ARGV[at + 3])
+    redis.call('HSET', ETAG, id, ARGV[at + 6])
+  end
+  redis.call('HSET', META, 'hwm', string.format('%d', first + n - 1))
+  return {'ok'}
+end
+
+local reply = insert()
+if token ~= '' then
+  if reply[1] == 'seq' then
+    if not holder then redis.call('SET', TURN, token, 'PX', """
+    + str(TURN_MILLISECONDS)
+    + r""") end
+  elseif holder then
+    redis.call('DEL', TURN)
   end
 end
-if redis.call('EXISTS', META) == 0 then return {'nometa'} end
-local bad = badtype(keys)
-if bad then return {'wrongtype', bad} end
-local hwm = redis.call('HGET', META, 'hwm')
-local top = topscore(ALL)
-for i = 1, n do top = math.max(top, topscore(skey(streams[i]))) end
-if not hwm or not string.match(hwm, '^%d+$') or tonumber(hwm) < top then
-  return {'badhwm', hwm or '', string.format('%d', top)}
-end
-if tonumber(hwm) + 1 ~= first then return {'seq', hwm} end
-local refusal = cannot_unlink(ids)
-if refusal then return refusal end
--- expired (or vanished) checkpoints with these ids are replaced: drop their old entries
-for _, id in ipairs(ids) do unlink(id) end
-for i = 1, n do
-  local id, seq, at = ids[i], string.format('%d', first + i - 1), i * 7 - 3
-  write_record(id, ARGV[at + 1], ARGV[at + 4], ARGV[at + 5])
-  redis.call('ZADD', ALL, seq, id)
-  redis.call('ZADD', skey(streams[i]), seq, id)
-  redis.call('SADD', NAMES, streams[i])
-  for k, v in pairs(infos[i].t) do redis.call('ZADD', tkey(k, v), seq, id) end
-  redis.call('HSET', IDX, id, ARGV[at + 3])
-  redis.call('HSET', ETAG, id, ARGV[at + 6])
-end
-redis.call('HSET', META, 'hwm', string.format('%d', first + n - 1))
-return {'ok'}
+return reply
 """
 )
 
