@@ -82,6 +82,8 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
         ("sqlite:///x.db?table_prefix=", InvalidOptions),
         ("sqlite:///x.db?schema=other", InvalidOptions),
         ("sqlite:///x.db?busy_timeout=0", InvalidOptions),
+        ("postgresql://u@h/db?inline_reads=false", InvalidOptions),
+        ("mysql://u@h/db?inline_reads=true", InvalidOptions),
     ],
 )
 def test_bad_urls_and_options_are_refused_at_once(url: str, error: type[Exception]) -> None:
@@ -457,6 +459,8 @@ def test_a_forked_child_gets_its_own_connections(db: Path) -> None:
     try:
         loop.run_until_complete(store.open())
         parent_cp = loop.run_until_complete(store.save("job", "parent"))
+        # the parent's point-read connection exists too: the child must not use it
+        assert loop.run_until_complete(store.get_latest("job")) is not None
         pid = os.fork()
         if pid == 0:  # the child: use the inherited store, then leave at once
             code = 1
@@ -532,6 +536,101 @@ async def test_a_listed_page_costs_one_reader_hop(
         assert again.items == second.items and again.prev_cursor and again.next_cursor
         assert [cp.state["i"] % 2 for cp in odd.items + odd2.items] == [1] * 10
         assert odd2.prev_cursor is not None and odd2.has_more
+
+
+# -- point reads on the event loop's thread -------------------------------------------------
+
+
+def _count_reader_hops(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    runtime = store._runtime
+    hops: list[object] = []
+    read = runtime.read
+
+    async def counted(fn: Any) -> Any:
+        hops.append(fn)
+        return await read(fn)
+
+    monkeypatch.setattr(runtime, "read", counted)
+    return hops
+
+
+@pytest.mark.asyncio
+async def test_get_latest_and_load_run_on_the_loop_thread_and_see_every_commit(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hops = _count_reader_hops(store, monkeypatch)
+    first = await store.save("job", {"n": 1})
+    assert (await store.get_latest("job")).id == first.id
+    # a save committed on the writer thread is seen by the loop's own connection at once
+    for n in range(2, 6):
+        cp = await store.save("job", {"n": n})
+        latest = await store.get_latest("job")
+        assert (latest.id, latest.state) == (cp.id, {"n": n})
+        assert (await store.load(first.id)).state == {"n": 1}
+    assert await store.delete(cp.id)
+    assert (await store.get_latest("job")).state == {"n": 4}
+    with pytest.raises(statekeeper.errors.CheckpointNotFound):
+        await store.load(cp.id)
+    assert hops == []  # none of them went to a reader thread
+    # from another thread (a second event loop), reads take the reader threads
+    other = await asyncio.to_thread(asyncio.run, store.get_latest("job"))
+    assert other.state == {"n": 4} and len(hops) == 1
+
+
+@pytest.mark.asyncio
+async def test_inline_reads_false_sends_point_reads_to_the_reader_threads(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}?inline_reads=false") as store:
+        assert store.options.inline_reads is False
+        hops = _count_reader_hops(store, monkeypatch)
+        cp = await store.save("job", {"n": 1})
+        assert (await store.get_latest("job")).id == cp.id
+        assert (await store.load(cp.id)).state == {"n": 1}
+        assert len(hops) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_point_read_that_would_wait_goes_to_a_reader_and_the_loop_runs_on(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only store of a file in rollback-journal mode, while another connection
+    holds it exclusively: the loop's connection is told busy at once, the read waits
+    on a reader thread (busy_timeout), and the event loop keeps running meanwhile."""
+    async with SqlCheckpointStore(f"sqlite:///{db}") as writable:
+        cp = await writable.save("job", {"n": 1})
+    plain = sqlite3.connect(db, isolation_level=None)
+    plain.execute("PRAGMA journal_mode = DELETE")
+    plain.close()
+    async with SqlCheckpointStore(f"sqlite:///{db}", read_only=True, busy_timeout=5) as store:
+        hops = _count_reader_hops(store, monkeypatch)
+        assert (await store.get_latest("job")).id == cp.id  # the loop's connection exists
+        assert hops == []
+        blocker = sqlite3.connect(db, isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        loop = asyncio.get_running_loop()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        loop.call_later(0.3, blocker.execute, "ROLLBACK")
+        try:
+            started = loop.time()
+            latest = await store.get_latest("job")
+            waited = loop.time() - started
+        finally:
+            ticker.cancel()
+            blocker.close()
+        assert latest is not None and latest.id == cp.id
+        assert waited >= 0.25 and ticks >= 10, (waited, ticks)
+        assert len(hops) == 1
+        assert (await store.load(cp.id)).state == {"n": 1}  # inline again
+        assert len(hops) == 1
 
 
 def test_sqlite_needs_no_server_driver(tmp_path: Path) -> None:

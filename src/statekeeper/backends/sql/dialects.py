@@ -91,6 +91,10 @@ class Runtime(Protocol):
     async def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` outside a transaction: each statement is its own snapshot."""
 
+    async def point_read(self, fn: Callable[[Session], T]) -> T:
+        """As :meth:`read`, for ``fn`` that looks up one row by an index (where the
+        runtime may run it without a thread hop: SQLite)."""
+
     async def snapshot(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one read-only transaction: every statement sees one snapshot."""
 

@@ -202,6 +202,10 @@ class ServerRuntime:
         async with reader.connect() as conn:
             return await conn.run_sync(lambda c: fn(SaSession(c, family)))
 
+    async def point_read(self, fn: Callable[[SaSession], T]) -> T:
+        """As :meth:`read`: a server's read is a network round trip however small."""
+        return await self.read(fn)
+
     async def write(self, fn: Callable[[SaSession], T]) -> T:
         engine, _ = await self._engines()
         family = self.family

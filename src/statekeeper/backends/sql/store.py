@@ -339,7 +339,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             row = s.first(self._st.get, {"id": id, "now": to_micros(now)})
             return None if row is None else self._parse(row[1], id, int(row[0]))
 
-        return await self._guard("loading", self._read(op))
+        return await self._guard("loading", self._rt().point_read(op))
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         """One statement, ``WHERE id IN (...) AND live``; a damaged record raises."""
@@ -409,7 +409,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             row = s.first(self._st.latest, {"stream": stream, "now": to_micros(now)})
             return None if row is None else self._parse(row[2], row[1], int(row[0]))
 
-        return await self._guard("reading the latest checkpoint", self._read(op))
+        return await self._guard("reading the latest checkpoint", self._rt().point_read(op))
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
         def op(s: Session) -> bool:

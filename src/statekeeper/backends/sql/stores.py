@@ -42,6 +42,14 @@ def _refuse_listing_wait(options: SqlOptions, where: str) -> None:
         )
 
 
+def _refuse_inline_reads(options: SqlOptions) -> None:
+    if "inline_reads" in options.model_fields_set:
+        raise InvalidOptions(
+            "the inline_reads option is SQLite's (point reads on the event loop's "
+            "thread); a server's reads are network round trips, so drop it"
+        )
+
+
 def _sqlite_mode(options: SqlOptions) -> OpenMode:
     if options.read_only:
         return "ro"
@@ -54,8 +62,11 @@ class SqliteCheckpointStore(SqlCheckpointStore):
     WAL mode; ``synchronous=FULL`` under ``durability="full"`` (a save survives
     power loss) and ``NORMAL`` under ``"fast"`` (it survives a process crash).
     Writes take the lock up front (``BEGIN IMMEDIATE``) and wait up to
-    ``busy_timeout`` for writers in other processes. Safe to share between
-    processes on one host, and across ``fork``; not on a network file system.
+    ``busy_timeout`` for writers in other processes. ``get_latest`` and ``load``
+    run on the event loop's thread unless SQLite would make them wait
+    (``inline_reads``, see :meth:`SqliteRuntime.point_read`); everything else runs
+    on the store's writer and reader threads. Safe to share between processes on one
+    host, and across ``fork``; not on a network file system.
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -92,6 +103,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
             readers=self.options.pool_size or 2,
             echo=self.options.echo,
             mode=_sqlite_mode(self.options),
+            inline_reads=self.options.inline_reads,
         )
 
 
@@ -112,6 +124,7 @@ class _ServerSqlStore(SqlCheckpointStore):
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         super().__init__(url, **options)
         self.driver = check_driver(self.url, self.family)
+        _refuse_inline_reads(self.options)
         if self.family == "mysql":
             _refuse_listing_wait(self.options, "MySQL/MariaDB")
 
