@@ -14,8 +14,8 @@ durable default (ours ``durability="full"``; SQLite's ``synchronous=FULL`` for t
 peers). ``InMemorySaver`` holds :data:`SMALL` only.
 
 **Workloads**, each phase measured in interleaved rounds, one call of every workload
-per round (:func:`skbench.api.measure_round_robin`), after each read was checked
-once against the ids the build returned:
+per round in an order shuffled each round (:func:`skbench.api.measure_round_robin`),
+after each read was checked once against the ids the build returned:
 
 - *list all* of :data:`LIST`: ours page by page (``limit=100``, ``after=next_cursor``),
   ``SqliteSaver.list(config)`` and ``AsyncSqliteSaver.alist(config)`` (one call each,

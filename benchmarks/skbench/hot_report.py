@@ -322,7 +322,9 @@ def render(results: HotResults, big: int, plot: str | None) -> str:
         f"statekeeper record); `InMemorySaver` holds `{SMALL}` only. Builds untimed ({builds}). "
         'Measured calls run at each store\'s durable default: ours `durability="full"` '
         f"unless the row says fast; LangGraph's SQLite savers: {lg_setting}. "
-        "Each phase interleaves its workloads one call per round; every read was checked "
+        "Each phase interleaves its workloads one call per round, in an order shuffled "
+        "each round (a call right after an fsync pays for the journal commit that fsync "
+        "started, so no workload always follows the same one); every read was checked "
         "once against the build's ids first."
         + (f" Skipped: {'; '.join(skipped)}." if skipped else "")
     )
