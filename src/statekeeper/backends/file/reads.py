@@ -9,8 +9,10 @@ reported as such, never papered over with an older checkpoint.
 
 from __future__ import annotations
 
+import enum
+import stat
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
 
 from ..._protocol import ScanQuery, skipped_from
 from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
@@ -22,10 +24,31 @@ from .index import IdTable, IndexDamaged, StreamIndex
 from .survey import Survey, take_survey
 from .view import orphan_error, view_get, view_latest, view_scan
 
-__all__ = ["ReadsMixin"]
+__all__ = ["HOP", "Hop", "ReadsMixin"]
 
 #: How many times a read that a concurrent writer disturbed is retried.
 READ_RETRIES = 8
+#: The most index slots and record files a point read looks at on the event loop's
+#: thread (see :meth:`ReadsMixin.latest_nowait`) before it leaves the rest to the
+#: worker: a tail of expired checkpoints is walked there, not on the loop.
+_NOWAIT_SLOTS = 64
+_NOWAIT_RECORDS = 2
+#: Deleted entries of an id :meth:`ReadsMixin.get_nowait` checks (one ``lstat`` each).
+_NOWAIT_DELETED = 4
+#: The largest record file read on the event loop's thread: a bigger one is read in
+#: the worker, so a cold read of a large file never stalls the loop.
+NOWAIT_RECORD_BYTES = 1 << 20
+
+
+class Hop(enum.Enum):
+    """The answer of a ``*_nowait`` read that leaves the call to the worker thread."""
+
+    HOP = "hop"
+
+
+#: Returned by :meth:`ReadsMixin.latest_nowait` and :meth:`ReadsMixin.get_nowait`:
+#: run the normal read (:meth:`ReadsMixin.latest`, :meth:`ReadsMixin.get`) in a worker.
+HOP: Final = Hop.HOP
 
 
 class _Retry(Exception):
@@ -69,17 +92,24 @@ class ReadsMixin(EngineCore):
         """Whether a stream index file went missing: fewer index files than ``state``
         counts. Costs one ``fstat`` unless ``streams/`` changed since it last held
         them all (then one listing)."""
-        want = state.streams
-        if not want:
+        seen = self._streams_unchanged(state)
+        if seen is True:
             return False
-        st = self.io.fstat(self.fd("streams"))
-        seen = (st.st_mtime_ns, st.st_size)
-        if seen == self._streams_seen:
-            return False
-        missing = len(self.index_files()) < want
+        missing = len(self.index_files()) < (state.streams or 0)
         if not missing:
             self._streams_seen = seen
         return missing
+
+    def _streams_unchanged(self, state: fmt.State) -> Literal[True] | tuple[int, int]:
+        """``True`` if no stream index can be missing, known from ``state`` and one
+        ``fstat`` of ``streams/`` (it did not change since it last held every index
+        ``state`` counts); else what that ``fstat`` saw, for :meth:`_index_missing`,
+        which lists the directory."""
+        if not state.streams:
+            return True
+        st = self.io.fstat(self.fd("streams"))
+        seen = (st.st_mtime_ns, st.st_size)
+        return True if seen == self._streams_seen else seen
 
     def _records_only(self, state: fmt.State | None) -> bool:
         """Whether this read must go to the records (the indexes cannot be trusted)."""
@@ -327,6 +357,144 @@ class ReadsMixin(EngineCore):
             if data is not None:
                 return data
         raise CheckpointNotFound(cid)
+
+    # -- point reads that never wait (for the event loop's thread) ---------------------
+
+    def _state_nowait(self) -> fmt.State | None:
+        """The state, if a point read may go ahead without the worker: readable, not
+        torn (:meth:`heal` would read it again), no journal that :meth:`heal` could
+        finish under the lock or that hides a batch (only a completed save's entry,
+        which every save leaves), and indexes this open trusts. ``None``: take the hop."""
+        state = self.read_state()
+        if state is None or state.torn or self.degraded is not None:
+            return None
+        journal = state.journal
+        if journal is not None and journal.op != "insert":
+            return None
+        return state
+
+    def latest_nowait(self, stream: str, now: datetime) -> StoredRecord | Hop | None:
+        """:meth:`latest`, when it is the cheap indexed read, else :data:`HOP` at once.
+
+        It runs on the caller's thread (the event loop's) and reads the state, the
+        tail of the stream index and the newest live record file: a few ``pread``,
+        ``open`` and ``fstat`` calls on the page cache, with no lock, no sleep and no
+        retry. Wherever :meth:`latest` would do more, it answers :data:`HOP` and the
+        caller runs :meth:`latest` in a worker, which decides: a torn or unreadable
+        state, a journal :meth:`heal` may finish, a degraded open, a damaged or
+        missing index (a survey of the records), an orphan newer than the answer, a
+        record that is missing, damaged or of another stream (the worker re-looks,
+        then raises the same error it always raises), a concurrent writer in the way,
+        or more than a few expired checkpoints at the tail. So its answers are
+        exactly :meth:`latest`'s, and it never raises
+        :class:`~statekeeper.errors.CheckpointDecodeError` itself; OS errors
+        propagate as they would from :meth:`latest`."""
+        state = self._state_nowait()
+        if state is None:
+            return HOP
+        cap = fmt.visible_cap(state)
+        try:
+            idx = self._index_for_read(fmt.stream_file_name(stream))
+            if idx is None:
+                got: StoredRecord | Hop | None = None
+            else:
+                with idx:
+                    got = self._latest_nowait_in(idx, stream, now, cap)
+        except (IndexDamaged, ConcurrentModificationError):
+            return HOP
+        if got is HOP:
+            return HOP
+        if got is None and self._streams_unchanged(state) is not True:
+            return HOP  # a missing index: the worker lists streams/ (and surveys)
+        orphan = state.orphan
+        if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
+            return HOP
+        return got
+
+    def _latest_nowait_in(
+        self, idx: StreamIndex, stream: str, now: datetime, cap: int | None
+    ) -> StoredRecord | Hop | None:
+        """:meth:`_latest_walk` that stops with :data:`HOP` wherever that one would
+        re-look, raise, or keep walking for long."""
+        now_us = fmt.to_micros(now)
+        dirs: dict[int, int] = {}
+        loaded = 0
+        try:
+            for seen, (_, slot) in enumerate(idx.walk(idx.count - 1, -1)):
+                if seen >= _NOWAIT_SLOTS:
+                    return HOP
+                if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
+                    continue
+                loaded += 1
+                if loaded > _NOWAIT_RECORDS:
+                    return HOP
+                got = self._load_nowait(slot.seq, slot.cid, dirs)
+                if got is None or got[0].stream != stream:
+                    return HOP
+                if not got[0].is_expired(now):
+                    return got[0]
+            return None
+        finally:
+            self.close_dirs(dirs)
+
+    def _load_nowait(
+        self, seq: int, cid: str, dirs: dict[int, int]
+    ) -> tuple[StoredRecord, bytes] | None:
+        """:meth:`load_record` of a record file that is there, readable and at most
+        :data:`NOWAIT_RECORD_BYTES` long (one ``lstat`` first tells); ``None`` for
+        anything else (missing, damaged, large, not a plain file), which the worker
+        reads instead and reports as it always does."""
+        number = fmt.bucket_of(seq)
+        bucket = dirs.get(number)
+        try:
+            if bucket is None:
+                bucket = self.bucket(seq)
+                if bucket is None:
+                    return None
+                dirs[number] = bucket
+            st = self.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > NOWAIT_RECORD_BYTES:
+                return None
+            return self.load_record(seq, cid, dirs)
+        except (OSError, IndexDamaged, CheckpointDecodeError):
+            return None
+
+    def get_nowait(self, cid: str, now: datetime) -> StoredRecord | Hop | None:
+        """:meth:`get`, when it is the cheap indexed read, else :data:`HOP` at once.
+
+        Like :meth:`latest_nowait`: it reads the state, probes the id table and
+        reads the record file its entry names, and answers "no such id" only when
+        the probe met no other id's entry and each deleted entry of this id is
+        confirmed gone by one ``lstat``. Anything else (an entry above the reader's
+        cap, a record missing, damaged or unreadable, other entries to check against
+        their record files, a damaged or missing id table, and every case
+        :meth:`_state_nowait` refuses) is :data:`HOP`, and :meth:`get` in a worker
+        decides, as it always has."""
+        state = self._state_nowait()
+        if state is None:
+            return HOP
+        cap = fmt.visible_cap(state)
+        try:
+            with self._ids_for_read() as ids:
+                candidates, deleted, others = ids.lookup_checked(fmt.id_key(cid))
+            for seq in candidates:
+                if cap is not None and seq > cap:
+                    return HOP
+                dirs: dict[int, int] = {}
+                try:
+                    got = self._load_nowait(seq, cid, dirs)
+                finally:
+                    self.close_dirs(dirs)
+                if got is None:
+                    return HOP
+                return None if got[0].is_expired(now) else got[0]
+            if others or len(deleted) > _NOWAIT_DELETED:
+                return HOP
+            if any(self._record_exists(seq, cid) for seq in deleted):
+                return HOP  # the id table is damaged: the worker asks the records
+        except (IndexDamaged, ConcurrentModificationError):
+            return HOP
+        return None
 
     # -- tolerant scans -----------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from .batch import FileEngine
 from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
+from .reads import HOP
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -60,6 +61,12 @@ class FileStoreOptions(StoreOptions):
     #: ``"fsync"``, one ``fsync`` per record file; ``"auto"``, ``syncfs`` on Linux
     #: 5.8 or later (older kernels do not report its write errors), else ``fsync``.
     batch_sync: Literal["auto", "syncfs", "fsync"] = "auto"
+    #: Run ``get_latest`` and ``load`` on the event loop's thread when they are the
+    #: cheap indexed read (a few reads of files the OS usually has cached, no lock,
+    #: no wait), and in the worker thread otherwise (a damaged or missing index, a
+    #: crashed writer's journal, a concurrent writer in the way, a damaged record).
+    #: ``False`` sends every read to the worker thread.
+    inline_reads: bool = True
 
 
 class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
@@ -152,6 +159,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             read_only=opts.read_only,
         )
         self._engine.batch_sync = opts.batch_sync
+        #: ``get_latest`` and ``load`` try the event loop's thread first (see _latest).
+        self._inline_reads = opts.inline_reads
         #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
         self._probed: tuple[ScanQuery, list[StoredRecord | Skipped]] | None = None
         self._save_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SaveQueue] = (
@@ -380,9 +389,24 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        """On the event loop's thread when that is the cheap indexed read (see
+        :meth:`_latest`), else in the worker."""
+        if self._inline_reads:
+            got = self._call("load", self._engine.get_nowait, id, now)
+            if got is not HOP:
+                return got
         return await self._run("load", self._engine.get, id, now)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        """With ``inline_reads`` (the default), right here on the event loop's thread
+        when it is the cheap indexed read (:meth:`.reads.ReadsMixin.latest_nowait`:
+        the state, an index tail and one record file, no lock, no wait, no retry);
+        wherever the read would do anything more, in the worker, exactly as without
+        the option. The hop costs more than that read."""
+        if self._inline_reads:
+            got = self._call("get_latest", self._engine.latest_nowait, stream, now)
+            if got is not HOP:
+                return got
         return await self._run("get_latest", self._engine.latest, stream, now)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:

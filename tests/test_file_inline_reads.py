@@ -1,0 +1,415 @@
+"""``get_latest`` and ``load`` of the file backend run on the event loop's thread
+when they are the cheap indexed read (``inline_reads``, on by default), and take the
+worker hop wherever the read would do more: there they give exactly the answers,
+and raise exactly the errors, of the hop path (``inline_reads=False``)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import statekeeper as sk
+from file_helpers import count_hops
+from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file.io import OsFileIO
+from statekeeper.backends.file.reads import HOP, NOWAIT_RECORD_BYTES
+from statekeeper.errors import (
+    BackendError,
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    StatekeeperError,
+)
+from statekeeper.models import Checkpoint
+
+pytestmark = pytest.mark.asyncio
+
+
+def record_file(root: Path, cp: Checkpoint) -> Path:
+    return root / "records" / f"{cp.sequence // 1000:017d}" / f"{cp.sequence:020d}.{cp.id}.ckpt"
+
+
+def flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at % len(data)] ^= 0x55
+    path.write_bytes(bytes(data))
+
+
+async def outcome(call: Callable[[], Awaitable[Any]]) -> tuple[str, Any]:
+    """What a read gave: its checkpoint (id, sequence, state), ``None``, or its error
+    (type and message)."""
+    try:
+        got = await call()
+    except StatekeeperError as exc:
+        return ("raised", (type(exc).__name__, str(exc)))
+    if got is None:
+        return ("none", None)
+    return ("checkpoint", (got.id, got.sequence, got.state))
+
+
+async def hop_path(store: FileCheckpointStore, call: Callable[[], Awaitable[Any]]) -> Any:
+    """``call`` with ``inline_reads`` off for its duration: the worker path alone."""
+    store._inline_reads = False
+    try:
+        return await outcome(call)
+    finally:
+        store._inline_reads = True
+
+
+async def same_as_hop(
+    store: FileCheckpointStore, hops: list[str], what: str, call: Callable[[], Awaitable[Any]]
+) -> tuple[str, Any]:
+    """``call`` falls back to the worker hop (``what``) and gives what the hop path gives."""
+    before = len(hops)
+    inline = await outcome(call)
+    assert hops[before:] == [what], hops[before:]
+    assert inline == await hop_path(store, call)
+    return inline
+
+
+def latest_of(store: FileCheckpointStore, stream: str) -> Callable[[], Awaitable[Any]]:
+    return lambda: store.get_latest(stream)
+
+
+def load_of(store: FileCheckpointStore, cid: str) -> Callable[[], Awaitable[Any]]:
+    return lambda: store.load(cid)
+
+
+def nowait(store: FileCheckpointStore, method: str, *args: Any) -> Any:
+    engine = store._engine
+    with engine.active():
+        return getattr(engine, method)(*args, store.now())
+
+
+async def test_get_latest_and_load_take_no_hop_and_see_every_commit(tmp_path: Path) -> None:
+    async with (
+        FileCheckpointStore(tmp_path / "s") as store,
+        FileCheckpointStore(tmp_path / "s", durability="fast") as other,
+    ):
+        first = await store.save("job", {"n": 0})
+        assert (await store.get_latest("job")).id == first.id  # type: ignore[union-attr]
+        hops = count_hops(store)
+        for n in range(1, 4):
+            cp = await store.save("job", {"n": n})
+            latest = await store.get_latest("job")
+            assert latest is not None and (latest.id, latest.state) == (cp.id, {"n": n})
+            assert (await store.load(first.id)).state == {"n": 0}
+        # another writer (as another process would be): its commits are seen at once
+        theirs = await other.save("job", {"n": "theirs"})
+        assert (await store.get_latest("job")).id == theirs.id  # type: ignore[union-attr]
+        assert (await store.load(theirs.id)).state == {"n": "theirs"}
+        updated = await other.update(theirs.id, {"n": "updated"})
+        assert (await store.load(theirs.id)).etag == updated.etag
+        assert (await store.get_latest("job")).state == {"n": "updated"}  # type: ignore[union-attr]
+        batch = await other.save_many([sk.NewCheckpoint(stream="job", state=i) for i in range(3)])
+        assert (await store.get_latest("job")).id == batch[-1].id  # type: ignore[union-attr]
+        assert (await store.load(batch[0].id)).state == 0
+        assert await other.delete(batch[-1].id)
+        assert (await store.get_latest("job")).id == batch[-2].id  # type: ignore[union-attr]
+        with pytest.raises(CheckpointNotFound):
+            await store.load(batch[-1].id)
+        with pytest.raises(CheckpointNotFound):
+            await store.load("never-saved")
+        assert await store.load(first.id, include_state=False)
+        assert hops == ["save", "save", "save"]  # the reads took none
+
+
+async def test_inline_reads_false_hops_for_every_read(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s", inline_reads=False) as store:
+        assert store.options.inline_reads is False
+        cp = await store.save("job", {"n": 1})
+        hops = count_hops(store)
+        assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
+        assert (await store.load(cp.id)).state == {"n": 1}
+        assert hops == ["get_latest", "load"]
+    url = sk.open_store(f"file://{tmp_path}/s?inline_reads=false")
+    assert url.options.inline_reads is False  # type: ignore[attr-defined]
+
+
+async def test_a_stream_without_checkpoints(tmp_path: Path) -> None:
+    """``None`` needs to know that no index is missing: the first time the worker
+    lists ``streams/``; after that one ``fstat`` on the loop tells."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        await store.save("job", {})
+        hops = count_hops(store)
+        assert await store.get_latest("nothing") is None
+        assert await store.get_latest("nothing") is None
+        assert hops == ["get_latest"]
+        await store.save("new", {})  # a new index file: streams/ changed
+        hops.clear()
+        assert await store.get_latest("nothing") is None
+        assert await store.get_latest("nothing") is None
+        assert hops == ["get_latest"]
+
+
+async def test_a_damaged_index_falls_back_to_the_records(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(5)]
+        hops = count_hops(store)
+        (tmp_path / "s" / "streams" / "job.idx").write_bytes(b"\0" * 5000)
+        assert nowait(store, "latest_nowait", "job") is HOP
+        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert got == ("checkpoint", (saved[-1].id, saved[-1].sequence, {"i": 4}))
+        (tmp_path / "s" / "ids.idx").write_bytes(b"junk")
+        assert nowait(store, "get_nowait", saved[1].id) is HOP
+        got = await same_as_hop(store, hops, "load", lambda: store.load(saved[1].id))
+        assert got == ("checkpoint", (saved[1].id, saved[1].sequence, {"i": 1}))
+
+
+async def test_a_corrupt_newest_slot_falls_back(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(5)]
+        hops = count_hops(store)
+        flip(tmp_path / "s" / "streams" / "job.idx", -10)  # the newest slot's checksum
+        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert got[1][0] == saved[-1].id
+
+
+async def test_a_missing_index_falls_back_to_the_records(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(3)]
+        await store.save("other", {})
+        assert await store.get_latest("nothing") is None  # streams/ seen whole
+        hops = count_hops(store)
+        (tmp_path / "s" / "streams" / "job.idx").unlink()
+        assert nowait(store, "latest_nowait", "job") is HOP
+        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert got[1][0] == saved[-1].id  # never None: the records still have it
+
+
+@pytest.mark.parametrize("how", ["torn", "unreadable"])
+async def test_a_torn_or_unreadable_state_falls_back(tmp_path: Path, how: str) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(3)]
+        hops = count_hops(store)
+        state = tmp_path / "s" / "state"
+        data = bytearray(state.read_bytes())
+        current = store._engine.read_state()
+        assert current is not None
+        other_copy = 2048 * (1 - current.gen % 2)  # the copy the last write did not touch
+        for at in [0, 2048] if how == "unreadable" else [other_copy]:
+            data[at + 100 : at + 110] = b"#" * 10
+        state.write_bytes(bytes(data))
+        read = store._engine.read_state()
+        assert read is None if how == "unreadable" else read is not None and read.torn
+        assert nowait(store, "latest_nowait", "job") is HOP
+        assert nowait(store, "get_nowait", saved[0].id) is HOP
+        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert got[1][0] == saved[-1].id
+        got = await same_as_hop(store, hops, "load", lambda: store.load(saved[0].id))
+        assert got[1][0] == saved[0].id
+
+
+class FailingUnlink(OsFileIO):
+    """Fails the next unlink of a record file, once (a delete that dies half-way)."""
+
+    armed = False
+
+    def unlink(self, name: str, *, dir_fd: int) -> None:
+        if self.armed and name.endswith(".ckpt"):
+            self.armed = False
+            raise OSError(errno.EIO, os.strerror(errno.EIO), name)
+        super().unlink(name, dir_fd=dir_fd)
+
+
+async def test_a_crashed_writers_journal_is_finished_in_the_worker(tmp_path: Path) -> None:
+    io = FailingUnlink()
+    async with FileCheckpointStore(tmp_path / "s", io=io) as store:
+        saved = [await store.save("job", {"i": i}) for i in range(3)]
+        io.armed = True
+        with pytest.raises(BackendError):
+            await store.delete(saved[-1].id)
+        state = store._engine.read_state()
+        assert state is not None and state.journal is not None and state.journal.op == "delete"
+        assert nowait(store, "latest_nowait", "job") is HOP
+        assert nowait(store, "get_nowait", saved[0].id) is HOP
+        hops = count_hops(store)
+        latest = await store.get_latest("job")
+        assert latest is not None and latest.id == saved[-2].id
+        assert hops == ["get_latest"]
+        # the worker finished the delete (heal), so the next reads are inline again
+        state = store._engine.read_state()
+        assert state is not None and state.journal is None
+        assert not record_file(tmp_path / "s", saved[-1]).exists()
+        assert (await store.get_latest("job")).id == saved[-2].id  # type: ignore[union-attr]
+        with pytest.raises(CheckpointNotFound):
+            await store.load(saved[-1].id)
+        assert hops == ["get_latest"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
+async def test_a_damaged_newest_record_raises_as_the_hop_does(tmp_path: Path, damage: str) -> None:
+    """Never an older checkpoint: the same CheckpointDecodeError, from the worker."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(3)]
+        hops = count_hops(store)
+        path = record_file(tmp_path / "s", saved[-1])
+        if damage == "truncate":
+            path.write_bytes(path.read_bytes()[:40])
+        elif damage == "flip":
+            flip(path, -2)
+        else:
+            path.unlink()
+        assert nowait(store, "latest_nowait", "job") is HOP
+        assert nowait(store, "get_nowait", saved[-1].id) is HOP
+        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert got[0] == "raised" and got[1][0] == "CheckpointDecodeError"
+        with pytest.raises(CheckpointDecodeError) as caught:
+            await store.get_latest("job")
+        assert caught.value.id == saved[-1].id
+        got = await same_as_hop(store, hops, "load", lambda: store.load(saved[-1].id))
+        assert got[0] == "raised" and got[1][0] == "CheckpointDecodeError"
+        # the older ones still load inline
+        before = len(hops)
+        assert (await store.load(saved[0].id)).state == {"i": 0}
+        assert hops[before:] == []
+
+
+async def test_an_orphan_newer_than_the_answer_raises_as_the_hop_does(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        other = await store.save("other", {"n": 1})
+        job = [await store.save("job", {"n": i}) for i in range(3)]
+        await store.delete(job[0].id)  # the journal no longer names the last save
+    record_file(tmp_path / "s", job[-1]).write_bytes(b"\0" * 300)
+    (tmp_path / "s" / "streams" / "job.idx").unlink()
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        state = store._engine.read_state()
+        assert state is not None and state.orphan == (job[-1].sequence, job[-1].id)
+        hops = count_hops(store)
+        for stream in ("other", "job", "never-used"):
+            assert nowait(store, "latest_nowait", stream) is HOP
+            got = await same_as_hop(store, hops, "get_latest", latest_of(store, stream))
+            assert got[0] == "raised" and "drop-damaged" in got[1][1]
+        newer = await store.save("other", {"n": 2})
+        before = len(hops)
+        assert (await store.get_latest("other")).id == newer.id  # type: ignore[union-attr]
+        assert (await store.load(other.id)).state == {"n": 1}
+        assert hops[before:] == []  # newer than the orphan: inline again
+
+
+async def test_a_record_gone_under_the_read_is_left_to_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the loop's read meets a record that is not there (a concurrent writer
+    may be in the way), it reports nothing itself: the worker looks again."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        cp = await store.save("job", {"n": 1})
+        engine = store._engine
+        real = engine.load_record
+        vanish: list[bool] = []
+
+        def flaky(*args: Any) -> Any:
+            if vanish:  # only the first look (the loop's) misses it
+                vanish.clear()
+                return None
+            return real(*args)
+
+        monkeypatch.setattr(engine, "load_record", flaky)
+        hops = count_hops(store)
+        vanish.append(True)
+        assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
+        vanish.append(True)
+        assert (await store.load(cp.id)).id == cp.id
+        assert hops == ["get_latest", "load"]
+
+
+async def test_a_tail_of_expired_checkpoints_is_walked_in_the_worker(tmp_path: Path) -> None:
+    now = [datetime(2030, 1, 1, tzinfo=UTC)]
+    async with FileCheckpointStore(tmp_path / "s", clock=lambda: now[0]) as store:
+        keep = await store.save("job", {"n": "keep"})
+        short = [await store.save("job", {"n": i}, ttl=timedelta(seconds=1)) for i in range(3)]
+        hops = count_hops(store)
+        assert (await store.get_latest("job")).id == short[-1].id  # type: ignore[union-attr]
+        now[0] += timedelta(seconds=10)
+        assert (await store.get_latest("job")).id == keep.id  # type: ignore[union-attr]
+        with pytest.raises(CheckpointNotFound):
+            await store.load(short[0].id)
+        assert hops == []  # a few expired slots: still inline
+        now[0] -= timedelta(seconds=10)
+        more = [await store.save("job", {"n": i}, ttl=timedelta(seconds=1)) for i in range(70)]
+        now[0] += timedelta(seconds=10)
+        hops.clear()
+        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert got[1][0] == keep.id and more
+
+
+class FailingRecordOpen(OsFileIO):
+    """Fails every open of a record file with EIO while armed."""
+
+    armed = False
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        if self.armed and name.endswith(".ckpt"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), name)
+        return super().open(name, flags, mode, dir_fd=dir_fd)
+
+
+async def test_os_errors_give_the_hops_backend_errors(tmp_path: Path) -> None:
+    """A record file the OS fails to open is left to the worker, which raises the
+    BackendError it always raised."""
+    io = FailingRecordOpen()
+    async with FileCheckpointStore(tmp_path / "s", io=io) as store:
+        cp = await store.save("job", {"n": 1})
+        hops = count_hops(store)
+        io.armed = True
+        calls = [("get_latest", latest_of(store, "job")), ("load", load_of(store, cp.id))]
+        for what, call in calls:
+            got = await same_as_hop(store, hops, what, call)
+            assert got[0] == "raised" and got[1][0] == BackendError.__name__
+            assert "Input/output error (EIO)" in got[1][1]
+        io.armed = False
+        hops.clear()
+        assert (await store.load(cp.id)).state == {"n": 1}
+        assert hops == []
+
+
+async def test_a_large_record_is_read_in_the_worker(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        big = await store.save("job", {"pad": "x" * (NOWAIT_RECORD_BYTES + 1)})
+        small = await store.save("other", {"n": 1})
+        hops = count_hops(store)
+        got = await same_as_hop(store, hops, "get_latest", latest_of(store, "job"))
+        assert got[1][0] == big.id
+        got = await same_as_hop(store, hops, "load", load_of(store, big.id))
+        assert got[1][0] == big.id
+        before = len(hops)
+        assert (await store.get_latest("other")).id == small.id  # type: ignore[union-attr]
+        assert hops[before:] == []
+
+
+async def test_a_batch_in_flight_sends_reads_to_the_worker(tmp_path: Path) -> None:
+    """A journal that hides a batch (or that heal may finish) is not the cheap path."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        cp = await store.save("job", {"n": 1})
+        engine = store._engine
+        path = tmp_path / "s" / "state"
+        before = path.read_bytes()
+        with engine.active():
+            state = engine.read_state()
+            assert state is not None
+            lo, hi = state.hwm + 1, state.hwm + 2
+            for op in ("batch", "batched", "delete", "update"):
+                journal = fmt.Journal(op, "job.idx", seq=cp.sequence, lo=lo, hi=hi)
+                engine.write_state(state.next(hwm=hi, journal=journal))
+                assert engine.latest_nowait("job", store.now()) is HOP
+                assert engine.get_nowait(cp.id, store.now()) is HOP
+        path.write_bytes(before)
+        hops = count_hops(store)
+        assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
+        assert hops == []
+
+
+async def test_reads_from_a_second_event_loop_thread(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        cp = await store.save("job", {"n": 1})
+        hops = count_hops(store)
+        latest = await asyncio.to_thread(asyncio.run, store.get_latest("job"))
+        assert latest is not None and latest.id == cp.id
+        assert hops == []
