@@ -73,7 +73,7 @@ def settings_for(args: argparse.Namespace) -> HotSettings:
         write_budget=Budget(reps=150 if quick else 400, seconds=6.0 * scale, min_reps=5),
         group_tasks=tuple(int(x) for x in args.tasks.split(",")),
         group_saves=1024 if quick else 3072,
-        group_rounds=1 if quick else 3,
+        group_rounds=1 if quick else 5,
         strace=not args.no_strace,
     )
 
