@@ -63,9 +63,10 @@ class FileStoreOptions(StoreOptions):
     batch_sync: Literal["auto", "syncfs", "fsync"] = "auto"
     #: Run ``get_latest`` and ``load`` on the event loop's thread when they are the
     #: cheap indexed read (a few reads of files the OS usually has cached, no lock,
-    #: no wait), and in the worker thread otherwise (a damaged or missing index, a
-    #: crashed writer's journal, a concurrent writer in the way, a damaged record).
-    #: ``False`` sends every read to the worker thread.
+    #: no wait, no record over 1 MiB), and in the worker thread otherwise (a damaged
+    #: or missing index, a crashed writer's journal, a concurrent writer in the way,
+    #: a damaged record), with the same answers and errors either way. ``False``
+    #: sends every read to the worker thread.
     inline_reads: bool = True
 
 
@@ -109,7 +110,13 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     a checkpoint older than the newest committed before the call began, retry when
     a concurrent writer disturbs them, and raise
     :class:`~statekeeper.errors.ConcurrentModificationError` if that keeps
-    happening. Not for network file systems (their ``flock`` is unreliable).
+    happening. Every call runs its system calls in a worker thread, one hop per
+    call, except that ``get_latest`` and ``load`` run on the event loop's thread
+    when they are the cheap indexed read (``inline_reads``, the default: a few reads
+    of files the OS usually has cached, no lock, no wait, no record over 1 MiB) and
+    take the hop wherever they would do more (damage, a crashed writer's journal, a
+    concurrent writer in the way), with the same answers and errors.
+    Not for network file systems (their ``flock`` is unreliable).
 
     **Untrusted files.** Record files are opened with ``O_NOFOLLOW|O_NONBLOCK`` and
     must be regular files with one link, under the size limit, before a byte is
