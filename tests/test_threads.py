@@ -1,0 +1,139 @@
+"""statekeeper._threads.ThreadDoor: the file store's worker hop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from statekeeper._threads import ThreadDoor
+
+
+def _threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(name + "-")]
+
+
+def _wait_gone(name: str) -> None:
+    deadline = time.monotonic() + 5
+    while _threads(name) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _threads(name), _threads(name)
+
+
+@pytest.mark.asyncio
+async def test_runs_off_the_loop_thread_and_returns_results_and_errors() -> None:
+    door = ThreadDoor("sk-test-door-a")
+    try:
+        here = threading.get_ident()
+        assert await door.run(threading.get_ident) != here
+        assert await door.run(divmod, 7, 2) == (3, 1)
+        with pytest.raises(ZeroDivisionError):
+            await door.run(divmod, 1, 0)
+        # an error does not stop the thread
+        assert await door.run(lambda: "still here") == "still here"
+        assert len(_threads("sk-test-door-a")) == 1  # one call at a time: one thread
+    finally:
+        door.close()
+    _wait_gone("sk-test-door-a")
+
+
+@pytest.mark.asyncio
+async def test_calls_run_concurrently_up_to_size_then_queue() -> None:
+    door = ThreadDoor("sk-test-door-b", size=3)
+    gate = threading.Event()
+    running: list[int] = []
+    lock = threading.Lock()
+    peak = 0
+
+    def blocked(i: int) -> int:
+        nonlocal peak
+        with lock:
+            running.append(i)
+            peak = max(peak, len(running))
+        gate.wait(5)
+        with lock:
+            running.remove(i)
+        return i
+
+    try:
+        tasks = [asyncio.create_task(door.run(blocked, i)) for i in range(5)]
+        deadline = time.monotonic() + 5
+        while len(running) < 3 and time.monotonic() < deadline:  # noqa: ASYNC110 - threads
+            await asyncio.sleep(0.01)
+        assert len(running) == 3  # three threads, each busy; two calls wait their turn
+        gate.set()
+        assert await asyncio.gather(*tasks) == list(range(5))
+        assert peak == 3
+        assert len(_threads("sk-test-door-b")) == 3
+    finally:
+        door.close()
+    _wait_gone("sk-test-door-b")
+
+
+@pytest.mark.asyncio
+async def test_a_call_cancelled_before_it_starts_never_runs() -> None:
+    door = ThreadDoor("sk-test-door-c", size=1)
+    gate = threading.Event()
+    ran: list[str] = []
+    try:
+        first = asyncio.create_task(door.run(lambda: gate.wait(5) and ran.append("first")))
+        await asyncio.sleep(0.05)  # the thread is busy with the first call
+        second = asyncio.create_task(door.run(lambda: ran.append("second")))
+        await asyncio.sleep(0.01)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        # a started call runs to its end, even if its caller gave up
+        first.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await door.run(lambda: "after") == "after"
+        assert ran == ["first"]
+    finally:
+        door.close()
+    _wait_gone("sk-test-door-c")
+
+
+@pytest.mark.asyncio
+async def test_close_lets_queued_calls_finish_and_the_door_opens_again() -> None:
+    door = ThreadDoor("sk-test-door-d", size=1)
+    task = asyncio.create_task(door.run(time.sleep, 0.05))
+    await asyncio.sleep(0)
+    door.close()
+    await task  # queued before close: it ran
+    _wait_gone("sk-test-door-d")
+    try:
+        assert await door.run(lambda: 5) == 5  # a store may be opened again
+    finally:
+        door.close()
+    _wait_gone("sk-test-door-d")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_starts_threads_of_its_own() -> None:
+    door = ThreadDoor("sk-test-door-e")
+    loop = asyncio.new_event_loop()
+    try:
+        parent = loop.run_until_complete(door.run(threading.get_ident))
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's thread does not exist here
+            code = 1
+            try:
+                child_loop = asyncio.new_event_loop()
+                got = child_loop.run_until_complete(
+                    asyncio.wait_for(door.run(lambda: os.getpid()), 5)
+                )
+                code = 0 if got == os.getpid() else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert loop.run_until_complete(door.run(threading.get_ident)) == parent
+    finally:
+        door.close()
+        loop.close()
+    _wait_gone("sk-test-door-e")
