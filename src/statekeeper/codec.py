@@ -166,7 +166,10 @@ _STR = frozenset({str})
 # ints, as json did).
 _PLAIN: frozenset[type] = frozenset({str, int, bool, type(None)})
 _PLAIN_NOT_INT: frozenset[type] = frozenset({str, bool, type(None)})
-_msgspec_encode = msgspec.json.encode
+# msgspec's encoder and decoder built once: the module-level functions set theirs up
+# on every call. Same output as msgspec.json.encode and decode.
+_msgspec_encode = msgspec.json.Encoder().encode
+_msgspec_decode = msgspec.json.Decoder().decode
 _TAG_BYTES = b'"$sk"'
 _MISS: Any = object()
 _CONTAINERS: frozenset[type] = frozenset({dict, list})
@@ -476,8 +479,8 @@ class Codec:
         if len(data) > digits and _digit_run(digits).search(data):
             return _MISS
         try:
-            value = msgspec.json.decode(data)
-            if msgspec.json.encode(value) != data:
+            value = _msgspec_decode(data)
+            if _msgspec_encode(value) != data:
                 return _MISS
             if (
                 data.count(b"[") + data.count(b"{") > self._max_depth

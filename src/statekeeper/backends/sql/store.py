@@ -384,13 +384,17 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             probe = replace(query, order=back, limit=1)
             probe_stmt = self._st.scan(has_stream, back, True, len(tags), len(meta))
 
+        # what _parse calls, looked up once a page rather than once a row
+        location, store_id = self._location, self._store_id
+
         def entries(s: Session, stmt: Any, params: dict[str, Any]) -> list[StoredRecord | Skipped]:
             out: list[StoredRecord | Skipped] = []
+            append = out.append
             for seq, rid, blob in s.rows(stmt, params):
                 try:
-                    out.append(self._parse(blob, rid, seq))
+                    append(read_record(blob, location, store_id=store_id, id=rid, sequence=seq))
                 except CheckpointDecodeError as exc:
-                    out.append(skipped_from(exc, rid, seq))
+                    append(skipped_from(exc, rid, seq))
             return out
 
         def op(s: Session) -> tuple[list[StoredRecord | Skipped], Any]:
