@@ -1,13 +1,15 @@
 """``get_latest`` and ``load`` of the file backend run on the event loop's thread
 when they are the cheap indexed read (``inline_reads``, on by default), and take the
 worker hop wherever the read would do more: there they give exactly the answers,
-and raise exactly the errors, of the hop path (``inline_reads=False``)."""
+and raise exactly the errors, of the hop path (``inline_reads=False``). Also the
+page scans' search of a stream index (``StreamIndex.locate``)."""
 
 from __future__ import annotations
 
 import asyncio
 import errno
 import os
+import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +21,7 @@ import statekeeper as sk
 from file_helpers import count_hops
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file.index import StreamIndex, write_index
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.backends.file.reads import HOP, NOWAIT_RECORD_BYTES
 from statekeeper.errors import (
@@ -413,3 +416,59 @@ async def test_reads_from_a_second_event_loop_thread(tmp_path: Path) -> None:
         latest = await asyncio.to_thread(asyncio.run, store.get_latest("job"))
         assert latest is not None and latest.id == cp.id
         assert hops == []
+
+
+# -- page scans: the index search ------------------------------------------------------------
+
+
+def _spread(kind: str, n: int, rng: random.Random) -> list[int]:
+    seqs, seq = [], 0
+    for _ in range(n):
+        if kind == "dense":
+            seq += 1
+        elif kind == "interleaved":
+            seq += rng.randint(1, 5)
+        else:  # bursts: mostly consecutive, now and then a long gap
+            seq += 1 if rng.random() < 0.9 else rng.randint(100, 100_000)
+        seqs.append(seq)
+    return seqs
+
+
+class CountingIO(OsFileIO):
+    preads = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self.preads += 1
+        return super().pread(fd, size, offset)
+
+
+@pytest.mark.parametrize("kind", ["dense", "interleaved", "bursts"])
+async def test_locate_finds_what_bisect_finds_in_fewer_reads(tmp_path: Path, kind: str) -> None:
+    """StreamIndex.locate (the page scans' search) answers exactly as bisect, for
+    every sequence around and between the slots, and in a few reads when the
+    sequences are about evenly spread."""
+    rng = random.Random(kind)
+    io = CountingIO()
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for n in (0, 1, 2, 15, 16, 17, 33, 100, 1000, 5000):
+            seqs = _spread(kind, n, rng)
+            slots = [fmt.Slot(seq, f"id{seq}") for seq in seqs]
+            write_index(io, fd, "x.idx", "x", slots, "store", durable=False)
+            idx = StreamIndex.open(io, fd, "x.idx", "store")
+            assert idx is not None
+            top = seqs[-1] if seqs else 3
+            targets = {0, 1, top - 1, top, top + 1, *(rng.randint(0, top + 2) for _ in range(40))}
+            targets |= {seqs[i] + d for i in range(0, n, max(1, n // 20)) for d in (-1, 0, 1)}
+            reads = []
+            with idx:
+                for seq in sorted(targets):
+                    for right in (False, True):
+                        before = io.preads
+                        found = idx.locate(seq, right=right)
+                        reads.append(io.preads - before)
+                        assert found == idx.bisect(seq, right=right)
+            if n >= 1000 and kind != "bursts":
+                assert max(reads) <= 6, reads
+    finally:
+        os.close(fd)

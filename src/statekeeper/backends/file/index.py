@@ -9,10 +9,12 @@ holding a descriptor keeps a consistent old version.
 
 from __future__ import annotations
 
+import bisect as _bisect
 import contextlib
 import errno
 import os
 import stat
+import struct
 from collections.abc import Iterator
 from typing import Self
 
@@ -29,6 +31,10 @@ _CHUNK = 16
 _MAX_CHUNK = 64
 _HEADERS_KEPT = 4096
 _TORN_RETRIES = 3
+#: Slots read at once by :meth:`StreamIndex.locate` (4 KiB).
+_SEARCH_BLOCK = 16
+#: The sequence field of each slot in a run of slots.
+_SEQ_FIELD = struct.Struct(f"<Q{fmt.SLOT_SIZE - 8}x")
 
 
 class IndexDamaged(Exception):
@@ -238,6 +244,63 @@ class StreamIndex(_Handle):
             else:
                 hi = mid
         return lo
+
+    def locate(self, seq: int, *, right: bool) -> int:
+        """:meth:`bisect`'s answer in fewer reads, for the readers' page scans.
+
+        Each step reads a block of :data:`_SEARCH_BLOCK` slots (one ``pread``), which
+        either holds the answer or narrows the range past it: first the tail block,
+        then the head block, then the block where the sequence would sit if the
+        sequences between the two known ones were evenly spread (interpolation),
+        with a plain halving whenever a guess did not halve the range. A stream
+        whose sequences are about evenly spread (alone in the store, or interleaved
+        with others) takes 3 or 4 reads at any length instead of ``log2(count)``;
+        an uneven one at most about twice as many steps as :meth:`bisect`, each one
+        block. Sequences are read unchecked, as :meth:`seq_at` reads them."""
+        lo, hi = 0, self.count
+        below: tuple[int, int] | None = None  # (position, sequence) known below lo
+        above: tuple[int, int] | None = None  # ... and at hi
+        halve = False
+        while lo < hi:
+            n = hi - lo
+            if n <= _SEARCH_BLOCK:
+                start = lo
+            else:
+                if above is None:
+                    guess = hi - 1
+                elif below is None:
+                    guess = lo
+                elif halve or above[1] <= below[1]:
+                    guess = lo + n // 2
+                else:
+                    span = above[0] - below[0]
+                    guess = below[0] + (seq - below[1]) * span // (above[1] - below[1])
+                start = min(max(guess - _SEARCH_BLOCK // 2, lo), hi - _SEARCH_BLOCK)
+            k = min(_SEARCH_BLOCK, n)
+            seqs = self._seqs(start, k)
+            i = _bisect.bisect_right(seqs, seq) if right else _bisect.bisect_left(seqs, seq)
+            if 0 < i < k:
+                return start + i
+            guessed = below is not None and above is not None and not halve
+            if i == 0:
+                if start == lo:
+                    return lo
+                hi, above = start, (start, seqs[0])
+            else:
+                if start + k == hi:
+                    return hi
+                lo, below = start + k, (start + k - 1, seqs[-1])
+            halve = guessed and hi - lo > n // 2
+        return lo
+
+    def _seqs(self, start: int, n: int) -> list[int]:
+        """The sequences of slots ``start .. start+n-1`` (within the index), unchecked."""
+        raw = read_exact(self.io, self.fd, n * fmt.SLOT_SIZE, self._offset(start))
+        if len(raw) != n * fmt.SLOT_SIZE:
+            raise IndexDamaged(
+                f"streams/{self.name}: slot {start + len(raw) // fmt.SLOT_SIZE} is cut short"
+            )
+        return [seq for (seq,) in _SEQ_FIELD.iter_unpack(raw)]
 
     def find(self, seq: int) -> int | None:
         """The position of ``seq``, or ``None``."""

@@ -535,9 +535,9 @@ class ReadsMixin(EngineCore):
         self, idx: StreamIndex, q: ScanQuery, dirs: dict[int, int], cap: int | None
     ) -> list[StoredRecord | Skipped]:
         if q.order == "asc":
-            start, step = (0 if q.bound is None else idx.bisect(q.bound, right=True)), 1
+            start, step = (0 if q.bound is None else idx.locate(q.bound, right=True)), 1
         else:
-            top = idx.count if q.bound is None else idx.bisect(q.bound, right=False)
+            top = idx.count if q.bound is None else idx.locate(q.bound, right=False)
             start, step = top - 1, -1
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
