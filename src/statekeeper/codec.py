@@ -352,7 +352,13 @@ class Codec:
     def _plain_items(self, items: Iterable[Any], d: int, leaves: frozenset[type]) -> bool:
         """Whether the items of a container at depth ``d`` are plain (see
         :meth:`_is_plain`). A child container is checked here, and its own items
-        by a call only when they are not all ``leaves``: no check runs twice."""
+        by a call only when they are not all ``leaves``: no check runs twice.
+
+        A child dict's keys and values are checked in one loop over its items, a
+        nested container among them by a call for that one value: on Python 3.11
+        ``frozenset.issuperset`` builds a set of a non-set argument, which costs a
+        small dict (the common case: messages, records) more than the loop does.
+        """
         inner = d < self._max_depth  # a child container is within max_depth
         for x in items:
             tx = type(x)
@@ -363,10 +369,23 @@ class Codec:
                     continue
                 return False
             if tx is dict:
-                if not inner or TAG in x or not _STR.issuperset(map(type, x)):
+                if not inner or TAG in x:
                     return False
-                children: Iterable[Any] = x.values()
-            elif tx is list:
+                for k, y in x.items():
+                    if type(k) is not str:
+                        return False
+                    ty = type(y)
+                    if ty in leaves:
+                        continue
+                    if ty is float:
+                        if y - y == 0.0:
+                            continue
+                        return False
+                    if not self._plain_items((y,), d + 1, leaves):  # y is an item of x
+                        return False
+                continue
+            children: Iterable[Any]
+            if tx is list:
                 if not inner:
                     return False
                 children = x
