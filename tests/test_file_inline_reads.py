@@ -11,6 +11,7 @@ import errno
 import os
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 
 import statekeeper as sk
 from file_helpers import count_hops
+from statekeeper._protocol import ScanQuery
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import format as fmt
 from statekeeper.backends.file.index import StreamIndex, write_index
@@ -472,3 +474,49 @@ async def test_locate_finds_what_bisect_finds_in_fewer_reads(tmp_path: Path, kin
                 assert max(reads) <= 6, reads
     finally:
         os.close(fd)
+
+
+class CountingOpens(OsFileIO):
+    def __init__(self) -> None:
+        self.opened: list[str] = []
+
+    def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
+        self.opened.append(name)
+        return super().open(name, flags, mode, dir_fd=dir_fd)
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_a_page_and_its_probe_share_one_index_and_state_read(
+    tmp_path: Path, order: str
+) -> None:
+    """The hop of a page scans the page and its probe through one open stream index,
+    with the answers two separate scans give (also past a damaged index)."""
+    io = CountingOpens()
+    async with FileCheckpointStore(tmp_path / "s", io=io) as store:
+        saved = [await store.save("job", {"i": i}, tags={"k": str(i % 2)}) for i in range(30)]
+        engine = store._engine
+        now = store.now()
+        for bound in (None, saved[0].sequence, saved[13].sequence, saved[-1].sequence + 1):
+            for tags in ({}, {"k": "1"}):
+                query = ScanQuery("job", order, bound, 6, tags, now)  # type: ignore[arg-type]
+
+                def probe_of(page: list[Any], query: ScanQuery = query) -> ScanQuery:
+                    edge = page[0].sequence if page else (query.bound or 0)
+                    back = "desc" if query.order == "asc" else "asc"
+                    return replace(query, order=back, bound=edge, limit=1)  # type: ignore[arg-type]
+
+                with engine.active():
+                    want = engine.scan(query)
+                    io.opened.clear()
+                    page, probe, probed = engine.scan_and_probe(query, probe_of)
+                    assert io.opened.count("job.idx") == 1
+                    assert (page, probed) == (want, engine.scan(probe_of(want)))
+                    assert probe == probe_of(want)
+        index = tmp_path / "s" / "streams" / "job.idx"
+        index.unlink()  # replaced by junk: a new file, whose header is not a store's
+        index.write_bytes(b"\0" * 5000)
+        query = ScanQuery("job", order, saved[13].sequence, 6, {}, now)  # type: ignore[arg-type]
+        with engine.active():
+            page, _, probed = engine.scan_and_probe(query, lambda p: replace(query, limit=1))
+            assert page == engine.scan(query) and len(page) == 6
+            assert probed == engine.scan(replace(query, limit=1))

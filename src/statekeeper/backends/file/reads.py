@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import stat
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -521,6 +522,34 @@ class ReadsMixin(EngineCore):
                 return self._scan_index(idx, query, cap)
         except IndexDamaged:
             return view_scan(self.survey_upto(state), query)
+
+    def scan_and_probe(
+        self, query: ScanQuery, probe_of: Callable[[list[StoredRecord | Skipped]], ScanQuery]
+    ) -> tuple[list[StoredRecord | Skipped], ScanQuery, list[StoredRecord | Skipped]]:
+        """:meth:`scan` of ``query``, then of ``probe_of(page)``: a page and the probe
+        that decides its other cursor. On the indexed path both read one ``state``
+        (one cap: the probe sees what the page saw) through one open stream index
+        and the same bucket descriptors; anywhere else, two :meth:`scan` calls."""
+        if query.stream is not None:
+            state = self.heal()
+            if not self._records_only(state):
+                cap = fmt.visible_cap(state)
+                try:
+                    idx = self._index_for_read(fmt.stream_file_name(query.stream))
+                    if idx is not None:
+                        dirs: dict[int, int] = {}
+                        try:
+                            with idx:
+                                page = self._scan_slots(idx, query, dirs, cap)
+                                probe = probe_of(page)
+                                return page, probe, self._scan_slots(idx, probe, dirs, cap)
+                        finally:
+                            self.close_dirs(dirs)
+                except IndexDamaged:
+                    pass  # the records answer, below
+        page = self.scan(query)
+        probe = probe_of(page)
+        return page, probe, self.scan(probe)
 
     def _scan_index(
         self, idx: StreamIndex, q: ScanQuery, cap: int | None

@@ -439,12 +439,16 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     def _scan_and_probe(
         self, query: ScanQuery
     ) -> tuple[list[StoredRecord | Skipped], tuple[ScanQuery, list[StoredRecord | Skipped]] | None]:
-        """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread)."""
-        engine = self._engine
-        page = engine.scan(query)
-        edge = probe_bound(query, page)
-        probe = replace(query, order="desc" if query.order == "asc" else "asc", bound=edge, limit=1)
-        return page, (probe, engine.scan(probe))
+        """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread),
+        read through one stream index (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
+
+        def probe_of(page: list[StoredRecord | Skipped]) -> ScanQuery:
+            edge = probe_bound(query, page)
+            back: Literal["asc", "desc"] = "desc" if query.order == "asc" else "asc"
+            return replace(query, order=back, bound=edge, limit=1)
+
+        page, probe, probed = self._engine.scan_and_probe(query, probe_of)
+        return page, (probe, probed)
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
         return await self._run("delete", self._engine.delete, id, if_match, now)
