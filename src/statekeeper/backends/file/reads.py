@@ -34,6 +34,10 @@ READ_RETRIES = 8
 #: worker: a tail of expired checkpoints is walked there, not on the loop.
 _NOWAIT_SLOTS = 64
 _NOWAIT_RECORDS = 2
+#: The most slots a page scan reads at once at first: a page of up to this many
+#: candidates (``list`` asks one more than its limit) reads the slots it needs in one
+#: ``pread`` of up to 64 KiB, when nothing is filtered out.
+_PAGE_SLOTS = 256
 #: Deleted entries of an id :meth:`ReadsMixin.get_nowait` checks (one ``lstat`` each).
 _NOWAIT_DELETED = 4
 #: The largest record file read on the event loop's thread: a bigger one is read in
@@ -570,7 +574,7 @@ class ReadsMixin(EngineCore):
             start, step = top - 1, -1
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
-        for pos, slot in idx.walk(start, step, first=min(q.limit + 1, 64)):
+        for pos, slot in idx.walk(start, step, first=min(q.limit, _PAGE_SLOTS)):
             if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
                 continue
             try:
