@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import test_codec_fast_path as _fast
-from statekeeper.codec import _PLAIN, _PLAIN_NOT_INT, TAG, Codec, CodecLimits
+from statekeeper.codec import _LOOP_DICT, _PLAIN, _PLAIN_NOT_INT, TAG, Codec, CodecLimits
 
 
 def reference_plain(codec: Codec, v: Any, d: int, leaves: frozenset[type]) -> bool:
@@ -69,6 +69,12 @@ trees = st.recursive(
         st.lists(kids, max_size=4)
         | st.dictionaries(_keys, kids, max_size=4)  # type: ignore[arg-type]
         | st.builds(lambda d: {"a": "x", "b": 1, **d}, st.dictionaries(_keys, kids, max_size=2))  # type: ignore[arg-type]
+        # around _LOOP_DICT keys: the loop and the C-level checks alike
+        | st.builds(
+            lambda d, extra: {**{f"k{i}": i for i in range(extra)}, **d},
+            st.dictionaries(_keys, kids, max_size=2),  # type: ignore[arg-type]
+            st.integers(_LOOP_DICT - 2, _LOOP_DICT + 2),
+        )
     ),
     max_leaves=20,
 )
@@ -120,6 +126,13 @@ def test_agent_like_state_takes_the_plain_path() -> None:
         assert small._is_plain([10**5], 0, leaves) == (leaves is _PLAIN)
         assert small._is_plain({"a": 10**5}, 0, leaves) == (leaves is _PLAIN)
         assert small._is_plain([{"a": 10**5}], 0, leaves) == (leaves is _PLAIN)
+    for size in (_LOOP_DICT, _LOOP_DICT + 1):
+        big = {f"k{i}": i for i in range(size)}
+        for bad in (float("nan"), Text("t"), {TAG: 1}, [float("inf")]):
+            assert not codec._is_plain({"x": {**big, "z": bad}}, 0, _PLAIN)
+        assert not codec._is_plain({"x": {**big, Text("z"): 1}}, 0, _PLAIN)
+        assert not codec._is_plain({"x": {**big, TAG: 1}}, 0, _PLAIN)
+        assert codec._is_plain({"x": {**big, "z": [0.5, {"y": None}]}}, 0, _PLAIN)
     assert reference_plain(codec, state, 0, _PLAIN)
     assert not codec._is_plain({"m": [{"role": Text("user")}]}, 0, _PLAIN)
     assert not codec._is_plain({"m": [{Text("role"): "user"}]}, 0, _PLAIN)

@@ -173,6 +173,8 @@ _msgspec_decode = msgspec.json.Decoder().decode
 _TAG_BYTES = b'"$sk"'
 _MISS: Any = object()
 _CONTAINERS: frozenset[type] = frozenset({dict, list})
+# a child dict with at most this many keys is checked by a loop (see _plain_items)
+_LOOP_DICT = 16
 _DIGIT_RUNS: dict[int, re.Pattern[bytes]] = {}
 
 
@@ -235,6 +237,7 @@ class Codec:
         lim = self.limits
         self._max_depth = lim.max_depth
         self._digits = lim.max_int_digits
+        self._max_bytes = lim.max_bytes  # read per call: a plain attribute, not the model's
         self._ihi = 10**lim.max_int_digits
         self._ilo = -self._ihi
         self._json = json.JSONEncoder(
@@ -287,7 +290,7 @@ class Codec:
         # Neither walk looks at ints Python's own limit already refuses when that
         # limit is the tighter one: msgspec raises for them, as json did.
         limit = sys.get_int_max_str_digits()
-        leaves = _PLAIN if 0 < limit <= self.limits.max_int_digits else _PLAIN_NOT_INT
+        leaves = _PLAIN if 0 < limit <= self._digits else _PLAIN_NOT_INT
         data: bytes | None = None
         try:
             if self._is_plain(value, 0, leaves):
@@ -316,7 +319,7 @@ class Codec:
             ) from None
         except Exception as e:  # a user class misbehaving, an int over sys limits, ...
             raise CheckpointEncodeError(f"cannot encode {root}: {type(e).__name__}: {e}") from e
-        if len(data) > self.limits.max_bytes:
+        if len(data) > self._max_bytes:
             raise CheckpointEncodeError(
                 f"cannot encode {root}: it is {len(data)} bytes encoded, "
                 f"over max_bytes={self.limits.max_bytes}"
@@ -354,10 +357,11 @@ class Codec:
         :meth:`_is_plain`). A child container is checked here, and its own items
         by a call only when they are not all ``leaves``: no check runs twice.
 
-        A child dict's keys and values are checked in one loop over its items, a
-        nested container among them by a call for that one value: on Python 3.11
-        ``frozenset.issuperset`` builds a set of a non-set argument, which costs a
-        small dict (the common case: messages, records) more than the loop does.
+        A small child dict (at most ``_LOOP_DICT`` keys: messages, records) has its
+        keys and values checked in one loop over its items, a nested container among
+        them by a call for that one value: on Python 3.11 ``frozenset.issuperset``
+        builds a set of a non-set argument, which costs a small dict more than the
+        loop does. A larger one keeps the two C-level checks, faster per item.
         """
         inner = d < self._max_depth  # a child container is within max_depth
         for x in items:
@@ -368,24 +372,28 @@ class Codec:
                 if x - x == 0.0:  # not NaN nor infinite (msgspec would write null)
                     continue
                 return False
+            children: Iterable[Any]
             if tx is dict:
                 if not inner or TAG in x:
                     return False
-                for k, y in x.items():
-                    if type(k) is not str:
-                        return False
-                    ty = type(y)
-                    if ty in leaves:
-                        continue
-                    if ty is float:
-                        if y - y == 0.0:
+                if len(x) <= _LOOP_DICT:
+                    for k, y in x.items():
+                        if type(k) is not str:
+                            return False
+                        ty = type(y)
+                        if ty in leaves:
                             continue
-                        return False
-                    if not self._plain_items((y,), d + 1, leaves):  # y is an item of x
-                        return False
-                continue
-            children: Iterable[Any]
-            if tx is list:
+                        if ty is float:
+                            if y - y == 0.0:
+                                continue
+                            return False
+                        if not self._plain_items((y,), d + 1, leaves):  # y is an item of x
+                            return False
+                    continue
+                if not _STR.issuperset(map(type, x)):
+                    return False
+                children = x.values()
+            elif tx is list:
                 if not inner:
                     return False
                 children = x
@@ -489,7 +497,7 @@ class Codec:
         depth and the int digits. Any error, whatever it is, goes to the checked
         path too, which words the errors.
         """
-        if len(data) > self.limits.max_bytes or (data.find(b"$") >= 0 and _TAG_BYTES in data):
+        if len(data) > self._max_bytes or (data.find(b"$") >= 0 and _TAG_BYTES in data):
             return _MISS
         digits = self._digits
         python_digits = sys.get_int_max_str_digits()

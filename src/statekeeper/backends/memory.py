@@ -315,8 +315,12 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     # -- primitives ------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        with self.storage.lock:
-            self._check_free(record)
+        data = self.storage
+        with data.lock:
+            # _check_free, inline: one call less on every save
+            existing = data.by_id.get(record.id)
+            if existing is not None and existing.live(record.now):
+                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
             return self._insert_locked(record)
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
