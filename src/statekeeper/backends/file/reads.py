@@ -369,7 +369,11 @@ class ReadsMixin(EngineCore):
         """The state, if a point read may go ahead without the worker: readable, not
         torn (:meth:`heal` would read it again), no journal that :meth:`heal` could
         finish under the lock or that hides a batch (only a completed save's entry,
-        which every save leaves), and indexes this open trusts. ``None``: take the hop."""
+        which every save leaves), and indexes this open trusts. ``None``: take the hop.
+        Also ``None`` for a thread that holds the write lock (its descriptors are the
+        writer's cached ones; the loop's thread never holds it between calls)."""
+        if self._holding():
+            return None
         state = self.read_state()
         if state is None or state.torn or self.degraded is not None:
             return None
