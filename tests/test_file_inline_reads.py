@@ -520,3 +520,14 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
             page, _, probed = engine.scan_and_probe(query, lambda p: replace(query, limit=1))
             assert page == engine.scan(query) and len(page) == 6
             assert probed == engine.scan(replace(query, limit=1))
+
+
+async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        cp = await store.save("job", {"n": 1})
+        engine = store._engine
+        with engine.active(), engine.locked() as got:
+            assert got
+            assert engine.latest_nowait("job", store.now()) is HOP
+            assert engine.get_nowait(cp.id, store.now()) is HOP
+        assert nowait(store, "latest_nowait", "job").id == cp.id
