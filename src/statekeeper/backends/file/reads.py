@@ -32,7 +32,7 @@ READ_RETRIES = 8
 #: The most index slots and record files a point read looks at on the event loop's
 #: thread (see :meth:`ReadsMixin.latest_nowait`) before it leaves the rest to the
 #: worker: a tail of expired checkpoints is walked there, not on the loop.
-_NOWAIT_SLOTS = 64
+_NOWAIT_SLOTS = 16
 _NOWAIT_RECORDS = 2
 #: The most slots a page scan reads at once at first: a page of up to this many
 #: candidates (``list`` asks one more than its limit) reads the slots it needs in one
