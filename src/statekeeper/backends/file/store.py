@@ -25,6 +25,7 @@ from pydantic import Field
 from ..._integrity import repair_records
 from ..._paging import probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
+from ..._threads import ThreadDoor
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import BackendError, InvalidURL, StatekeeperError
@@ -166,6 +167,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             read_only=opts.read_only,
         )
         self._engine.batch_sync = opts.batch_sync
+        #: Every operation's worker hop (see _run).
+        self._door = ThreadDoor("statekeeper-file")
         #: ``get_latest`` and ``load`` try the event loop's thread first (see _latest).
         self._inline_reads = opts.inline_reads
         #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
@@ -246,7 +249,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _run(self, what: str, func: Callable[..., T], *args: Any) -> T:
         """Run one whole operation in a worker thread: one hop per call, not per
         system call. OS errors become :class:`BackendError` with ``.orig``."""
-        return await asyncio.to_thread(self._call, what, func, *args)
+        return await self._door.run(self._call, what, func, *args)
 
     def _call(self, what: str, func: Callable[..., T], *args: Any) -> T:
         engine = self._engine
@@ -283,10 +286,13 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
                 ) from exc
             return StoreIdentity(meta.store_id, meta.cursor_key, meta.version)
 
-        return await asyncio.to_thread(opening)
+        return await self._door.run(opening)
 
     async def _close(self) -> None:
-        await asyncio.to_thread(self._engine.close_fds)
+        try:
+            await self._door.run(self._engine.close_fds)
+        finally:
+            self._door.close()
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         """Group commit (S15): a save made while another of this event loop is in
