@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,25 @@ def test_a_forked_child_starts_threads_of_its_own() -> None:
         door.close()
         loop.close()
     _wait_gone("sk-test-door-e")
+
+
+@pytest.mark.asyncio
+async def test_a_file_store_dropped_unclosed_lets_its_threads_end(tmp_path: Path) -> None:
+    import gc
+
+    from statekeeper.backends.file import FileCheckpointStore
+
+    def file_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("statekeeper-file-")]
+
+    before = set(file_threads())
+    store = FileCheckpointStore(tmp_path / "s")
+    await store.open()
+    await store.save("job", {"n": 1})
+    assert set(file_threads()) - before
+    del store  # never closed
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while set(file_threads()) - before and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    assert not set(file_threads()) - before

@@ -167,8 +167,10 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             read_only=opts.read_only,
         )
         self._engine.batch_sync = opts.batch_sync
-        #: Every operation's worker hop (see _run).
-        self._door = ThreadDoor("statekeeper-file")
+        #: Every operation's worker hop (see _run). Its threads end at close(), or
+        #: when this store is collected unclosed (they would otherwise wait forever).
+        self._door = door = ThreadDoor("statekeeper-file")
+        weakref.finalize(self, door.close)
         #: ``get_latest`` and ``load`` try the event loop's thread first (see _latest).
         self._inline_reads = opts.inline_reads
         #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
