@@ -531,3 +531,25 @@ async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> 
             assert engine.latest_nowait("job", store.now()) is HOP
             assert engine.get_nowait(cp.id, store.now()) is HOP
         assert nowait(store, "latest_nowait", "job").id == cp.id
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_a_page_past_an_index_overwritten_in_place_asks_the_records(
+    tmp_path: Path, order: str
+) -> None:
+    """An index zeroed in place while the store is open (its verified header is
+    cached by inode) sends a search past its end: the edge slot is checked, so the
+    page comes from the records instead of being empty."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(10)]
+        pivot = saved[3] if order == "asc" else saved[6]
+        cursor = await store.cursor_at(pivot.id, order=order)  # type: ignore[arg-type]
+        want = await store.list("job", order=order, after=cursor)  # type: ignore[arg-type]
+        index = tmp_path / "s" / "streams" / "job.idx"
+        # in place (the same inode); zeros look like sequences below any bound, 0xff
+        # like sequences above: either way the search passes every slot unread
+        fill = b"\0" if order == "asc" else b"\xff"
+        index.write_bytes(fill * index.stat().st_size)
+        got = await store.list("job", order=order, after=cursor)  # type: ignore[arg-type]
+        assert [cp.id for cp in got.items] == [cp.id for cp in want.items]
+        assert len(got.items) == 6

@@ -573,9 +573,13 @@ class ReadsMixin(EngineCore):
     ) -> list[StoredRecord | Skipped]:
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.locate(q.bound, right=True)), 1
+            if start >= idx.count > 0:
+                _check_edge(idx, idx.count - 1, q.bound, beyond=False)
         else:
             top = idx.count if q.bound is None else idx.locate(q.bound, right=False)
             start, step = top - 1, -1
+            if top == 0 < idx.count:
+                _check_edge(idx, 0, q.bound, beyond=True)
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
         for pos, slot in idx.walk(start, step, first=min(q.limit, _PAGE_SLOTS)):
@@ -652,6 +656,17 @@ class ReadsMixin(EngineCore):
             reason=reason,
             error=CheckpointDecodeError.__name__,
         )
+
+
+def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) -> None:
+    """A search that put a page past the end of the index (so the walk reads no
+    slot) decided on sequences read unchecked: check the slot at the edge it passed,
+    whose sequence must be at or below the bound (``beyond``: at or above it).
+    Raises :class:`IndexDamaged` (the scan then asks the records) if it is corrupt
+    or says otherwise: an index overwritten in place, not an empty page."""
+    seq = idx.slot(pos).seq
+    if bound is not None and (seq < bound if beyond else seq > bound):
+        raise IndexDamaged(f"streams/{idx.name}: slot {pos} is out of order")
 
 
 def wanted(record: StoredRecord, q: ScanQuery) -> bool:
