@@ -553,3 +553,63 @@ async def test_a_page_past_an_index_overwritten_in_place_asks_the_records(
         got = await store.list("job", order=order, after=cursor)  # type: ignore[arg-type]
         assert [cp.id for cp in got.items] == [cp.id for cp in want.items]
         assert len(got.items) == 6
+
+
+# -- the descriptors the point reads keep -----------------------------------------------------
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+async def test_kept_descriptors_are_bounded_and_closed_with_the_store(tmp_path: Path) -> None:
+    before = _open_fds()
+    store = FileCheckpointStore(tmp_path / "s")
+    await store.open()
+    saved = [await store.save(f"s{i}", {"i": i}) for i in range(40)]
+    opened = _open_fds()
+    hops = count_hops(store)
+    for cp in saved:
+        assert (await store.get_latest(cp.stream)).id == cp.id  # type: ignore[union-attr]
+        assert (await store.load(cp.id)).id == cp.id
+    assert hops == []
+    # at most 32 indexes, 4 buckets and the id table stay open (this thread's)
+    assert _open_fds() - opened <= 32 + 4 + 1
+    await store.close()
+    assert _open_fds() == before
+
+
+async def test_files_replaced_under_kept_descriptors_are_opened_afresh(tmp_path: Path) -> None:
+    """repair() replaces every index and the id table by rename; the kept
+    descriptors see that (one lstat each) and read the new files."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(3)]
+        assert (await store.get_latest("job")).id == saved[-1].id  # type: ignore[union-attr]
+        assert (await store.load(saved[0].id)).id == saved[0].id
+        kept = store._engine._kept()
+        old_index, old_ids = kept.indexes["job.idx"].identity, kept.ids[0].identity  # type: ignore[index]
+        await store.repair()
+        newer = await store.save("job", {"i": 3})
+        hops = count_hops(store)
+        assert (await store.get_latest("job")).id == newer.id  # type: ignore[union-attr]
+        assert (await store.load(newer.id)).id == newer.id
+        assert hops == []
+        assert kept.indexes["job.idx"].identity != old_index
+        assert kept.ids is not None and kept.ids[0].identity != old_ids
+
+
+async def test_an_id_table_header_damaged_under_a_kept_descriptor(tmp_path: Path) -> None:
+    """The kept id table's header is compared with the one verified at its open at
+    every use, so damage in place is seen as by a fresh open: the worker answers."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(3)]
+        assert (await store.load(saved[1].id)).id == saved[1].id  # the table is kept
+        ids = tmp_path / "s" / "ids.idx"
+        data = bytearray(ids.read_bytes())
+        data[10] ^= 0x55  # in the header, in place
+        ids.write_bytes(bytes(data))
+        hops = count_hops(store)
+        assert nowait(store, "get_nowait", saved[1].id) is HOP
+        got = await same_as_hop(store, hops, "load", load_of(store, saved[1].id))
+        assert got[1][0] == saved[1].id

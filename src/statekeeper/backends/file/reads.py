@@ -9,8 +9,11 @@ reported as such, never papered over with an older checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import stat
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -22,6 +25,7 @@ from ...record import StoredRecord
 from . import format as fmt
 from .core import EngineCore, RecordProblem, Txn
 from .index import IdTable, IndexDamaged, StreamIndex
+from .io import read_exact
 from .survey import Survey, take_survey
 from .view import orphan_error, view_get, view_latest, view_scan
 
@@ -54,6 +58,38 @@ class Hop(enum.Enum):
 #: Returned by :meth:`ReadsMixin.latest_nowait` and :meth:`ReadsMixin.get_nowait`:
 #: run the normal read (:meth:`ReadsMixin.latest`, :meth:`ReadsMixin.get`) in a worker.
 HOP: Final = Hop.HOP
+
+
+#: Stream indexes and bucket directories a thread's point reads keep open.
+_KEPT_INDEXES = 32
+_KEPT_BUCKETS = 4
+
+
+class _Kept:
+    """The descriptors one thread's point reads (:meth:`ReadsMixin.latest_nowait`,
+    :meth:`ReadsMixin.get_nowait`) keep between calls, so that a read costs one
+    ``lstat`` per file instead of an open, an ``fstat`` and a close. Each is used
+    only after that ``lstat`` shows the same file (device and inode, a regular file
+    with one link, or a directory) under its name: a file replaced by rename is
+    opened afresh, exactly as a fresh open would find it."""
+
+    __slots__ = ("buckets", "ids", "indexes")
+
+    def __init__(self) -> None:
+        self.indexes: OrderedDict[str, StreamIndex] = OrderedDict()
+        #: The id table and the bytes of its header when it was verified.
+        self.ids: tuple[IdTable, bytes] | None = None
+        self.buckets: OrderedDict[int, tuple[int, tuple[int, int]]] = OrderedDict()
+
+    def fds(self) -> list[int]:
+        fds = [idx.fd for idx in self.indexes.values()]
+        fds += [fd for fd, _ in self.buckets.values()]
+        if self.ids is not None:
+            fds.append(self.ids[0].fd)
+        self.indexes.clear()
+        self.buckets.clear()
+        self.ids = None
+        return fds
 
 
 class _Retry(Exception):
@@ -363,6 +399,121 @@ class ReadsMixin(EngineCore):
                 return data
         raise CheckpointNotFound(cid)
 
+    # -- descriptors the point reads keep -----------------------------------------------
+
+    def _kept(self) -> _Kept:
+        """This thread's kept descriptors (see :class:`_Kept`)."""
+        table: dict[int, _Kept] = self.__dict__.setdefault("_kept_by_thread", {})
+        me = threading.get_ident()
+        kept = table.get(me)
+        if kept is None:
+            kept = table[me] = _Kept()
+        return kept
+
+    def close_fds(self) -> None:
+        """Close the store's descriptors, and those the point reads keep (no call is
+        in flight once the store's own are closed, so none of these is in use)."""
+        super().close_fds()
+        table: dict[int, _Kept] = self.__dict__.pop("_kept_by_thread", {})
+        for kept in table.values():
+            for fd in kept.fds():
+                with contextlib.suppress(OSError):
+                    self.io.close(fd)
+
+    def _index_kept(self, sfile: str) -> StreamIndex | None:
+        """:meth:`_index_for_read` through this thread's kept descriptors: ``None`` if
+        there is no such index; raises :class:`IndexDamaged` as the open does."""
+        kept = self._kept()
+        streams = self.fd("streams")
+        try:
+            st = self.io.lstat(sfile, dir_fd=streams)
+        except FileNotFoundError:
+            st = None
+        idx = kept.indexes.get(sfile)
+        if idx is not None:
+            if st is not None and _same_regular(st, idx.identity):
+                idx.refresh(st.st_size)
+                kept.indexes.move_to_end(sfile)
+                return idx
+            del kept.indexes[sfile]
+            self.io.close(idx.fd)
+        if st is None:
+            return None
+        idx = self._index_for_read(sfile)
+        if idx is None:
+            return None
+        idx.keep = True
+        kept.indexes[sfile] = idx
+        while len(kept.indexes) > _KEPT_INDEXES:
+            _, old = kept.indexes.popitem(last=False)
+            self.io.close(old.fd)
+        return idx
+
+    def _ids_kept(self) -> IdTable:
+        """The id table through this thread's kept descriptor: its header is read
+        again at every use and must be the bytes verified when it was opened (so
+        damage to it is seen as by a fresh open), and its size must still hold its
+        slots. Raises :class:`IndexDamaged` as :meth:`IdTable.open` does."""
+        kept = self._kept()
+        root = self.fd("root")
+        try:
+            st = self.io.lstat(fmt.IDS_NAME, dir_fd=root)
+        except FileNotFoundError:
+            st = None
+        if kept.ids is not None:
+            ids, header = kept.ids
+            if (
+                st is not None
+                and _same_regular(st, ids.identity)
+                and st.st_size >= fmt.IDS_HEADER_SIZE + ids.capacity * fmt.IDS_SLOT.size
+                and read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0) == header
+            ):
+                return ids
+            kept.ids = None
+            self.io.close(ids.fd)
+        ids = IdTable.open(self.io, root, self.store_id)
+        try:
+            header = read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0)
+        except BaseException:
+            ids.close()
+            raise
+        ids.keep = True
+        kept.ids = (ids, header)
+        return ids
+
+    def _bucket_kept(self, seq: int) -> int | None:
+        """``seq``'s bucket directory through this thread's kept descriptors (not to
+        be closed by the caller); ``None`` if missing."""
+        kept = self._kept()
+        number = fmt.bucket_of(seq)
+        records = self.fd("records")
+        name = fmt.bucket_name(number)
+        try:
+            st = self.io.lstat(name, dir_fd=records)
+        except FileNotFoundError:
+            st = None
+        held = kept.buckets.get(number)
+        if held is not None:
+            if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held[1]:
+                return held[0]
+            del kept.buckets[number]
+            self.io.close(held[0])
+        if st is None:
+            return None
+        fd = self.open_dir(records, name, create=False)
+        if fd is None:
+            return None
+        try:
+            got = self.io.fstat(fd)
+        except BaseException:
+            self.io.close(fd)
+            raise
+        kept.buckets[number] = (fd, (got.st_dev, got.st_ino))
+        while len(kept.buckets) > _KEPT_BUCKETS:
+            _, (old, _) = kept.buckets.popitem(last=False)
+            self.io.close(old)
+        return fd
+
     # -- point reads that never wait (for the event loop's thread) ---------------------
 
     def _state_nowait(self) -> fmt.State | None:
@@ -403,12 +554,11 @@ class ReadsMixin(EngineCore):
             return HOP
         cap = fmt.visible_cap(state)
         try:
-            idx = self._index_for_read(fmt.stream_file_name(stream))
+            idx = self._index_kept(fmt.stream_file_name(stream))
             if idx is None:
                 got: StoredRecord | Hop | None = None
             else:
-                with idx:
-                    got = self._latest_nowait_in(idx, stream, now, cap)
+                got = self._latest_nowait_in(idx, stream, now, cap)
         except (IndexDamaged, ConcurrentModificationError):
             return HOP
         if got is HOP:
@@ -426,45 +576,36 @@ class ReadsMixin(EngineCore):
         """:meth:`_latest_walk` that stops with :data:`HOP` wherever that one would
         re-look, raise, or keep walking for long."""
         now_us = fmt.to_micros(now)
-        dirs: dict[int, int] = {}
         loaded = 0
-        try:
-            for seen, (_, slot) in enumerate(idx.walk(idx.count - 1, -1)):
-                if seen >= _NOWAIT_SLOTS:
-                    return HOP
-                if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
-                    continue
-                loaded += 1
-                if loaded > _NOWAIT_RECORDS:
-                    return HOP
-                got = self._load_nowait(slot.seq, slot.cid, dirs)
-                if got is None or got[0].stream != stream:
-                    return HOP
-                if not got[0].is_expired(now):
-                    return got[0]
-            return None
-        finally:
-            self.close_dirs(dirs)
+        for seen, (_, slot) in enumerate(idx.walk(idx.count - 1, -1)):
+            if seen >= _NOWAIT_SLOTS:
+                return HOP
+            if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
+                continue
+            loaded += 1
+            if loaded > _NOWAIT_RECORDS:
+                return HOP
+            got = self._load_nowait(slot.seq, slot.cid)
+            if got is None or got[0].stream != stream:
+                return HOP
+            if not got[0].is_expired(now):
+                return got[0]
+        return None
 
-    def _load_nowait(
-        self, seq: int, cid: str, dirs: dict[int, int]
-    ) -> tuple[StoredRecord, bytes] | None:
+    def _load_nowait(self, seq: int, cid: str) -> tuple[StoredRecord, bytes] | None:
         """:meth:`load_record` of a record file that is there, readable and at most
         :data:`NOWAIT_RECORD_BYTES` long (one ``lstat`` first tells); ``None`` for
         anything else (missing, damaged, large, not a plain file), which the worker
         reads instead and reports as it always does."""
-        number = fmt.bucket_of(seq)
-        bucket = dirs.get(number)
         try:
+            bucket = self._bucket_kept(seq)
             if bucket is None:
-                bucket = self.bucket(seq)
-                if bucket is None:
-                    return None
-                dirs[number] = bucket
+                return None
             st = self.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
             if not stat.S_ISREG(st.st_mode) or st.st_size > NOWAIT_RECORD_BYTES:
                 return None
-            return self.load_record(seq, cid, dirs)
+            # the kept descriptor, handed over as load_record's own: not closed by it
+            return self.load_record(seq, cid, {fmt.bucket_of(seq): bucket})
         except (OSError, IndexDamaged, CheckpointDecodeError):
             return None
 
@@ -484,16 +625,11 @@ class ReadsMixin(EngineCore):
             return HOP
         cap = fmt.visible_cap(state)
         try:
-            with self._ids_for_read() as ids:
-                candidates, deleted, others = ids.lookup_checked(fmt.id_key(cid))
+            candidates, deleted, others = self._ids_kept().lookup_checked(fmt.id_key(cid))
             for seq in candidates:
                 if cap is not None and seq > cap:
                     return HOP
-                dirs: dict[int, int] = {}
-                try:
-                    got = self._load_nowait(seq, cid, dirs)
-                finally:
-                    self.close_dirs(dirs)
+                got = self._load_nowait(seq, cid)
                 if got is None:
                     return HOP
                 return None if got[0].is_expired(now) else got[0]
@@ -656,6 +792,11 @@ class ReadsMixin(EngineCore):
             reason=reason,
             error=CheckpointDecodeError.__name__,
         )
+
+
+def _same_regular(st: Any, identity: tuple[int, int]) -> bool:
+    """Whether ``st`` (an ``lstat``) is the regular, singly linked file ``identity``."""
+    return (st.st_dev, st.st_ino) == identity and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) -> None:
