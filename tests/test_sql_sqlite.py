@@ -504,13 +504,7 @@ def _no_stray_threads() -> Iterator[None]:
     raise AssertionError(f"worker threads left running: {stray}")
 
 
-@pytest.mark.asyncio
-async def test_a_listed_page_costs_one_reader_hop(
-    store: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The page scan and the probe that decides its other cursor share one hop."""
-    for i in range(25):
-        await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
+def _count_reader_hops(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[object]:
     runtime = store._runtime
     hops: list[object] = []
     read = runtime.read
@@ -520,6 +514,17 @@ async def test_a_listed_page_costs_one_reader_hop(
         return await read(fn)
 
     monkeypatch.setattr(runtime, "read", counted)
+    return hops
+
+
+@pytest.mark.asyncio
+async def test_a_listed_page_costs_one_reader_hop(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page scan and the probe that decides its other cursor share one hop."""
+    for i in range(25):
+        await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
+    hops = _count_reader_hops(store, monkeypatch)
     for order in ("asc", "desc"):
         first = await store.list("s", limit=10, order=order)
         second = await store.list("s", limit=10, order=order, after=first.next_cursor)
@@ -539,19 +544,6 @@ async def test_a_listed_page_costs_one_reader_hop(
 
 
 # -- point reads on the event loop's thread -------------------------------------------------
-
-
-def _count_reader_hops(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    runtime = store._runtime
-    hops: list[object] = []
-    read = runtime.read
-
-    async def counted(fn: Any) -> Any:
-        hops.append(fn)
-        return await read(fn)
-
-    monkeypatch.setattr(runtime, "read", counted)
-    return hops
 
 
 @pytest.mark.asyncio

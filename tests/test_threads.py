@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,17 @@ def _threads(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(name + "-")]
 
 
+@contextlib.contextmanager
+def _door(name: str, size: int = 4) -> Iterator[ThreadDoor]:
+    """A door that is closed, and whose threads are gone, when the block ends."""
+    door = ThreadDoor(name, size=size)
+    try:
+        yield door
+    finally:
+        door.close()
+    _wait_gone(name)
+
+
 def _wait_gone(name: str) -> None:
     deadline = time.monotonic() + 5
     while _threads(name) and time.monotonic() < deadline:
@@ -26,8 +39,7 @@ def _wait_gone(name: str) -> None:
 
 @pytest.mark.asyncio
 async def test_runs_off_the_loop_thread_and_returns_results_and_errors() -> None:
-    door = ThreadDoor("sk-test-door-a")
-    try:
+    with _door("sk-test-door-a") as door:
         here = threading.get_ident()
         assert await door.run(threading.get_ident) != here
         assert await door.run(divmod, 7, 2) == (3, 1)
@@ -36,14 +48,10 @@ async def test_runs_off_the_loop_thread_and_returns_results_and_errors() -> None
         # an error does not stop the thread
         assert await door.run(lambda: "still here") == "still here"
         assert len(_threads("sk-test-door-a")) == 1  # one call at a time: one thread
-    finally:
-        door.close()
-    _wait_gone("sk-test-door-a")
 
 
 @pytest.mark.asyncio
 async def test_calls_run_concurrently_up_to_size_then_queue() -> None:
-    door = ThreadDoor("sk-test-door-b", size=3)
     gate = threading.Event()
     running: list[int] = []
     lock = threading.Lock()
@@ -59,7 +67,7 @@ async def test_calls_run_concurrently_up_to_size_then_queue() -> None:
             running.remove(i)
         return i
 
-    try:
+    with _door("sk-test-door-b", size=3) as door:
         tasks = [asyncio.create_task(door.run(blocked, i)) for i in range(5)]
         deadline = time.monotonic() + 5
         while len(running) < 3 and time.monotonic() < deadline:  # noqa: ASYNC110 - threads
@@ -69,17 +77,13 @@ async def test_calls_run_concurrently_up_to_size_then_queue() -> None:
         assert await asyncio.gather(*tasks) == list(range(5))
         assert peak == 3
         assert len(_threads("sk-test-door-b")) == 3
-    finally:
-        door.close()
-    _wait_gone("sk-test-door-b")
 
 
 @pytest.mark.asyncio
 async def test_a_call_cancelled_before_it_starts_never_runs() -> None:
-    door = ThreadDoor("sk-test-door-c", size=1)
     gate = threading.Event()
     ran: list[str] = []
-    try:
+    with _door("sk-test-door-c", size=1) as door:
         first = asyncio.create_task(door.run(lambda: gate.wait(5) and ran.append("first")))
         await asyncio.sleep(0.05)  # the thread is busy with the first call
         second = asyncio.create_task(door.run(lambda: ran.append("second")))
@@ -94,9 +98,6 @@ async def test_a_call_cancelled_before_it_starts_never_runs() -> None:
             await first
         assert await door.run(lambda: "after") == "after"
         assert ran == ["first"]
-    finally:
-        door.close()
-    _wait_gone("sk-test-door-c")
 
 
 @pytest.mark.asyncio
