@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import stat
 import threading
 from collections import OrderedDict
@@ -420,15 +421,18 @@ class ReadsMixin(EngineCore):
                 with contextlib.suppress(OSError):
                     self.io.close(fd)
 
+    def _lstat_or_none(self, name: str, dir_fd: int) -> os.stat_result | None:
+        try:
+            return self.io.lstat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+
     def _index_kept(self, sfile: str) -> StreamIndex | None:
         """:meth:`_index_for_read` through this thread's kept descriptors: ``None`` if
         there is no such index; raises :class:`IndexDamaged` as the open does."""
         kept = self._kept()
         streams = self.fd("streams")
-        try:
-            st = self.io.lstat(sfile, dir_fd=streams)
-        except FileNotFoundError:
-            st = None
+        st = self._lstat_or_none(sfile, streams)
         idx = kept.indexes.get(sfile)
         if idx is not None:
             if st is not None and _same_regular(st, idx.identity):
@@ -456,10 +460,7 @@ class ReadsMixin(EngineCore):
         slots. Raises :class:`IndexDamaged` as :meth:`IdTable.open` does."""
         kept = self._kept()
         root = self.fd("root")
-        try:
-            st = self.io.lstat(fmt.IDS_NAME, dir_fd=root)
-        except FileNotFoundError:
-            st = None
+        st = self._lstat_or_none(fmt.IDS_NAME, root)
         if kept.ids is not None:
             ids, header = kept.ids
             if (
@@ -488,10 +489,7 @@ class ReadsMixin(EngineCore):
         number = fmt.bucket_of(seq)
         records = self.fd("records")
         name = fmt.bucket_name(number)
-        try:
-            st = self.io.lstat(name, dir_fd=records)
-        except FileNotFoundError:
-            st = None
+        st = self._lstat_or_none(name, records)
         held = kept.buckets.get(number)
         if held is not None:
             if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held[1]:
