@@ -695,17 +695,29 @@ class SqliteRuntime:
         await self._writer_worker().call(lambda conn: _with_busy_timeout(conn, ms, vacuum))
 
     async def close(self) -> None:
-        workers = [w for w in (self._writer, *self._readers) if w is not None]
+        """Close every connection, the writer's last.
+
+        The last connection to close checkpoints the WAL into the database file and
+        removes it, so that after ``close()`` the file alone holds every save (what
+        a user copying ``store.db`` expects). SQLite only does that when the closing
+        connection can tell it is the last one; two connections closing at the same
+        moment each see the other and both skip it (closing them all at once left
+        the saves in the ``-wal`` file in 35 of 200 closes). So the readers and the
+        point-read connection close first, and the writer alone after them.
+        """
+        writer, readers = self._writer, self._readers
         inline, self._inline = self._inline, None
         self._writer, self._readers = None, []
         if self._pid != os.getpid():
-            _FORK_ORPHANS.extend(workers)
+            _FORK_ORPHANS.extend([w for w in (writer, *readers) if w is not None])
             if inline is not None:
                 _FORK_ORPHANS.append(inline)
             return
         if inline is not None:
             inline[1].conn.close()
-        await asyncio.gather(*(w.close() for w in workers))
+        await asyncio.gather(*(w.close() for w in readers))
+        if writer is not None:
+            await writer.close()
 
 
 def _begin_immediate(conn: sqlite3.Connection, timeout: float) -> None:
