@@ -520,14 +520,14 @@ class SqliteRuntime:
     def _connect_writer(self) -> sqlite3.Connection:
         if self.mode == "ro":
             raise AssertionError("a read-only SQLite runtime has no writer")
-        conn = self.connect()
         # The writer waits for the write lock in _begin_immediate, not in SQLite's
         # busy handler (see there); other statements of its own have no lock to wait for.
-        conn.execute("PRAGMA busy_timeout = 0")
-        return conn
+        return self.connect(wait=False)
 
-    def connect(self, *, check_same_thread: bool = True) -> sqlite3.Connection:
-        """A new connection with this store's settings (called on a worker thread)."""
+    def connect(self, *, wait: bool = True, check_same_thread: bool = True) -> sqlite3.Connection:
+        """A new connection with this store's settings (called on a worker thread);
+        ``wait=False``: SQLite's busy timeout is 0, so a lock it would wait for is an
+        immediate SQLITE_BUSY."""
         if self.mode != "rwc" and not os.path.isfile(self.path):
             raise StoreNotFound(
                 f"there is no SQLite store at {self.path!r} (no such file); nothing was "
@@ -556,6 +556,8 @@ class SqliteRuntime:
                 conn.execute("PRAGMA query_only = 1")
             if self._echo:
                 conn.set_trace_callback(lambda sql: logger.info("%s: %s", self.path, sql))
+            if not wait:  # last: the statements above still wait as every connection does
+                conn.execute("PRAGMA busy_timeout = 0")
         except BaseException:
             conn.close()
             raise
@@ -651,12 +653,7 @@ class SqliteRuntime:
             if not self._inline_reads:
                 return None
             # one thread only (checked below), but closed by close() wherever it runs
-            conn = self.connect(check_same_thread=False)
-            try:
-                conn.execute("PRAGMA busy_timeout = 0")
-            except BaseException:
-                conn.close()
-                raise
+            conn = self.connect(wait=False, check_same_thread=False)
             self._inline = (threading.get_ident(), SqliteSession(conn, self.compiler))
         owner, session = self._inline
         return session if owner == threading.get_ident() else None
@@ -705,14 +702,10 @@ class SqliteRuntime:
         the saves in the ``-wal`` file in 35 of 200 closes). So the readers and the
         point-read connection close first, and the writer alone after them.
         """
+        self._check_fork()  # in a forked child: the parent's are orphaned, not closed
         writer, readers = self._writer, self._readers
         inline, self._inline = self._inline, None
         self._writer, self._readers = None, []
-        if self._pid != os.getpid():
-            _FORK_ORPHANS.extend([w for w in (writer, *readers) if w is not None])
-            if inline is not None:
-                _FORK_ORPHANS.append(inline)
-            return
         if inline is not None:
             inline[1].conn.close()
         await asyncio.gather(*(w.close() for w in readers))
