@@ -303,8 +303,11 @@ def test_trusted_stored_record_is_stored_record_field_for_field() -> None:
 
 def test_trusted_models_are_the_validated_ones() -> None:
     """trusted_header and checkpoint_with_state set pydantic's own slots directly:
-    what they build equals, dumps, copies and compares as the validated models, and
-    each gets a fields-set of its own."""
+    what they build equals, dumps, copies and pickles as the validated models. They
+    share one read-only fields-set (every field is set in each), which refuses a
+    change rather than changing every checkpoint, and copies into a plain set."""
+    import copy
+    import pickle
     from datetime import timedelta
 
     from statekeeper.models import (
@@ -334,9 +337,25 @@ def test_trusted_models_are_the_validated_ones() -> None:
     assert cp == Checkpoint(**values, state={"v": 1})  # type: ignore[arg-type]
     assert cp.model_fields_set == set(Checkpoint.model_fields)
     other = trusted_header(dict(values))
-    header.model_fields_set.discard("id")
+    for change in (
+        lambda s: s.discard("id"),
+        lambda s: s.add("x"),
+        lambda s: s.clear(),
+        lambda s: s.update({"x"}),
+        lambda s: s.__ior__({"x"}),
+        lambda s: s.pop(),
+    ):
+        with pytest.raises(TypeError, match="shared and read-only"):
+            change(header.model_fields_set)
     assert other.model_fields_set == set(CheckpointHeader.model_fields)
-    assert cp.model_copy(update={"etag": "f"}).etag == "f" and cp.etag == "e"
+    assert cp.model_fields_set == set(Checkpoint.model_fields)
+    changed = cp.model_copy(update={"etag": "f"})
+    assert changed.etag == "f" and cp.etag == "e"
+    for twin in (changed, copy.copy(cp), copy.deepcopy(cp), pickle.loads(pickle.dumps(cp))):
+        assert type(twin.model_fields_set) is set
+        assert twin.model_fields_set == set(Checkpoint.model_fields)
+    assert pickle.loads(pickle.dumps(cp)) == cp
+    assert cp.model_dump(exclude_unset=True) == cp.model_dump()
     assert header.__pydantic_extra__ is None and header.__pydantic_private__ is None
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -69,8 +69,44 @@ class Checkpoint(CheckpointHeader):
 
 _HEADER_FIELDS = frozenset(CheckpointHeader.model_fields)
 _CHECKPOINT_FIELDS = frozenset(Checkpoint.model_fields)
-_HEADER_FIELD_SET = set(_HEADER_FIELDS)
-_CHECKPOINT_FIELD_SET = set(_CHECKPOINT_FIELDS)
+
+
+class _SharedFieldsSet(set[str]):
+    """The ``model_fields_set`` that every header and checkpoint built by the read
+    paths shares: all fields are set, in every one of them.
+
+    One shared object instead of a new set each: a listing of 10,000 checkpoints
+    then makes 10,000 fewer objects for the cyclic garbage collector to track, which
+    measured 7-30% of a listing's time (issue 15). Pydantic copies the set before it
+    changes it (``model_copy(update=...)``), and frozen models never add to it; a
+    caller that tries to change it gets ``TypeError`` instead of changing every
+    checkpoint. ``copy()`` gives a plain ``set``.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("model_fields_set of a checkpoint that was read is shared and read-only")
+
+    add = discard = remove = pop = clear = update = _refuse
+    difference_update = intersection_update = symmetric_difference_update = _refuse
+    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
+
+    def copy(self) -> set[str]:
+        return set(self)
+
+    def __copy__(self) -> set[str]:
+        return set(self)
+
+    def __deepcopy__(self, memo: Any) -> set[str]:
+        return set(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (set, (list(self),))
+
+
+_HEADER_FIELD_SET = _SharedFieldsSet(_HEADER_FIELDS)
+_CHECKPOINT_FIELD_SET = _SharedFieldsSet(_CHECKPOINT_FIELDS)
 _new = object.__new__
 
 
@@ -97,7 +133,7 @@ def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
     """
     obj: CheckpointHeader = _new(CheckpointHeader)
     _set_dict(obj, values)
-    _set_fields_set(obj, _HEADER_FIELD_SET.copy())
+    _set_fields_set(obj, _HEADER_FIELD_SET)
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
@@ -112,7 +148,7 @@ def checkpoint_with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
     values["state"] = state
     obj: Checkpoint = _new(Checkpoint)
     _set_dict(obj, values)
-    _set_fields_set(obj, _CHECKPOINT_FIELD_SET.copy())
+    _set_fields_set(obj, _CHECKPOINT_FIELD_SET)
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
