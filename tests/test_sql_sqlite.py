@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -517,22 +517,19 @@ def _count_reader_hops(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[obje
     return hops
 
 
-@pytest.mark.asyncio
-async def test_a_listed_page_costs_one_reader_hop(
-    store: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The page scan and the probe that decides its other cursor share one hop."""
-    for i in range(25):
-        await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
-    hops = _count_reader_hops(store, monkeypatch)
+async def _walk_pages(store: Any, hops: list[object], limit: int, per_page: int) -> None:
+    """List 25 checkpoints page by page both ways (and filtered): each page costs
+    ``per_page`` reader hops (its scan and the probe for its other cursor share one)."""
     for order in ("asc", "desc"):
-        first = await store.list("s", limit=10, order=order)
-        second = await store.list("s", limit=10, order=order, after=first.next_cursor)
-        third = await store.list("s", limit=10, order=order, after=second.next_cursor)
-        again = await store.list("s", limit=10, order=order, before=third.prev_cursor)
-        odd = await store.list("s", limit=5, order=order, tags={"odd": "1"})
-        odd2 = await store.list("s", limit=5, order=order, tags={"odd": "1"}, after=odd.next_cursor)
-        assert len(hops) == 6, (order, len(hops))
+        first = await store.list("s", limit=limit, order=order)
+        second = await store.list("s", limit=limit, order=order, after=first.next_cursor)
+        third = await store.list("s", limit=limit, order=order, after=second.next_cursor)
+        again = await store.list("s", limit=limit, order=order, before=third.prev_cursor)
+        odd = await store.list("s", limit=limit // 2, order=order, tags={"odd": "1"})
+        odd2 = await store.list(
+            "s", limit=limit // 2, order=order, tags={"odd": "1"}, after=odd.next_cursor
+        )
+        assert len(hops) == 6 * per_page, (order, len(hops))
         hops.clear()
         states = [cp.state["i"] for p in (first, second, third) for cp in p.items]
         assert states == (list(range(25)) if order == "asc" else list(range(24, -1, -1)))
@@ -541,6 +538,33 @@ async def test_a_listed_page_costs_one_reader_hop(
         assert again.items == second.items and again.prev_cursor and again.next_cursor
         assert [cp.state["i"] % 2 for cp in odd.items + odd2.items] == [1] * 10
         assert odd2.prev_cursor is not None and odd2.has_more
+
+
+@pytest.mark.asyncio
+async def test_a_listed_page_of_up_to_100_takes_no_hop_and_a_larger_one_takes_one(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of up to 100 items is read on the loop's thread, as get_latest is; the
+    page scan of a larger limit and the probe that decides its other cursor share one
+    reader hop."""
+    for i in range(25):
+        await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
+    hops = _count_reader_hops(store, monkeypatch)
+    await _walk_pages(store, hops, limit=10, per_page=0)
+    assert len((await store.list("s", limit=100)).items) == 25 and hops == []
+    # 100 items ask for 101 rows; 101 items ask for 102, over the inline bound
+    assert len((await store.list("s", limit=101)).items) == 25 and len(hops) == 1
+
+
+@pytest.mark.asyncio
+async def test_inline_reads_false_sends_pages_to_the_reader_threads(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqlCheckpointStore(f"sqlite:///{db}?inline_reads=false") as store:
+        for i in range(25):
+            await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
+        hops = _count_reader_hops(store, monkeypatch)
+        await _walk_pages(store, hops, limit=10, per_page=1)
 
 
 # -- point reads on the event loop's thread -------------------------------------------------
@@ -582,13 +606,25 @@ async def test_inline_reads_false_sends_point_reads_to_the_reader_threads(
         assert len(hops) == 2
 
 
+async def _latest_id(store: Any) -> str:
+    return str((await store.get_latest("job")).id)
+
+
+async def _listed_id(store: Any) -> str:
+    page = await store.list("job", limit=20)
+    assert len(page.items) == 1 and page.next_cursor is None
+    return str(page.items[0].id)
+
+
 @pytest.mark.asyncio
+@pytest.mark.parametrize("read", [_latest_id, _listed_id], ids=["get_latest", "a page"])
 async def test_a_point_read_that_would_wait_goes_to_a_reader_and_the_loop_runs_on(
-    db: Path, monkeypatch: pytest.MonkeyPatch
+    db: Path, monkeypatch: pytest.MonkeyPatch, read: Callable[[Any], Awaitable[str]]
 ) -> None:
     """A read-only store of a file in rollback-journal mode, while another connection
-    holds it exclusively: the loop's connection is told busy at once, the read waits
-    on a reader thread (busy_timeout), and the event loop keeps running meanwhile."""
+    holds it exclusively: the loop's connection is told busy at once, the read (a
+    get_latest, or a page and its probe) runs again and waits on a reader thread
+    (busy_timeout), and the event loop keeps running meanwhile."""
     async with SqlCheckpointStore(f"sqlite:///{db}") as writable:
         cp = await writable.save("job", {"n": 1})
     plain = sqlite3.connect(db, isolation_level=None)
@@ -596,7 +632,7 @@ async def test_a_point_read_that_would_wait_goes_to_a_reader_and_the_loop_runs_o
     plain.close()
     async with SqlCheckpointStore(f"sqlite:///{db}", read_only=True, busy_timeout=5) as store:
         hops = _count_reader_hops(store, monkeypatch)
-        assert (await store.get_latest("job")).id == cp.id  # the loop's connection exists
+        assert await read(store) == cp.id  # the loop's connection exists
         assert hops == []
         blocker = sqlite3.connect(db, isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")
@@ -613,12 +649,12 @@ async def test_a_point_read_that_would_wait_goes_to_a_reader_and_the_loop_runs_o
         loop.call_later(0.3, blocker.execute, "ROLLBACK")
         try:
             started = loop.time()
-            latest = await store.get_latest("job")
+            got = await read(store)
             waited = loop.time() - started
         finally:
             ticker.cancel()
             blocker.close()
-        assert latest is not None and latest.id == cp.id
+        assert got == cp.id
         assert waited >= 0.25 and ticks >= 10, (waited, ticks)
         assert len(hops) == 1
         assert (await store.load(cp.id)).state == {"n": 1}  # inline again
@@ -637,7 +673,8 @@ async def test_after_close_the_database_file_alone_holds_every_save(
         async with SqlCheckpointStore(f"sqlite:///{db}") as store:
             await store.save("job", {"i": i})
             await store.get_latest("job")  # the point-read connection
-            await asyncio.gather(store.list("job"), store.list("job"))  # two readers
+            # two reader threads: a page over 100 items is read there
+            await asyncio.gather(store.list("job", limit=200), store.list("job", limit=200))
         assert _wal_bytes(wal) == 0, f"close {i} left the WAL"
         assert _saved_in_a_copy(db, tmp_path / f"copy{i}.db") == i + 1
 

@@ -92,7 +92,8 @@ class Runtime(Protocol):
         """Run ``fn`` outside a transaction: each statement is its own snapshot."""
 
     async def point_read(self, fn: Callable[[Session], T]) -> T:
-        """As :meth:`read`, for ``fn`` that looks up one row by an index (where the
+        """As :meth:`read`, for ``fn`` that reads a bounded index range: one row by an
+        index, or a page of at most ``INLINE_PAGE_ROWS`` rows and its probe (where the
         runtime may run it without a thread hop: SQLite)."""
 
     async def snapshot(self, fn: Callable[[Session], T]) -> T:

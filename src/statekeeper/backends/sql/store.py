@@ -63,6 +63,11 @@ Order = Literal["asc", "desc"]
 
 _REBUILD = "repair() rebuilds the meta table from the records"
 
+# A scan of at most this many rows (a listed page of up to 100 items asks for one
+# more, to tell whether there is a next page) is read like a point read (SQLite: on
+# the event loop's thread, see Runtime.point_read); a larger one takes the reader hop.
+INLINE_PAGE_ROWS = 101
+
 
 class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     """A :class:`~statekeeper.CheckpointStore` in an SQL database.
@@ -359,7 +364,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         )
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        """One keyset scan, in one worker hop or round trip.
+        """One keyset scan, in one worker hop or round trip (or none: a page of at
+        most :data:`INLINE_PAGE_ROWS` runs as :meth:`Runtime.point_read` does).
 
         A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
         hop, the one-row probe that :func:`statekeeper._paging.list_page` asks for
@@ -405,7 +411,12 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1})
             return page, (_probe_key(replace(probe, bound=edge), tags, meta), found)
 
-        page, self._probed = await self._guard("listing", self._read(op))
+        # a page of up to INLINE_PAGE_ROWS rows is one bounded index range scan (plus
+        # the one-row probe): SQLite runs it without the hop, which costs more per
+        # item than the rows' envelopes do (issue 15)
+        rt = self._rt()
+        read = rt.point_read if query.limit <= INLINE_PAGE_ROWS else rt.read
+        page, self._probed = await self._guard("listing", read(op))
         return page
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
