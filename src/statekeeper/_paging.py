@@ -69,6 +69,12 @@ class ScanQuery:
 #: Records per scan when the base class filters metadata by scanning.
 _FILTER_CHUNK = 256
 
+#: The largest scan a backend may run on the event loop's thread as a point read
+#: (SQLite, file: with ``inline_reads``): a listed page of up to 100 items, which
+#: asks for one row more to tell whether there is a next page. A thread hop costs
+#: a page more than its rows do; a larger page takes the hop.
+INLINE_PAGE_ROWS = 101
+
 
 async def scan(store: BaseCheckpointStore[Any], query: ScanQuery) -> builtins.list[Entry]:
     """``store._scan(query)``, filtering metadata by scanning where the backend

@@ -250,13 +250,13 @@ class EngineCore:
 
     # -- safe reads of untrusted files ---------------------------------------------------
 
-    def read_file(self, dir_fd: int, name: str) -> bytes | None:
+    def read_file(self, dir_fd: int, name: str, limit: int | None = None) -> bytes | None:
         """The bytes of a record file, ``None`` if it does not exist.
 
         Opened with ``O_NOFOLLOW|O_NONBLOCK``, so a symlink is refused and a FIFO
         cannot block; ``fstat`` must then show a regular file with one link and at
-        most ``max_record_bytes``, before anything is read. Raises
-        :class:`RecordProblem` otherwise.
+        most ``max_record_bytes`` (and at most ``limit``, if given), before anything
+        is read. Raises :class:`RecordProblem` otherwise.
         """
         try:
             fd = self.io.open(name, RO_FILE, dir_fd=dir_fd)
@@ -281,6 +281,8 @@ class EngineCore:
                 raise RecordProblem(
                     f"it is {st.st_size} bytes, over the {self.max_record_bytes}-byte limit"
                 )
+            if limit is not None and st.st_size > limit:
+                raise RecordProblem(f"it is {st.st_size} bytes, over this read's {limit}")
             # One byte more than fstat said: a file that grew is caught by the length check.
             return read_exact(self.io, fd, st.st_size + 1, 0, expect=st.st_size)
         finally:
@@ -297,10 +299,11 @@ class EngineCore:
         )
 
     def load_record(
-        self, seq: int, cid: str, dirs: dict[int, int] | None = None
+        self, seq: int, cid: str, dirs: dict[int, int] | None = None, limit: int | None = None
     ) -> tuple[StoredRecord, bytes] | None:
         """Read and verify record ``seq``/``cid``: ``None`` if missing, else the record
-        and its bytes; :class:`CheckpointDecodeError` naming it if unreadable.
+        and its bytes; :class:`CheckpointDecodeError` naming it if unreadable (or, with
+        ``limit``, over ``limit`` bytes).
 
         ``dirs`` keeps bucket descriptors open across the records of one call (a page
         of one stream is mostly in one or two buckets); the caller closes them with
@@ -320,7 +323,7 @@ class EngineCore:
                 dirs[number] = bucket
                 owned = False
         try:
-            data = self.read_file(bucket, fmt.record_name(seq, cid))
+            data = self.read_file(bucket, fmt.record_name(seq, cid), limit)
         except RecordProblem as exc:
             raise self.decode_error(exc.reason, seq, cid) from None
         finally:

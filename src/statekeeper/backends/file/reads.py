@@ -97,6 +97,10 @@ class _Retry(Exception):
     """A concurrent writer changed what this read was looking at."""
 
 
+class _NoWait(Exception):
+    """A scan on the event loop's thread met what only the worker decides."""
+
+
 class ReadsMixin(EngineCore):
     """Strict ``latest``/``get``, tolerant ``scan``, and the listings."""
 
@@ -590,20 +594,31 @@ class ReadsMixin(EngineCore):
                 return got[0]
         return None
 
-    def _load_nowait(self, seq: int, cid: str) -> tuple[StoredRecord, bytes] | None:
+    def _load_nowait(
+        self, seq: int, cid: str, seen: dict[int, tuple[int, tuple[int, int]]] | None = None
+    ) -> tuple[StoredRecord, bytes] | None:
         """:meth:`load_record` of a record file that is there, readable and at most
-        :data:`NOWAIT_RECORD_BYTES` long (one ``lstat`` first tells); ``None`` for
-        anything else (missing, damaged, large, not a plain file), which the worker
-        reads instead and reports as it always does."""
+        :data:`NOWAIT_RECORD_BYTES` long (its ``fstat`` tells, before any read);
+        ``None`` for anything else (missing, damaged, large, not a plain file), which
+        the worker reads instead and reports as it always does.
+
+        ``seen`` (one page scan's) holds the kept bucket entries this call already
+        checked by ``lstat``: one still kept (the same entry object) is used without
+        another ``lstat``, within the one scan."""
         try:
-            bucket = self._bucket_kept(seq)
-            if bucket is None:
-                return None
-            st = self.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > NOWAIT_RECORD_BYTES:
-                return None
+            number = fmt.bucket_of(seq)
+            held = seen.get(number) if seen is not None else None
+            if held is not None and self._kept().buckets.get(number) is held:
+                bucket = held[0]
+            else:
+                found = self._bucket_kept(seq)
+                if found is None:
+                    return None
+                bucket = found
+                if seen is not None:
+                    seen[number] = self._kept().buckets[number]
             # the kept descriptor, handed over as load_record's own: not closed by it
-            return self.load_record(seq, cid, {fmt.bucket_of(seq): bucket})
+            return self.load_record(seq, cid, {number: bucket}, NOWAIT_RECORD_BYTES)
         except (OSError, IndexDamaged, CheckpointDecodeError):
             return None
 
@@ -638,6 +653,45 @@ class ReadsMixin(EngineCore):
         except (IndexDamaged, ConcurrentModificationError):
             return HOP
         return None
+
+    def scan_nowait(
+        self,
+        query: ScanQuery,
+        probe_of: Callable[[list[StoredRecord | Skipped]], ScanQuery] | None,
+    ) -> tuple[list[StoredRecord | Skipped], ScanQuery | None, list[StoredRecord | Skipped]] | Hop:
+        """:meth:`scan_and_probe` (or, with no ``probe_of``, :meth:`scan`) of one
+        stream, when it is the cheap indexed read, else :data:`HOP` at once.
+
+        Like :meth:`latest_nowait`, it runs on the caller's thread (the event
+        loop's) with no lock, no sleep and no retry: the state, the stream index
+        through this thread's kept descriptor, the page's slots, and each record
+        file (an ``lstat``, then ``open``, ``fstat``, ``pread``, ``close``) on the
+        page cache. Wherever the worker's scan would do more or answer otherwise,
+        it answers :data:`HOP` and the worker scans, exactly as without it: a
+        global or metadata-filtered listing, every case :meth:`_state_nowait`
+        refuses, an orphan, a damaged or missing index, a writer in the way, and a
+        record that is missing, damaged, unreadable, larger than
+        :data:`NOWAIT_RECORD_BYTES` or of another stream (the worker reports it as
+        skipped, or sees it was deleted meanwhile). So a page it returns never
+        holds a :class:`~statekeeper.models.Skipped` entry. OS errors propagate as
+        they would from the worker's scan."""
+        if query.stream is None or query.metadata:
+            return HOP
+        state = self._state_nowait()
+        if state is None or state.orphan is not None or self._records_only(state):
+            return HOP
+        cap = fmt.visible_cap(state)
+        try:
+            idx = self._index_kept(fmt.stream_file_name(query.stream))
+            if idx is None:
+                return HOP  # a missing index: the worker lists streams/ (and surveys)
+            page = self._scan_slots(idx, query, {}, cap, nowait=True)
+            if probe_of is None:
+                return page, None, []
+            probe = probe_of(page)
+            return page, probe, self._scan_slots(idx, probe, {}, cap, nowait=True)
+        except (IndexDamaged, ConcurrentModificationError, _NoWait):
+            return HOP
 
     # -- tolerant scans -----------------------------------------------------------------
 
@@ -703,8 +757,18 @@ class ReadsMixin(EngineCore):
             self.close_dirs(dirs)
 
     def _scan_slots(
-        self, idx: StreamIndex, q: ScanQuery, dirs: dict[int, int], cap: int | None
+        self,
+        idx: StreamIndex,
+        q: ScanQuery,
+        dirs: dict[int, int],
+        cap: int | None,
+        *,
+        nowait: bool = False,
     ) -> list[StoredRecord | Skipped]:
+        """The entries of ``q`` from ``idx``'s slots. ``nowait`` (the event loop's
+        thread, :meth:`scan_nowait`): each record through :meth:`_load_nowait`, and
+        :class:`_NoWait` wherever the worker's scan would report a skipped entry or
+        look again (a record missing, damaged, unreadable or of another stream)."""
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.locate(q.bound, right=True)), 1
             if start >= idx.count > 0:
@@ -716,8 +780,18 @@ class ReadsMixin(EngineCore):
                 _check_edge(idx, 0, q.bound, beyond=True)
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
+        seen: dict[int, tuple[int, tuple[int, int]]] = {}
         for pos, slot in idx.walk(start, step, first=min(q.limit, _PAGE_SLOTS)):
             if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
+                continue
+            if nowait:
+                got = self._load_nowait(slot.seq, slot.cid, seen)
+                if got is None or got[0].stream != q.stream:
+                    raise _NoWait
+                if wanted(got[0], q):
+                    out.append(got[0])
+                if len(out) >= q.limit:
+                    break
                 continue
             try:
                 got = self.load_record(slot.seq, slot.cid, dirs)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 from pydantic import Field
 
 from ..._integrity import repair_records
-from ..._paging import probe_bound
+from ..._paging import INLINE_PAGE_ROWS, probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from ..._threads import ThreadDoor
 from ..._url import StoreURL
@@ -62,11 +62,12 @@ class FileStoreOptions(StoreOptions):
     #: ``"fsync"``, one ``fsync`` per record file; ``"auto"``, ``syncfs`` on Linux
     #: 5.8 or later (older kernels do not report its write errors), else ``fsync``.
     batch_sync: Literal["auto", "syncfs", "fsync"] = "auto"
-    #: Run ``get_latest`` and ``load`` on the event loop's thread when they are the
-    #: cheap indexed read (a few reads of files the OS usually has cached, no lock,
-    #: no wait, no record over 1 MiB), and in the worker thread otherwise (a damaged
-    #: or missing index, a crashed writer's journal, a concurrent writer in the way,
-    #: a damaged record), with the same answers and errors either way. ``False``
+    #: Run ``get_latest``, ``load`` and listed pages of one stream (up to 100 items)
+    #: on the event loop's thread when they are the cheap indexed read (reads of
+    #: files the OS usually has cached, no lock, no wait, no record over 1 MiB), and
+    #: in the worker thread otherwise (a damaged or missing index, a crashed
+    #: writer's journal, a concurrent writer in the way, a damaged record, a page
+    #: that would skip one), with the same answers and errors either way. ``False``
     #: sends every read to the worker thread.
     inline_reads: bool = True
 
@@ -112,9 +113,10 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     a concurrent writer disturbs them, and raise
     :class:`~statekeeper.errors.ConcurrentModificationError` if that keeps
     happening. Every call runs its system calls in a worker thread, one hop per
-    call, except that ``get_latest`` and ``load`` run on the event loop's thread
-    when they are the cheap indexed read (``inline_reads``, the default: a few reads
-    of files the OS usually has cached, no lock, no wait, no record over 1 MiB) and
+    call, except that ``get_latest``, ``load`` and pages of one stream (up to 100
+    items) run on the event loop's thread when they are the cheap indexed read
+    (``inline_reads``, the default: reads of files the OS usually has cached, no
+    lock, no wait, no record over 1 MiB) and
     take the hop wherever they would do more (damage, a crashed writer's journal, a
     concurrent writer in the way), with the same answers and errors.
     Not for network file systems (their ``flock`` is unreliable).
@@ -425,7 +427,9 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("get_latest", self._engine.latest, stream, now)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        """One scan, in one worker hop.
+        """One scan, in one worker hop (or none: with ``inline_reads``, a page of one
+        stream of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows, when
+        :meth:`.reads.ReadsMixin.scan_nowait` can answer it on this thread).
 
         A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
         hop, the one-entry probe that :func:`statekeeper._paging.list_page` asks
@@ -439,23 +443,39 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         kept, self._probed = self._probed, None
         if kept is not None and query.limit == 1 and kept[0] == query:
             return kept[1]
-        if query.bound is None or query.limit == 1 or query.metadata:
+        probed = query.bound is not None and query.limit > 1 and not query.metadata
+        if self._inline_reads and query.limit <= INLINE_PAGE_ROWS:
+            got = self._call(
+                "list", self._engine.scan_nowait, query, self._probe_of(query) if probed else None
+            )
+            if got is not HOP:
+                page, probe, found = got
+                if probe is not None:
+                    self._probed = (probe, found)
+                return page
+        if not probed:
             return await self._run("list", self._engine.scan, query)
         page, self._probed = await self._run("list", self._scan_and_probe, query)
         return page
 
-    def _scan_and_probe(
-        self, query: ScanQuery
-    ) -> tuple[list[StoredRecord | Skipped], tuple[ScanQuery, list[StoredRecord | Skipped]] | None]:
-        """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread),
-        read through one stream index (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
+    @staticmethod
+    def _probe_of(query: ScanQuery) -> Callable[[list[StoredRecord | Skipped]], ScanQuery]:
+        """The probe :func:`statekeeper._paging.list_page` asks for after the page of
+        ``query``: one entry the other way from the page's edge."""
 
         def probe_of(page: list[StoredRecord | Skipped]) -> ScanQuery:
             edge = probe_bound(query, page)
             back: Literal["asc", "desc"] = "desc" if query.order == "asc" else "asc"
             return replace(query, order=back, bound=edge, limit=1)
 
-        page, probe, probed = self._engine.scan_and_probe(query, probe_of)
+        return probe_of
+
+    def _scan_and_probe(
+        self, query: ScanQuery
+    ) -> tuple[list[StoredRecord | Skipped], tuple[ScanQuery, list[StoredRecord | Skipped]] | None]:
+        """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread),
+        read through one stream index (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
+        page, probe, probed = self._engine.scan_and_probe(query, self._probe_of(query))
         return page, (probe, probed)
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 import sqlalchemy as sa
 
 from ..._integrity import repair_records
-from ..._paging import probe_bound
+from ..._paging import INLINE_PAGE_ROWS, probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -63,10 +63,6 @@ Order = Literal["asc", "desc"]
 
 _REBUILD = "repair() rebuilds the meta table from the records"
 
-# A scan of at most this many rows (a listed page of up to 100 items asks for one
-# more, to tell whether there is a next page) is read like a point read (SQLite: on
-# the event loop's thread, see Runtime.point_read); a larger one takes the reader hop.
-INLINE_PAGE_ROWS = 101
 
 
 class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):

@@ -1,0 +1,238 @@
+"""Listed pages of one stream (up to 100 items) of the file backend run on the event
+loop's thread when they are the cheap indexed read (``inline_reads``, on by
+default), and take the worker hop wherever the scan would do more: a page they
+give is exactly the page, with the same cursors, that the hop path
+(``inline_reads=False``) gives, and a page that would hold a skipped entry always
+comes from the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from file_helpers import count_hops
+from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file.reads import NOWAIT_RECORD_BYTES
+from statekeeper.models import Checkpoint, Page
+
+pytestmark = pytest.mark.asyncio
+
+
+def record_file(root: Path, cp: Checkpoint) -> Path:
+    return root / "records" / f"{cp.sequence // 1000:017d}" / f"{cp.sequence:020d}.{cp.id}.ckpt"
+
+
+def seen(page: Page) -> tuple[Any, ...]:
+    """Everything a caller can see of a page."""
+    return (
+        [(cp.id, cp.sequence, cp.state, cp.tags, cp.etag) for cp in page.items],
+        [(s.id, s.sequence, s.error, s.reason) for s in page.skipped],
+        page.next_cursor,
+        page.prev_cursor,
+        page.has_more,
+    )
+
+
+async def by_hop(store: FileCheckpointStore, call: Callable[[], Awaitable[Page]]) -> Page:
+    """``call`` with ``inline_reads`` off for its duration: the worker path alone."""
+    store._inline_reads = False
+    try:
+        return await call()
+    finally:
+        store._inline_reads = True
+
+
+async def inline_and_hop(
+    store: FileCheckpointStore,
+    hops: list[str],
+    call: Callable[[], Awaitable[Page]],
+    want: list[str],
+) -> Page:
+    """``call`` makes the hops ``want`` and gives the page the hop path gives."""
+    before = len(hops)
+    page = await call()
+    assert hops[before:] == want, hops[before:]
+    assert seen(page) == seen(await by_hop(store, call))
+    return page
+
+
+async def walk(
+    store: FileCheckpointStore, hops: list[str], stream: str, **query: Any
+) -> list[Page]:
+    """Every page of ``stream`` forward, then back with ``before=``; each page inline
+    (no hop) and equal to the worker's."""
+    pages: list[Page] = []
+    cursor = None
+    while True:
+        page = await inline_and_hop(
+            store, hops, lambda c=cursor: store.list(stream, after=c, **query), []
+        )
+        pages.append(page)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    back = pages[-1].prev_cursor
+    while back is not None:
+        page = await inline_and_hop(
+            store, hops, lambda c=back: store.list(stream, before=c, **query), []
+        )
+        back = page.prev_cursor
+    return pages
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_pages_take_no_hop_and_are_the_workers_pages(tmp_path: Path, order: str) -> None:
+    """Three streams interleaved, tags, deleted and expired checkpoints, and a save
+    between two pages: every page inline, every page the worker's."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        rng = random.Random(15)
+        saved: dict[str, list[Checkpoint]] = {"a": [], "b": [], "c": []}
+        for i in range(150):
+            stream = rng.choice("aab c")
+            stream = "c" if stream == " " else stream
+            ttl = 0.05 if i % 17 == 0 else None
+            saved[stream].append(
+                await store.save(stream, {"i": i}, tags={"odd": str(i % 2)}, ttl=ttl)
+            )
+        for cp in saved["a"][3:40:4]:
+            assert await store.delete(cp.id)
+        await asyncio.sleep(0.1)  # the ttl ones have expired
+        hops = count_hops(store)
+        for limit in (1, 2, 7, 100):
+            for stream in ("a", "b", "c", "nothing-here-yet"):
+                if stream == "nothing-here-yet":
+                    # no index: the worker decides there is no such stream
+                    await inline_and_hop(
+                        store,
+                        hops,
+                        lambda n=limit: store.list("nothing-here-yet", limit=n),
+                        ["list"],
+                    )
+                    continue
+                pages = await walk(store, hops, stream, limit=limit, order=order)
+                got = [cp.id for p in pages for cp in p.items]
+                want = [
+                    cp.id
+                    for cp in saved[stream]
+                    if cp.expires_at is None and cp.id not in {d.id for d in saved["a"][3:40:4]}
+                ]
+                assert got == (want if order == "asc" else want[::-1])
+                await walk(store, hops, stream, limit=limit, order=order, tags={"odd": "1"})
+        # a save between two pages is seen by the next one, as in the worker
+        first = await store.list("b", limit=5, order="asc")
+        fresh = await store.save("b", {"i": "fresh"})
+        cursor = first.next_cursor
+        while cursor is not None:
+            page = await inline_and_hop(
+                store, hops, lambda c=cursor: store.list("b", limit=5, order="asc", after=c), []
+            )
+            last, cursor = page, page.next_cursor
+        assert last.items[-1].id == fresh.id
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "stream"])
+async def test_a_page_with_a_damaged_record_comes_from_the_worker(
+    tmp_path: Path, damage: str
+) -> None:
+    """A record the worker would report as skipped (or find deleted meanwhile): the
+    page is the worker's, never one that silently leaves it out."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(12)]
+        other = await store.save("other", {"x": 1})
+        hops = count_hops(store)
+        victim = saved[6]
+        path = record_file(tmp_path / "s", victim)
+        if damage == "truncate":
+            path.write_bytes(path.read_bytes()[:40])
+        elif damage == "flip":
+            data = bytearray(path.read_bytes())
+            data[-2] ^= 0x55
+            path.write_bytes(bytes(data))
+        elif damage == "delete":
+            path.unlink()
+        else:  # another stream's record under this one's name
+            path.write_bytes(record_file(tmp_path / "s", other).read_bytes())
+        page = await inline_and_hop(store, hops, lambda: store.list("job", limit=20), ["list"])
+        assert victim.id not in [cp.id for cp in page.items]
+        assert [s.id for s in page.skipped] == [victim.id]
+        # a page that does not reach it (4 items, 5 rows: the newest five) stays inline
+        await inline_and_hop(store, hops, lambda: store.list("job", limit=4), [])
+
+
+async def test_a_large_record_in_the_page_is_read_in_the_worker(tmp_path: Path) -> None:
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        await store.save("job", {"n": 1})
+        big = await store.save("job", {"pad": "x" * (NOWAIT_RECORD_BYTES + 1)})
+        hops = count_hops(store)
+        page = await inline_and_hop(store, hops, lambda: store.list("job", limit=5), ["list"])
+        assert page.items[0].id == big.id  # newest first
+
+
+async def test_what_the_worker_decides_takes_the_hop(tmp_path: Path) -> None:
+    """A page over 100 items, a listing of every stream, a metadata filter, a journal
+    that hides a batch, and ``inline_reads=False``: the worker scans."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        for i in range(3):
+            await store.save("job", {"i": i}, metadata={"k": i})
+        hops = count_hops(store)
+        await inline_and_hop(store, hops, lambda: store.list("job", limit=100), [])
+        await inline_and_hop(store, hops, lambda: store.list("job", limit=101), ["list"])
+        await inline_and_hop(store, hops, lambda: store.list(None, limit=5), ["list"])
+        await inline_and_hop(
+            store, hops, lambda: store.list("job", limit=5, metadata={"k": 1}), ["list"]
+        )
+        engine = store._engine
+        path = tmp_path / "s" / "state"
+        before = path.read_bytes()
+        with engine.active():
+            state = engine.read_state()
+            assert state is not None
+            journal = fmt.Journal("batch", "job.idx", seq=3, lo=state.hwm + 1, hi=state.hwm + 2)
+            engine.write_state(state.next(hwm=state.hwm + 2, journal=journal))
+        hidden = len(hops)
+        await store.list("job", limit=5)
+        assert hops[hidden:] == ["list"]
+        path.write_bytes(before)
+    async with FileCheckpointStore(tmp_path / "s", inline_reads=False) as store:
+        hops = count_hops(store)
+        assert len((await store.list("job", limit=5)).items) == 3
+        assert hops == ["list"]
+
+
+async def test_pages_from_a_second_event_loop_thread(tmp_path: Path) -> None:
+    """Another thread's loop reads pages through descriptors of its own."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [await store.save("job", {"i": i}) for i in range(30)]
+        hops = count_hops(store)
+        mine = await store.list("job", limit=10, order="asc")
+        theirs = await asyncio.to_thread(
+            asyncio.run,
+            store.list("job", limit=10, order="asc"),  # type: ignore[arg-type]
+        )
+        assert seen(mine) == seen(theirs)
+        assert [cp.id for cp in mine.items] == [cp.id for cp in saved[:10]]
+        assert hops == []
+
+
+async def test_a_page_spread_over_many_buckets(tmp_path: Path) -> None:
+    """A sparse stream: each of its records in a bucket of its own, more buckets than
+    a thread keeps open. Every page inline, every page the worker's."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        engine = store._engine
+        sparse = []
+        for i in range(12):
+            sparse.append(await store.save("sparse", {"i": i}))
+            with engine.active():  # move the next sequence to the next bucket
+                state = engine.read_state()
+                assert state is not None
+                engine.write_state(state.next(hwm=(state.hwm // 1000 + 1) * 1000))
+        hops = count_hops(store)
+        pages = await walk(store, hops, "sparse", limit=5, order="asc")
+        assert [cp.id for p in pages for cp in p.items] == [cp.id for cp in sparse]
+        assert len({cp.sequence // 1000 for cp in sparse}) == 12
