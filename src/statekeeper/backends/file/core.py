@@ -284,7 +284,11 @@ class EngineCore:
             if limit is not None and st.st_size > limit:
                 raise RecordProblem(f"it is {st.st_size} bytes, over this read's {limit}")
             # One byte more than fstat said: a file that grew is caught by the length check.
-            return read_exact(self.io, fd, st.st_size + 1, 0, expect=st.st_size)
+            size = st.st_size
+            data = self.io.pread(fd, size + 1, 0)
+            if len(data) == size:  # read_exact's first read, when it is the whole file
+                return data
+            return read_exact(self.io, fd, size + 1, 0, expect=size)
         finally:
             self.io.close(fd)
 

@@ -595,28 +595,26 @@ class ReadsMixin(EngineCore):
         return None
 
     def _load_nowait(
-        self, seq: int, cid: str, seen: dict[int, tuple[int, tuple[int, int]]] | None = None
+        self, seq: int, cid: str, seen: dict[int, int] | None = None
     ) -> tuple[StoredRecord, bytes] | None:
         """:meth:`load_record` of a record file that is there, readable and at most
         :data:`NOWAIT_RECORD_BYTES` long (its ``fstat`` tells, before any read);
         ``None`` for anything else (missing, damaged, large, not a plain file), which
         the worker reads instead and reports as it always does.
 
-        ``seen`` (one page scan's) holds the kept bucket entries this call already
-        checked by ``lstat``: one still kept (the same entry object) is used without
-        another ``lstat``, within the one scan."""
+        ``seen`` (one page scan's, which visits buckets in order) holds the kept
+        bucket this scan last checked by ``lstat``, used again without one. Keeping
+        another bucket may close a kept one, so ``seen`` then forgets the rest."""
         try:
             number = fmt.bucket_of(seq)
-            held = seen.get(number) if seen is not None else None
-            if held is not None and self._kept().buckets.get(number) is held:
-                bucket = held[0]
-            else:
-                found = self._bucket_kept(seq)
-                if found is None:
+            bucket = seen.get(number) if seen is not None else None
+            if bucket is None:
+                bucket = self._bucket_kept(seq)
+                if bucket is None:
                     return None
-                bucket = found
                 if seen is not None:
-                    seen[number] = self._kept().buckets[number]
+                    seen.clear()
+                    seen[number] = bucket
             # the kept descriptor, handed over as load_record's own: not closed by it
             return self.load_record(seq, cid, {number: bucket}, NOWAIT_RECORD_BYTES)
         except (OSError, IndexDamaged, CheckpointDecodeError):
@@ -780,7 +778,7 @@ class ReadsMixin(EngineCore):
                 _check_edge(idx, 0, q.bound, beyond=True)
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
-        seen: dict[int, tuple[int, tuple[int, int]]] = {}
+        seen: dict[int, int] = {}
         for pos, slot in idx.walk(start, step, first=min(q.limit, _PAGE_SLOTS)):
             if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
                 continue
@@ -883,7 +881,13 @@ def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) 
 
 
 def wanted(record: StoredRecord, q: ScanQuery) -> bool:
-    if record.is_expired(q.now):
+    """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
+    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop)."""
+    header = record.header
+    expires = header.expires_at
+    if expires is not None and expires <= q.now:
         return False
-    tags = record.header.tags
+    if not q.tags:
+        return True
+    tags = header.tags
     return all(tags.get(k) == v for k, v in q.tags.items())
