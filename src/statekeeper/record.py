@@ -402,10 +402,11 @@ def read_record(
         prefix = _PREFIX.match(data, 0, _MAX_PREFIX)
         if prefix is not None:
             start = prefix.end()
-            hlen = int(prefix[1])
-            if len(data) - start == hlen + int(prefix[2]):
+            head_len, state_len, crc = prefix.groups()
+            hlen = int(head_len)
+            if len(data) - start == hlen + int(state_len):
                 head, state = data[start : start + hlen], data[start + hlen :]
-                if zlib.crc32(state, zlib.crc32(head)) == int(prefix[3], 16):
+                if zlib.crc32(state, zlib.crc32(head)) == int(crc, 16):
                     fast = _fast_header(head, sequence)
                     if (
                         fast is not None
