@@ -64,7 +64,6 @@ Order = Literal["asc", "desc"]
 _REBUILD = "repair() rebuilds the meta table from the records"
 
 
-
 class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     """A :class:`~statekeeper.CheckpointStore` in an SQL database.
 
