@@ -69,7 +69,7 @@ class EngineWrites(OpeningMixin):
             state = self.read_state()
             if state is None or state.torn:
                 return None  # a rebuild or a scan of the records first
-            tx = self._txn()
+            tx = self._txn(state)  # read under the lock just now: not read twice
             journal = tx.state.journal
             if journal is not None and not self._insert_done(tx, journal):
                 return None

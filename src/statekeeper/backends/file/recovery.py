@@ -48,8 +48,11 @@ class RecoveryMixin(RebuildMixin):
 
     # -- the lock holder's view ------------------------------------------------------------
 
-    def _txn(self) -> Txn:
-        state = self.read_state()
+    def _txn(self, state: fmt.State | None = None) -> Txn:
+        """A transaction over the current state (read now, unless the caller just
+        read it under the lock and passes it)."""
+        if state is None:
+            state = self.read_state()
         if state is None:
             # Both copies are unreadable (wiped, or a power cut mid-write in fast mode;
             # a new store starts this way too): rebuild everything from the records,
