@@ -679,6 +679,41 @@ async def test_after_close_the_database_file_alone_holds_every_save(
         assert _saved_in_a_copy(db, tmp_path / f"copy{i}.db") == i + 1
 
 
+def test_a_store_collected_unclosed_ends_its_threads_and_leaves_the_file_whole(
+    db: Path, tmp_path: Path
+) -> None:
+    """Regression: a store dropped without close() left its writer and reader threads
+    waiting forever, each holding its connection, and the saves in the -wal file.
+    Its finalizer now closes them as close() does: the readers first, the writer
+    last (so the WAL is checkpointed into the file)."""
+    import gc
+    import threading
+
+    wal = db.with_name(db.name + "-wal")
+
+    async def use_and_drop(n: int) -> None:
+        store = SqlCheckpointStore(f"sqlite:///{db}")
+        await store.open()
+        for i in range(n):
+            await store.save("job", {"i": i})
+        await store.get_latest("job")  # the point-read connection
+        await asyncio.gather(store.list("job", limit=200), store.list("job", limit=200))
+        del store  # never closed
+
+    for round_ in range(5):
+        asyncio.run(use_and_drop(3))
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            left = [t for t in threading.enumerate() if t.name.startswith("statekeeper-sqlite")]
+            if not left and _wal_bytes(wal) == 0:
+                break
+            time.sleep(0.01)
+        assert not left, f"round {round_}: threads left running: {left}"
+        assert _wal_bytes(wal) == 0, f"round {round_}: the saves stayed in the WAL"
+        assert _saved_in_a_copy(db, tmp_path / f"copy{round_}.db") == 3 * (round_ + 1)
+
+
 def _wal_bytes(wal: Path) -> int:
     return wal.stat().st_size if wal.exists() else 0
 

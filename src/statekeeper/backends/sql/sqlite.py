@@ -189,6 +189,9 @@ class _Worker:
     def _run(self, job: _Job) -> bool:
         """Run one job alone; False once the worker has closed its connection."""
         fn, loop, fut, on_session = job
+        if isinstance(fn, _Abandon):
+            fn.finish(self)
+            return False
         if fn is _close:
             if self.conn is not None:
                 self.conn.close()
@@ -238,6 +241,14 @@ class _Worker:
         """Close the connection on its thread; the thread ends right after."""
         await self.call(_close)
         self.conn = None
+
+    def abandon(self, first: Sequence[threading.Thread] = ()) -> threading.Thread:
+        """Close the connection on its thread once the ``first`` threads have ended,
+        and end the thread, with nobody awaiting it (its store was collected
+        unclosed); the calls queued before still run. Returns the thread."""
+        # no caller waits: the job has no loop and no future
+        self._queue.put(cast(_Job, (_Abandon(first), None, None, False)))
+        return self._thread
 
 
 #: A queued job: the function, the caller's loop and future, and whether it is a
@@ -435,6 +446,27 @@ def _commit(conn: sqlite3.Connection) -> None:
 
 def _close(conn: sqlite3.Connection) -> None:
     """The marker of a worker's last call (handled by the worker itself)."""
+
+
+class _Abandon:
+    """The last job of a worker whose store was collected unclosed (see
+    :meth:`SqliteRuntime.abandon`): wait for the ``first`` threads (the readers, so
+    that the writer's connection closes last and checkpoints the WAL into the
+    file), then close the connection. Nobody awaits it."""
+
+    #: How long the writer waits for the readers to close first.
+    JOIN_TIMEOUT = 5.0
+
+    def __init__(self, first: Sequence[threading.Thread]) -> None:
+        self.first = list(first)
+
+    def finish(self, worker: _Worker) -> None:
+        for thread in self.first:
+            thread.join(self.JOIN_TIMEOUT)
+        if worker.conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                worker.conn.close()
+            worker.conn = worker.session = None
 
 
 def _deliver(
@@ -693,6 +725,26 @@ class SqliteRuntime:
 
         ms = round(self._busy_timeout * 1000)
         await self._writer_worker().call(lambda conn: _with_busy_timeout(conn, ms, vacuum))
+
+    def abandon(self) -> None:
+        """What :meth:`close` does, for a store collected unclosed (its finalizer,
+        which may run on any thread, awaits nothing and must not block): the
+        point-read connection closes here, each reader thread closes its connection
+        after the calls queued before, and the writer's closes last, after the
+        readers' threads ended, so that the WAL is checkpointed into the file as
+        :meth:`close` leaves it. The threads then end. In a forked child, nothing of
+        the parent's is touched. A closed runtime has nothing left to abandon."""
+        if self._pid != os.getpid():
+            return
+        writer, readers = self._writer, self._readers
+        inline, self._inline = self._inline, None
+        self._writer, self._readers = None, []
+        if inline is not None:
+            with contextlib.suppress(sqlite3.Error):
+                inline[1].conn.close()
+        threads = [reader.abandon() for reader in readers]
+        if writer is not None:
+            writer.abandon(threads)
 
     async def close(self) -> None:
         """Close every connection, the writer's last.

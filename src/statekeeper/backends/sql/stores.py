@@ -7,6 +7,7 @@ options, ``create`` and ``read_only`` included.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, cast
@@ -88,12 +89,27 @@ class SqliteCheckpointStore(SqlCheckpointStore):
             raise InvalidOptions("the schema option is not available on SQLite; use table_prefix")
         _refuse_listing_wait(self.options, "SQLite")
         self.path = sqlite_path(self.url)
+        self._abandon: weakref.finalize[[], SqliteCheckpointStore] | None = None
 
     def describe(self) -> str:
         where = f"sqlite:///{self.path}"
         if self.table_prefix != "statekeeper_":
             where += f" (tables {self.table_prefix}*)"
         return where
+
+    async def _start(self) -> None:
+        await super()._start()
+        runtime = self._runtime
+        assert isinstance(runtime, SqliteRuntime)
+        # Collected unclosed, the store's threads would wait forever, each holding a
+        # connection (and the saves in the -wal file): close them then.
+        self._abandon = weakref.finalize(self, runtime.abandon)
+
+    async def _stop(self) -> None:
+        abandon, self._abandon = self._abandon, None
+        if abandon is not None:
+            abandon.detach()
+        await super()._stop()
 
     def _make_runtime(self) -> Runtime:
         return SqliteRuntime(
