@@ -203,6 +203,15 @@ def probe_bound(scanned: ScanQuery, page: Sequence[Entry]) -> int:
     return _beside(scanned.bound, 1 if scanned.order == "asc" else -1)
 
 
+def probe_query(scanned: ScanQuery, edge: int) -> ScanQuery:
+    """The one-entry probe :func:`list_page` asks for after ``scanned``: the other
+    way from ``edge`` (:func:`probe_bound`), the rest of the query the same
+    (``dataclasses.replace`` without its per-call field walk)."""
+    q = scanned
+    back: Order = "desc" if q.order == "asc" else "asc"
+    return ScanQuery(q.stream, back, edge, 1, q.tags, q.now, q.include_state, q.metadata)
+
+
 def _beside(bound: int, step: int) -> int:
     """The position one ``step`` from ``bound``, kept within what a cursor can hold.
 

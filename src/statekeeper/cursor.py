@@ -21,6 +21,7 @@ import hmac
 import json
 import struct
 from collections.abc import Mapping
+from functools import lru_cache
 
 from .errors import InvalidCursor
 
@@ -43,8 +44,28 @@ def query_fingerprint(
 ) -> bytes:
     """A stable digest of the parts of a query that a cursor is bound to: the
     stream, the order, the tag filter and the metadata filter (each value with its
-    JSON kind, so a cursor for ``{"a": True}`` is not one for ``{"a": 1}``)."""
-    parts: list[object] = [stream, order, sorted((tags or {}).items())]
+    JSON kind, so a cursor for ``{"a": True}`` is not one for ``{"a": 1}``).
+
+    Without a metadata filter (every key and value a ``str``), the digest of a query
+    seen before is remembered; metadata values (``0.0`` and ``-0.0`` are equal keys
+    but different JSON) are digested every time."""
+    if not metadata:
+        return _plain_fingerprint(stream, order, tuple(sorted(tags.items())) if tags else ())
+    return _digest(stream, order, sorted((tags or {}).items()), metadata)
+
+
+@lru_cache(maxsize=256)
+def _plain_fingerprint(stream: str | None, order: str, tags: tuple[tuple[str, str], ...]) -> bytes:
+    return _digest(stream, order, list(tags), None)
+
+
+def _digest(
+    stream: str | None,
+    order: str,
+    tags: list[tuple[str, str]],
+    metadata: Mapping[str, object] | None,
+) -> bytes:
+    parts: list[object] = [stream, order, tags]
     if metadata:
         parts.append(sorted((k, type(v).__name__, v) for k, v in metadata.items()))
     canonical = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
@@ -62,7 +83,8 @@ class CursorSigner:
         self._key = key
 
     def _mac(self, packed: bytes, fingerprint: bytes) -> bytes:
-        return hmac.new(self._key, packed + fingerprint, hashlib.sha256).digest()[:_MAC_LEN]
+        # the one-shot form (OpenSSL's HMAC in one call) of hmac.new(...).digest()
+        return hmac.digest(self._key, packed + fingerprint, "sha256")[:_MAC_LEN]
 
     def make(self, position: int, fingerprint: bytes) -> str:
         """A cursor for ``position`` in the query with ``fingerprint``."""

@@ -16,14 +16,13 @@ import asyncio
 import os
 import weakref
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import Field
 
 from ..._integrity import repair_records
-from ..._paging import INLINE_PAGE_ROWS, probe_bound
+from ..._paging import INLINE_PAGE_ROWS, probe_bound, probe_query
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from ..._threads import ThreadDoor
 from ..._url import StoreURL
@@ -464,9 +463,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         ``query``: one entry the other way from the page's edge."""
 
         def probe_of(page: list[StoredRecord | Skipped]) -> ScanQuery:
-            edge = probe_bound(query, page)
-            back: Literal["asc", "desc"] = "desc" if query.order == "asc" else "asc"
-            return replace(query, order=back, bound=edge, limit=1)
+            return probe_query(query, probe_bound(query, page))
 
         return probe_of
 

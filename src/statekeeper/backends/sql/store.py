@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any, ClassVar, Literal, Self, TypeVar, cast
@@ -28,7 +27,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 import sqlalchemy as sa
 
 from ..._integrity import repair_records
-from ..._paging import INLINE_PAGE_ROWS, probe_bound
+from ..._paging import INLINE_PAGE_ROWS, probe_bound, probe_query
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -379,10 +378,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         stmt = self._st.scan(has_stream, query.order, bound is not None, len(tags), len(meta))
         params = filter_params(tags, meta, query.stream)
         params.update(stream=query.stream, bound=bound, limit=query.limit, now=to_micros(query.now))
-        probe: ScanQuery | None = None
-        if bound is not None and query.limit > 1:
+        probed = bound is not None and query.limit > 1
+        if probed:
             back: Order = "desc" if query.order == "asc" else "asc"
-            probe = replace(query, order=back, limit=1)
             probe_stmt = self._st.scan(has_stream, back, True, len(tags), len(meta))
 
         # what _parse calls, looked up once a page rather than once a row
@@ -400,11 +398,11 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
         def op(s: Session) -> tuple[list[StoredRecord | Skipped], Any]:
             page = entries(s, stmt, params)
-            if probe is None or bound is None:
+            if not probed:
                 return page, None
             edge = probe_bound(query, page)
             found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1})
-            return page, (_probe_key(replace(probe, bound=edge), tags, meta), found)
+            return page, (_probe_key(probe_query(query, edge), tags, meta), found)
 
         # a page of up to INLINE_PAGE_ROWS rows is one bounded index range scan (plus
         # the one-row probe): SQLite runs it without the hop, which costs more per

@@ -8,11 +8,10 @@ options, ``create`` and ``read_only`` included.
 from __future__ import annotations
 
 import weakref
-from dataclasses import replace
 from datetime import datetime
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, cast
 
-from ..._paging import probe_bound
+from ..._paging import probe_bound, probe_query
 from ..._protocol import ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities
@@ -306,8 +305,7 @@ class PostgresCheckpointStore(_ServerSqlStore):
             page = self._entries(rows)
             # the statement probed from where list_page will (positions past either
             # end of the stream all mean the same, so its unclamped bound agrees)
-            back: Literal["asc", "desc"] = "desc" if order == "asc" else "asc"
-            asked = replace(query, order=back, bound=probe_bound(query, page), limit=1)
+            asked = probe_query(query, probe_bound(query, page))
             self._probed = (_probe_key(asked, tags, meta), self._entries(probe))
             return page
         call_one = pg.scan_rows(
