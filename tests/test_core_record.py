@@ -416,6 +416,88 @@ def test_read_record_is_from_bytes_for_every_damage_and_mismatch() -> None:
     assert _both_ways(positional, "store-1", "cp-1", 7)[0][2] == _record()
 
 
+def test_read_checkpoint_is_read_record_then_the_strict_decode() -> None:
+    """A listed page's fused read: for every input, ``read_checkpoint`` gives the
+    checkpoint that ``read_record`` and the store's ``_decode_strict`` give (same
+    fields, same state, same types), or hands back ``read_record``'s record where
+    that decode fails or the codec is unknown (the caller decodes it and words the
+    error), or raises ``read_record``'s error in the same words."""
+    from statekeeper.codec import Codec
+    from statekeeper.models import Checkpoint, checkpoint_with_state
+    from statekeeper.rawcodec import RawCodec
+    from statekeeper.record import read_checkpoint, read_record
+
+    codec, raw = Codec(), RawCodec(max_bytes=1 << 20)
+    decoders = {codec.name: codec, raw.name: raw}
+
+    def record(state: bytes, codec_name: str) -> bytes:
+        return replace(_record(state), codec=codec_name).to_bytes("store-1")
+
+    states = [
+        (b'{"step":10}', codec.name),
+        (codec.encode({"t": (1, 2), "s": {3}, "f": 1.5, "n": None}), codec.name),
+        (b'{"a":1,"a":2}', codec.name),  # a duplicate key: the checked path decides
+        (b'{"a": 1}', codec.name),  # not canonical: the checked path decides
+        (b"[1,2", codec.name),  # refused by the codec
+        (b'{"$sk":"nope"}', codec.name),  # an unknown tag
+        (b"\x00\xffraw", raw.name),
+        (b'{"step":10}', "no-such-codec/1"),
+    ]
+    cases: list[bytes] = []
+    for state, name in states:
+        good = record(state, name)
+        cases += [good, good[:-1]]
+        for i in range(0, len(good), 7):
+            corrupt = bytearray(good)
+            corrupt[i] ^= 0x20
+            cases.append(bytes(corrupt))
+
+    def strict(rec: StoredRecord) -> tuple[object, ...]:
+        decoder = decoders.get(rec.codec)
+        if decoder is None:
+            return ("unknown codec",)
+        try:
+            state = decoder.decode(rec.state)
+        except CheckpointDecodeError as exc:
+            return ("refused", str(exc))
+        cp = checkpoint_with_state(rec.header, state)
+        return ("ok", cp, cp.__dict__, repr(cp.state))
+
+    kinds: list[str] = []
+    for data in cases:
+        for id in ("cp-1", "cp-2"):
+            for seq in (7, 70):
+                args = {"store_id": "store-1", "id": id, "sequence": seq}
+                failed: CheckpointDecodeError | None = None
+                try:
+                    rec = read_record(data, lambda n: f"tbl[seq={n}]", **args)  # type: ignore[arg-type]
+                except CheckpointDecodeError as exc:
+                    failed = exc
+                if failed is not None:
+                    with pytest.raises(CheckpointDecodeError) as again:
+                        read_checkpoint(data, lambda n: f"tbl[seq={n}]", decoders=decoders, **args)  # type: ignore[arg-type]
+                    assert str(again.value) == str(failed)
+                    assert (again.value.id, again.value.location) == (failed.id, failed.location)
+                    kinds.append("raised")
+                    continue
+                got = read_checkpoint(data, lambda n: f"tbl[seq={n}]", decoders=decoders, **args)  # type: ignore[arg-type]
+                want = strict(rec)
+                kinds.append(type(got).__name__)
+                if isinstance(got, Checkpoint):
+                    assert want[0] == "ok", (data[:60], want)
+                    assert (got, got.__dict__, repr(got.state)) == want[1:]
+                    assert got.model_fields_set == set(Checkpoint.model_fields)
+                else:
+                    assert got == rec
+                    # a record it hands back is one the strict decode refuses, or
+                    # one off the fast parse (which the strict decode still decides)
+                    assert want[0] != "ok" or rec.to_bytes("store-1") != data
+    # each way out is taken: decoded, handed back, raised
+    assert kinds.count("Checkpoint") >= 3, kinds
+    assert kinds.count("StoredRecord") >= 4, kinds
+    assert kinds.count("raised") >= 100, kinds
+
+
 def test_read_record_words_a_location_only_for_an_error() -> None:
     from statekeeper.record import read_record
 

@@ -16,7 +16,7 @@ import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._validate import (
     Scalar,
@@ -39,6 +39,9 @@ __all__ = ["ScanQuery", "list_page", "probe_bound", "scan"]
 
 Order = Literal["asc", "desc"]
 Entry = StoredRecord | Skipped
+#: An entry of a listed page's scan: a backend's ``_scan_page`` may hand back a
+#: record already decoded, as the checkpoint ``_decode_strict`` would give.
+PageEntry = StoredRecord | Checkpoint | Skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +79,18 @@ _FILTER_CHUNK = 256
 INLINE_PAGE_ROWS = 101
 
 
-async def scan(store: BaseCheckpointStore[Any], query: ScanQuery) -> builtins.list[Entry]:
-    """``store._scan(query)``, filtering metadata by scanning where the backend
-    does not declare ``capabilities.metadata_filter``. Costs O(records scanned)."""
+async def scan(
+    store: BaseCheckpointStore[Any], query: ScanQuery, *, page: bool = False
+) -> builtins.list[PageEntry]:
+    """``store._scan(query)`` (``page``: ``store._scan_page(query)``, whose entries
+    may be decoded already), filtering metadata by scanning where the backend does
+    not declare ``capabilities.metadata_filter``. Costs O(records scanned)."""
     if not query.metadata or store.capabilities.metadata_filter:
-        return await store._scan(query)
-    found: builtins.list[Entry] = []
+        if page:
+            return await store._scan_page(query)
+        # records only, so as PageEntry too (the list is only read)
+        return cast("builtins.list[PageEntry]", await store._scan(query))
+    found: builtins.list[PageEntry] = []
     bound = query.bound
     chunk = max(_FILTER_CHUNK, query.limit)
     while len(found) < query.limit:
@@ -133,7 +142,7 @@ async def list_page(
     def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
         return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state, clean_meta)
 
-    def pos(entry: StoredRecord | Skipped) -> int:
+    def pos(entry: PageEntry) -> int:
         seq = entry.sequence
         assert seq is not None, "_scan must report the sequence of every entry"
         return seq
@@ -144,7 +153,7 @@ async def list_page(
     if before is None:
         bound = signer.position(after, fp) if after is not None else None
         asked = query(order, bound, limit + 1)
-        entries = await scan(store, asked)
+        entries = await scan(store, asked, page=True)
         more = len(entries) > limit
         entries = entries[:limit]
         next_pos = pos(entries[-1]) if more else None
@@ -156,7 +165,7 @@ async def list_page(
     else:
         bound = signer.position(before, fp)
         asked = query(back, bound, limit + 1)
-        entries = await scan(store, asked)
+        entries = await scan(store, asked, page=True)
         earlier = len(entries) > limit
         entries = entries[:limit]
         edge = probe_bound(asked, entries)
@@ -167,7 +176,9 @@ async def list_page(
     items: builtins.list[Checkpoint] = []
     skipped: builtins.list[Skipped] = []
     for entry in entries:
-        if isinstance(entry, Skipped):
+        if isinstance(entry, Checkpoint):  # decoded by the backend's scan
+            items.append(entry)
+        elif isinstance(entry, Skipped):
             skipped.append(entry)
         elif not include_state:
             items.append(checkpoint_with_state(entry.header, None))
@@ -185,7 +196,7 @@ async def list_page(
     )
 
 
-def probe_bound(scanned: ScanQuery, page: Sequence[Entry]) -> int:
+def probe_bound(scanned: ScanQuery, page: Sequence[PageEntry]) -> int:
     """Where :func:`list_page` probes next, after the scan ``scanned`` (which has a
     bound) returned ``page``: from the page's first entry, or, for an empty page, from
     one step past the bound in the scan's order (kept within a cursor's range).

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ._integrity import repair_records
 from ._paging import ScanQuery
 from .errors import CheckpointDecodeError
-from .models import CheckpointHeader, Problem, RepairReport, Skipped
+from .models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
 from .record import NewRecord, RecordEdits, StoredRecord
 
 if TYPE_CHECKING:
@@ -126,6 +126,20 @@ class StorePrimitives(ABC):
         ``sequence`` is set (the position must be known for cursors). Use
         :func:`skipped_from` to build it from a :class:`CheckpointDecodeError`.
         """
+
+    async def _scan_page(
+        self, query: ScanQuery
+    ) -> builtins.list[StoredRecord | Checkpoint | Skipped]:
+        """The scan of a listed page: :meth:`_scan` unless overridden.
+
+        A backend may hand back, for a record whose state decodes, the
+        :class:`~statekeeper.models.Checkpoint` that ``_decode_strict`` gives for it
+        (see :func:`statekeeper.record.read_checkpoint`), saving the record in
+        between; any other record as :meth:`_scan` returns it (the caller decodes
+        it and reports what fails). Only ``list`` asks this, and only for the page,
+        never for the probes that decide its cursors.
+        """
+        return cast("builtins.list[StoredRecord | Checkpoint | Skipped]", await self._scan(query))
 
     @abstractmethod
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:

@@ -139,6 +139,21 @@ def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
     return obj
 
 
+def trusted_checkpoint(values: dict[str, Any], state: Any) -> Checkpoint:
+    """A checkpoint from header values already checked field by field (as
+    :func:`trusted_header` takes them) and its decoded ``state``, skipping
+    validation: what ``checkpoint_with_state(trusted_header(values), state)``
+    gives, without the header in between. ``values`` becomes the checkpoint's own
+    (``state`` is added to it): the caller must not keep it."""
+    values["state"] = state
+    obj: Checkpoint = _new(Checkpoint)
+    _set_dict(obj, values)
+    _set_fields_set(obj, _CHECKPOINT_FIELD_SET)
+    _set_extra(obj, None)
+    _set_private(obj, None)
+    return obj
+
+
 def checkpoint_with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
     """``header`` plus ``state`` as a :class:`Checkpoint`, without re-validation."""
     if type(header) is CheckpointHeader:  # its __dict__ holds exactly the header fields

@@ -32,15 +32,15 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from .errors import CheckpointDecodeError
-from .models import CheckpointHeader, trusted_header
+from .models import Checkpoint, CheckpointHeader, trusted_checkpoint, trusted_header
 
 __all__ = [
     "FORMAT_VERSION",
@@ -398,6 +398,65 @@ def read_record(
     checksum, a header the fast parse leaves, a mismatch) goes through
     :meth:`StoredRecord.from_bytes`, which decides and words the error.
     """
+    fast = _fast_record(data, store_id, id, sequence)
+    if fast is not None:
+        values, state, codec, ttl = fast
+        return trusted_stored_record(trusted_header(values), state, codec, ttl)
+    return StoredRecord.from_bytes(
+        data,
+        location=location_of(sequence),
+        expect_store_id=store_id,
+        expect_id=id,
+        expect_sequence=sequence,
+    )
+
+
+class StateDecoder(Protocol):
+    """What :func:`read_checkpoint` decodes a state with (a store's codecs)."""
+
+    def decode(self, data: bytes) -> Any: ...
+
+
+def read_checkpoint(
+    data: bytes,
+    location_of: Callable[[int], str],
+    *,
+    store_id: str | None,
+    id: str,
+    sequence: int,
+    decoders: Mapping[str, StateDecoder],
+) -> Checkpoint | StoredRecord:
+    """:func:`read_record`, then its state decoded by ``decoders[codec]``: the
+    :class:`~statekeeper.models.Checkpoint` that
+    ``BaseCheckpointStore._decode_strict`` gives for that record, built without the
+    record and header in between (a listed page's hot path).
+
+    Whatever is not that plain case, the record is returned (or the error raised)
+    exactly as :func:`read_record` would, and the caller decodes it the usual way,
+    which words any error: a record off the fast parse, an unknown codec, a state
+    its codec refuses.
+    """
+    fast = _fast_record(data, store_id, id, sequence)
+    if fast is None:
+        return read_record(data, location_of, store_id=store_id, id=id, sequence=sequence)
+    values, state, codec, ttl = fast
+    decoder = decoders.get(codec)
+    if decoder is not None:
+        try:
+            decoded = decoder.decode(state)
+        except CheckpointDecodeError:
+            pass  # the caller's decode raises it again, with the record named
+        else:
+            return trusted_checkpoint(values, decoded)
+    return trusted_stored_record(trusted_header(values), state, codec, ttl)
+
+
+def _fast_record(
+    data: bytes, store_id: str | None, id: str, sequence: int
+) -> tuple[dict[str, Any], bytes, str, float | None] | None:
+    """The header values, state bytes, codec and ttl of a well-formed record whose
+    header takes the fast parse and matches every expectation; ``None`` for
+    anything else (:meth:`StoredRecord.from_bytes` then decides)."""
     if type(data) is bytes:
         prefix = _PREFIX.match(data, 0, _MAX_PREFIX)
         if prefix is not None:
@@ -407,21 +466,15 @@ def read_record(
             if len(data) - start == hlen + int(state_len):
                 head, state = data[start : start + hlen], data[start + hlen :]
                 if zlib.crc32(state, zlib.crc32(head)) == int(crc, 16):
-                    fast = _fast_header(head, sequence)
+                    fast = _fast_values(head, sequence)
                     if (
                         fast is not None
                         and (store_id is None or fast[1] == store_id)
-                        and fast[0].id == id
-                        and (fast[4] is None or fast[0].sequence == sequence)
+                        and fast[0]["id"] == id
+                        and (fast[4] is None or fast[0]["sequence"] == sequence)
                     ):
-                        return trusted_stored_record(fast[0], state, fast[2], fast[3])
-    return StoredRecord.from_bytes(
-        data,
-        location=location_of(sequence),
-        expect_store_id=store_id,
-        expect_id=id,
-        expect_sequence=sequence,
-    )
+                        return fast[0], state, fast[2], fast[3]
+    return None
 
 
 def _parse_header(
@@ -450,7 +503,20 @@ def _parse_header(
 def _fast_header(
     head: bytes, expect_sequence: int | None
 ) -> tuple[CheckpointHeader, str, str, float | None, int | None] | None:
-    """The header parsed by msgspec, or ``None`` to leave it to :func:`_parse_header`.
+    """The header parsed by msgspec, or ``None`` to leave it to :func:`_parse_header`
+    (see :func:`_fast_values`)."""
+    fast = _fast_values(head, expect_sequence)
+    if fast is None:
+        return None
+    values, store, codec, ttl, seq = fast
+    return trusted_header(values), store, codec, ttl, seq
+
+
+def _fast_values(
+    head: bytes, expect_sequence: int | None
+) -> tuple[dict[str, Any], str, str, float | None, int | None] | None:
+    """The header's field values parsed by msgspec, or ``None`` to leave them to
+    :func:`_parse_header`.
 
     Kept only if re-encoding gives back these exact bytes (so ``json`` would read
     the same keys, values and types: no duplicate key, no ``NaN``, no other
@@ -480,21 +546,19 @@ def _fast_header(
             return None
     except Exception:
         return None
-    header = trusted_header(
-        {
-            "id": h.id,
-            "stream": h.stream,
-            "sequence": seq,
-            "created_at": created,
-            "updated_at": updated,
-            "etag": h.etag,
-            "parent_id": h.parent,
-            "tags": h.tags,
-            "metadata": h.meta,
-            "expires_at": expires,
-        }
-    )
-    return header, h.store, h.codec, h.ttl, h.seq
+    values = {
+        "id": h.id,
+        "stream": h.stream,
+        "sequence": seq,
+        "created_at": created,
+        "updated_at": updated,
+        "etag": h.etag,
+        "parent_id": h.parent,
+        "tags": h.tags,
+        "metadata": h.meta,
+        "expires_at": expires,
+    }
+    return values, h.store, h.codec, h.ttl, h.seq
 
 
 def _fast_head(fields: dict[str, Any]) -> bytes | None:

@@ -19,7 +19,7 @@ PostgreSQL from its transaction id, with a per-stream lock and a listing horizon
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any, ClassVar, Literal, Self, TypeVar, cast
@@ -40,8 +40,15 @@ from ...errors import (
     StoreFormatError,
     StoreNotFound,
 )
-from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, RecordEdits, StoredRecord, read_record
+from ...models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
+from ...record import (
+    NewRecord,
+    RecordEdits,
+    StateDecoder,
+    StoredRecord,
+    read_checkpoint,
+    read_record,
+)
 from . import dialects, integrity, migrations, writes
 from .dialects import Family, Runtime, Session
 from .options import SqlOptions, family_of
@@ -137,7 +144,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self._meta_damage: list[str] = []
         self._runtime: Runtime | None = None
         #: The probe :meth:`_scan` ran with the last page scan: (its key, its entries).
-        self._probed: tuple[tuple[Any, ...], list[StoredRecord | Skipped]] | None = None
+        self._probed: tuple[tuple[Any, ...], list[StoredRecord | Checkpoint | Skipped]] | None = (
+            None
+        )
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
@@ -358,8 +367,20 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         )
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        # decode=False gives records only
+        return cast(list[StoredRecord | Skipped], await self._scan_entries(query, False))
+
+    async def _scan_page(self, query: ScanQuery) -> list[StoredRecord | Checkpoint | Skipped]:
+        """A listed page's scan: each record's state decoded as it is read
+        (:func:`~statekeeper.record.read_checkpoint`)."""
+        return await self._scan_entries(query, query.include_state)
+
+    async def _scan_entries(
+        self, query: ScanQuery, decode: bool
+    ) -> list[StoredRecord | Checkpoint | Skipped]:
         """One keyset scan, in one worker hop or round trip (or none: a page of at
         most :data:`INLINE_PAGE_ROWS` runs as :meth:`Runtime.point_read` does).
+        ``decode``: a record whose state decodes comes back as its checkpoint.
 
         A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
         hop, the one-row probe that :func:`statekeeper._paging.list_page` asks for
@@ -384,24 +405,21 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             probe_stmt = self._st.scan(has_stream, back, True, len(tags), len(meta))
 
         # what _parse calls, looked up once a page rather than once a row
-        location, store_id = self._location, self._store_id
+        location, store_id, decoders = self._location, self._store_id, self._decoders
 
-        def entries(s: Session, stmt: Any, params: dict[str, Any]) -> list[StoredRecord | Skipped]:
-            out: list[StoredRecord | Skipped] = []
-            append = out.append
-            for seq, rid, blob in s.rows(stmt, params):
-                try:
-                    append(read_record(blob, location, store_id=store_id, id=rid, sequence=seq))
-                except CheckpointDecodeError as exc:
-                    append(skipped_from(exc, rid, seq))
-            return out
+        def entries(
+            s: Session, stmt: Any, params: dict[str, Any], decode: bool
+        ) -> list[StoredRecord | Checkpoint | Skipped]:
+            rows = s.rows(stmt, params)
+            return scanned_entries(rows, location, store_id, decoders if decode else None)
 
-        def op(s: Session) -> tuple[list[StoredRecord | Skipped], Any]:
-            page = entries(s, stmt, params)
+        def op(s: Session) -> tuple[list[StoredRecord | Checkpoint | Skipped], Any]:
+            page = entries(s, stmt, params, decode)
             if not probed:
                 return page, None
             edge = probe_bound(query, page)
-            found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1})
+            # the probe only tells whether there is an entry: never decoded
+            found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1}, False)
             return page, (_probe_key(probe_query(query, edge), tags, meta), found)
 
         # a page of up to INLINE_PAGE_ROWS rows is one bounded index range scan (plus
@@ -607,6 +625,33 @@ def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statem
     once per process and dialect. Keyed by dialect: the dialect-specific statements
     built on first use must not reach a store of another dialect (issue 11)."""
     return Statements(build_tables(prefix, schema), family), Compiler()
+
+
+def scanned_entries(
+    rows: Iterable[Sequence[Any]],
+    location_of: Callable[[int], str],
+    store_id: str | None,
+    decoders: Mapping[str, StateDecoder] | None,
+) -> list[StoredRecord | Checkpoint | Skipped]:
+    """The entries of scanned ``(seq, id, record)`` rows: each record read
+    (:func:`~statekeeper.record.read_record`), or with ``decoders`` read and its
+    state decoded where it decodes (:func:`~statekeeper.record.read_checkpoint`);
+    a record that cannot be read is a :class:`Skipped` entry."""
+    out: list[StoredRecord | Checkpoint | Skipped] = []
+    append = out.append
+    for seq, rid, blob in rows:
+        try:
+            if decoders is not None:
+                got: StoredRecord | Checkpoint = read_checkpoint(
+                    blob, location_of, store_id=store_id, id=rid, sequence=seq, decoders=decoders
+                )
+            else:
+                got = read_record(blob, location_of, store_id=store_id, id=rid, sequence=seq)
+        except CheckpointDecodeError as exc:
+            append(skipped_from(exc, rid, seq))
+        else:
+            append(got)
+    return out
 
 
 def _probe_key(query: ScanQuery, tags: dict[str, str], meta: dict[str, Any]) -> tuple[Any, ...]:

@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import Any, ClassVar, cast
 
 from ..._paging import probe_bound, probe_query
-from ..._protocol import ScanQuery, StoreIdentity, skipped_from
+from ..._protocol import ScanQuery, StoreIdentity
 from ..._url import StoreURL
 from ...config import Capabilities
-from ...errors import CheckpointDecodeError, InvalidOptions
-from ...models import CheckpointHeader, RepairReport, Skipped
+from ...errors import InvalidOptions
+from ...models import Checkpoint, CheckpointHeader, RepairReport, Skipped
 from ...record import NewRecord, StoredRecord
 from . import dialects, pg
 from .dialects import Family, Runtime
@@ -24,7 +24,7 @@ from .options import SqlOptions
 from .schema import filter_params, to_micros
 from .server import SaSession, ServerRuntime, check_driver, server_connect_args, server_url
 from .sqlite import OpenMode, SqliteRuntime, sqlite_path
-from .store import SqlCheckpointStore, _probe_key
+from .store import SqlCheckpointStore, _probe_key, scanned_entries
 
 __all__ = [
     "STORE_CLASSES",
@@ -278,10 +278,13 @@ class PostgresCheckpointStore(_ServerSqlStore):
         row = await self._guard("loading", self._pg().fetchrow(self._pst.get, id, to_micros(now)))
         return None if row is None else self._parse(row[1], id, int(row[0]))
 
-    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+    async def _scan_entries(
+        self, query: ScanQuery, decode: bool
+    ) -> list[StoredRecord | Checkpoint | Skipped]:
         """One keyset scan, one round trip. A page of one stream past a bound also
         runs the one-row probe ``list_page`` asks for next, kept for exactly that
-        next call (as :meth:`SqlCheckpointStore._scan` does; see there)."""
+        next call (as :meth:`SqlCheckpointStore._scan_entries` does; see there).
+        ``decode``: the page's records whose states decode come back as checkpoints."""
         tags, meta = dict(query.tags), dict(query.metadata)
         kept, self._probed = self._probed, None
         if kept is not None and query.limit == 1 and kept[0] == _probe_key(query, tags, meta):
@@ -302,7 +305,7 @@ class PostgresCheckpointStore(_ServerSqlStore):
                 nmeta=len(meta),
             )
             rows, probe = await self._guard("listing", call)
-            page = self._entries(rows)
+            page = self._entries(rows, decode)
             # the statement probed from where list_page will (positions past either
             # end of the stream all mean the same, so its unclamped bound agrees)
             asked = probe_query(query, probe_bound(query, page))
@@ -321,16 +324,13 @@ class PostgresCheckpointStore(_ServerSqlStore):
             base=self._base,
             wait=self.options.listing_wait,
         )
-        return self._entries(await self._guard("listing", call_one))
+        return self._entries(await self._guard("listing", call_one), decode)
 
-    def _entries(self, rows: list[tuple[int, str, bytes]]) -> list[StoredRecord | Skipped]:
-        out: list[StoredRecord | Skipped] = []
-        for seq, rid, blob in rows:
-            try:
-                out.append(self._parse(blob, rid, seq))
-            except CheckpointDecodeError as exc:
-                out.append(skipped_from(exc, rid, seq))
-        return out
+    def _entries(
+        self, rows: list[tuple[int, str, bytes]], decode: bool = False
+    ) -> list[StoredRecord | Checkpoint | Skipped]:
+        decoders = self._decoders if decode else None
+        return scanned_entries(rows, self._location, self._store_id, decoders)
 
     async def _info(self) -> dict[str, Any]:
         info = await super()._info()
