@@ -236,3 +236,63 @@ async def test_a_page_spread_over_many_buckets(tmp_path: Path) -> None:
         pages = await walk(store, hops, "sparse", limit=5, order="asc")
         assert [cp.id for p in pages for cp in p.items] == [cp.id for cp in sparse]
         assert len({cp.sequence // 1000 for cp in sparse}) == 12
+
+
+async def test_a_walk_while_another_writer_saves_and_deletes(tmp_path: Path) -> None:
+    """Pages read on the loop's thread while another store on the same directory (as
+    another process would be) saves to the stream and deletes from it, on a thread
+    of its own: every page is in order with no repeats, and the walk sees each
+    checkpoint that was there before it began and was never deleted, exactly once."""
+    import threading
+
+    root = tmp_path / "s"
+    async with FileCheckpointStore(root) as store:
+        before = [await store.save("job", {"i": i}) for i in range(120)]
+        doomed = {cp.id for cp in before[5::9]}
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer() -> None:
+            async def run() -> None:
+                async with FileCheckpointStore(root) as other:
+                    for cp_id in sorted(doomed):
+                        await other.delete(cp_id)
+                        await other.save("job", {"new": True})
+                    while not stop.is_set():
+                        await other.save("job", {"new": True})
+
+            try:
+                asyncio.run(run())
+            except BaseException as exc:  # reported by the test
+                errors.append(exc)
+
+        hops = count_hops(store)
+        pages = 0
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            for _ in range(5):
+                seen: list[Checkpoint] = []
+                cursor = None
+                while True:
+                    page = await store.list("job", limit=7, order="asc", after=cursor)
+                    pages += 1
+                    assert not page.skipped
+                    seqs = [cp.sequence for cp in page.items]
+                    assert seqs == sorted(set(seqs))
+                    seen += page.items
+                    cursor = page.next_cursor
+                    if cursor is None or len(seen) > 400:
+                        break
+                ids = [cp.id for cp in seen]
+                assert len(ids) == len(set(ids)), "a checkpoint listed twice"
+                assert [cp.sequence for cp in seen] == sorted(cp.sequence for cp in seen)
+                kept = [cp.id for cp in before if cp.id not in doomed]
+                assert [i for i in ids if i in set(kept)] == kept
+        finally:
+            stop.set()
+            thread.join()
+        assert not errors, errors
+        # most pages were read on the loop's thread (a writer in the way sends one
+        # to the worker)
+        assert len(hops) < pages / 2, (len(hops), pages)
