@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file import format as fmt
 
 
 def count_hops(store: FileCheckpointStore) -> list[str]:
@@ -18,3 +22,25 @@ def count_hops(store: FileCheckpointStore) -> list[str]:
 
     store._run = counted  # type: ignore[method-assign]
     return hops
+
+
+@contextmanager
+def a_journal_in_flight(
+    store: FileCheckpointStore, root: Path, op: str, seq: int
+) -> Iterator[None]:
+    """``store``'s state with a journal entry of ``op`` for ``job.idx`` (as a writer
+    that crashed, or is still running, leaves it), put back as it was after."""
+    path = root / "state"
+    before = path.read_bytes()
+    engine = store._engine
+    with engine.active():
+        state = engine.read_state()
+        assert state is not None
+        lo, hi = state.hwm + 1, state.hwm + 2
+        engine.write_state(
+            state.next(hwm=hi, journal=fmt.Journal(op, "job.idx", seq=seq, lo=lo, hi=hi))
+        )
+    try:
+        yield
+    finally:
+        path.write_bytes(before)

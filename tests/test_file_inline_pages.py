@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from file_helpers import count_hops
+from file_helpers import a_journal_in_flight, count_hops
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
 from statekeeper.backends.file.reads import NOWAIT_RECORD_BYTES
 from statekeeper.models import Checkpoint, Page
 
@@ -187,18 +186,10 @@ async def test_what_the_worker_decides_takes_the_hop(tmp_path: Path) -> None:
         await inline_and_hop(
             store, hops, lambda: store.list("job", limit=5, metadata={"k": 1}), ["list"]
         )
-        engine = store._engine
-        path = tmp_path / "s" / "state"
-        before = path.read_bytes()
-        with engine.active():
-            state = engine.read_state()
-            assert state is not None
-            journal = fmt.Journal("batch", "job.idx", seq=3, lo=state.hwm + 1, hi=state.hwm + 2)
-            engine.write_state(state.next(hwm=state.hwm + 2, journal=journal))
-        hidden = len(hops)
-        await store.list("job", limit=5)
-        assert hops[hidden:] == ["list"]
-        path.write_bytes(before)
+        with a_journal_in_flight(store, tmp_path / "s", "batch", 3):
+            hidden = len(hops)
+            await store.list("job", limit=5)
+            assert hops[hidden:] == ["list"]
     async with FileCheckpointStore(tmp_path / "s", inline_reads=False) as store:
         hops = count_hops(store)
         assert len((await store.list("job", limit=5)).items) == 3

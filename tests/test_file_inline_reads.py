@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import statekeeper as sk
-from file_helpers import count_hops
+from file_helpers import a_journal_in_flight, count_hops
 from statekeeper._protocol import ScanQuery
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import format as fmt
@@ -394,18 +394,10 @@ async def test_a_batch_in_flight_sends_reads_to_the_worker(tmp_path: Path) -> No
     async with FileCheckpointStore(tmp_path / "s") as store:
         cp = await store.save("job", {"n": 1})
         engine = store._engine
-        path = tmp_path / "s" / "state"
-        before = path.read_bytes()
-        with engine.active():
-            state = engine.read_state()
-            assert state is not None
-            lo, hi = state.hwm + 1, state.hwm + 2
-            for op in ("batch", "batched", "delete", "update"):
-                journal = fmt.Journal(op, "job.idx", seq=cp.sequence, lo=lo, hi=hi)
-                engine.write_state(state.next(hwm=hi, journal=journal))
+        for op in ("batch", "batched", "delete", "update"):
+            with a_journal_in_flight(store, tmp_path / "s", op, cp.sequence), engine.active():
                 assert engine.latest_nowait("job", store.now()) is HOP
                 assert engine.get_nowait(cp.id, store.now()) is HOP
-        path.write_bytes(before)
         hops = count_hops(store)
         assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
         assert hops == []
