@@ -557,6 +557,24 @@ async def test_a_listed_page_of_up_to_100_takes_no_hop_and_a_larger_one_takes_on
 
 
 @pytest.mark.asyncio
+async def test_load_many_of_up_to_100_ids_takes_no_hop(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a page: up to 100 ids are read on the loop's thread, more take the hop;
+    missing and deleted ids are left out either way."""
+    saved = [await store.save("s", {"i": i}) for i in range(120)]
+    assert await store.delete(saved[3].id)
+    hops = _count_reader_hops(store, monkeypatch)
+    ids = [cp.id for cp in saved[:100]]
+    got = await store.load_many([*ids[:99], "no-such-id"])
+    assert hops == []
+    assert sorted(got) == sorted(i for i in ids[:99] if i != saved[3].id)
+    assert got[saved[7].id].state == {"i": 7}
+    many = await store.load_many([cp.id for cp in saved])
+    assert len(hops) == 1 and len(many) == 119
+
+
+@pytest.mark.asyncio
 async def test_inline_reads_false_sends_pages_to_the_reader_threads(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

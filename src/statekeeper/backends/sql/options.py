@@ -55,12 +55,12 @@ class SqlOptions(StoreOptions):
     #: the horizon; the rest comes on a later call. Listings of one stream,
     #: ``get_latest`` and ``load`` never wait.
     listing_wait: float = Field(default=0.1, ge=0, le=60)
-    #: SQLite: run ``get_latest``, ``load`` and listed pages of up to 100 items on the
-    #: event loop's thread, on a connection of their own that never waits for a lock
-    #: (a read that would wait goes to a reader thread instead); ``False`` runs them
-    #: on the reader threads. Saves, larger pages and every other call always run on
-    #: the store's threads.
-    #: Not available on server databases (their reads are network round trips).
+    #: SQLite: run ``get_latest``, ``load``, ``load_many`` of up to 100 ids and
+    #: listed pages of up to 100 items on the event loop's thread, on a connection
+    #: of their own that never waits for a lock (a read that would wait goes to a
+    #: reader thread instead); ``False`` runs them on the reader threads. Saves,
+    #: larger pages and batches, and every other call always run on the store's
+    #: threads.
     inline_reads: bool = True
     #: Log every SQL statement (logger ``sqlalchemy.engine`` / ``statekeeper.sql``).
     echo: bool = False

@@ -350,14 +350,21 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await self._guard("loading", self._rt().point_read(op))
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
-        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises."""
+        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises.
+
+        Up to :data:`INLINE_PAGE_ROWS` ids are as many lookups of the unique id index
+        as a page is rows: SQLite reads them as it reads a page, without the hop (the
+        LangGraph saver's ``aget_tuple`` is a ``get_latest`` and a ``load_many`` of
+        one id)."""
         params = {"ids": ids, "now": to_micros(now)}
 
         def op(s: Session) -> dict[str, StoredRecord]:
             rows = s.rows(self._st.get_many, params)
             return {str(rid): self._parse(blob, str(rid), int(seq)) for seq, rid, blob in rows}
 
-        return await self._guard("loading a batch", self._read(op))
+        rt = self._rt()
+        read = rt.point_read if len(ids) <= INLINE_PAGE_ROWS else rt.read
+        return await self._guard("loading a batch", read(op))
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
         """One statement, ``DELETE ... WHERE id IN (...) AND live``; index rows cascade."""

@@ -62,11 +62,11 @@ class SqliteCheckpointStore(SqlCheckpointStore):
     WAL mode; ``synchronous=FULL`` under ``durability="full"`` (a save survives
     power loss) and ``NORMAL`` under ``"fast"`` (it survives a process crash).
     Writes take the lock up front (``BEGIN IMMEDIATE``) and wait up to
-    ``busy_timeout`` for writers in other processes. ``get_latest``, ``load`` and
-    pages of up to 100 items run on the event loop's thread unless SQLite would make
-    them wait
-    (``inline_reads``, see :meth:`SqliteRuntime.point_read`); everything else runs
-    on the store's writer and reader threads. Safe to share between processes on one
+    ``busy_timeout`` for writers in other processes. ``get_latest``, ``load``,
+    ``load_many`` of up to 100 ids and pages of up to 100 items run on the event
+    loop's thread unless SQLite would make them wait (``inline_reads``, see
+    :meth:`SqliteRuntime.point_read`); everything else runs on the store's writer
+    and reader threads. Safe to share between processes on one
     host, and across ``fork``; not on a network file system.
     """
 
