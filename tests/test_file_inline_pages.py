@@ -51,26 +51,33 @@ async def inline_and_hop(
     store: FileCheckpointStore,
     hops: list[str],
     call: Callable[[], Awaitable[Page]],
-    want: list[str],
+    want: list[str] | None,
 ) -> Page:
-    """``call`` makes the hops ``want`` and gives the page the hop path gives."""
+    """``call`` makes the hops ``want`` (``None``: whichever) and gives the page the
+    hop path gives."""
     before = len(hops)
     page = await call()
-    assert hops[before:] == want, hops[before:]
+    assert want is None or hops[before:] == want, hops[before:]
     assert seen(page) == seen(await by_hop(store, call))
     return page
 
 
 async def walk(
-    store: FileCheckpointStore, hops: list[str], stream: str, **query: Any
+    store: FileCheckpointStore,
+    hops: list[str],
+    stream: str,
+    inline: bool = True,
+    **query: Any,
 ) -> list[Page]:
-    """Every page of ``stream`` forward, then back with ``before=``; each page inline
-    (no hop) and equal to the worker's."""
+    """Every page of ``stream`` forward, then back with ``before=``; each page equal
+    to the worker's, and read inline (no hop), unless ``inline`` is false (then
+    either way)."""
+    want: list[str] | None = [] if inline else None
     pages: list[Page] = []
     cursor = None
     while True:
         page = await inline_and_hop(
-            store, hops, lambda c=cursor: store.list(stream, after=c, **query), []
+            store, hops, lambda c=cursor: store.list(stream, after=c, **query), want
         )
         pages.append(page)
         if page.next_cursor is None:
@@ -79,7 +86,7 @@ async def walk(
     back = pages[-1].prev_cursor
     while back is not None:
         page = await inline_and_hop(
-            store, hops, lambda c=back: store.list(stream, before=c, **query), []
+            store, hops, lambda c=back: store.list(stream, before=c, **query), want
         )
         back = page.prev_cursor
     return pages
@@ -122,7 +129,10 @@ async def test_pages_take_no_hop_and_are_the_workers_pages(tmp_path: Path, order
                     if cp.expires_at is None and cp.id not in {d.id for d in saved["a"][3:40:4]}
                 ]
                 assert got == (want if order == "asc" else want[::-1])
-                await walk(store, hops, stream, limit=limit, order=order, tags={"odd": "1"})
+                # a tag filter passes over records: inline up to a bound (tested below)
+                await walk(
+                    store, hops, stream, inline=False, limit=limit, order=order, tags={"odd": "1"}
+                )
         # a save between two pages is seen by the next one, as in the worker
         first = await store.list("b", limit=5, order="asc")
         fresh = await store.save("b", {"i": "fresh"})
@@ -287,3 +297,39 @@ async def test_a_walk_while_another_writer_saves_and_deletes(tmp_path: Path) -> 
         # most pages were read on the loop's thread (a writer in the way sends one
         # to the worker)
         assert len(hops) < pages / 2, (len(hops), pages)
+
+
+async def test_what_a_page_passes_over_on_the_loop_is_bounded(tmp_path: Path) -> None:
+    """Deleted checkpoints and records a tag filter leaves out are passed over on the
+    loop's thread only up to a bound (64 slots, 16 records); past it the worker
+    reads the page, so a sparse filter or a long run of deletions never stalls the
+    loop. The pages are the worker's either way."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        saved = [
+            await store.save("job", {"i": i}, tags={"rare": str(i % 50 == 0)}) for i in range(200)
+        ]
+        hops = count_hops(store)
+        # 3 matches among 200: far more than 16 records passed over
+        page = await inline_and_hop(
+            store, hops, lambda: store.list("job", limit=5, tags={"rare": "True"}), ["list"]
+        )
+        assert [cp.state["i"] for cp in page.items] == [150, 100, 50, 0]
+        # a few passed over: still inline
+        await inline_and_hop(
+            store, hops, lambda: store.list("job", limit=3, tags={"rare": "False"}), []
+        )
+        # 70 deletions in a row near the start of the stream: over the 64 slots
+        for cp in saved[1:71]:
+            assert await store.delete(cp.id)
+        page = await inline_and_hop(
+            store, hops, lambda: store.list("job", limit=5, order="asc"), ["list"]
+        )
+        assert [cp.state["i"] for cp in page.items] == [0, 71, 72, 73, 74]
+        # 10 in a row: inline
+        for cp in saved[150:160]:
+            assert await store.delete(cp.id)
+        after = await store.cursor_at(saved[149].id, order="asc")
+        page = await inline_and_hop(
+            store, hops, lambda: store.list("job", limit=5, order="asc", after=after), []
+        )
+        assert [cp.state["i"] for cp in page.items] == [160, 161, 162, 163, 164]

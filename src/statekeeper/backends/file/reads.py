@@ -43,6 +43,13 @@ _NOWAIT_RECORDS = 2
 #: candidates (``list`` asks one more than its limit) reads the slots it needs in one
 #: ``pread`` of up to 64 KiB, when nothing is filtered out.
 _PAGE_SLOTS = 256
+#: What a page scan on the event loop's thread (:meth:`ReadsMixin.scan_nowait`) may
+#: pass over beyond the page itself before it leaves the page to the worker: index
+#: slots that are deleted, expired or past the cap, and records it reads but does
+#: not list (expired, or without the tags asked for). A sparse tag filter or a long
+#: run of deleted checkpoints is walked in the worker, not on the loop.
+_NOWAIT_EXTRA_SLOTS = 64
+_NOWAIT_EXTRA_RECORDS = 16
 #: Deleted entries of an id :meth:`ReadsMixin.get_nowait` checks (one ``lstat`` each).
 _NOWAIT_DELETED = 4
 #: The largest record file read on the event loop's thread: a bigger one is read in
@@ -663,16 +670,18 @@ class ReadsMixin(EngineCore):
         Like :meth:`latest_nowait`, it runs on the caller's thread (the event
         loop's) with no lock, no sleep and no retry: the state, the stream index
         through this thread's kept descriptor, the page's slots, and each record
-        file (an ``lstat``, then ``open``, ``fstat``, ``pread``, ``close``) on the
-        page cache. Wherever the worker's scan would do more or answer otherwise,
-        it answers :data:`HOP` and the worker scans, exactly as without it: a
-        global or metadata-filtered listing, every case :meth:`_state_nowait`
-        refuses, an orphan, a damaged or missing index, a writer in the way, and a
-        record that is missing, damaged, unreadable, larger than
-        :data:`NOWAIT_RECORD_BYTES` or of another stream (the worker reports it as
-        skipped, or sees it was deleted meanwhile). So a page it returns never
-        holds a :class:`~statekeeper.models.Skipped` entry. OS errors propagate as
-        they would from the worker's scan."""
+        file (``open``, ``fstat``, ``pread``, ``close``; each bucket directory of
+        the page checked by one ``lstat``) on the page cache. Wherever the worker's
+        scan would do more or answer otherwise, it answers :data:`HOP` and the
+        worker scans, exactly as without it: a global or metadata-filtered listing,
+        every case :meth:`_state_nowait` refuses, an orphan, a damaged or missing
+        index, a writer in the way, more than :data:`_NOWAIT_EXTRA_SLOTS` slots or
+        :data:`_NOWAIT_EXTRA_RECORDS` records passed over (deleted or expired
+        checkpoints, a sparse tag filter), and a record that is missing, damaged,
+        unreadable, larger than :data:`NOWAIT_RECORD_BYTES` or of another stream
+        (the worker reports it as skipped, or sees it was deleted meanwhile). So a
+        page it returns never holds a :class:`~statekeeper.models.Skipped` entry.
+        OS errors propagate as they would from the worker's scan."""
         if query.stream is None or query.metadata:
             return HOP
         state = self._state_nowait()
@@ -779,8 +788,14 @@ class ReadsMixin(EngineCore):
         now_us = fmt.to_micros(q.now)
         out: list[StoredRecord | Skipped] = []
         seen: dict[int, int] = {}
+        # nowait: how many slots and records may be passed over (see the constants)
+        slots_left, records_left = _NOWAIT_EXTRA_SLOTS, _NOWAIT_EXTRA_RECORDS
         for pos, slot in idx.walk(start, step, first=min(q.limit, _PAGE_SLOTS)):
             if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
+                if nowait:
+                    slots_left -= 1
+                    if slots_left < 0:
+                        raise _NoWait
                 continue
             if nowait:
                 got = self._load_nowait(slot.seq, slot.cid, seen)
@@ -788,8 +803,12 @@ class ReadsMixin(EngineCore):
                     raise _NoWait
                 if wanted(got[0], q):
                     out.append(got[0])
-                if len(out) >= q.limit:
-                    break
+                    if len(out) >= q.limit:
+                        break
+                else:
+                    records_left -= 1
+                    if records_left < 0:
+                        raise _NoWait
                 continue
             try:
                 got = self.load_record(slot.seq, slot.cid, dirs)
