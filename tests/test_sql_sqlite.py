@@ -575,6 +575,38 @@ async def test_load_many_of_up_to_100_ids_takes_no_hop(
 
 
 @pytest.mark.asyncio
+async def test_a_page_past_many_expired_rows_is_read_by_a_reader_thread(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page that SQLite must walk thousands of expired (not yet purged) rows for
+    would keep the loop for milliseconds: past its budget of operations SQLite
+    interrupts it on the loop's connection, and it runs on a reader thread
+    instead, with the same answer. Ordinary pages stay on the loop."""
+    from statekeeper import NewCheckpoint
+
+    first = await store.save("s", {"i": "first"})
+    for start in range(0, 6000, 1000):
+        await store.save_many(
+            [
+                NewCheckpoint(stream="s", state={"i": i}, ttl=0.05)
+                for i in range(start, start + 1000)
+            ]
+        )
+    await asyncio.sleep(0.1)  # expired, and still there
+    live = [await store.save("s", {"i": f"live {n}"}) for n in range(3)]
+    hops = _count_reader_hops(store, monkeypatch)
+    page = await store.list("s", limit=5)
+    want = [cp.id for cp in reversed(live)] + [first.id]
+    assert [cp.id for cp in page.items] == want and len(hops) == 1
+    hops.clear()
+    assert (await store.get_latest("s")).id == live[-1].id  # type: ignore[union-attr]
+    # two items and the row that says there is more: no expired row to walk past
+    page = await store.list("s", limit=2)
+    assert [cp.id for cp in page.items] == want[:2] and page.has_more
+    assert hops == []
+
+
+@pytest.mark.asyncio
 async def test_inline_reads_false_sends_pages_to_the_reader_threads(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

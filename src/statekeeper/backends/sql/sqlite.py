@@ -59,6 +59,16 @@ logger = logging.getLogger("statekeeper.sql")
 _FORK_ORPHANS: list[object] = []
 #: SQLITE_BUSY and SQLITE_LOCKED: SQLite would have to wait for another connection.
 _BUSY_CODES = (5, 6)
+#: SQLITE_INTERRUPT: a read on the event loop's thread ran over its budget.
+_INTERRUPT = 9
+#: The budget of one read on the event loop's thread (point_read), in SQLite
+#: virtual-machine operations, counted in steps of _INLINE_STEP: a listed page of
+#: 101 rows takes about 1,500, a lookup a few dozen, and 6,000 expired rows (not yet
+#: purged) to walk past about 42,000 (4 ms here). A read that would take more is
+#: interrupted and runs on a reader thread instead: no read keeps the loop for
+#: more than about 2 ms of SQLite's work.
+_INLINE_OPS = 20_000
+_INLINE_STEP = 1_000
 
 
 class Compiler:
@@ -548,6 +558,7 @@ class SqliteRuntime:
         # the point-read connection of the thread that first made one (the event
         # loop's), with that thread's id; see point_read
         self._inline: tuple[int, SqliteSession] | None = None
+        self._inline_ops = 0  # operations of the running point read (see _INLINE_OPS)
 
     def _connect_writer(self) -> sqlite3.Connection:
         if self.mode == "ro":
@@ -665,21 +676,33 @@ class SqliteRuntime:
         lock. When it would have to (a WAL-index rebuild after another process
         crashed, or a checkpoint that resets the WAL), it says busy at once and the
         whole of ``fn`` runs again on a reader thread, which waits as every read does
-        (``fn`` only reads, so running it again is safe). What such a read can block
-        the loop on is reading the pages of one index range, which the OS usually has
-        cached. Like every read, each statement is in autocommit: one snapshot of what
+        (``fn`` only reads, so running it again is safe). So does a read that runs
+        over :data:`_INLINE_OPS` SQLite operations (a page past thousands of expired
+        rows not yet purged): SQLite interrupts it, so no read keeps the loop for
+        more than about 2 ms of SQLite's work. What such a read can block the loop on is
+        reading the pages of one index range, which the OS usually has cached. Like
+        every read, each statement is in autocommit: one snapshot of what
         was committed when it started. ``inline_reads=False`` (an option of the
         SQLite store) sends every read to the reader threads.
         """
         session = self._inline_session()
         if session is not None:
+            self._inline_ops = 0
             try:
                 return fn(session)
             except sqlite3.OperationalError as exc:
-                if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF not in _BUSY_CODES:
+                code = (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF
+                if code not in _BUSY_CODES and code != _INTERRUPT:
                     raise
-                # SQLite would have to wait: a reader thread does, without the loop
+                # SQLite would have to wait, or the read is longer than the loop
+                # should be kept: a reader thread does it, without the loop
         return await self.read(fn)
+
+    def _inline_progress(self) -> int:
+        """SQLite's progress handler on the point-read connection: non-zero (stop)
+        once the read has run :data:`_INLINE_OPS` operations."""
+        self._inline_ops += _INLINE_STEP
+        return int(self._inline_ops > _INLINE_OPS)
 
     def _inline_session(self) -> SqliteSession | None:
         """The point-read session of this thread, or ``None`` to use the readers."""
@@ -689,6 +712,7 @@ class SqliteRuntime:
                 return None
             # one thread only (checked below), but closed by close() wherever it runs
             conn = self.connect(wait=False, check_same_thread=False)
+            conn.set_progress_handler(self._inline_progress, _INLINE_STEP)
             self._inline = (threading.get_ident(), SqliteSession(conn, self.compiler))
         owner, session = self._inline
         return session if owner == threading.get_ident() else None
