@@ -18,6 +18,7 @@ import pytest
 from file_helpers import a_journal_in_flight, count_hops
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file.reads import NOWAIT_RECORD_BYTES
+from statekeeper.errors import CheckpointDecodeError
 from statekeeper.models import Checkpoint, Page
 
 pytestmark = pytest.mark.asyncio
@@ -333,3 +334,30 @@ async def test_what_a_page_passes_over_on_the_loop_is_bounded(tmp_path: Path) ->
             store, hops, lambda: store.list("job", limit=5, order="asc", after=after), []
         )
         assert [cp.state["i"] for cp in page.items] == [160, 161, 162, 163, 164]
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "hop"])
+async def test_a_state_the_codec_refuses_is_skipped_in_the_same_words(
+    tmp_path: Path, inline: bool
+) -> None:
+    """A page decodes states as it reads records; a well-formed record whose state
+    this store's codec refuses (nested deeper than its max_depth) is handed back and
+    reported as skipped with the strict read's words, on either path."""
+    root = tmp_path / "s"
+    deep: object = "leaf"
+    for _ in range(30):
+        deep = [deep]
+    async with FileCheckpointStore(root) as writer:
+        saved = [await writer.save("job", {"i": i}) for i in range(3)]
+        bad = await writer.save("job", {"deep": deep})
+        after = await writer.save("job", {"i": 9})
+    async with FileCheckpointStore(root, max_depth=10, inline_reads=inline) as store:
+        hops = count_hops(store)
+        page = await store.list("job", limit=10, order="asc")
+        assert hops == ([] if inline else ["list"])
+        assert [cp.id for cp in page.items] == [*(cp.id for cp in saved), after.id]
+        assert [s.id for s in page.skipped] == [bad.id]
+        with pytest.raises(CheckpointDecodeError) as strict:
+            await store.load(bad.id)
+        assert page.skipped[0].reason == strict.value.reason
+        assert page.skipped[0].sequence == bad.sequence

@@ -12,13 +12,14 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
-from ...record import StoredRecord, read_record
+from ...models import Checkpoint
+from ...record import StateDecoder, StoredRecord, read_checkpoint, read_record
 from . import format as fmt
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
@@ -313,6 +314,39 @@ class EngineCore:
         of one stream is mostly in one or two buckets); the caller closes them with
         :meth:`close_dirs`.
         """
+        data = self._record_bytes(seq, cid, dirs, limit)
+        if data is None:
+            return None
+        return self.decode(data, seq, cid), data
+
+    def load_entry(
+        self,
+        seq: int,
+        cid: str,
+        dirs: dict[int, int] | None,
+        limit: int | None,
+        decoders: Mapping[str, StateDecoder],
+    ) -> tuple[StoredRecord | Checkpoint, bytes] | None:
+        """:meth:`load_record`, with the record's state decoded where it decodes: the
+        checkpoint then (:func:`~statekeeper.record.read_checkpoint`), else the
+        record, for the caller to decode as usual (a listed page's path)."""
+        data = self._record_bytes(seq, cid, dirs, limit)
+        if data is None:
+            return None
+        entry = read_checkpoint(
+            data,
+            lambda n: self.where(self.record_path(n, cid)),
+            store_id=self.store_id,
+            id=cid,
+            sequence=seq,
+            decoders=decoders,
+        )
+        return entry, data
+
+    def _record_bytes(
+        self, seq: int, cid: str, dirs: dict[int, int] | None, limit: int | None
+    ) -> bytes | None:
+        """The bytes of record file ``seq``/``cid`` (see :meth:`load_record`)."""
         number = fmt.bucket_of(seq)
         bucket = dirs.get(number) if dirs is not None else None
         owned = bucket is None
@@ -327,15 +361,12 @@ class EngineCore:
                 dirs[number] = bucket
                 owned = False
         try:
-            data = self.read_file(bucket, fmt.record_name(seq, cid), limit)
+            return self.read_file(bucket, fmt.record_name(seq, cid), limit)
         except RecordProblem as exc:
             raise self.decode_error(exc.reason, seq, cid) from None
         finally:
             if owned:
                 self.close_bucket(bucket)
-        if data is None:
-            return None
-        return self.decode(data, seq, cid), data
 
     def close_dirs(self, dirs: dict[int, int]) -> None:
         for fd in dirs.values():

@@ -15,14 +15,14 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 from ..._protocol import ScanQuery, skipped_from
 from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
-from ...models import Skipped
-from ...record import StoredRecord
+from ...models import Checkpoint, Skipped
+from ...record import StateDecoder, StoredRecord
 from . import format as fmt
 from .core import EngineCore, RecordProblem, Txn
 from .index import IdTable, IndexDamaged, StreamIndex
@@ -55,6 +55,15 @@ _NOWAIT_DELETED = 4
 #: The largest record file read on the event loop's thread: a bigger one is read in
 #: the worker, so a cold read of a large file never stalls the loop.
 NOWAIT_RECORD_BYTES = 1 << 20
+
+
+#: What a scan gives: records, skipped entries and, on a listed page's scan (with
+#: decoders), checkpoints already decoded.
+Entry = StoredRecord | Checkpoint | Skipped
+#: The probe a page scan runs after the page (see :func:`statekeeper._paging.probe_query`).
+ProbeOf = Callable[[list[Entry]], ScanQuery]
+#: A store's state codecs by name (what a listed page's records are decoded with).
+Decoders = Mapping[str, StateDecoder]
 
 
 class Hop(enum.Enum):
@@ -601,13 +610,26 @@ class ReadsMixin(EngineCore):
                 return got[0]
         return None
 
+    @overload
     def _load_nowait(
-        self, seq: int, cid: str, seen: dict[int, int] | None = None
-    ) -> tuple[StoredRecord, bytes] | None:
+        self, seq: int, cid: str, seen: dict[int, int] | None = None, decoders: None = None
+    ) -> tuple[StoredRecord, bytes] | None: ...
+    @overload
+    def _load_nowait(
+        self, seq: int, cid: str, seen: dict[int, int] | None, decoders: Decoders
+    ) -> tuple[StoredRecord | Checkpoint, bytes] | None: ...
+    def _load_nowait(
+        self,
+        seq: int,
+        cid: str,
+        seen: dict[int, int] | None = None,
+        decoders: Decoders | None = None,
+    ) -> tuple[StoredRecord | Checkpoint, bytes] | None:
         """:meth:`load_record` of a record file that is there, readable and at most
         :data:`NOWAIT_RECORD_BYTES` long (its ``fstat`` tells, before any read);
         ``None`` for anything else (missing, damaged, large, not a plain file), which
-        the worker reads instead and reports as it always does.
+        the worker reads instead and reports as it always does. With ``decoders``,
+        :meth:`load_entry` instead (the state decoded where it decodes).
 
         ``seen`` (one page scan's, which visits buckets in order) holds the kept
         bucket this scan last checked by ``lstat``, used again without one. Keeping
@@ -623,7 +645,10 @@ class ReadsMixin(EngineCore):
                     seen.clear()
                     seen[number] = bucket
             # the kept descriptor, handed over as load_record's own: not closed by it
-            return self.load_record(seq, cid, {number: bucket}, NOWAIT_RECORD_BYTES)
+            dirs = {number: bucket}
+            if decoders is not None:
+                return self.load_entry(seq, cid, dirs, NOWAIT_RECORD_BYTES, decoders)
+            return self.load_record(seq, cid, dirs, NOWAIT_RECORD_BYTES)
         except (OSError, IndexDamaged, CheckpointDecodeError):
             return None
 
@@ -662,8 +687,9 @@ class ReadsMixin(EngineCore):
     def scan_nowait(
         self,
         query: ScanQuery,
-        probe_of: Callable[[list[StoredRecord | Skipped]], ScanQuery] | None,
-    ) -> tuple[list[StoredRecord | Skipped], ScanQuery | None, list[StoredRecord | Skipped]] | Hop:
+        probe_of: ProbeOf | None,
+        decoders: Decoders | None = None,
+    ) -> tuple[list[Entry], ScanQuery | None, list[Entry]] | Hop:
         """:meth:`scan_and_probe` (or, with no ``probe_of``, :meth:`scan`) of one
         stream, when it is the cheap indexed read, else :data:`HOP` at once.
 
@@ -681,7 +707,8 @@ class ReadsMixin(EngineCore):
         unreadable, larger than :data:`NOWAIT_RECORD_BYTES` or of another stream
         (the worker reports it as skipped, or sees it was deleted meanwhile). So a
         page it returns never holds a :class:`~statekeeper.models.Skipped` entry.
-        OS errors propagate as they would from the worker's scan."""
+        OS errors propagate as they would from the worker's scan. ``decoders``: the
+        page's records whose states decode come back decoded (never the probe's)."""
         if query.stream is None or query.metadata:
             return HOP
         state = self._state_nowait()
@@ -692,7 +719,7 @@ class ReadsMixin(EngineCore):
             idx = self._index_kept(fmt.stream_file_name(query.stream))
             if idx is None:
                 return HOP  # a missing index: the worker lists streams/ (and surveys)
-            page = self._scan_slots(idx, query, {}, cap, nowait=True)
+            page = self._scan_slots(idx, query, {}, cap, nowait=True, decoders=decoders)
             if probe_of is None:
                 return page, None, []
             probe = probe_of(page)
@@ -706,29 +733,31 @@ class ReadsMixin(EngineCore):
         """Every stream in global sequence order (the listing mixin has it)."""
         raise NotImplementedError
 
-    def scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+    def scan(self, query: ScanQuery, decoders: Decoders | None = None) -> list[Entry]:
+        """The entries of ``query`` (``decoders``: see :meth:`_scan_slots`)."""
         state = self.heal()
         cap = fmt.visible_cap(state)
+        # the paths off the stream index give records (list_page decodes them)
         if query.stream is None:
             # from the bucket directories: no index needed
-            return self._scan_all(query, cap)
+            return list[Entry](self._scan_all(query, cap))
         if self._records_only(state):
-            return view_scan(self.survey_upto(state), query)
+            return list[Entry](view_scan(self.survey_upto(state), query))
         assert state is not None
         try:
             idx = self._index_for_read(fmt.stream_file_name(query.stream))
             if idx is None:
                 if self._index_missing(state):
-                    return view_scan(self.survey_upto(state), query)
+                    return list[Entry](view_scan(self.survey_upto(state), query))
                 return []
             with idx:
-                return self._scan_index(idx, query, cap)
+                return self._scan_index(idx, query, cap, decoders)
         except IndexDamaged:
-            return view_scan(self.survey_upto(state), query)
+            return list[Entry](view_scan(self.survey_upto(state), query))
 
     def scan_and_probe(
-        self, query: ScanQuery, probe_of: Callable[[list[StoredRecord | Skipped]], ScanQuery]
-    ) -> tuple[list[StoredRecord | Skipped], ScanQuery, list[StoredRecord | Skipped]]:
+        self, query: ScanQuery, probe_of: ProbeOf, decoders: Decoders | None = None
+    ) -> tuple[list[Entry], ScanQuery, list[Entry]]:
         """:meth:`scan` of ``query``, then of ``probe_of(page)``: a page and the probe
         that decides its other cursor. On the indexed path both read one ``state``
         (one cap: the probe sees what the page saw) through one open stream index
@@ -743,23 +772,23 @@ class ReadsMixin(EngineCore):
                         dirs: dict[int, int] = {}
                         try:
                             with idx:
-                                page = self._scan_slots(idx, query, dirs, cap)
+                                page = self._scan_slots(idx, query, dirs, cap, decoders=decoders)
                                 probe = probe_of(page)
                                 return page, probe, self._scan_slots(idx, probe, dirs, cap)
                         finally:
                             self.close_dirs(dirs)
                 except IndexDamaged:
                     pass  # the records answer, below
-        page = self.scan(query)
+        page = self.scan(query, decoders)
         probe = probe_of(page)
         return page, probe, self.scan(probe)
 
     def _scan_index(
-        self, idx: StreamIndex, q: ScanQuery, cap: int | None
-    ) -> list[StoredRecord | Skipped]:
+        self, idx: StreamIndex, q: ScanQuery, cap: int | None, decoders: Decoders | None = None
+    ) -> list[Entry]:
         dirs: dict[int, int] = {}
         try:
-            return self._scan_slots(idx, q, dirs, cap)
+            return self._scan_slots(idx, q, dirs, cap, decoders=decoders)
         finally:
             self.close_dirs(dirs)
 
@@ -771,11 +800,14 @@ class ReadsMixin(EngineCore):
         cap: int | None,
         *,
         nowait: bool = False,
-    ) -> list[StoredRecord | Skipped]:
+        decoders: Decoders | None = None,
+    ) -> list[Entry]:
         """The entries of ``q`` from ``idx``'s slots. ``nowait`` (the event loop's
         thread, :meth:`scan_nowait`): each record through :meth:`_load_nowait`, and
         :class:`_NoWait` wherever the worker's scan would report a skipped entry or
-        look again (a record missing, damaged, unreadable or of another stream)."""
+        look again (a record missing, damaged, unreadable or of another stream).
+        ``decoders`` (a listed page's scan): a record whose state decodes is its
+        checkpoint (:meth:`load_entry`); the caller decodes any other as usual."""
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.locate(q.bound, right=True)), 1
             if start >= idx.count > 0:
@@ -786,7 +818,7 @@ class ReadsMixin(EngineCore):
             if top == 0 < idx.count:
                 _check_edge(idx, 0, q.bound, beyond=True)
         now_us = fmt.to_micros(q.now)
-        out: list[StoredRecord | Skipped] = []
+        out: list[Entry] = []
         seen: dict[int, int] = {}
         # nowait: how many slots and records may be passed over (see the constants)
         slots_left, records_left = _NOWAIT_EXTRA_SLOTS, _NOWAIT_EXTRA_RECORDS
@@ -798,7 +830,7 @@ class ReadsMixin(EngineCore):
                         raise _NoWait
                 continue
             if nowait:
-                got = self._load_nowait(slot.seq, slot.cid, seen)
+                got = self._load_nowait(slot.seq, slot.cid, seen, decoders)
                 if got is None or got[0].stream != q.stream:
                     raise _NoWait
                 if wanted(got[0], q):
@@ -811,7 +843,10 @@ class ReadsMixin(EngineCore):
                         raise _NoWait
                 continue
             try:
-                got = self.load_record(slot.seq, slot.cid, dirs)
+                if decoders is not None:
+                    got = self.load_entry(slot.seq, slot.cid, dirs, None, decoders)
+                else:
+                    got = self.load_record(slot.seq, slot.cid, dirs)
             except CheckpointDecodeError as exc:
                 out.append(skipped_from(exc, slot.cid, slot.seq))
             else:
@@ -899,10 +934,11 @@ def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) 
         raise IndexDamaged(f"streams/{idx.name}: slot {pos} is out of order")
 
 
-def wanted(record: StoredRecord, q: ScanQuery) -> bool:
-    """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
-    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop)."""
-    header = record.header
+def wanted(record: StoredRecord | Checkpoint, q: ScanQuery) -> bool:
+    """Whether a scan of ``q`` lists ``record`` (or the checkpoint it decoded to):
+    not expired at ``q.now``, and with every tag ``q`` asks for (an unfiltered
+    page's rows skip the tag loop)."""
+    header = record.header if isinstance(record, StoredRecord) else record
     expires = header.expires_at
     if expires is not None and expires <= q.now:
         return False

@@ -17,7 +17,7 @@ import os
 import weakref
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 from pydantic import Field
 
@@ -34,7 +34,7 @@ from .batch import FileEngine
 from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
-from .reads import HOP
+from .reads import HOP, Decoders, Entry, ProbeOf
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -175,7 +175,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         #: ``get_latest`` and ``load`` try the event loop's thread first (see _latest).
         self._inline_reads = opts.inline_reads
         #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
-        self._probed: tuple[ScanQuery, list[StoredRecord | Skipped]] | None = None
+        self._probed: tuple[ScanQuery, list[Entry]] | None = None
         self._save_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SaveQueue] = (
             weakref.WeakKeyDictionary()
         )
@@ -426,6 +426,15 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("get_latest", self._engine.latest, stream, now)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        # without decoders the entries are records
+        return cast(list[StoredRecord | Skipped], await self._scan_entries(query, None))
+
+    async def _scan_page(self, query: ScanQuery) -> list[Entry]:
+        """A listed page's scan: each record's state decoded as it is read
+        (:meth:`.core.EngineCore.load_entry`), on the indexed paths."""
+        return await self._scan_entries(query, self._decoders if query.include_state else None)
+
+    async def _scan_entries(self, query: ScanQuery, decoders: Decoders | None) -> list[Entry]:
         """One scan, in one worker hop (or none: with ``inline_reads``, a page of one
         stream of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows, when
         :meth:`.reads.ReadsMixin.scan_nowait` can answer it on this thread).
@@ -438,41 +447,43 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         result is kept for exactly the next ``_scan`` call: ``list_page`` makes
         that call without yielding to the event loop, so no other task runs in
         between, and any other call finds a different query and drops it.
+        ``decoders``: the page's records whose states decode come back decoded.
         """
         kept, self._probed = self._probed, None
         if kept is not None and query.limit == 1 and kept[0] == query:
             return kept[1]
         probed = query.bound is not None and query.limit > 1 and not query.metadata
+        engine = self._engine
         if self._inline_reads and query.limit <= INLINE_PAGE_ROWS:
-            got = self._call(
-                "list", self._engine.scan_nowait, query, self._probe_of(query) if probed else None
-            )
+            probe_of = self._probe_of(query) if probed else None
+            got = self._call("list", engine.scan_nowait, query, probe_of, decoders)
             if got is not HOP:
                 page, probe, found = got
                 if probe is not None:
                     self._probed = (probe, found)
                 return page
         if not probed:
-            return await self._run("list", self._engine.scan, query)
-        page, self._probed = await self._run("list", self._scan_and_probe, query)
+            return await self._run("list", engine.scan, query, decoders)
+        page, self._probed = await self._run("list", self._scan_and_probe, query, decoders)
         return page
 
     @staticmethod
-    def _probe_of(query: ScanQuery) -> Callable[[list[StoredRecord | Skipped]], ScanQuery]:
+    def _probe_of(query: ScanQuery) -> ProbeOf:
         """The probe :func:`statekeeper._paging.list_page` asks for after the page of
         ``query``: one entry the other way from the page's edge."""
 
-        def probe_of(page: list[StoredRecord | Skipped]) -> ScanQuery:
+        def probe_of(page: list[Entry]) -> ScanQuery:
             return probe_query(query, probe_bound(query, page))
 
         return probe_of
 
     def _scan_and_probe(
-        self, query: ScanQuery
-    ) -> tuple[list[StoredRecord | Skipped], tuple[ScanQuery, list[StoredRecord | Skipped]] | None]:
-        """The page of ``query`` and the probe :meth:`_scan` keeps (worker thread),
-        read through one stream index (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
-        page, probe, probed = self._engine.scan_and_probe(query, self._probe_of(query))
+        self, query: ScanQuery, decoders: Decoders | None
+    ) -> tuple[list[Entry], tuple[ScanQuery, list[Entry]] | None]:
+        """The page of ``query`` and the probe :meth:`_scan_entries` keeps (worker
+        thread), read through one stream index
+        (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
+        page, probe, probed = self._engine.scan_and_probe(query, self._probe_of(query), decoders)
         return page, (probe, probed)
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
