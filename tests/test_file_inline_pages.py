@@ -361,3 +361,29 @@ async def test_a_state_the_codec_refuses_is_skipped_in_the_same_words(
             await store.load(bad.id)
         assert page.skipped[0].reason == strict.value.reason
         assert page.skipped[0].sequence == bad.sequence
+
+
+async def test_load_many_of_one_id_takes_no_hop(tmp_path: Path) -> None:
+    """One id is the cheap read load() is: on the loop's thread, with load()'s
+    answers (and the worker's, for what it leaves to the worker); more ids are
+    one pass in the worker."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        a, b = await store.save("job", {"n": 1}), await store.save("job", {"n": 2})
+        assert await store.delete(b.id)
+        hops = count_hops(store)
+        assert (await store.load_many([a.id]))[a.id].state == {"n": 1}
+        assert await store.load_many([b.id]) == {}
+        assert await store.load_many(["no-such-id"]) == {}
+        assert hops == []
+        assert set(await store.load_many([a.id, b.id])) == {a.id}
+        assert hops == ["load_many"]
+        # a damaged record: the worker's read raises, as load() does
+        path = tmp_path / "s" / "records" / f"{a.sequence // 1000:017d}"
+        record = path / f"{a.sequence:020d}.{a.id}.ckpt"
+        record.write_bytes(record.read_bytes()[:40])
+        with pytest.raises(CheckpointDecodeError) as many:
+            await store.load_many([a.id])
+        with pytest.raises(CheckpointDecodeError) as one:
+            await store.load(a.id)
+        assert str(many.value) == str(one.value)
+        assert hops[-2:] == ["load_many", "load"]

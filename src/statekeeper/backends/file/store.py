@@ -381,6 +381,12 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("save_many", self._engine.insert_many, records)
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        """In the worker, one pass; a single id (the LangGraph saver's pending-writes
+        read) on the event loop's thread when it is the cheap read, as :meth:`_get`."""
+        if len(ids) == 1 and self._inline_reads:
+            got = self._call("load_many", self._engine.get_nowait, ids[0], now)
+            if got is not HOP:
+                return {} if got is None else {ids[0]: got}
         return await self._run("load_many", self._engine.get_many, ids, now)
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
