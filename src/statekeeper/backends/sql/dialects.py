@@ -93,8 +93,9 @@ class Runtime(Protocol):
 
     async def point_read(self, fn: Callable[[Session], T]) -> T:
         """As :meth:`read`, for ``fn`` that reads a bounded index range: one row by an
-        index, or a page of at most ``INLINE_PAGE_ROWS`` rows and its probe (where the
-        runtime may run it without a thread hop: SQLite)."""
+        index, up to ``INLINE_PAGE_ROWS`` ids, or a page of at most
+        ``INLINE_PAGE_ROWS`` rows and its probe (where the runtime may run it without
+        a thread hop: SQLite)."""
 
     async def snapshot(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one read-only transaction: every statement sees one snapshot."""

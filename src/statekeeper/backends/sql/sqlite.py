@@ -663,10 +663,11 @@ class SqliteRuntime:
         return await self._reader_worker().run(fn)
 
     async def point_read(self, fn: Callable[[SqliteSession], T]) -> T:
-        """Run ``fn``, a bounded indexed read (``get_latest``, ``load``, or a listed
-        page of at most ``INLINE_PAGE_ROWS`` rows and its one-row probe), right here
-        on the calling thread when SQLite can answer without waiting, else as
-        :meth:`read` does.
+        """Run ``fn``, a bounded indexed read (``get_latest``, ``load``, a
+        ``load_many`` of at most ``INLINE_PAGE_ROWS`` ids, or a listed page of at
+        most ``INLINE_PAGE_ROWS`` rows and its one-row probe), right here on the
+        calling thread when SQLite can answer without waiting, else as :meth:`read`
+        does.
 
         A round trip to a reader thread costs more than such a read (two thread
         wake-ups, 25-50 µs here, against about 20 µs for a lookup and its decode; a
