@@ -759,17 +759,23 @@ class SqliteRuntime:
         readers' threads ended, so that the WAL is checkpointed into the file as
         :meth:`close` leaves it. The threads then end. In a forked child, nothing of
         the parent's is touched. A closed runtime has nothing left to abandon."""
-        if self._pid != os.getpid():
-            return
-        writer, readers = self._writer, self._readers
-        inline, self._inline = self._inline, None
-        self._writer, self._readers = None, []
+        writer, readers, inline = self._detach()
         if inline is not None:
             with contextlib.suppress(sqlite3.Error):
-                inline[1].conn.close()
+                inline.close()
         threads = [reader.abandon() for reader in readers]
         if writer is not None:
             writer.abandon(threads)
+
+    def _detach(self) -> tuple[_Writer | None, list[_Worker], sqlite3.Connection | None]:
+        """Take the writer, the readers and the point-read connection out of this
+        runtime, for :meth:`close` or :meth:`abandon` to close. In a forked child
+        there are none to take: the parent's are orphaned (see :meth:`_check_fork`)."""
+        self._check_fork()
+        writer, readers = self._writer, self._readers
+        inline, self._inline = self._inline, None
+        self._writer, self._readers = None, []
+        return writer, readers, None if inline is None else inline[1].conn
 
     async def close(self) -> None:
         """Close every connection, the writer's last.
@@ -782,12 +788,9 @@ class SqliteRuntime:
         the saves in the ``-wal`` file in 35 of 200 closes). So the readers and the
         point-read connection close first, and the writer alone after them.
         """
-        self._check_fork()  # in a forked child: the parent's are orphaned, not closed
-        writer, readers = self._writer, self._readers
-        inline, self._inline = self._inline, None
-        self._writer, self._readers = None, []
+        writer, readers, inline = self._detach()  # a forked child: nothing to close
         if inline is not None:
-            inline[1].conn.close()
+            inline.close()
         await asyncio.gather(*(w.close() for w in readers))
         if writer is not None:
             await writer.close()
