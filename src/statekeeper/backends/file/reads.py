@@ -83,8 +83,9 @@ _KEPT_BUCKETS = 4
 
 
 class _Kept:
-    """The descriptors one thread's point reads (:meth:`ReadsMixin.latest_nowait`,
-    :meth:`ReadsMixin.get_nowait`) keep between calls, so that a read costs one
+    """The descriptors one thread's point reads and pages
+    (:meth:`ReadsMixin.latest_nowait`, :meth:`ReadsMixin.get_nowait`,
+    :meth:`ReadsMixin.scan_nowait`) keep between calls, so that a read costs one
     ``lstat`` per file instead of an open, an ``fstat`` and a close. Each is used
     only after that ``lstat`` shows the same file (device and inode, a regular file
     with one link, or a directory) under its name: a file replaced by rename is
@@ -712,8 +713,8 @@ class ReadsMixin(EngineCore):
         if query.stream is None or query.metadata:
             return HOP
         state = self._state_nowait()
-        if state is None or state.orphan is not None or self._records_only(state):
-            return HOP
+        if state is None or state.orphan is not None:
+            return HOP  # (a state _state_nowait gives is one the indexes are trusted for)
         cap = fmt.visible_cap(state)
         try:
             idx = self._index_kept(fmt.stream_file_name(query.stream))
