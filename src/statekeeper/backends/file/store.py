@@ -34,7 +34,7 @@ from .batch import FileEngine
 from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
-from .reads import HOP, Decoders, Entry, ProbeOf
+from .reads import HOP, Decoders, Entry, Hop, ProbeOf
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -172,7 +172,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         #: when this store is collected unclosed (they would otherwise wait forever).
         self._door = door = ThreadDoor("statekeeper-file")
         weakref.finalize(self, door.close)
-        #: ``get_latest`` and ``load`` try the event loop's thread first (see _latest).
+        #: ``get_latest``, ``load`` and pages try the event loop's thread first (see
+        #: _point_read and _scan_entries).
         self._inline_reads = opts.inline_reads
         #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
         self._probed: tuple[ScanQuery, list[Entry]] | None = None
@@ -413,11 +414,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         """On the event loop's thread when that is the cheap indexed read (see
         :meth:`_latest`), else in the worker."""
-        if self._inline_reads:
-            got = self._call("load", self._engine.get_nowait, id, now)
-            if got is not HOP:
-                return got
-        return await self._run("load", self._engine.get, id, now)
+        engine = self._engine
+        return await self._point_read("load", engine.get_nowait, engine.get, id, now)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         """With ``inline_reads`` (the default), right here on the event loop's thread
@@ -425,11 +423,27 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         the state, an index tail and one record file, no lock, no wait, no retry);
         wherever the read would do anything more, in the worker, exactly as without
         the option. The hop costs more than that read."""
+        engine = self._engine
+        return await self._point_read(
+            "get_latest", engine.latest_nowait, engine.latest, stream, now
+        )
+
+    async def _point_read(
+        self,
+        what: str,
+        nowait: Callable[[str, datetime], StoredRecord | Hop | None],
+        worker: Callable[[str, datetime], StoredRecord | None],
+        key: str,
+        now: datetime,
+    ) -> StoredRecord | None:
+        """``nowait(key, now)`` on this thread with ``inline_reads``, unless it
+        answers :data:`.reads.HOP`; then (or without the option) ``worker(key, now)``
+        in the worker thread."""
         if self._inline_reads:
-            got = self._call("get_latest", self._engine.latest_nowait, stream, now)
+            got = self._call(what, nowait, key, now)
             if got is not HOP:
                 return got
-        return await self._run("get_latest", self._engine.latest, stream, now)
+        return await self._run(what, worker, key, now)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
         # without decoders the entries are records
