@@ -105,7 +105,8 @@ async def test_a_server_that_hides_its_config_is_refused_with_the_way_out(
     ("settings", "durability", "refused_for"),
     [
         (("yes", "always", "noeviction"), "full", None),
-        (("yes", "always", "volatile-lru"), "full", None),
+        (("yes", "always", "volatile-lru"), "full", "maxmemory-policy is 'volatile-lru'"),
+        (("yes", "no", "volatile-ttl"), "fast", "evict"),
         (("yes", "everysec", "noeviction"), "full", "appendfsync is 'everysec'"),
         (("yes", "everysec", "noeviction"), "fast", None),
         (("yes", "no", "noeviction"), "fast", None),

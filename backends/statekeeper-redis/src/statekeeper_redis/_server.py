@@ -24,7 +24,7 @@ class UnsafeDurabilityError(DurabilityUnavailable):
 
     Raised on open. Either configure the server (``appendonly yes`` plus
     ``appendfsync always`` for ``durability="full"``; ``appendonly yes`` for
-    ``"fast"``; a ``maxmemory-policy`` that never evicts keys without a TTL), or
+    ``"fast"``; ``maxmemory-policy noeviction`` for both), or
     open the store with ``allow_unsafe_durability=True`` to accept the risk.
     """
 
@@ -65,10 +65,17 @@ class ServerPersistence:
                 "durability='full')"
             ]
         found: list[str] = []
-        if self.maxmemory_policy is not None and self.maxmemory_policy.startswith("allkeys-"):
+        if self.maxmemory_policy not in (None, "noeviction"):
             found.append(
-                f"maxmemory-policy is {self.maxmemory_policy!r}, so Redis may evict "
-                "checkpoints under memory pressure (use noeviction)"
+                f"maxmemory-policy is {self.maxmemory_policy!r}, so Redis deletes keys on "
+                "its own under memory pressure ("
+                + (
+                    "checkpoints saved with a ttl, before they expire"
+                    if self.maxmemory_policy.startswith("volatile-")
+                    else "any checkpoint or index key"
+                )
+                + "): an evicted record is a lost checkpoint, an evicted index makes "
+                "reads refuse until repair() (CONFIG SET maxmemory-policy noeviction)"
             )
         if self.appendonly != "yes":
             found.append(

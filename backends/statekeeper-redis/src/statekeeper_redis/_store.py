@@ -60,7 +60,8 @@ class RedisOptions(StoreOptions):
     #: with different prefixes share one database without seeing each other.
     key_prefix: str = Field(default="statekeeper", pattern=r"^[A-Za-z0-9._:/-]{1,200}$")
     #: Open even if the server can lose acknowledged writes (no AOF, or
-    #: ``appendfsync`` weaker than ``durability`` needs, or CONFIG unreadable).
+    #: ``appendfsync`` weaker than ``durability`` needs, a ``maxmemory-policy`` that
+    #: evicts keys, or CONFIG unreadable).
     allow_unsafe_durability: bool = False
     #: Seconds to wait for a connection or a reply before :class:`StoreTimeout`.
     socket_timeout: float = Field(default=30.0, gt=0)
@@ -125,7 +126,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     **Durability.** On open the store reads ``appendonly``, ``appendfsync`` and
     ``maxmemory-policy``. ``durability="full"`` (the default) refuses a server
     without ``appendfsync always``, ``"fast"`` one without AOF, and both refuse
-    ``allkeys-*`` eviction, unless ``allow_unsafe_durability=True``. The class-level
+    a server that evicts keys (any ``maxmemory-policy`` but ``noeviction``), unless
+    ``allow_unsafe_durability=True``. The class-level
     :attr:`capabilities` (``power_loss_durable``) hold because of that check.
     """
 
@@ -528,10 +530,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             "key_prefix": self.redis_options.key_prefix,
             "appendonly": server.appendonly if server else None,
             "appendfsync": server.appendfsync if server else None,
+            "maxmemory_policy": server.maxmemory_policy if server else None,
             "durability": (
                 f"{self.options.durability}: checked on open"
                 if not problems
-                else f"NOT guaranteed, opened with allow_unsafe_durability: {problems[0]}"
+                else "NOT guaranteed, opened with allow_unsafe_durability: " + "; ".join(problems)
             ),
         }
 
