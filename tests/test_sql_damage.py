@@ -33,6 +33,7 @@ from statekeeper.errors import (
     CheckpointNotFound,
     StoreFormatError,
 )
+from statekeeper.record import StoredRecord
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,7 @@ class Damage:
     apply: Callable[[Target, SqlCheckpointStore, Saved], Awaitable[None]]
     records: frozenset[int] = frozenset()
     counter: bool = False  # saves must refuse until repair
+    schema: bool = False  # a table or index is gone: saves must refuse until repair
     meta: bool = False  # saves must refuse until repair
     kind: str = "index"  # the verify problem kind it must cause
     only: str | None = None  # dialect it applies to
@@ -138,8 +140,43 @@ def _sql(
         names = {"meta": t.meta.name, "counter": t.counter.name, "tags": t.tags.name}
         names.update({f"s{n}": str(seq) for n, seq in enumerate(saved.order, 1)})
         names["fields"] = t.fields.name
+        names["checkpoints"] = t.checkpoints.name
+        names["id_index"] = f"{target.prefix}checkpoints_id"
         names["key"] = "`key`" if target.name == "mysql" else '"key"'  # a reserved word
         await target.sql(statement.format(**names), params)
+
+    return apply
+
+
+def _copy_record(
+    pairs: dict[int, int],
+) -> Callable[[Target, SqlCheckpointStore, Saved], Awaitable[None]]:
+    """Each ``{to: from}``: the row of save ``to`` gets the record of save ``from`` (a
+    replayed or swapped write; all records are read before any is written)."""
+
+    async def apply(target: Target, store: SqlCheckpointStore, saved: Saved) -> None:
+        page = await store.list(None, limit=100)
+        ids = {c.sequence: c.id for c in page.items}
+        raw = {n: await store.backdoor_read_raw(ids[saved.order[n - 1]]) for n in pairs.values()}
+        for to, src in pairs.items():
+            await store.backdoor_write_raw(ids[saved.order[to - 1]], raw[src])
+
+    return apply
+
+
+def _foreign(ordinal: int) -> Callable[[Target, SqlCheckpointStore, Saved], Awaitable[None]]:
+    """The row of save ``ordinal`` gets an intact record of another store."""
+
+    async def apply(target: Target, store: SqlCheckpointStore, saved: Saved) -> None:
+        seq = saved.order[ordinal - 1]
+        page = await store.list(None, limit=100)
+        (cp,) = [c for c in page.items if c.sequence == seq]
+        raw = await store.backdoor_read_raw(cp.id)
+        record = StoredRecord.from_bytes(raw, location="test", expect_sequence=seq)
+        positional = target.name == "postgres"  # as pg.py writes them
+        await store.backdoor_write_raw(
+            cp.id, record.to_bytes("another-store", positional=positional)
+        )
 
     return apply
 
@@ -235,6 +272,68 @@ DAMAGE = [
         for name in ("store_id", "cursor_key", "schema_version")
     ),
     Damage("meta rows all deleted", _sql("DELETE FROM {meta}"), meta=True, kind="state"),
+    # Records are the truth: when every record names one store id, a meta row that
+    # names another is the damage, never the three records (issue 25).
+    Damage(
+        "meta row store_id overwritten",
+        _sql("UPDATE {meta} SET value = :v WHERE name = 'store_id'", v="f" * 32),
+        meta=True,
+        kind="state",
+    ),
+    Damage(
+        "newest record is another store's",
+        _foreign(7),
+        records=frozenset({7}),
+        kind="damaged-record",
+    ),
+    Damage(
+        "meta row store_id overwritten, newest record another store's",
+        _both(
+            _sql("UPDATE {meta} SET value = :v WHERE name = 'store_id'", v="f" * 32),
+            _foreign(7),
+        ),
+        records=frozenset({7}),
+        meta=True,
+        kind="state",
+    ),
+    Damage(
+        "record cell holds text",
+        _sql("UPDATE {checkpoints} SET record = 'garbage' WHERE seq = {s3}"),
+        records=frozenset({3}),
+        kind="damaged-record",
+        only="sqlite",  # the other dialects' column types refuse text
+    ),
+    Damage(
+        "unique index on id dropped",
+        _sql("DROP INDEX {id_index}"),
+        schema=True,
+        only="sqlite",  # saves need it there (ON CONFLICT (id)); see test_sql_schema_damage
+    ),
+    Damage(
+        "counter table dropped",
+        _sql("DROP TABLE {counter}"),
+        counter=True,
+        kind="state",
+        counter_row=True,
+    ),
+    Damage(
+        "row holds another row's record",
+        _copy_record({3: 2}),
+        records=frozenset({3}),
+        kind="damaged-record",
+    ),
+    Damage(
+        "two rows' records swapped",
+        _copy_record({3: 2, 2: 3}),
+        records=frozenset({2, 3}),
+        kind="damaged-record",
+    ),
+    Damage(
+        "row holds a record of another stream",
+        _copy_record({6: 4}),
+        records=frozenset({6}),
+        kind="damaged-record",
+    ),
 ]
 
 
@@ -330,7 +429,13 @@ async def test_damage_is_detected_reported_and_repaired(target: Target, damage: 
         assert {p.sequence for p in report.problems if p.kind == "damaged-record"} == damaged
     async with target.store() as store:
         await assert_remembered(store, saved, damaged, tag_rows_intact=tags_ok)
-        refuse = BackendError if damage.counter else StoreFormatError if damage.meta else None
+        refuse = (
+            BackendError
+            if damage.counter or damage.schema
+            else StoreFormatError
+            if damage.meta
+            else None
+        )
         await assert_saves(store, saved, refuse=refuse)
 
         # 3. repair(): derived rows rebuilt, damaged records kept.

@@ -4,11 +4,14 @@ The ``record`` column of the checkpoints table is the truth (SPEC S3a). Everythi
 else is derived from it and may be rebuilt:
 
 - the **meta** rows (``schema_version``, ``store_id``, ``cursor_key``): the store id
-  is in every record, the schema version follows from the tables, and a lost
-  cursor key only invalidates cursors handed out before;
+  is in every record (a ``store_id`` row naming an id that the records do not
+  carry is the damage, see :mod:`.store_ids`), the schema version follows from the
+  tables, and a lost cursor key only invalidates cursors handed out before;
 - the **counter** row: the high-water mark, rebuilt as the highest of its own
   value and every sequence in the checkpoints and tags tables, never lowered;
-- the ``id``, ``stream`` and ``expires_at`` **columns** of a checkpoint row;
+- the ``id``, ``stream`` and ``expires_at`` **columns** of a checkpoint row (but a
+  row whose record is another row's, its id the other row's id column, holds a
+  replayed or swapped record: a damaged record, not a damaged column);
 - the **tag rows** and the **fields rows** (its filterable metadata) of a checkpoint.
 
 A row whose record cannot be read stays: strict reads keep raising
@@ -19,7 +22,6 @@ one :class:`~.dialects.Session`; the ``check_*`` ones only read.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from collections import defaultdict
@@ -31,12 +33,14 @@ import sqlalchemy as sa
 
 from ...errors import CheckpointDecodeError, StoreFormatError
 from ...models import Problem
-from ...record import MAGIC, StoredRecord
+from ...record import StoredRecord
 from . import dialects, pg, writes
 from .dialects import Session
 from .migrations import read_meta, tables_version
 from .schema import Statements, expires_micros, field_rows, tag_rows
 from .server import SaSession
+from .store_ids import STORE_ID as _STORE_ID
+from .store_ids import store_id_on_record
 
 __all__ = [
     "PAGE",
@@ -56,7 +60,6 @@ __all__ = [
 #: Checkpoint rows per verify or repair step (one snapshot or transaction each).
 PAGE = 500
 
-_STORE_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 _CURSOR_KEY = re.compile(r"(?:[0-9a-f]{2}){16,}")
 
 Locate = Callable[[int], str]
@@ -90,7 +93,12 @@ class MetaProbe:
 
 
 def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
-    """Read the meta table and tell a fresh, an intact and a damaged store apart."""
+    """Read the meta table and tell a fresh, an intact and a damaged store apart.
+
+    The store id is checked against the records (:func:`.store_ids.store_id_on_record`):
+    a meta row that names an id no readable record carries, while records agree on
+    another, is damaged, and the records' id is used.
+    """
     tables = st.t
     meta = read_meta(s, st)
     if meta is None:
@@ -99,8 +107,13 @@ def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
     version = int(raw_version) if raw_version is not None and raw_version.isdigit() else None
     store_id = meta.get("store_id", "")
     key = meta.get("cursor_key", "")
+    verdict = None
     if version is not None and _STORE_ID.fullmatch(store_id) and _CURSOR_KEY.fullmatch(key):
-        return MetaProbe(meta, version=version, store_id=store_id, cursor_key=bytes.fromhex(key))
+        verdict = store_id_on_record(s, st, where, store_id)
+        if verdict.damage is None:
+            return MetaProbe(
+                meta, version=version, store_id=store_id, cursor_key=bytes.fromhex(key)
+            )
     missing = [
         t.name for t in (tables.counter, tables.checkpoints) if not dialects.table_exists(s, t)
     ]
@@ -125,13 +138,15 @@ def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
             f"the schema_version row is missing or unreadable ({raw_version!r}); read as "
             f"version {probe.version}, the version its tables are at"
         )
-    if _STORE_ID.fullmatch(store_id):
-        probe.store_id = store_id
+    if verdict is None:
+        verdict = store_id_on_record(s, st, where, store_id)
+    if verdict.store_id is None:
+        probe.store_id = secrets.token_hex(16)
+        probe.damage.append("the store_id row is missing or unreadable (no record is readable)")
     else:
-        recovered = _store_id_from_records(s, st, where)
-        probe.store_id = recovered or secrets.token_hex(16)
-        source = "taken from the newest readable record" if recovered else "no record is readable"
-        probe.damage.append(f"the store_id row is missing or unreadable ({source})")
+        probe.store_id = verdict.store_id
+        if verdict.damage is not None:
+            probe.damage.append(verdict.damage)
     if _CURSOR_KEY.fullmatch(key):
         probe.cursor_key = bytes.fromhex(key)
     else:
@@ -141,22 +156,6 @@ def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
             "cannot be honoured; a new key is used)"
         )
     return probe
-
-
-def _store_id_from_records(s: Session, st: Statements, where: str) -> str | None:
-    """The store id written in the newest readable record (checksum verified)."""
-    for seq, blob in s.rows(st.newest_records, {"limit": 50}):
-        data = bytes(blob)
-        try:
-            StoredRecord.from_bytes(data, location=where, expect_sequence=int(seq))
-            end = data.index(b"\n")
-            hlen = int(data[len(MAGIC) : end].split()[0])
-            store = json.loads(data[end + 1 : end + 1 + hlen])["store"]
-        except (CheckpointDecodeError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(store, str) and _STORE_ID.fullmatch(store):
-            return store
-    return None
 
 
 def rebuild_meta(s: Session, st: Statements, probe: MetaProbe) -> list[str]:
@@ -292,14 +291,44 @@ def _rows(
         seq = int(seq)
         try:
             # No expect_id: a row whose id column disagrees with its record is a
-            # damaged column, which repair() can fix, not a damaged record.
+            # damaged column, which repair() can fix, not a damaged record. The
+            # cell as read: from_bytes refuses a type that is not bytes (SQLite
+            # keeps whatever is written, text included).
             record: StoredRecord | None = StoredRecord.from_bytes(
-                bytes(blob), location=locate(seq), expect_store_id=store_id, expect_sequence=seq
+                blob, location=locate(seq), expect_store_id=store_id, expect_sequence=seq
             )
         except CheckpointDecodeError:
             record = None
         out.append(_Row(seq, str(rid), str(stream), expires_at, record))
+    _unclaim_borrowed(s, st, out)
     return out
+
+
+def _unclaim_borrowed(s: Session, st: Statements, rows: list[_Row]) -> None:
+    """Mark unreadable the rows that hold another row's record.
+
+    A record names its id; when that id is another row's id column, this row holds a
+    copy of that row's record (replayed, swapped, or copied from another stream),
+    which nothing can tell apart from the original where records do not carry their
+    sequence (PostgreSQL); so is each of several rows of the page that hold one
+    record. Strict reads already refuse it (its id column is not its
+    record's id), the listings report it as damaged, and repair must not give it the
+    other row's id. A row whose record's id no other row has only lost its id column.
+    """
+    differ: dict[str, list[_Row]] = defaultdict(list)
+    for row in rows:
+        if row.record is not None and row.record.id != row.id:
+            differ[row.record.id].append(row)
+    if not differ:
+        return
+    for seq, rid, _ in s.rows(st.ids_taken, {"ids": list(differ)}):
+        for row in differ[str(rid)]:
+            if int(seq) != row.seq:
+                row.record = None
+    for claimants in differ.values():
+        if len(claimants) > 1:  # one record in several rows: which is the original?
+            for row in claimants:
+                row.record = None
 
 
 #: The index rows of one checkpoint, by key: the columns a record determines.

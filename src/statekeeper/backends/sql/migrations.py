@@ -91,7 +91,7 @@ def _backfill_v2(s: Session, st: Statements, meta: dict[str, str]) -> None:
         for seq, _, _, _, blob in rows:
             try:
                 record = StoredRecord.from_bytes(
-                    bytes(blob),
+                    blob,  # not bytes(): a text cell is a damaged record, not a TypeError
                     location=f"{st.t.checkpoints.name}[seq={seq}]",
                     expect_store_id=store_id,
                     expect_sequence=int(seq),
