@@ -17,6 +17,7 @@ import functools
 import http.server
 import importlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -134,6 +135,22 @@ def test_links_out_of_docs_become_repository_paths_and_broken_ones_stay(tmp_path
     )
 
 
+def test_the_doctest_marker_is_dropped_from_code_blocks_only() -> None:
+    on_page_markdown = _hooks_module("mkdocs_hooks").on_page_markdown
+    page = types.SimpleNamespace(file=types.SimpleNamespace(abs_src_path=str(DOCS / "x.md")))
+    config = {"docs_dir": str(DOCS), "config_file_path": str(ROOT / "mkdocs.yml")}
+    markdown = (
+        "Prose may say # doctest: skip.\n"
+        "```python\n# doctest: skip\nrun(graph)\n```\n"
+        "```python\nx = 1  # doctest: skip is only a marker on a block's first line\n```\n"
+    )
+    assert on_page_markdown(markdown, page=page, config=config) == (
+        "Prose may say # doctest: skip.\n"
+        "```python\nrun(graph)\n```\n"
+        "```python\nx = 1  # doctest: skip is only a marker on a block's first line\n```\n"
+    )
+
+
 # -- the built site --------------------------------------------------------------------------
 
 
@@ -211,6 +228,46 @@ def test_reference_shows_the_docstrings_translated_from_rest(site: Path) -> None
     assert "Blocking form of" in pages["sync"]
 
 
+def test_no_page_shows_the_doctest_marker(site: Path) -> None:
+    # the marker tells tests/test_docs.py not to run a block; readers never see it
+    shown = [
+        page.relative_to(site).as_posix()
+        for page in site.rglob("*.html")
+        if "doctest" in page.read_text("utf-8")
+    ]
+    assert not shown, f"pages that show the doctest marker: {shown}"
+    assert "doctest" not in (site / "search" / "search_index.json").read_text("utf-8")
+
+
+def _search_entries(site: Path) -> dict[str, str]:
+    index = json.loads((site / "search" / "search_index.json").read_text("utf-8"))
+    return {entry["location"]: entry["text"] for entry in index["docs"]}
+
+
+def _doc_text(html: str) -> str:
+    """An entry's rendered documentation without its signature block."""
+    return re.sub(r"^<pre><code>.*?</code></pre>\s*", "", html, count=1, flags=re.S).strip()
+
+
+def test_protocol_reference_states_each_methods_contract(site: Path) -> None:
+    from statekeeper import CheckpointStore
+
+    entries = _search_entries(site)
+    names = [n for n, v in vars(CheckpointStore).items() if not n.startswith("_") and callable(v)]
+    assert {"get_latest", "load", "list", "save", "update"} <= set(names)
+    page = "reference/statekeeper/#statekeeper."
+    for name in names:
+        protocol = _doc_text(entries[f"{page}CheckpointStore.{name}"])
+        base = _doc_text(entries[f"{page}BaseCheckpointStore.{name}"])
+        assert "Same contract as" not in protocol, name
+        assert protocol == base, f"CheckpointStore.{name} does not carry the contract"
+    get_latest = _doc_text(entries[f"{page}CheckpointStore.get_latest"])
+    assert "Strict" in get_latest and "CheckpointDecodeError" in get_latest
+    assert "ConcurrentModificationError" in get_latest
+    listing = _doc_text(entries[f"{page}CheckpointStore.list"])
+    assert "Tolerant" in listing and "page.skipped" in listing
+
+
 # -- in a browser ----------------------------------------------------------------------------
 
 
@@ -233,10 +290,23 @@ def base_url(site: Path) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+NO_CHROMIUM = (
+    "no Chromium at {path}, so the site was not checked in a browser and no screenshots "
+    "were taken. Install it (Debian, Ubuntu: `sudo apt-get install chromium`; elsewhere "
+    "set STATEKEEPER_CHROMIUM to a Chromium or Chrome binary) and run `nox -s docs` again."
+)
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(request: pytest.FixtureRequest, screenshots: Path) -> Iterator[Any]:
     if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+        reason = NO_CHROMIUM.format(path=CHROMIUM)
+        # `nox -s docs` names the screenshots folder at its end: say there why it is empty
+        (screenshots / "NO-SCREENSHOTS.txt").write_text(reason + "\n", "utf-8")
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"\n{reason}", yellow=True)
+        _unavailable(reason)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -267,6 +337,10 @@ class _Watch:
             self.problems.append(f"console error: {message.text} at {message.location}")
 
     def _failed(self, request: Any) -> None:
+        # the browser cancels what the next navigation makes moot (the favicon of a
+        # page left at once): not the site's failure; a missing file is a 404 above
+        if request.failure == "net::ERR_ABORTED":
+            return
         self.problems.append(f"request failed: {request.url} ({request.failure})")
 
     def _response(self, response: Any) -> None:
@@ -367,3 +441,29 @@ def test_every_page_loads_without_errors(
             images += 1
     assert images >= 3, "the benchmark plots are not on the site"
     assert not watch.problems, "\n".join(watch.problems)
+
+
+def test_without_chromium_the_run_says_how_to_install_it(site: Path, tmp_path: Path) -> None:
+    # `nox -s docs` names the screenshots folder at its end: without Chromium that
+    # folder must exist and say why it is empty, and the run must say how to fix it
+    shots = tmp_path / "screenshots"
+    landing = "test_landing_page_renders_its_code_blocks"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-p", "no:cacheprovider", "-q", "-k", landing],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "STATEKEEPER_SITE_DIR": str(site),
+            "STATEKEEPER_SITE_SCREENSHOTS": str(shots),
+            "STATEKEEPER_CHROMIUM": str(tmp_path / "no-chromium"),
+            "STATEKEEPER_REQUIRE_SERVICES": "0",
+        },
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 skipped" in run.stdout
+    assert "apt-get install chromium" in run.stdout, run.stdout
+    notes = [f.read_text("utf-8") for f in shots.glob("*")] if shots.is_dir() else []
+    assert any("apt-get install chromium" in note for note in notes), notes

@@ -19,10 +19,13 @@ when Griffe loads the package, instead of the sources changing style:
   models document each option).
 - A paragraph ending in ``::`` followed by an indented block becomes a fenced
   Python block.
-- Methods of a wrapper that repeat ``BaseCheckpointStore``'s methods (the
-  ``CheckpointStore`` protocol, the blocking facade, the kit's recording wrappers)
-  get one line pointing at the method that states the contract, so the contract text
-  lives in one place.
+- The ``CheckpointStore`` protocol's methods have no docstrings in the source: they
+  get ``BaseCheckpointStore``'s, as rendered, so that the page applications type
+  against states each method's contract (strict or tolerant, what it raises,
+  concurrency) while the text is still written once, on ``BaseCheckpointStore``.
+  Methods of other wrappers that repeat ``BaseCheckpointStore``'s methods (the
+  blocking facade, the kit's recording wrappers) get one line pointing at the
+  method that states the contract.
 
 ``MIRRORS`` and :func:`missing_docstrings` are also used by the build hook that
 fails on public names without a docstring (``docs/_hooks/mkdocs_hooks.py``).
@@ -56,9 +59,10 @@ REFERENCE_MODULES = (
 _BASE = "statekeeper._protocol.BaseCheckpointStore"
 
 #: Classes whose same-named methods have another class's contract: the class that
-#: states it, and how the method relates to it.
-MIRRORS = {
-    "statekeeper._interface.CheckpointStore": (_BASE, "Same contract as"),
+#: states it, and how the method relates to it (``None``: the same method, so its
+#: docstring is the source's, copied).
+MIRRORS: dict[str, tuple[str, str | None]] = {
+    "statekeeper._interface.CheckpointStore": (_BASE, None),
     "statekeeper.sync.SyncCheckpointStore": (_BASE, "Blocking form of"),
     "statekeeper.testing.recording.LoggedStore": (_BASE, "Logs, then calls"),
     "statekeeper.testing.recording.RecordingStore": (_BASE, "Records, then calls"),
@@ -71,6 +75,8 @@ MIRRORS = {
 # Hypothesis state-machine steps are driven by Hypothesis, not called by users.
 _HYPOTHESIS_DECORATORS = ("rule", "invariant", "initialize", "precondition")
 
+# the contract paragraph of BaseCheckpointStore's docstring, up to how to subclass it
+_CONTRACT = re.compile(r"^\*\*The contract\*\*.*?(?=^\*\*Subclassing|\Z)", re.M | re.S)
 _ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|exc|data|obj|const):`([^`]+)`")
 _LITERAL_INTRO = re.compile(r"(\S)::$")
 
@@ -100,12 +106,14 @@ class StatekeeperDocstrings(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, **kwargs: Any) -> None:
         if pkg.name != "statekeeper":
             return
-        for mirror, (source, verb) in MIRRORS.items():
-            _fill_mirror(pkg, mirror, source, verb)
         rendered = _rendered(pkg)
         for obj in _walk(pkg):
             if obj.docstring is not None:
                 obj.docstring.value = _markdown(obj, obj.docstring.value, rendered)
+        # after the translation: a copied contract keeps the references as resolved
+        # in the scope it was written in
+        for mirror, (source, verb) in MIRRORS.items():
+            _fill_mirror(pkg, mirror, source, verb)
 
 
 def _rendered(pkg: griffe.Module) -> set[str]:
@@ -134,18 +142,26 @@ def _walk(obj: griffe.Object) -> Iterator[griffe.Object]:
             yield from _walk(member)  # type: ignore[arg-type]
 
 
-def _fill_mirror(pkg: griffe.Module, mirror: str, source: str, verb: str) -> None:
+def _fill_mirror(pkg: griffe.Module, mirror: str, source: str, verb: str | None) -> None:
     cls = pkg.modules_collection[mirror]
     base = pkg.modules_collection[source]
     public = _public_path(base)
+    if verb is None and cls.docstring is not None and base.docstring is not None:
+        # the class states the contract in one paragraph: the mirror shows it too
+        contract = _CONTRACT.search(base.docstring.value)
+        if contract is not None:
+            cls.docstring.value += "\n\n" + contract.group(0).rstrip()
     for name, member in cls.members.items():
         if name.startswith("_") or member.is_alias or member.docstring is not None:
             continue
-        if name in base.members and base.members[name].docstring is not None:
-            title = f"{base.name}.{name}"
-            member.docstring = griffe.Docstring(
-                f"{verb} [`{title}`][{public}.{name}].", parent=member
-            )
+        stated = base.members.get(name)
+        if stated is None or stated.docstring is None:
+            continue
+        if verb is None:
+            text = stated.docstring.value
+        else:
+            text = f"{verb} [`{base.name}.{name}`][{public}.{name}]."
+        member.docstring = griffe.Docstring(text, parent=member)
 
 
 def _public_path(obj: griffe.Object) -> str:

@@ -11,6 +11,10 @@ The guides in ``docs/`` are also read on a code host, where a link such as
 outside ``docs/``, so such a link to a file that exists in the repository becomes its
 path in code (``CONTRIBUTING.md``, in the repository); a link to a file that does not
 exist is left alone, and the strict build fails on it.
+
+A code block whose first line is ``# doctest: skip`` is shown but not run by
+``tests/test_docs.py``. The marker is for that test, not for readers: the site shows
+the block without it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def on_config(config: Any, **kwargs: Any) -> Any:
 
 _LINK = re.compile(r"(?<!!)\[([^\]\n]+)\]\(([^)\s#]+)(#[^)\s]*)?\)")
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+# the opening line of a fenced block, then the marker as the block's first line
+_DOCTEST_MARKER = re.compile(r"\A((?:```|~~~)[^\n]*\n)# doctest: skip[ \t]*\n")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, **kwargs: Any) -> str:
@@ -59,10 +65,11 @@ def on_page_markdown(markdown: str, page: Any, config: Any, **kwargs: Any) -> st
             return f"`{shown}`"
         return f"{text} (`{shown}` in the repository)"
 
-    # code blocks are shown as written
+    # code blocks are shown as written, without the marker meant for tests/test_docs.py
     parts, last = [], 0
     for fence in _FENCE.finditer(markdown):
-        parts += [_LINK.sub(outside, markdown[last : fence.start()]), fence.group(0)]
+        block = _DOCTEST_MARKER.sub(r"\1", fence.group(0), count=1)
+        parts += [_LINK.sub(outside, markdown[last : fence.start()]), block]
         last = fence.end()
     parts.append(_LINK.sub(outside, markdown[last:]))
     return "".join(parts)

@@ -34,7 +34,13 @@ TTL = int | float | timedelta
 
 @runtime_checkable
 class CheckpointStore(Protocol):
-    """What applications type against. See :class:`BaseCheckpointStore` for the contract."""
+    """What applications type against: every store, built-in or a plugin's, has these
+    methods, because every backend subclasses :class:`BaseCheckpointStore`.
+
+    Each method's contract (strict or tolerant, what it raises, concurrency) is that
+    of the same method of :class:`BaseCheckpointStore`, which enforces it for every
+    backend; the API reference shows it under each method here too.
+    """
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -61,6 +67,8 @@ class CheckpointStore(Protocol):
     async def load(self, id: str, *, include_state: Literal[True] = True) -> Checkpoint: ...
     @overload
     async def load(self, id: str, *, include_state: bool) -> CheckpointHeader: ...
+    # the signature behind the overloads: without it the reference has no entry for load
+    async def load(self, id: str, *, include_state: bool = True) -> CheckpointHeader: ...
     async def load_many(
         self, ids: Iterable[str], *, include_state: bool = True
     ) -> dict[str, Checkpoint]: ...
