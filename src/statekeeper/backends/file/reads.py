@@ -178,6 +178,16 @@ class ReadsMixin(EngineCore):
         """Whether this read must go to the records (the indexes cannot be trusted)."""
         return state is None or self.degraded is not None
 
+    def _scan_records_only(self, state: fmt.State | None) -> bool:
+        """Whether a scan of one stream must go to the records: as every read when
+        the indexes cannot be trusted, and also while ``state`` marks a damaged
+        record of unknown stream (an orphan). No stream index holds an orphan, yet
+        it may be any stream's (``get_latest`` raises for it), so a page of every
+        stream reports each orphan in its range (:func:`.view.view_scan`), which
+        only a survey of the records finds: O(store) a page, until
+        ``repair(drop_damaged=True)`` or a restored file removes the last one."""
+        return self._records_only(state) or (state is not None and state.orphan is not None)
+
     def survey(self) -> Survey:
         """The whole store, from its records (O(store); see :mod:`.view`)."""
         return take_survey(self)
@@ -742,7 +752,7 @@ class ReadsMixin(EngineCore):
         if query.stream is None:
             # from the bucket directories: no index needed
             return list[Entry](self._scan_all(query, cap))
-        if self._records_only(state):
+        if self._scan_records_only(state):
             return list[Entry](view_scan(self.survey_upto(state), query))
         assert state is not None
         try:
@@ -762,24 +772,29 @@ class ReadsMixin(EngineCore):
         """:meth:`scan` of ``query``, then of ``probe_of(page)``: a page and the probe
         that decides its other cursor. On the indexed path both read one ``state``
         (one cap: the probe sees what the page saw) through one open stream index
-        and the same bucket descriptors; anywhere else, two :meth:`scan` calls."""
+        and the same bucket descriptors; from the records (one survey for both)
+        where :meth:`scan` would go there; anywhere else, two :meth:`scan` calls."""
         if query.stream is not None:
             state = self.heal()
-            if not self._records_only(state):
-                cap = fmt.visible_cap(state)
-                try:
-                    idx = self._index_for_read(fmt.stream_file_name(query.stream))
-                    if idx is not None:
-                        dirs: dict[int, int] = {}
-                        try:
-                            with idx:
-                                page = self._scan_slots(idx, query, dirs, cap, decoders=decoders)
-                                probe = probe_of(page)
-                                return page, probe, self._scan_slots(idx, probe, dirs, cap)
-                        finally:
-                            self.close_dirs(dirs)
-                except IndexDamaged:
-                    pass  # the records answer, below
+            if self._scan_records_only(state):
+                s = self.survey_upto(state)
+                page = list[Entry](view_scan(s, query))
+                probe = probe_of(page)
+                return page, probe, list[Entry](view_scan(s, probe))
+            cap = fmt.visible_cap(state)
+            try:
+                idx = self._index_for_read(fmt.stream_file_name(query.stream))
+                if idx is not None:
+                    dirs: dict[int, int] = {}
+                    try:
+                        with idx:
+                            page = self._scan_slots(idx, query, dirs, cap, decoders=decoders)
+                            probe = probe_of(page)
+                            return page, probe, self._scan_slots(idx, probe, dirs, cap)
+                    finally:
+                        self.close_dirs(dirs)
+            except IndexDamaged:
+                pass  # the records answer, below
         page = self.scan(query, decoders)
         probe = probe_of(page)
         return page, probe, self.scan(probe)

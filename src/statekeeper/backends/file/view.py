@@ -23,13 +23,21 @@ from .survey import Entry, Survey
 __all__ = ["orphan_error", "view_get", "view_info", "view_latest", "view_scan", "view_streams"]
 
 
-def orphan_error(error: CheckpointDecodeError, stream: str) -> CheckpointDecodeError:
+def orphan_error(
+    error: CheckpointDecodeError, stream: str, *, listed: bool = False
+) -> CheckpointDecodeError:
     """The error ``get_latest(stream)`` raises for a newer damaged record whose
-    stream cannot be told (it may be this stream's newest checkpoint)."""
+    stream cannot be told (it may be this stream's newest checkpoint); ``listed``:
+    the one ``list(stream)`` reports it with, in ``skipped``, on every page of any
+    stream whose range holds its sequence (it may be one of this stream's)."""
+    may_be = (
+        f"one of the checkpoints of {stream!r}"
+        if listed
+        else f"the newest checkpoint of {stream!r} and no older one is returned"
+    )
     return CheckpointDecodeError(
         f"{error.reason}; its stream cannot be told from what is left of it, so it may be "
-        f"the newest checkpoint of {stream!r} and no older one is returned. Restore the "
-        "file, or remove it with repair(drop_damaged=True) "
+        f"{may_be}. Restore the file, or remove it with repair(drop_damaged=True) "
         "(statekeeper repair --drop-damaged)",
         id=error.id,
         location=error.location,
@@ -63,8 +71,11 @@ def view_get(s: Survey, cid: str, now: datetime) -> StoredRecord | None:
 
 
 def view_scan(s: Survey, q: ScanQuery) -> list[StoredRecord | Skipped]:
+    """The entries of ``q``: the records of its stream and, as skipped, its damaged
+    records and every damaged record whose stream cannot be told (an orphan, which
+    ``get_latest`` also raises for: it may be one of this stream's)."""
     assert q.stream is not None
-    entries: list[Entry] = [e for e in s.entries if e.stream == q.stream]
+    entries: list[Entry] = [e for e in s.entries if e.stream in (q.stream, None)]
     if q.order == "desc":
         entries.reverse()
     out: list[StoredRecord | Skipped] = []
@@ -73,7 +84,10 @@ def view_scan(s: Survey, q: ScanQuery) -> list[StoredRecord | Skipped]:
             continue
         if e.record is None:
             assert e.error is not None
-            out.append(skipped_from(e.error, e.cid, e.seq))
+            error = (
+                e.error if e.stream is not None else orphan_error(e.error, q.stream, listed=True)
+            )
+            out.append(skipped_from(error, e.cid, e.seq))
         elif not e.record.is_expired(q.now) and all(
             e.record.header.tags.get(k) == v for k, v in q.tags.items()
         ):
