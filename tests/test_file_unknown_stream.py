@@ -15,12 +15,14 @@ deleted, alone or together with ``state`` and ``ids.idx``.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from cli_helpers import run_cli
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound
 from statekeeper.models import Checkpoint, Page, Skipped
@@ -180,3 +182,79 @@ async def test_a_damaged_record_and_its_index(
                 cp.id for cp in saved if cp.stream == stream and cp.id != damaged.id
             }
         assert (await store.verify()).ok
+
+
+async def two_orphans(root: Path) -> tuple[list[Checkpoint], list[Checkpoint]]:
+    """job's newest (7) and middle (3) records zero-filled, job's index and the
+    state deleted: nothing names their stream. Returns (saved, the two)."""
+    saved = await fill_two_streams(root)
+    job = [cp for cp in saved if cp.stream == "job"]
+    orphans = [job[-1], job[2]]
+    for cp in orphans:
+        zero_fill(record_file(root, cp))
+    (root / "streams" / "job.idx").unlink()
+    (root / "state").unlink()
+    return saved, orphans
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("inline_reads", [True, False], ids=["inline", "worker"])
+async def test_every_orphan_is_on_the_page_of_its_range(tmp_path: Path, inline_reads: bool) -> None:
+    """Two damaged records of unknown stream: each is on exactly one page of any
+    stream, the one whose range holds its sequence, whatever the tag filter (a
+    record that cannot be read is reported whatever the filters say), before and
+    after repair(), in a worker hop or on the event loop's thread."""
+    saved, orphans = await two_orphans(tmp_path)
+    by_seq = {cp.sequence: cp.id for cp in orphans}
+    for read_only in (True, False):
+        async with FileCheckpointStore(
+            tmp_path, read_only=read_only, inline_reads=inline_reads
+        ) as store:
+            for _ in range(2):
+                for stream in STREAMS:
+                    for order in ("desc", "asc"):
+                        _, skipped = await walk(store, stream, order, 1)
+                        want = sorted(by_seq, reverse=order == "desc")
+                        assert [s.sequence for s in skipped] == want, (stream, order)
+                        assert [s.id for s in skipped] == [by_seq[q] for q in want]
+                        assert all(unknown(s) and stream in s.reason for s in skipped)
+                # other's only checkpoint is 4: a page of one from the top holds 7
+                page = await store.list("other", limit=1)
+                assert [s.sequence for s in page.skipped] == [7] and page.items == []
+                assert page.has_more and page.next_cursor is not None
+                rest = await store.list("other", limit=1, after=page.next_cursor)
+                assert [c.sequence for c in rest.items] == [4] and rest.skipped == []
+                last = await store.list("other", limit=1, after=rest.next_cursor)
+                assert [s.sequence for s in last.skipped] == [3] and not last.has_more
+                tagged = await store.list("job", tags={"no": "such"}, limit=1000)
+                assert tagged.items == [] and {s.id for s in tagged.skipped} == set(by_seq.values())
+                if read_only:
+                    break
+                await store.repair()
+    async with FileCheckpointStore(tmp_path) as store:
+        dropped = await store.repair(drop_damaged=True)
+        assert {p.id for p in dropped.dropped} == set(by_seq.values())
+        for stream in STREAMS:
+            page = await store.list(stream, limit=1000)
+            assert page.skipped == []
+            assert {c.id for c in page.items} == {
+                cp.id for cp in saved if cp.stream == stream and cp.sequence not in by_seq
+            }
+        assert (await store.verify()).ok
+
+
+def test_verify_exits_1_naming_each_orphan(tmp_path: Path) -> None:
+    """The command line: ``verify`` of the store exits 1 and names both records, as
+    damaged records that belong to no stream it can tell, before and after repair."""
+    root = tmp_path / "store"
+    saved, orphans = asyncio.run(two_orphans(root))
+    url = f"file://{root}"
+    for step in ("before", "repair", "after"):
+        if step == "repair":
+            run_cli("repair", "--url", url, cwd=tmp_path, expect=None)
+            continue
+        doc = run_cli("verify", "--url", url, "--json", cwd=tmp_path, expect=1).json()
+        assert doc["ok"] is False
+        named = {p["id"] for p in doc["problems"] if p["kind"] == "damaged-record"}
+        assert named == {cp.id for cp in orphans}, (step, doc["problems"])
+    assert len(saved) == 7
