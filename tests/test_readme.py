@@ -90,3 +90,16 @@ def test_contributing_is_linked_and_lists_every_nox_session() -> None:
     assert sessions, "no sessions found in noxfile.py"
     for name in sessions:
         assert f"| `{name}` |" in contributing, f"CONTRIBUTING.md does not describe nox -s {name}"
+
+
+def test_readme_serves_the_docs_without_the_material_banner() -> None:
+    # Material for MkDocs prints a large end-of-life banner on every mkdocs command
+    # unless NO_MKDOCS_2_WARNING=1; nox -s docs sets it, and so must the README's
+    # command for serving the site
+    noxfile = (ROOT / "noxfile.py").read_text("utf-8")
+    assert '"NO_MKDOCS_2_WARNING": "1"' in noxfile
+    readme = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    serve = re.findall(r"`([^`]*mkdocs serve[^`]*)`", readme)
+    assert serve, "README says how to serve the docs"
+    for command in serve:
+        assert command.startswith("NO_MKDOCS_2_WARNING=1 uv run "), command
