@@ -180,11 +180,13 @@ def split_filter(
     query: Mapping[str, Any] | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(for the store, checked here)``. ``None`` stays here: LangGraph's filter
-    matches a missing key with ``None``, the store's only a stored ``null``."""
+    matches a missing key with ``None``, the store's only a stored ``null``. So does
+    a dotted key, which is also a path into nested metadata (:mod:`._filters`)."""
     pushed: dict[str, Any] = {}
     local: dict[str, Any] = {}
     for key, value in (query or {}).items():
-        if value is not None and filterable(key, value) and len(pushed) < 16:
+        dotted = isinstance(key, str) and "." in key
+        if value is not None and not dotted and filterable(key, value) and len(pushed) < 16:
             pushed[key] = value
         else:
             local[key] = value

@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import (
 from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound
 
 from . import _layout as lay
+from ._filters import matches
 
 if TYPE_CHECKING:
     from ._saver import StatekeeperSaver
@@ -140,7 +141,7 @@ async def next_page(saver: StatekeeperSaver, query: Query) -> builtins.list[Chec
             continue
         if query.before_id is not None and ids.checkpoint_id >= query.before_id:
             continue
-        if not _matches(metadata, query.local):
+        if not matches(metadata, query.local):
             continue
         kept.append((ids, checkpoint, metadata))
         if query.remaining is not None:
@@ -176,7 +177,7 @@ async def _single(saver: StatekeeperSaver, query: Query) -> builtins.list[Checkp
             }
         }
     )
-    if found is None or not _matches(found.metadata, {**query.pushed, **query.local}):
+    if found is None or not matches(found.metadata, {**query.pushed, **query.local}):
         return []
     if query.before_id is not None and checkpoint_id >= query.before_id:
         return []
@@ -186,8 +187,3 @@ async def _single(saver: StatekeeperSaver, query: Query) -> builtins.list[Checkp
         if header.sequence >= query.before_sequence:
             return []
     return [found]
-
-
-def _matches(metadata: Any, query: dict[str, Any]) -> bool:
-    # LangGraph's rule (InMemorySaver's): equal top-level values; None matches missing
-    return all(metadata.get(key) == value for key, value in query.items())

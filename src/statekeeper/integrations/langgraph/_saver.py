@@ -34,7 +34,7 @@ from statekeeper.models import Checkpoint as StoredCheckpoint
 from statekeeper.models import NewCheckpoint
 
 from . import _layout as lay
-from . import _listing, _threads
+from . import _listing, _open, _threads
 from ._bridge import LoopBridge
 
 if TYPE_CHECKING:
@@ -49,10 +49,19 @@ _CAS_ATTEMPTS = 50
 class StatekeeperSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer that keeps its checkpoints in a statekeeper store.
 
-    ``StatekeeperSaver(store)`` takes an **opened** store (async, or the blocking
-    :class:`statekeeper.sync.SyncCheckpointStore`) that was opened with
-    ``codec="raw"``: the saver's ``serde`` (``JsonPlusSerializer`` by default)
-    encodes checkpoints, metadata and writes, and its bytes are stored verbatim.
+    Three ways to make one, all storing with ``codec="raw"``: the saver's ``serde``
+    (``JsonPlusSerializer`` by default) encodes checkpoints, metadata and writes,
+    and its bytes are stored verbatim.
+
+    - ``async with StatekeeperSaver.from_conn_string(url) as saver:`` (or ``with``
+      for sync use), as LangGraph's own savers open: the store is opened on entry
+      and closed on exit. See :meth:`from_conn_string`.
+    - ``StatekeeperSaver(url, **options)``: the saver opens the store itself,
+      behind the blocking facade (:mod:`statekeeper.sync`), so its sync and async
+      methods both work; :meth:`close` closes it.
+    - ``StatekeeperSaver(store)`` over an **opened** store (async, or the blocking
+      :class:`statekeeper.sync.SyncCheckpointStore`) that was opened with
+      ``codec="raw"``; the caller keeps closing it.
 
     **Contract.**
 
@@ -85,14 +94,25 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        store: BaseCheckpointStore[Any] | SyncCheckpointStore,
+        store: BaseCheckpointStore[Any] | SyncCheckpointStore | str,
         *,
         serde: SerializerProtocol | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(serde=serde)
         from statekeeper.sync import SyncCheckpointStore
 
+        self._owned: SyncCheckpointStore | None = None
+        if isinstance(store, str):
+            if loop is not None:
+                raise TypeError("loop= goes with an opened store; a URL gets a loop of its own")
+            store = self._owned = _open.open_sync(store, options)
+        elif options:
+            raise TypeError(
+                f"store options ({', '.join(sorted(options))}) go with a URL; "
+                "an opened store already has its own"
+            )
         thread: threading.Thread | None = None
         if isinstance(store, SyncCheckpointStore):
             if loop is None:
@@ -118,6 +138,34 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self.store: BaseCheckpointStore[Any] = store
         self._bridge = LoopBridge(loop, thread)
         self._locks: dict[str, asyncio.Lock] = {}
+
+    @classmethod
+    def from_conn_string(
+        cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any
+    ) -> _open.SaverContext:
+        """A saver over the store at ``url``, as a context manager, sync or async.
+
+        ``async with StatekeeperSaver.from_conn_string("sqlite:///graph.db") as
+        saver:`` opens the store on the running loop (``open_store(url,
+        codec="raw", **options)``) and closes it when the block ends, as
+        ``AsyncSqliteSaver.from_conn_string`` does; ``with`` does the same for sync
+        code (``SqliteSaver.from_conn_string``), the store running behind the
+        blocking facade. ``options`` are the store's (``durability=``,
+        ``table_prefix=``, ...); a ``codec`` other than ``"raw"`` is refused
+        (:class:`~statekeeper.errors.InvalidOptions`), and so is an option the
+        backend does not know, before anything is opened or created.
+        """
+        return _open.SaverContext(url, serde, options)
+
+    def close(self) -> None:
+        """Close the store this saver opened from a URL (``StatekeeperSaver(url)``).
+
+        A saver over a store the caller passed leaves it open: the caller closes it.
+        Idempotent; blocks while the store closes, so call it outside the store's
+        loop (it has its own thread for a URL)."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
 
     # -- versions -------------------------------------------------------------------
 
