@@ -8,7 +8,8 @@ Importing this module imports typer and rich; ``import statekeeper`` never does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,7 +18,9 @@ import typer
 from typer.core import TyperGroup
 
 from .._protocol import BaseCheckpointStore
-from .output import Output
+from ..errors import StoreNotFound
+from .hints import command as hint_command
+from .output import EXIT_PROBLEM, CliError, Output
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click.exceptions import BadParameter, ClickException
@@ -35,6 +38,8 @@ __all__ = [
     "StreamArg",
     "UrlOpt",
     "app",
+    "no_store",
+    "opened",
     "progress_bar",
     "run_command",
     "setup",
@@ -175,13 +180,55 @@ def run_command(
         store = out.open(out.resolve_url(url or g.url), **mode.options())
 
         async def main() -> int | None:
-            async with store:
+            async with opened(out, store, ctx.info_name or "", mode):
                 out.store_url = out.scrub(store.describe())
                 return await body(out, store)
 
         code = asyncio.run(main())
     if code:
         raise typer.Exit(code)
+
+
+@asynccontextmanager
+async def opened(
+    out: Output, store: BaseCheckpointStore, command: str, mode: Mode, role: str = "store"
+) -> AsyncIterator[BaseCheckpointStore]:
+    """``async with store``, with a missing store explained in the command line's
+    words (``--url``, ``$STATEKEEPER_URL``, ``statekeeper demo``), not the API's."""
+    try:
+        await store.open()
+    except StoreNotFound as exc:
+        raise no_store(out, store, command, mode, role) from exc
+    async with store:
+        yield store
+
+
+def no_store(
+    out: Output, store: BaseCheckpointStore, command: str, mode: Mode, role: str = "store"
+) -> CliError:
+    """The error for a command whose ``role`` store (``store``, or ``SRC`` of
+    ``copy``) does not exist. Nothing was created; the message says how to name an
+    existing store, or how to make one."""
+    where = out.scrub(store.describe())
+    doing = "only reads" if mode is Mode.READ else "never creates a store"
+    if role != "store":
+        message = f"there is no store at {where} ({role}); 'statekeeper {command}' only reads "
+        message += f"{role}, so nothing was created. Check {role}"
+    elif out.url_source == "default":
+        message = (
+            f"there is no store at {where}, the default when neither --url nor "
+            f"$STATEKEEPER_URL is set; 'statekeeper {command}' {doing}, so nothing was "
+            "created. Name a store with --url URL or $STATEKEEPER_URL, or make one here "
+            f"with: {hint_command('demo')}"
+        )
+    else:
+        origin = "--url" if out.url_source == "option" else "$STATEKEEPER_URL"
+        message = (
+            f"there is no store at {where} (from {origin}); 'statekeeper {command}' {doing}, "
+            "so nothing was created. Check the URL (--url URL or $STATEKEEPER_URL), or make "
+            f"a store there with: {hint_command('demo', *out.url_args())}"
+        )
+    return CliError(message, EXIT_PROBLEM, kind="StoreNotFound")
 
 
 def progress_bar(

@@ -63,13 +63,18 @@ def import_(
     statekeeper's integration for that framework, so the integration reads each
     checkpoint as the framework did. Unreadable items are listed (exit 1), never
     dropped silently. Safe to re-run. The store is opened with codec="raw" and
-    created if needed; SOURCE is only read.
+    created if needed, once SOURCE is found to be readable; SOURCE is only read.
     """
     from ..integrations import importers
 
     out, g = setup(ctx, json_, debug)
     code = 0
     with out.guard():
+        # The source first: a mistyped SOURCE must not leave an empty target behind.
+        if kind is Source.agent_framework:
+            importers.check_agent_framework_source(source)
+        else:
+            importers.check_langgraph_sqlite_source(source)
         target = out.open(out.resolve_url(url or g.url), codec="raw")
 
         async def main() -> int:

@@ -9,6 +9,8 @@
   and runs :meth:`~statekeeper.BaseCheckpointStore.repair`. Damaged checkpoints
   stay (exit 1) until ``--drop-damaged``, the only way they go away.
 - ``copy`` reads its source with ``read_only=True``; its destination may be created.
+  It names both stores as arguments and refuses a global ``--url``. Interrupted
+  (Ctrl-C, exit 130), it says how far it got; running it again continues.
 - ``prune`` and ``purge`` change a store, so they open it with ``create=False``.
 
 The functions are registered on the app by :mod:`.commands`, in ``--help`` order.
@@ -24,9 +26,19 @@ import typer
 from .._protocol import BaseCheckpointStore
 from ..errors import StatekeeperError
 from ..models import Problem, RepairReport, VerifyReport
-from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, progress_bar, run_command, setup
+from .base import (
+    DebugOpt,
+    JsonOpt,
+    Mode,
+    StreamArg,
+    UrlOpt,
+    opened,
+    progress_bar,
+    run_command,
+    setup,
+)
 from .hints import command
-from .output import EXIT_PROBLEM, Output, count, problems_table
+from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, Output, count, problems_table
 
 __all__ = ["copy", "prune", "purge", "repair", "verify"]
 
@@ -166,20 +178,29 @@ def copy(
     relative order is kept. Checkpoints already in DST (same id, stream and etag) are
     skipped; a different one with the same id is reported as a conflict (exit 1).
     """
-    from .ops import copy_store
+    from .ops import CopyResult, copy_store
 
-    out, _ = setup(ctx, json_, debug)
+    out, g = setup(ctx, json_, debug)
     code = 0
     with out.guard():
+        if g.url is not None:
+            out.fail(
+                "copy takes both stores as arguments and does not use --url: "
+                f"{command('copy', 'SRC', 'DST')} (to copy the store at --url, pass it as SRC)",
+                EXIT_USAGE,
+            )
         src = out.open(source, **Mode.READ.options())
         dst = out.open(destination, **Mode.CREATE.options())
+        result = CopyResult()
+        total: int | None = None
 
         async def main() -> int:
-            async with src, dst:
+            nonlocal total
+            async with opened(out, src, "copy", Mode.READ, "SRC"), dst:
                 total = (await src.info()).checkpoints
                 progress, advance = progress_bar(out, "copying", total)
                 with progress:
-                    result = await copy_store(src, dst, advance)
+                    await copy_store(src, dst, advance, result)
             problems = [p.as_json() for p in result.problems]
             if out.json:
                 out.emit(
@@ -201,9 +222,33 @@ def copy(
                 )
             return EXIT_PROBLEM if problems else 0
 
-        code = asyncio.run(main())
+        try:
+            code = asyncio.run(main())
+        except KeyboardInterrupt:
+            _interrupted(out, result, total, source, destination)
     if code:
         raise typer.Exit(code)
+
+
+def _interrupted(
+    out: Output, result: Any, total: int | None, source: str, destination: str
+) -> None:
+    """Ctrl-C during ``copy``: say how far it got, and that a rerun continues."""
+    of = f" of {total}" if total is not None else ""
+    again = command("copy", out.safe_url(source), out.safe_url(destination))
+    out.fail(
+        f"interrupted: copied {result.copied}, already present {result.already_present}, "
+        f"not copied {len(result.problems)} ({result.seen}{of} in the source gone through). "
+        "Each copied checkpoint is whole in the destination; running the same command "
+        f"again continues where this one stopped (what is there counts as already present): "
+        f"{again}",
+        EXIT_INTERRUPTED,
+        kind="KeyboardInterrupt",
+        seen=result.seen,
+        copied=result.copied,
+        already_present=result.already_present,
+        total=total,
+    )
 
 
 # -- prune, purge -------------------------------------------------------------------------

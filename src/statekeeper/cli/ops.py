@@ -133,7 +133,10 @@ class CopyResult:
 
 
 async def copy_store(
-    source: BaseCheckpointStore, target: BaseCheckpointStore, advance: Advance
+    source: BaseCheckpointStore,
+    target: BaseCheckpointStore,
+    advance: Advance,
+    result: CopyResult | None = None,
 ) -> CopyResult:
     """Copy every live checkpoint of ``source`` into ``target``, oldest first.
 
@@ -146,8 +149,12 @@ async def copy_store(
     stream and etag was copied before and is counted in ``already_present``; one
     with a different stream or etag is a conflict and is left alone. Records the
     source cannot read and states the target refuses are reported, not copied.
+
+    The counts go into ``result`` (a new one by default) as each checkpoint is
+    settled, so a caller that is interrupted still knows how far the copy got.
+    ``seen`` counts the entries settled: copied, already present, or reported.
     """
-    result = CopyResult()
+    result = CopyResult() if result is None else result
     cursor: str | None = None
     while True:
         page = await source.list(None, limit=PAGE, order="asc", after=cursor)
@@ -156,11 +163,11 @@ async def copy_store(
         entries: list[Checkpoint | Skipped] = [*page.items, *page.skipped]
         entries.sort(key=lambda e: e.sequence or 0)
         for entry in entries:
-            result.seen += 1
             if isinstance(entry, Skipped):
                 result.problems.append(_from_skipped("source", entry))
             else:
                 await _copy_one(target, entry, result)
+            result.seen += 1
         advance(len(entries))
         cursor = page.next_cursor
         if cursor is None:

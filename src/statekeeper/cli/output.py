@@ -43,6 +43,7 @@ from ..models import CheckpointHeader, Skipped
 __all__ = [
     "CHECK_NAMES",
     "DEFAULT_URL",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_PROBLEM",
     "EXIT_USAGE",
@@ -63,6 +64,8 @@ DEFAULT_URL = "sqlite:///./statekeeper.db"
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_USAGE = 2
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
 
 #: Errors that mean the command line itself was wrong, not the store.
 _USAGE_ERRORS = (InvalidURL, InvalidOptions, BackendNotFound, InvalidQuery)
@@ -70,12 +73,16 @@ _URL_PASSWORD = re.compile(r"(//[^/\s:@]*:)[^@/\s]*@")
 
 
 class CliError(Exception):
-    """A failure the command already explained: a message and an exit status."""
+    """A failure the command already explained: a message, an exit status, the
+    ``type`` its ``--json`` error document names, and details for that document."""
 
-    def __init__(self, message: str, code: int = EXIT_PROBLEM, **details: Any) -> None:
+    def __init__(
+        self, message: str, code: int = EXIT_PROBLEM, kind: str = "CliError", **details: Any
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.kind = kind
         self.details = details
 
 
@@ -198,9 +205,9 @@ class Output:
         except SystemExit:
             raise
         except KeyboardInterrupt:
-            self._report("interrupted", 130, "KeyboardInterrupt", {})
+            self._report("interrupted", EXIT_INTERRUPTED, "KeyboardInterrupt", {})
         except CliError as exc:
-            self._report(exc.message, exc.code, "CliError", exc.details)
+            self._report(exc.message, exc.code, exc.kind, exc.details)
         except StatekeeperError as exc:
             code = EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_PROBLEM
             details: dict[str, Any] = {}

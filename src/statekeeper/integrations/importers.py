@@ -35,7 +35,14 @@ from typing import Any
 from .._protocol import BaseCheckpointStore
 from ..errors import CheckpointDecodeError, StatekeeperError, StoreNotFound
 
-__all__ = ["ImportProblem", "ImportResult", "import_agent_framework", "import_langgraph_sqlite"]
+__all__ = [
+    "ImportProblem",
+    "ImportResult",
+    "check_agent_framework_source",
+    "check_langgraph_sqlite_source",
+    "import_agent_framework",
+    "import_langgraph_sqlite",
+]
 
 Advance = Callable[[int], None]
 
@@ -75,6 +82,24 @@ def _chunks(items: list[Any], size: int = 500) -> Iterable[list[Any]]:
 
 
 # -- Agent Framework ------------------------------------------------------------------
+
+
+def check_agent_framework_source(directory: str | os.PathLike[str]) -> None:
+    """Raise unless ``directory`` can be imported: :class:`StoreNotFound` when it is
+    not a directory (it may hold no checkpoints yet), :class:`StatekeeperError` when
+    ``agent-framework-core`` is missing. Only reads. :func:`import_agent_framework`
+    checks this first; a caller that creates the target store calls it before doing
+    so, so that a mistyped source leaves nothing behind."""
+    try:
+        import agent_framework  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StatekeeperError(
+            "importing Agent Framework checkpoints needs agent-framework-core: "
+            "pip install 'statekeeper[agent-framework]'"
+        ) from exc
+    root = Path(directory)
+    if not root.is_dir():
+        raise StoreNotFound(f"{root} is not a directory of Agent Framework checkpoints")
 
 
 async def import_agent_framework(
@@ -150,8 +175,7 @@ def _checkpoint_files(root: Path) -> list[tuple[Path, bool]]:
     """The ``*.json`` entries of ``root`` in name order, each with whether it is a
     regular file (``FileCheckpointStorage`` would create a missing directory, so
     its absence is checked here first)."""
-    if not root.is_dir():
-        raise StoreNotFound(f"{root} is not a directory of Agent Framework checkpoints")
+    check_agent_framework_source(root)
     return [(path, stat.S_ISREG(os.lstat(path).st_mode)) for path in sorted(root.glob("*.json"))]
 
 
@@ -178,18 +202,44 @@ async def _present(target: BaseCheckpointStore, ids: list[str]) -> dict[str, Any
 # -- LangGraph ------------------------------------------------------------------------
 
 
-def _langgraph_rows(path: Path) -> list[tuple[str, str, str]]:
-    """(thread_id, checkpoint_ns, checkpoint_id) of every checkpoint, in creation
-    order within each thread and namespace, read-only."""
+_LANGGRAPH_ROWS = (
+    "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints "
+    "ORDER BY thread_id, checkpoint_ns, checkpoint_id"
+)
+
+
+def check_langgraph_sqlite_source(path: str | os.PathLike[str]) -> None:
+    """Raise unless ``path`` is a LangGraph ``SqliteSaver`` database that this
+    environment can read: :class:`StoreNotFound` for no such file,
+    :class:`StatekeeperError` for a file that is not such a database or a missing
+    ``langgraph-checkpoint-sqlite``. Opens it read-only and reads no rows.
+    :func:`import_langgraph_sqlite` checks this first; a caller that creates the
+    target store calls it before doing so."""
+    try:
+        import langgraph.checkpoint.sqlite  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise StatekeeperError(
+            "importing a LangGraph SqliteSaver database needs langgraph-checkpoint-sqlite: "
+            "pip install langgraph-checkpoint-sqlite"
+        ) from exc
+    _langgraph_query(Path(path), _LANGGRAPH_ROWS + " LIMIT 0")
+
+
+def _langgraph_query(path: Path, sql: str) -> list[Any]:
     if not path.is_file():
         raise StoreNotFound(f"{path} is not a LangGraph SqliteSaver database")
     uri = f"file:{path}?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-        rows = conn.execute(
-            "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints "
-            "ORDER BY thread_id, checkpoint_ns, checkpoint_id"
-        ).fetchall()
-    return [(str(t), str(ns), str(c)) for t, ns, c in rows]
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            return conn.execute(sql).fetchall()
+    except sqlite3.Error as exc:
+        raise StatekeeperError(f"{path} is not a LangGraph SqliteSaver database: {exc}") from exc
+
+
+def _langgraph_rows(path: Path) -> list[tuple[str, str, str]]:
+    """(thread_id, checkpoint_ns, checkpoint_id) of every checkpoint, in creation
+    order within each thread and namespace, read-only."""
+    return [(str(t), str(ns), str(c)) for t, ns, c in _langgraph_query(path, _LANGGRAPH_ROWS)]
 
 
 async def import_langgraph_sqlite(
@@ -205,23 +255,13 @@ async def import_langgraph_sqlite(
     opened read-only); one that does not load is reported. Needs the
     ``langgraph-checkpoint-sqlite`` package.
     """
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise StatekeeperError(
-            "importing a LangGraph SqliteSaver database needs langgraph-checkpoint-sqlite: "
-            "pip install langgraph-checkpoint-sqlite"
-        ) from exc
+    check_langgraph_sqlite_source(path)
+    from langgraph.checkpoint.sqlite import SqliteSaver
 
     from .langgraph import StatekeeperSaver
 
     source_path = Path(path)
-    try:
-        rows = await asyncio.to_thread(_langgraph_rows, source_path)
-    except sqlite3.Error as exc:
-        raise StatekeeperError(
-            f"{source_path} is not a LangGraph SqliteSaver database: {exc}"
-        ) from exc
+    rows = await asyncio.to_thread(_langgraph_rows, source_path)
     conn = sqlite3.connect(f"file:{source_path}?mode=ro", uri=True, check_same_thread=False)
     try:
         source = SqliteSaver(conn)
