@@ -2,11 +2,10 @@
 
 ::
 
-    from langgraph.checkpoint.memory import InMemorySaver       # before
     from statekeeper.integrations.langgraph import StatekeeperSaver
 
-    async with statekeeper.open_store("sqlite:///graph.db", codec="raw") as store:
-        graph = builder.compile(checkpointer=StatekeeperSaver(store))
+    async with StatekeeperSaver.from_conn_string("sqlite:///graph.db") as saver:
+        graph = builder.compile(checkpointer=saver)
 
 See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
 changes against LangGraph's own savers (strict latest, sequence order).
