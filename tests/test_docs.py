@@ -6,10 +6,16 @@ directory. A block that starts with ``# doctest: skip`` is shown but not run.
 Each page runs twice in the same directory, in a fresh namespace, as a reader who
 pastes its examples again would: an example that asserts the exact contents of a
 persistent store it created must still hold when that store already has data.
+
+The backend written from scratch in docs/backend-authors.md also runs the whole
+conformance kit (:class:`TestGuideBackendConformance`): the guide shows a backend
+that passes it, not one that merely runs.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
 import sys
@@ -17,6 +23,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from statekeeper.testing import CheckpointStoreTests, StoreFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -45,3 +53,61 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     for run in (1, 2):
         _run_page(path, run, monkeypatch)
         assert os.getcwd() == str(tmp_path)
+
+
+GUIDE = ROOT / "docs" / "backend-authors.md"
+GUIDE_BACKEND = "# shelf_backend.py"  # the first line of the guide's from-scratch backend
+
+
+def _guide_backend_source() -> str:
+    blocks = [b for b in _blocks(GUIDE) if b.startswith(GUIDE_BACKEND)]
+    assert len(blocks) == 1, f"{GUIDE.name} has no python block starting {GUIDE_BACKEND!r}"
+    return blocks[0]
+
+
+def _guide_backend() -> types.ModuleType:
+    """The from-scratch backend of the backend author guide, as a module."""
+    module = types.ModuleType("shelf_backend")
+    sys.modules[module.__name__] = module  # its dataclasses look their module up
+    code = compile(_guide_backend_source(), f"{GUIDE.name}[{GUIDE_BACKEND}]", "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+def test_the_guide_backend_uses_only_the_public_extension_api() -> None:
+    tree = ast.parse(_guide_backend_source())
+    public = {"statekeeper", "statekeeper.errors", "statekeeper.record"}
+    used: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("statekeeper"):
+            assert node.module in public, node.module
+            used += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            used += [a.name for a in node.names if a.name.startswith("statekeeper")]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sk"
+        ):
+            used.append(f"statekeeper.{node.attr}")
+    assert "statekeeper" in used, "the guide backend does not import statekeeper"
+    for name in used:
+        module, _, attr = name.rpartition(".")
+        if module:
+            assert not attr.startswith("_"), f"the guide backend uses a private name: {name}"
+            assert attr in importlib.import_module(module).__all__, f"not exported: {name}"
+    bases = [
+        ast.unparse(base)
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+    ]
+    assert "sk.BaseCheckpointStore" in bases and "MemoryCheckpointStore" not in bases
+
+
+class TestGuideBackendConformance(CheckpointStoreTests):
+    @pytest.fixture
+    def store_factory(self) -> StoreFactory:
+        backend = _guide_backend()
+        shelf = backend.Shelf()
+        return lambda **options: backend.ShelfStore(shelf, **options)  # type: ignore[no-any-return]
