@@ -50,10 +50,12 @@ class SqlOptions(StoreOptions):
     #: server connection pool size (default 5, overflow as much again).
     pool_size: int | None = Field(default=None, ge=1, le=64)
     #: PostgreSQL: seconds a listing of every stream (``list(None, ...)``) waits, at
-    #: most, for transactions still in flight below the newest committed save (the
-    #: visibility horizon, ``docs/sql-backend.md``) before it returns the page up to
-    #: the horizon; the rest comes on a later call. Listings of one stream,
-    #: ``get_latest`` and ``load`` never wait.
+    #: most, for this store's saves still in flight below a committed save it would
+    #: show (the listing horizon, ``docs/sql-backend.md``); if they are still in
+    #: flight then, it raises :class:`~statekeeper.errors.StoreTimeout` (retryable)
+    #: rather than return a page that would look complete without them (``0``:
+    #: raise at once). Transactions of other applications never make it wait.
+    #: Listings of one stream, ``get_latest`` and ``load`` never wait.
     listing_wait: float = Field(default=0.1, ge=0, le=60)
     #: SQLite: run ``get_latest``, ``load``, ``load_many`` of up to 100 ids and
     #: listed pages of up to 100 items on the event loop's thread, on a connection

@@ -20,14 +20,19 @@ when a store is restored into a cluster whose ids are lower (:func:`ensure_base`
 
 **Horizon.** Saves to one stream commit in sequence order, so a listing of one
 stream is a plain keyset scan. A listing of every stream returns only sequences
-below ``(pg_snapshot_xmin(pg_current_snapshot()) + base) * 1024``, computed in the
-statement that reads the rows: every transaction id below ``xmin`` has ended, so
-no save still in flight (to any stream) can later commit below an item a reader
-was shown, and a reader paging with cursors never misses a committed checkpoint
-behind its cursor. When the horizon hides rows such a page may want, the listing
-waits up to ``SqlOptions.listing_wait`` for it to pass, then returns what is below
-it (the rest comes on a later call). ``get_latest`` and ``load`` read without a
-horizon and never wait.
+below a horizon, computed in the statement that reads the rows, from its snapshot:
+below the oldest transaction id that may still be one of this store's saves in
+flight. First ``xmin`` of the snapshot (every id below it has ended; no lock table
+read); only when that hides a row the page's range holds, the ids of the snapshot
+still running are looked up in ``pg_locks``, and those that hold none of this
+store's stream locks are passed over (:func:`_in_flight_horizon`): transactions of
+other applications, however long, never hold a listing back. No save still in
+flight can later commit below an item a reader was shown, so a reader paging with
+cursors never misses a committed checkpoint behind its cursor. When the horizon
+hides rows such a page may want, the listing waits up to
+``SqlOptions.listing_wait`` for the saves that hold it, then raises
+:class:`StoreTimeout` (retryable): the page below the horizon would look complete.
+``get_latest`` and ``load`` read without a horizon and never wait.
 
 **Lean path.** Those statements run on raw asyncpg connections from a pool the
 runtime owns (:class:`PgRuntime`), as prepared statements asyncpg caches per
@@ -169,7 +174,38 @@ SELECT seq FROM cp ORDER BY seq"""
 
 
 def _horizon(base_param: str) -> str:
+    """The first horizon: below the oldest transaction id still running anywhere in
+    the cluster (``xmin`` of the statement's snapshot). Exact when nothing runs that
+    is older than the rows a page wants, and free: no lock table read."""
     return f"(pg_snapshot_xmin(pg_current_snapshot())::text::bigint + {base_param}) * {SEQ_SLOTS}"
+
+
+def _in_flight_horizon(base_param: str, lock_param: str) -> str:
+    """The horizon of this store's saves in flight: below the oldest transaction id
+    of the statement's snapshot that may still be one of them.
+
+    A transaction id in the snapshot's in-progress list (``pg_snapshot_xip``) is
+    passed over only when, in one read of the lock table (``lk``, materialised: the
+    ``pg_locks`` view is a fresh read per reference), it still holds its own id's
+    lock (it is running) and holds no stream lock of this store (``$lock``, the
+    first key of every save's advisory lock). A save takes its stream's lock before
+    it has an id and releases its id's lock before the stream's, so while it runs
+    with an id it holds both: never passed over. An id that ended after the snapshot
+    was taken may have been a save whose rows this snapshot cannot see, so it holds
+    the horizon too (this statement only: the next try has a newer snapshot). Ids
+    not yet assigned when the snapshot was taken are at or above its ``xmax``.
+    """
+    return f"""((SELECT coalesce(min(x::text::bigint), pg_snapshot_xmax(sn.s)::text::bigint)
+  FROM pg_snapshot_xip(sn.s) AS x
+  WHERE NOT EXISTS (
+    SELECT 1 FROM lk t
+    WHERE t.locktype = 'transactionid' AND t.mode = 'ExclusiveLock' AND t.granted
+      AND t.transactionid = x::xid
+      AND NOT EXISTS (
+        SELECT 1 FROM lk a
+        WHERE a.locktype = 'advisory' AND a.objsubid = 2 AND a.classid = {lock_param}::int4::oid
+          AND a.virtualtransaction = t.virtualtransaction))
+ ) + {base_param}) * {SEQ_SLOTS}"""
 
 
 @lru_cache(maxsize=256)
@@ -185,11 +221,17 @@ def scan_sql(
 
     A page of one stream is the plain keyset scan: saves to one stream commit in
     sequence order (its advisory lock), so no horizon is needed there. A page of
-    every stream stays below the horizon, and its first row is the horizon's:
-    ``(horizon, highest hidden sequence as text or NULL, NULL)``: the newest
-    committed row in the page's range at or above the horizon (filters are not
-    checked there; a row the filters would drop only costs a wait). The page's
+    every stream stays below the horizon ``hz.h``, and its first row is the
+    horizon's: ``(horizon, highest hidden sequence as text or NULL, NULL)``: the
+    newest committed row in the page's range at or above the horizon (filters are
+    not checked there; a row the filters would drop only costs a wait). The page's
     rows follow.
+
+    The horizon is the first one (:func:`_horizon`, no lock table read) unless that
+    hides a row in the page's range; only then is it the horizon of this store's
+    saves in flight (:func:`_in_flight_horizon`), which transactions of other
+    applications never hold back. Both are computed from the snapshot the page's
+    rows are read with.
     """
     stmt = st.scan(has_stream, order, has_bound, ntags, nmeta, horizon=not has_stream)
     compiled = cast(sa.Select[Any], stmt).compile(dialect=_DIALECT)
@@ -198,15 +240,21 @@ def scan_sql(
         return compiled.string, names
     n = len(names)
     table = _q(st.t)(st.t.checkpoints)
-    hidden = ["c.seq >= hz.h"]
-    extra = ["base"]
+    hidden = ["c.seq >= q.h"]
+    extra = ["base", "lock"]
+    base, lock = f"${n + 1}::bigint", f"${n + 2}"
     if has_bound:
-        hidden.append(f"c.seq {'>' if order == 'asc' else '<'} ${n + 2}")
+        hidden.append(f"c.seq {'>' if order == 'asc' else '<'} ${n + 3}")
         extra.append("bound")
     sql = (
-        f"WITH hz AS (SELECT {_horizon(f'${n + 1}::bigint')} AS h) "
-        f"SELECT hz.h, (SELECT max(c.seq) FROM {table} c WHERE "
-        f"{' AND '.join(hidden)})::text, NULL::bytea FROM hz "
+        "WITH sn AS MATERIALIZED (SELECT pg_current_snapshot() AS s), "
+        f"lo AS MATERIALIZED (SELECT q.h, (SELECT max(c.seq) FROM {table} c WHERE "
+        f"{' AND '.join(hidden)}) AS m FROM (SELECT {_horizon(base)} AS h) AS q), "
+        "lk AS MATERIALIZED (SELECT locktype, classid, objsubid, transactionid, "
+        "virtualtransaction, mode, granted FROM pg_locks), "
+        "hz AS MATERIALIZED (SELECT CASE WHEN lo.m IS NULL THEN lo.h "
+        f"ELSE {_in_flight_horizon(base, lock)} END AS h, lo.m FROM lo, sn) "
+        "SELECT hz.h, (CASE WHEN hz.m >= hz.h THEN hz.m END)::text, NULL::bytea FROM hz "
         f"UNION ALL SELECT * FROM ({compiled.string}) AS page"
     )
     return sql, (*names, *extra)
@@ -529,10 +577,13 @@ async def scan_rows(
     While the horizon hides a row such a page could show (any row of a ``desc``
     page, or an ``asc`` page that is short), retry for up to ``wait`` seconds, until
     the horizon passes every row hidden at the first try: rows committed after the
-    call began need not be waited for, so steady saves cannot keep it waiting.
+    call began need not be waited for, so steady saves cannot keep it waiting. If
+    it has not passed them by then, raise :class:`StoreTimeout` (retryable): the
+    page below the horizon would look complete without them.
     """
     sql, names = scan_sql(st, stream is not None, order, bound is not None, ntags, nmeta)
     values = {**params, "stream": stream, "bound": bound, "limit": limit, "base": base}
+    values["lock"] = pg_statements(st.t).store_lock
     args = [values[name] for name in names]
     if stream is not None:
         return [(int(r[0]), str(r[1]), bytes(r[2])) for r in await rt.fetch(sql, *args)]
@@ -545,12 +596,30 @@ async def scan_rows(
         if target is None and hidden is not None:
             target = int(hidden)
         page = [(int(r[0]), str(r[1]), bytes(r[2])) for r in rows[1:]]
-        done = target is None or horizon > target or (order == "asc" and len(page) >= limit)
-        if done or time.monotonic() >= deadline:
+        if target is None or horizon > target or (order == "asc" and len(page) >= limit):
             page.sort(key=lambda r: r[0], reverse=order == "desc")
             return page
+        if time.monotonic() >= deadline:
+            raise await _held_back(rt, st, wait, horizon)
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.01)
+
+
+async def _held_back(rt: PgRuntime, st: Statements, wait: float, horizon: int) -> StoreTimeout:
+    """The error of a listing that waited ``wait`` seconds in vain, naming the server
+    processes whose saves held it (one more round trip, on this path only)."""
+    pids = await rt.fetchrow(
+        "SELECT array_agg(DISTINCT pid ORDER BY pid) FROM pg_locks WHERE locktype = "
+        "'advisory' AND objsubid = 2 AND granted AND classid = $1::int4::oid",
+        pg_statements(st.t).store_lock,
+    )
+    who = "" if pids is None or not pids[0] else f" (server pids {', '.join(map(str, pids[0]))})"
+    return StoreTimeout(
+        f"{pg_statements(st.t).table}: a listing of every stream waited {wait:g}s "
+        f"(listing_wait) for saves to this store still in flight{who}, which hold back "
+        f"sequences from {horizon} on; without them the page would look complete, so "
+        "nothing was returned. Retry the call, or raise listing_wait"
+    )
 
 
 async def paired_scan_rows(

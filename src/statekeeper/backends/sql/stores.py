@@ -172,10 +172,12 @@ class PostgresCheckpointStore(_ServerSqlStore):
     saves to different streams never wait on each other; saves to one stream
     commit in sequence order (a per-stream advisory lock), so its listings page
     safely as they are. Listings of every stream return only sequences below the
-    cluster's oldest running transaction id (the horizon), so a reader paging with
-    cursors never misses a checkpoint committed behind its cursor; a long
-    transaction anywhere in the cluster delays new items there, and each such
-    listing waits at most ``listing_wait`` for it. ``save``, ``save_many``,
+    oldest transaction id of this store's saves still in flight (the horizon), so a
+    reader paging with cursors never misses a checkpoint committed behind its
+    cursor; transactions of other applications never hold it back. A listing that
+    the store's own saves hold back waits at most ``listing_wait`` for them, then
+    raises :class:`~statekeeper.errors.StoreTimeout` (retryable), never a page that
+    looks complete without them. ``save``, ``save_many``,
     ``get_latest``, ``load`` and ``list`` run as prepared asyncpg statements
     (:mod:`.pg`).
     """
