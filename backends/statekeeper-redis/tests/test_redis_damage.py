@@ -250,7 +250,7 @@ async def test_a_ttl_record_gone_long_before_its_expiry_is_lost_not_expired(
 
 # -- index keys -------------------------------------------------------------------------------
 
-INDEX_KEYS = ["s:job", "all", "i", "e", "x", "n", "t:kind\x00step"]
+INDEX_KEYS = ["s:job", "all", "i", "e", "x", "n", "h", "t:kind\x00step"]
 
 
 @pytest.mark.asyncio

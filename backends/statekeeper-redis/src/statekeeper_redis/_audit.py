@@ -38,7 +38,7 @@ __all__ = ["Audit", "DamagedStoreError", "Fix", "Known", "index_json", "us", "wa
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 #: The fixed keys besides the meta hash, and the Redis type each must have.
-FIXED_TYPES = {"all": "zset", "x": "zset", "i": "hash", "e": "hash", "n": "set"}
+FIXED_TYPES = {"all": "zset", "x": "zset", "i": "hash", "e": "hash", "n": "set", "h": "hash"}
 _DIGITS = re.compile(rb"[0-9]+")
 _BATCH = 500
 
@@ -125,6 +125,7 @@ class Audit:
     ids: dict[str, Known] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
     stream_keys: set[str] = field(default_factory=set)
+    tracked: set[str] = field(default_factory=set)  # the streams P h has an entry for
     wrongtype: list[tuple[str, str, str]] = field(default_factory=list)  # suffix, has, wants
     foreign: list[str] = field(default_factory=list)
     store_ids: Counter[str] = field(default_factory=Counter)
@@ -201,6 +202,10 @@ class Audit:
         elif hwm < top:
             problems.append(self._state(f"the high-water mark {hwm} is below sequence {top}"))
         return problems, fixes
+
+    def index_problem(self, key: str, reason: str) -> Problem:
+        """An ``index`` problem of ``key`` (a full key name), repaired by rebuilding."""
+        return self._index(key, reason)
 
     def _index(self, key: str, reason: str, id: str | None = None) -> Problem:
         return Problem(
@@ -285,7 +290,12 @@ class Audit:
             issues.append("missing from P all" if k.all_seq is None else "wrong in P all")
             edits.append(("zadd", "all", id, s))
         if k.streams.get(stream) != seq:
-            issues.append(f"missing from its stream index s:{stream}")
+            at = k.streams.get(stream)
+            issues.append(
+                f"missing from its stream index s:{stream}"
+                if at is None
+                else f"at sequence {at} in its stream index s:{stream}"
+            )
             edits.append(("zadd", f"s:{stream}", id, s))
         for other in sorted(set(k.streams) - {stream}):
             issues.append(f"also in the index of stream {other!r}")
@@ -432,6 +442,10 @@ async def _read_key(
     if suffix == "n":
         audit.names = {
             m.decode("utf-8", "replace") async for m in client.sscan_iter(key, count=1000)
+        }
+    elif suffix == "h":
+        audit.tracked = {
+            f.decode("utf-8", "replace") async for f, _v in client.hscan_iter(key, count=1000)
         }
     elif suffix in ("i", "e"):
         async for field_, value in client.hscan_iter(key, count=1000):

@@ -137,7 +137,7 @@ def _refuse(store: RedisCheckpointStore, reply: list[Any]) -> NoReturn:
             f"but sequence {_text(reply[2])} is in use, so a save could reuse "
             "a sequence"
         )
-    store._check_status(reply, _text(reply[1]) if status == b"noidx" else None)
+    store._check_status(reply)
     raise AssertionError(f"unexpected reply of the INSERT script: {reply!r}")
 
 
@@ -162,7 +162,7 @@ async def delete_many(store: RedisCheckpointStore, ids: list[str], now: datetime
     """Delete the live or lost checkpoints among ``ids``: one script call, and none
     deleted if one of them cannot be unlinked (damaged index entries)."""
     reply = await store._call("DELETE_MANY", us(now), *ids)
-    store._check_status(reply, _text(reply[1]) if reply[0] == b"noidx" else None)
+    store._check_status(reply)
     return int(reply[1])
 
 
@@ -183,22 +183,30 @@ async def stream_names(store: RedisCheckpointStore, now: datetime, prefix: str) 
         )
         if batch:
             seen = True
-            live = await store._call("LIVE_STREAMS", us(now), *batch)
-            if live[0] == b"noindex":
-                raise store._damaged(
-                    f"the index {store.key_prefix}s:{_text(live[1])} is missing although "
-                    f"{store.key_prefix}n names the stream"
-                )
-            names.update(_text(name) for name in live[1:])
+            names.update(await _live_streams(store, now, batch))
         if not cursor:
             break
     if not seen:
-        checkpoints, streams, _hwm, _expiring = await store._call("INFO")
-        if int(checkpoints) and not int(streams):
-            # every indexed checkpoint has a stream, so an empty name set is damage
-            raise store._damaged(
-                f"the stream-name set {store.key_prefix}n is empty although "
-                f"{store.key_prefix}all indexes checkpoints"
-            )
+        # nothing named: only the checks (an empty name set is no proof of no streams)
+        await _live_streams(store, now, [])
     # the glob is exact already; this only keeps a server's glob quirk from mattering
     return [name for name in names if name.startswith(prefix)]
+
+
+async def _live_streams(store: RedisCheckpointStore, now: datetime, batch: list[Any]) -> list[str]:
+    """Which of ``batch`` have a live or lost checkpoint; raises for damaged indexes."""
+    live = await store._call("LIVE_STREAMS", us(now), *batch)
+    store._check_status(live)
+    if live[0] == b"noindex":
+        raise store._damaged(
+            f"the index {store.key_prefix}s:{_text(live[1])} is missing although "
+            f"{store.key_prefix}n names the stream"
+        )
+    if live[0] == b"nonames":
+        # every indexed checkpoint has a stream, and P h tracks every stream
+        raise store._damaged(
+            f"the stream-name set {store.key_prefix}n is empty although "
+            f"{store.key_prefix}all indexes checkpoints, or names fewer or more streams "
+            f"than the store tracks ({store.key_prefix}h)"
+        )
+    return [_text(name) for name in live[1:]]

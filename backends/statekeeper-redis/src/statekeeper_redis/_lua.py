@@ -10,7 +10,8 @@ Key layout (``P`` is ``{<key_prefix>}:``; the braces are a Redis Cluster hash ta
 so every key of one store lives in one slot, and no store's keys can be inside
 another's, because a prefix may not contain braces)::
 
-    P meta          hash    kind, format, store_id, cursor_key, hwm (sequence high-water mark)
+    P meta          hash    kind, format, store_id, cursor_key, hwm (sequence high-water
+                            mark), count (the number of entries P all must hold)
     P all           zset    id -> sequence, every checkpoint of the store
     P s:<stream>    zset    id -> sequence, one per stream
     P t:<k>\\0<v>    zset    id -> sequence, one per tag key/value pair (NUL cannot occur in either)
@@ -18,6 +19,8 @@ another's, because a prefix may not contain braces)::
     P i             hash    id -> JSON {"s": stream, "t": {tags}}: what to unlink on delete
     P e             hash    id -> current etag (the compare-and-set token)
     P n             set     names of streams that have index entries
+    P h             hash    stream -> "<newest sequence> <entries>" of P s:<stream>: what
+                            the stream's zset must hold (see ``_prelude``)
     P r:<id>        string  the envelope bytes (``StoredRecord.to_bytes``), PEXPIRE'd with a TTL
     P turn          string  token of a writer that kept losing the sequence race; other
                             saves wait while it exists (PEXPIRE'd; see INSERT)
@@ -26,28 +29,14 @@ Every script takes ``P`` as ``ARGV[1]`` and ``P meta`` as ``KEYS[1]`` (so a clus
 client routes it to the slot); the other keys are derived from ``P`` inside the
 script. All of them share that hash tag and so that slot.
 
-Liveness is decided against the caller's clock (``now`` in microseconds): a
-checkpoint is live when its record key exists and it has no expiry or its expiry
-is after ``now``. Redis' own expiry of the record key reclaims the bytes; the
-index entries of expired checkpoints stay until ``purge_expired`` (reads skip
-them).
-
-Records are the truth, and an index entry is a promise that its record exists.
-An id that is indexed but whose record key is missing, while its expiry (if any)
-is more than ``EXPIRY_GRACE_SECONDS`` away, is **lost**: an acknowledged
-checkpoint deleted outside statekeeper or evicted under ``maxmemory``. Reads
-report it as damaged (``get_latest`` never answers an older one instead); only
-a delete or ``repair(drop_damaged=True)`` removes its entries. Scripts that would
-write to a key of the wrong Redis type, or unlink an id whose ``P i`` entry is
-missing or malformed (so its stream and tag entries cannot be found), refuse
-before writing anything, for every id they touch, since a Redis script that
-fails half-way keeps its first writes.
-
-Numbers that must stay exact (sequences, microsecond timestamps) travel as
-strings: Lua prints numbers with 14 significant digits.
+The helpers every script starts with (:data:`PRELUDE`: liveness, lost
+checkpoints, the checks before the first write, and the tracking that makes an
+index that lost entries refuse instead of answer) are in ``_prelude``.
 """
 
 from __future__ import annotations
+
+from ._prelude import EXPIRY_GRACE_SECONDS, PRELUDE
 
 __all__ = ["EXPIRY_GRACE_SECONDS", "PRELUDE", "SCRIPTS", "TURN_MILLISECONDS"]
 
@@ -56,133 +45,6 @@ __all__ = ["EXPIRY_GRACE_SECONDS", "PRELUDE", "SCRIPTS", "TURN_MILLISECONDS"]
 #: was cancelled mid-call): other writers wait at most this long for it.
 TURN_MILLISECONDS = 1000
 
-#: A record key missing less than this long before its expiry (by the caller's
-#: clock) counts as expired, not lost: clocks of different clients disagree a little.
-EXPIRY_GRACE_SECONDS = 5
-
-#: The helpers every script starts with (key names, liveness, checks, unlinking).
-PRELUDE = (
-    r"""
-local P = ARGV[1]
-local META, ALL, EXP, IDX, ETAG, NAMES = KEYS[1], P .. 'all', P .. 'x', P .. 'i', P .. 'e', P .. 'n'
-local GRACE = """
-    + str(EXPIRY_GRACE_SECONDS * 1_000_000)
-    + r"""
-local function rkey(id) return P .. 'r:' .. id end
-local function skey(stream) return P .. 's:' .. stream end
-local function tkey(k, v) return P .. 't:' .. k .. '\0' .. v end
-
--- the record bytes; a key of another type reads as '' (a record that fails to decode)
-local function rget(id)
-  local blob = redis.pcall('GET', rkey(id))
-  if type(blob) == 'table' and blob.err then return '' end
-  return blob
-end
-
--- 'live'; 'gone' (never existed, deleted, or expired at now); or 'lost': the record
--- key is missing although the id is indexed and not expired
-local function status(id, now, indexed)
-  local e = redis.call('ZSCORE', EXP, id)
-  if redis.call('EXISTS', rkey(id)) == 1 then
-    if e and tonumber(e) <= now then return 'gone' end
-    return 'live'
-  end
-  if e and tonumber(e) <= now + GRACE then return 'gone' end
-  if indexed or redis.call('ZSCORE', ALL, id) or redis.call('HEXISTS', IDX, id) == 1 then
-    return 'lost'
-  end
-  return 'gone'
-end
-
-local function live(id, now) return status(id, now, false) == 'live' end
-
-
--- the first of keys whose type is not the wanted one (or nil); scripts check before
--- writing, because a script that fails half-way keeps its first writes
-local FIXED = {{ALL, 'zset'}, {EXP, 'zset'}, {IDX, 'hash'}, {ETAG, 'hash'}, {NAMES, 'set'}}
-local function badtype(extra)
-  for _, kt in ipairs(FIXED) do
-    local t = redis.call('TYPE', kt[1])['ok']
-    if t ~= 'none' and t ~= kt[2] then return kt[1] end
-  end
-  for _, k in ipairs(extra or {}) do
-    local t = redis.call('TYPE', k)['ok']
-    if t ~= 'none' and t ~= 'zset' then return k end
-  end
-  return nil
-end
-
--- the P i entry of id: its decoded table, nil if there is none, false if malformed
-local function idxinfo(id)
-  local raw = redis.call('HGET', IDX, id)
-  if not raw then return nil end
-  local ok, info = pcall(cjson.decode, raw)
-  if not ok or type(info) ~= 'table' or type(info.s) ~= 'string' or type(info.t) ~= 'table' then
-    return false
-  end
-  for k, v in pairs(info.t) do
-    if type(k) ~= 'string' or type(v) ~= 'string' then return false end
-  end
-  return info
-end
-
--- nil if unlink() can remove every entry of each of ids without failing half-way;
--- else the refusal: {'noidx', id} (its P i entry, which says where its stream and
--- tag entries are, is missing or malformed) or {'wrongtype', key}
-local function cannot_unlink(ids)
-  local keys, seen = {}, {}
-  for _, id in ipairs(ids) do
-    local info = idxinfo(id)
-    if info == false or (info == nil and redis.call('ZSCORE', ALL, id)) then
-      return {'noidx', id}
-    end
-    if info then
-      local mine = {skey(info.s)}
-      for k, v in pairs(info.t) do mine[#mine + 1] = tkey(k, v) end
-      for _, k in ipairs(mine) do
-        if not seen[k] then seen[k] = true; keys[#keys + 1] = k end
-      end
-    end
-  end
-  local bad = badtype(keys)
-  if bad then return {'wrongtype', bad} end
-  return nil
-end
-
-local function topscore(k)
-  local top = redis.call('ZREVRANGE', k, 0, 0, 'WITHSCORES')
-  if top[2] then return tonumber(top[2]) end
-  return 0
-end
-
--- remove every trace of id: record, index entries, expiry, etag
-local function unlink(id)
-  local raw = redis.call('HGET', IDX, id)
-  if raw then
-    local info = cjson.decode(raw)
-    local sk = skey(info.s)
-    redis.call('ZREM', sk, id)
-    if redis.call('ZCARD', sk) == 0 then redis.call('SREM', NAMES, info.s) end
-    for k, v in pairs(info.t) do redis.call('ZREM', tkey(k, v), id) end
-  end
-  redis.call('ZREM', ALL, id)
-  redis.call('ZREM', EXP, id)
-  redis.call('HDEL', IDX, id)
-  redis.call('HDEL', ETAG, id)
-  redis.call('UNLINK', rkey(id))
-end
-
-local function write_record(id, blob, exp_us, pexpire_ms)
-  if exp_us ~= '' then
-    redis.call('SET', rkey(id), blob, 'PX', pexpire_ms)
-    redis.call('ZADD', EXP, exp_us, id)
-  else
-    redis.call('SET', rkey(id), blob)
-    redis.call('ZREM', EXP, id)
-  end
-end
-"""
-)
 
 #: Insert records sealed at consecutive sequences from ARGV[3], which must be hwm + 1:
 #: all of them or, if any check fails, none (every check runs before the first write).
@@ -192,7 +54,8 @@ end
 #: from hwm + 1), {'busy'} (another writer holds the turn: try again shortly),
 #: {'nometa'}, {'badhwm', hwm | '', top} (the high-water mark is missing, malformed
 #: or below a sequence in use), {'noidx', id} (an expired checkpoint with this id
-#: cannot be unlinked) or {'wrongtype', key}.
+#: cannot be unlinked), {'wrongtype', key} or {'untracked', key, tracked, found} (an
+#: index it would write does not hold what its tracking says; see ``_prelude``).
 #:
 #: The turn (``P turn``) keeps a writer from starving: sealing happens on the client,
 #: so a large batch can lose the race to a stream of small saves from other clients
@@ -237,7 +100,7 @@ local function insert()
     return {'badhwm', hwm or '', string.format('%d', top)}
   end
   if tonumber(hwm) + 1 ~= first then return {'seq', hwm} end
-  local refusal = cannot_unlink(ids)
+  local refusal = cannot_unlink(ids, streams)
   if refusal then return refusal end
   -- expired (or vanished) checkpoints with these ids are replaced: drop their old entries
   for _, id in ipairs(ids) do unlink(id) end
@@ -246,12 +109,14 @@ local function insert()
     write_record(id, ARGV[at + 1], ARGV[at + 4], ARGV[at + 5])
     redis.call('ZADD', ALL, seq, id)
     redis.call('ZADD', skey(streams[i]), seq, id)
+    TOUCHED[streams[i]] = true
     redis.call('SADD', NAMES, streams[i])
     for k, v in pairs(infos[i].t) do redis.call('ZADD', tkey(k, v), seq, id) end
     redis.call('HSET', IDX, id, ARGV[at + 3])
     redis.call('HSET', ETAG, id, ARGV[at + 6])
   end
   redis.call('HSET', META, 'hwm', string.format('%d', first + n - 1))
+  retrack()
   return {'ok'}
 end
 
@@ -344,7 +209,8 @@ return {'ok'}
 
 #: Delete id, live or lost (a lost checkpoint is acknowledged until deleted).
 #: ARGV: P, id, now_us, if_match | ''.
-#: Returns {'ok'}, {'missing'}, {'etag', current}, {'noidx', id} or {'wrongtype', key}.
+#: Returns {'ok'}, {'missing'}, {'etag', current}, {'noidx', id}, {'wrongtype', key} or
+#: {'untracked', ...}.
 DELETE = (
     PRELUDE
     + r"""
@@ -357,13 +223,14 @@ end
 local refusal = cannot_unlink({id})
 if refusal then return refusal end
 unlink(id)
+retrack()
 return {'ok'}
 """
 )
 
 #: Delete every live or lost checkpoint among ids, or none if one of them cannot be
-#: unlinked. ARGV: P, now_us, ids... Returns {'ok', count}, {'noidx', id} or
-#: {'wrongtype', key}.
+#: unlinked. ARGV: P, now_us, ids... Returns {'ok', count}, {'noidx', id},
+#: {'wrongtype', key} or {'untracked', ...}.
 DELETE_MANY = (
     PRELUDE
     + r"""
@@ -374,32 +241,34 @@ end
 local refusal = cannot_unlink(doomed)
 if refusal then return refusal end
 for _, id in ipairs(doomed) do unlink(id) end
+retrack()
 return {'ok', #doomed}
 """
 )
 
 #: Remove every entry of a stream; return how many were live or lost, or, with
-#: nothing removed, -1 if one of them cannot be unlinked (its P i entry is missing or
-#: malformed) or -2 if a key it would write has the wrong type. ARGV: P, stream, now_us.
+#: nothing removed, a refusal as :func:`cannot_unlink` returns it ({'noidx', id},
+#: {'wrongtype', key} or {'untracked', ...}). ARGV: P, stream, now_us.
 DELETE_STREAM = (
     PRELUDE
     + r"""
 local now = tonumber(ARGV[3])
 local ids = redis.call('ZRANGE', skey(ARGV[2]), 0, -1)
-local refusal = cannot_unlink(ids)
-if refusal then return refusal[1] == 'noidx' and -1 or -2 end
+local refusal = cannot_unlink(ids, {ARGV[2]})
+if refusal then return refusal end
 local removed = 0
 for _, id in ipairs(ids) do
   if status(id, now, true) ~= 'gone' then removed = removed + 1 end
   unlink(id)
 end
+retrack()
 return removed
 """
 )
 
 #: Remove all but the newest keep_last live entries of a stream; expired ones are
 #: left for purge_expired, lost ones for repair(drop_damaged=True).
-#: ARGV: P, stream, keep_last, now_us. Returns how many were removed, or -1 / -2
+#: ARGV: P, stream, keep_last, now_us. Returns how many were removed, or a refusal
 #: (as DELETE_STREAM) with nothing removed.
 PRUNE = (
     PRELUDE
@@ -411,34 +280,47 @@ for _, id in ipairs(redis.call('ZREVRANGE', skey(ARGV[2]), 0, -1)) do
     if kept < keep then kept = kept + 1 else doomed[#doomed + 1] = id end
   end
 end
-local refusal = cannot_unlink(doomed)
-if refusal then return refusal[1] == 'noidx' and -1 or -2 end
+local refusal = cannot_unlink(doomed, {ARGV[2]})
+if refusal then return refusal end
 for _, id in ipairs(doomed) do unlink(id) end
+retrack()
 return #doomed
 """
 )
 
-#: Unlink up to ARGV[3] checkpoints expired at ARGV[2] (µs). Returns how many, or
-#: -1 / -2 (as DELETE_STREAM) with nothing removed.
+#: Unlink up to ARGV[3] checkpoints expired at ARGV[2] (µs). Returns how many, or a
+#: refusal (as DELETE_STREAM) with nothing removed.
 PURGE = (
     PRELUDE
     + r"""
 local ids = redis.call('ZRANGEBYSCORE', EXP, '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
 local refusal = cannot_unlink(ids)
-if refusal then return refusal[1] == 'noidx' and -1 or -2 end
+if refusal then return refusal end
 for _, id in ipairs(ids) do unlink(id) end
+retrack()
 return #ids
 """
 )
 
 #: Which of the given stream names have a live or lost checkpoint.
-#: ARGV: P, now_us, names... Returns {'ok', names...}, or {'noindex', name} for a
-#: stream that P n names but whose index is missing (damage, never "no stream").
+#: ARGV: P, now_us, names... (none: only the checks). Returns {'ok', names...};
+#: {'noindex', name} for a stream that P n names but whose index is missing;
+#: {'nonames'} if P n is empty or smaller than P h although checkpoints are
+#: indexed; or {'untracked', ...} (damage, never "no stream").
 LIVE_STREAMS = (
     PRELUDE
     + r"""
 local now = tonumber(ARGV[2])
 local out = {'ok'}
+local names = {}
+for i = 3, #ARGV do names[#names + 1] = ARGV[i] end
+local refusal = untracked(names, true)
+if refusal then return refusal end
+local named = redis.call('SCARD', NAMES)
+if (named == 0 and redis.call('ZCARD', ALL) > 0)
+    or (tracked() and named ~= redis.call('HLEN', TRACK)) then
+  return {'nonames'}
+end
 for i = 3, #ARGV do
   local sk, off, found = skey(ARGV[i]), 0, false
   if redis.call('ZCARD', sk) == 0 and redis.call('SISMEMBER', NAMES, ARGV[i]) == 1 then
@@ -468,7 +350,8 @@ return out
 #: a caller with fewer than ``limit`` results and exhausted == 0 continues from the
 #: returned bound. blob is nil for a lost checkpoint. exhausted == 2 means the
 #: stream's (or the global) index is missing although P n names the stream (or
-#: some stream): damaged metadata, never "empty".
+#: some stream): damaged metadata, never "empty". A reply {'untracked', ...} means
+#: that index does not hold what its tracking says (see the module docstring).
 SCAN = (
     PRELUDE
     + r"""
@@ -476,7 +359,15 @@ local asc = ARGV[2] == 'asc'
 local bound = ARGV[3]
 local limit, now, budget = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local cands = {}
-if ARGV[7] ~= '' then cands[1] = skey(ARGV[7]) else cands[1] = ALL end
+local refusal
+if ARGV[7] ~= '' then
+  cands[1] = skey(ARGV[7])
+  refusal = untracked({ARGV[7]}, true)
+else
+  cands[1] = ALL
+  refusal = untracked({}, true)
+end
+if refusal then return refusal end
 for i = 8, #ARGV, 2 do cands[#cands + 1] = tkey(ARGV[i], ARGV[i + 1]) end
 local drive, best = 1, -1
 for i, k in ipairs(cands) do

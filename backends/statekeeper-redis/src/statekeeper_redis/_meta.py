@@ -16,7 +16,7 @@ from statekeeper import StoreIdentity
 from statekeeper.errors import StoreFormatError, StoreNotFound
 
 from ._audit import walk
-from ._lua import PRELUDE
+from ._prelude import PRELUDE
 
 if TYPE_CHECKING:
     from ._store import RedisCheckpointStore
@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 __all__ = ["FORMAT_VERSION", "SCRIPTS", "open_meta", "restore_meta"]
 
 #: The key-layout version written to ``{prefix}:meta`` (see ``_lua``).
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The oldest key-layout version a writable open upgrades (format 1 has no
+#: tracking: no ``count`` in the meta hash, no ``P h``; see ``_lua``).
+_UPGRADABLE = 1
 KIND = b"statekeeper-redis"
 _DIGITS = re.compile(rb"[0-9]+")
 
@@ -43,7 +46,7 @@ if t == 'none' then
   if n > 0 then return {'orphaned', n} end
   if ARGV[6] ~= '1' then return {'missing'} end
   redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
-             'cursor_key', ARGV[5], 'hwm', '0')
+             'cursor_key', ARGV[5], 'hwm', '0', 'count', '0')
 elseif t ~= 'hash' then
   return {'wrongtype', t}
 end
@@ -53,20 +56,40 @@ return {'ok', unpack(redis.call('HMGET', META, 'kind', 'format', 'store_id', 'cu
 
 
 #: Recreate a lost meta hash (only if it is still missing).
-#: ARGV: P, kind, format, store_id, cursor_key, hwm. Returns 1 if it wrote it.
+#: ARGV: P, kind, format, store_id, cursor_key, hwm, count. Returns 1 if it wrote it.
+#: ``count`` is what the walk found (records and P all entries), so indexes lost
+#: with the meta hash stay damage that reads refuse until ``repair()``.
 RESTORE_META = (
     PRELUDE
     + r"""
 if redis.call('EXISTS', META) == 1 then return 0 end
 local hwm = math.max(tonumber(ARGV[6]), topscore(ALL))
 redis.call('HSET', META, 'kind', ARGV[2], 'format', ARGV[3], 'store_id', ARGV[4],
-           'cursor_key', ARGV[5], 'hwm', string.format('%d', hwm))
+           'cursor_key', ARGV[5], 'hwm', string.format('%d', hwm),
+           'count', string.format('%d', math.max(tonumber(ARGV[7]), redis.call('ZCARD', ALL))))
+return 1
+"""
+)
+
+#: Upgrade a store of format ARGV[2] (1: no tracking) to ARGV[3]: track each
+#: stream P n names, and the size of P all, as the indexes are now (damage they
+#: have already is verify()'s to find). O(streams). ARGV: P, from, to. Returns 1 if
+#: it upgraded, 0 if the store's format was not ARGV[2] (already upgraded).
+TRACK_ALL = (
+    PRELUDE
+    + r"""
+if redis.call('HGET', META, 'format') ~= ARGV[2] then return 0 end
+local bad = badtype({})
+if bad then return {'wrongtype', bad} end
+for _, name in ipairs(redis.call('SMEMBERS', NAMES)) do TOUCHED[name] = true end
+redis.call('HSET', META, 'format', ARGV[3])
+retrack()
 return 1
 """
 )
 
 #: The scripts of opening a store (see ``_lua`` for the key layout).
-SCRIPTS = {"INIT": INIT, "RESTORE_META": RESTORE_META}
+SCRIPTS = {"INIT": INIT, "RESTORE_META": RESTORE_META, "TRACK_ALL": TRACK_ALL}
 
 
 def _text(value: bytes | str) -> str:
@@ -120,6 +143,12 @@ async def open_meta(store: RedisCheckpointStore) -> tuple[StoreIdentity, int]:
             f"{where} uses key-layout format {version}, newer than the {FORMAT_VERSION} "
             "this statekeeper-redis reads; upgrade statekeeper-redis"
         )
+    if version < _UPGRADABLE:
+        raise StoreFormatError(f"{where} has an unknown key-layout format {version}")
+    if version < FORMAT_VERSION and not store.options.read_only:
+        # a read-only open reads a format-1 store as it is (without the tracking checks)
+        store._check_status(await store._call("TRACK_ALL", version, FORMAT_VERSION))
+        version = FORMAT_VERSION
     guess = int(hwm) if hwm is not None and _DIGITS.fullmatch(hwm) else 0
     return StoreIdentity(_text(store_id), key, version), guess
 
@@ -158,7 +187,9 @@ async def restore_meta(store: RedisCheckpointStore) -> str:
         store_id = secrets.token_hex(16)
         source = "a new store id (no record was readable; they stay damaged)"
     top = audit.top
-    await store._call("RESTORE_META", KIND, FORMAT_VERSION, store_id, secrets.token_hex(32), top)
+    await store._call(
+        "RESTORE_META", KIND, FORMAT_VERSION, store_id, secrets.token_hex(32), top, audit.records()
+    )
     return (
         f"rebuilt the lost meta hash {store.key_prefix}meta on open: {source}, "
         f"high-water mark {top} (the highest sequence found), and a new cursor key "

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from statekeeper import Problem, RepairReport, VerifyReport, repair_records
 
+from . import _tracking
 from ._audit import Audit, Fix, walk
-from ._lua import PRELUDE
+from ._prelude import PRELUDE
 
 if TYPE_CHECKING:
     from ._store import RedisCheckpointStore
@@ -131,18 +132,31 @@ async def _walk(store: RedisCheckpointStore) -> Audit:
     )
 
 
+def _streams(audit: Audit, fixes: list[Fix]) -> list[str]:
+    """Every stream any key of the store mentions."""
+    streams = audit.names | audit.stream_keys | audit.tracked
+    streams |= {
+        suffix[2:] for fix in fixes for _op, suffix, _a, _b in fix.edits if suffix[:2] == "s:"
+    }
+    return sorted(streams)
+
+
 async def problems(store: RedisCheckpointStore) -> list[Problem]:
     """Every problem the walk of the keys finds (reads only).
 
     The walk reads the index keys before the records, so a save or delete that
     commits in between looks like a missing record or a missing index entry. Only
     problems that a second walk finds again are reported: a writer would have to
-    race both walks the same way.
+    race both walks the same way. The tracking is read atomically (``_tracking.problems``).
     """
-    found, _fixes = (await _walk(store)).assess(store.now())
+    audit = await _walk(store)
+    found, _fixes = audit.assess(store.now())
+    found += await _tracking.problems(store, audit, _streams(audit, []))
     if not found:
         return found
-    again, _fixes = (await _walk(store)).assess(store.now())
+    again_audit = await _walk(store)
+    again, _fixes = again_audit.assess(store.now())
+    again += await _tracking.problems(store, again_audit, _streams(again_audit, []))
     confirmed = {(p.kind, p.id or p.location) for p in again}
     return [p for p in found if (p.kind, p.id or p.location) in confirmed]
 
@@ -155,6 +169,7 @@ async def verify_by_walk(store: RedisCheckpointStore, refusal: str) -> VerifyRep
     """
     audit = await _walk(store)
     found, _fixes = audit.assess(store.now())
+    found += await _tracking.problems(store, audit, _streams(audit, []))
     first = Problem(kind="index", location=store.describe(), reason=refusal)
     return VerifyReport(
         records=audit.records(),
@@ -189,15 +204,21 @@ async def repair(store: RedisCheckpointStore, drop_damaged: bool) -> RepairRepor
             f"left {changed} checkpoint(s) alone that changed during the repair "
             "(a concurrent write); run repair() again to check them"
         )
-    streams = audit.names | audit.stream_keys
-    streams |= {
-        suffix[2:] for fix in fixes for _op, suffix, _a, _b in fix.edits if suffix[:2] == "s:"
-    }
+    streams = _streams(audit, fixes)
     if streams:
-        names = int(await store._call("FIX_NAMES", *sorted(streams)))
+        names = int(await store._call("FIX_NAMES", *streams))
         if names:
             rebuilt["names"] = names
             actions.append(f"corrected {names} entry(ies) of the stream-name set")
+    if not changed:
+        # only once every index is rebuilt: tracking a half-repaired index would hide it
+        tracking = await _tracking.rebuild(store, streams)
+        if tracking:
+            rebuilt["tracking"] = tracking
+            actions.append(
+                f"reset {tracking} tracking entry(ies) (the size of {store.key_prefix}all in "
+                f"{store.key_prefix}meta, streams in {store.key_prefix}h) to the rebuilt indexes"
+            )
     old, new = await store._call("SET_HWM", audit.top)
     if old != new:
         rebuilt["high_water_mark"] = 1

@@ -39,7 +39,7 @@ from statekeeper.errors import (
 )
 from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
-from . import _batch, _lua, _meta, _repair
+from . import _batch, _lua, _meta, _repair, _tracking
 from ._audit import DamagedStoreError, index_json, us
 from ._batch import MAX_ATTEMPTS
 from ._meta import FORMAT_VERSION
@@ -222,7 +222,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 refusal = self.server.refuse(self.describe(), self.options.durability)
                 if refusal is not None:
                     raise refusal
-            sources = {**_lua.SCRIPTS, **_meta.SCRIPTS, **_repair.SCRIPTS}
+            sources = {**_lua.SCRIPTS, **_meta.SCRIPTS, **_repair.SCRIPTS, **_tracking.SCRIPTS}
             self._scripts = {
                 name: client.register_script(source) for name, source in sources.items()
             }
@@ -298,18 +298,24 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         )
 
     def _check_status(self, reply: Any, id: str | None = None) -> None:
-        """Raise for the damage statuses the writing scripts share."""
-        status = reply[0] if isinstance(reply, list) else reply
+        """Raise for the damage statuses the scripts share (a refusal is a list)."""
+        if not isinstance(reply, list):
+            return
+        status = reply[0]
         if status == b"wrongtype":
             raise self._damaged(f"the key {_text(reply[1])} holds the wrong Redis type")
-        if status in (b"noidx", -1):
-            whose = f"checkpoint {id!r}" if id else "a checkpoint"
+        if status == b"noidx":
+            whose = f"checkpoint {_text(reply[1])!r}" if len(reply) > 1 else f"{id!r}"
             raise self._damaged(
                 f"the id-hash entry ({self._prefix}i) of {whose} is missing or malformed, "
                 "so its stream and tag index entries cannot be found to remove them"
             )
-        if status == -2:
-            raise self._damaged("an index key of the store holds the wrong Redis type")
+        if status == b"untracked":
+            raise self._damaged(self._untracked(*(_text(part) for part in reply[1:4])))
+
+    def _untracked(self, suffix: str, tracked: str, found: str) -> str:
+        """What an {'untracked', key, tracked, found} refusal of a script means."""
+        return _tracking.reason(self, suffix, tracked, found)
 
     def _lost(self, id: str, sequence: int | None) -> CheckpointDecodeError:
         return CheckpointDecodeError(
@@ -438,6 +444,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 query.stream or "",
                 *tag_args,
             )
+            self._check_status(reply)
             if reply[0] == 2:
                 raise self._damaged(
                     f"the index {self._prefix}s:{query.stream} of stream {query.stream!r} is "
@@ -491,20 +498,21 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         return await _batch.delete_many(self, ids, now)
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
-        removed = int(await self._call("DELETE_STREAM", stream, _us(now)))
-        self._check_status(removed)
-        return removed
+        reply = await self._call("DELETE_STREAM", stream, _us(now))
+        self._check_status(reply)
+        return int(reply)
 
     async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        removed = int(await self._call("PRUNE", stream, keep_last, _us(now)))
-        self._check_status(removed)
-        return removed
+        reply = await self._call("PRUNE", stream, keep_last, _us(now))
+        self._check_status(reply)
+        return int(reply)
 
     async def _purge_expired(self, now: datetime) -> int:
         removed = 0
         while True:
-            n = int(await self._call("PURGE", _us(now), _PURGE_BATCH))
-            self._check_status(n)
+            reply = await self._call("PURGE", _us(now), _PURGE_BATCH)
+            self._check_status(reply)
+            n = int(reply)
             removed += n
             if n < _PURGE_BATCH:
                 return removed
