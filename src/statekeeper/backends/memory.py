@@ -15,6 +15,18 @@ read), from the very values the save saw, so that cost moves from the save to th
 first read. A record's envelope is parsed and verified on its first read and kept
 beside its bytes (so a checkpoint that was read takes about twice its size); states
 are decoded on every read, through the store's codec.
+
+**For backend authors reading this as an example:** it imports what a plugin may
+(the exports of ``statekeeper``, ``statekeeper.errors`` and ``statekeeper.record``)
+with two exceptions, private constructors that skip validation of values already
+checked: ``statekeeper.models.trusted_header`` (instead of
+``CheckpointHeader.model_construct``, about 9x its cost) and
+``statekeeper.record.trusted_stored_record`` (instead of ``StoredRecord(...)``,
+about 1.5x). With the public forms this store's ``save`` took 1.8x, ``get_latest``
+1.7x and a page of 20 2.0x as long (medians of 7 interleaved rounds of 2000 calls on
+one stream). They are exempt from the compatibility promise of the public API, so a
+plugin should not use them; the from-scratch backend of the backend author guide
+needs neither.
 """
 
 from __future__ import annotations
@@ -27,16 +39,27 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from .._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
-from ..config import Capabilities
-from ..errors import (
+from statekeeper import (
+    BaseCheckpointStore,
+    Capabilities,
+    CheckpointHeader,
+    Problem,
+    ScanQuery,
+    Skipped,
+    StoreIdentity,
+    skipped_from,
+)
+from statekeeper.errors import (
     CheckpointDecodeError,
     CheckpointNotFound,
     PreconditionFailed,
     StoreNotFound,
 )
-from ..models import CheckpointHeader, Problem, Skipped, trusted_header
-from ..record import NewRecord, RecordEdits, StoredRecord, trusted_stored_record
+from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+
+# private, for speed: see the module docstring
+from ..models import trusted_header
+from ..record import trusted_stored_record
 
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
 
