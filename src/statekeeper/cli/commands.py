@@ -34,6 +34,7 @@ from .output import (
     header_json,
     kv_table,
     plain,
+    printable,
     problems_table,
     skipped_json,
     state_json,
@@ -155,19 +156,19 @@ def streams(
         if out.json:
             out.emit({"streams": [r.as_json() for r in rows], "next_after_name": next_name})
             return code
-        table = compact_table(
-            "stream", "count", "unreadable", "latest created_at (UTC)", wrap=("stream",)
-        )
+        # Names never wrap, so that they can be copied: the table is as wide as the
+        # longest name needs, and a name with control characters is escaped.
+        table = compact_table("stream", "count", "unreadable", "latest created_at (UTC)")
         for r in rows:
             shown = f"{r.checkpoints}" if r.exact else f"{r.checkpoints}+"
             latest = r.latest_created_at or ("unreadable" if not r.latest_readable else "-")
             table.add_row(
-                Text(r.name),
+                Text(printable(r.name)),
                 shown,
                 str(r.unreadable),
                 Text(latest.replace("T", " ").removesuffix("+00:00")),
             )
-        out.say(table)
+        out.say_whole(table)
         if next_name is not None:
             more_args = ["--limit", str(limit)]
             if count_limit != COUNT_LIMIT:
@@ -214,7 +215,9 @@ def ls(
     ] = None,
     tag: Annotated[
         list[str] | None,
-        typer.Option(help="Only checkpoints with tag KEY=VALUE (repeat for more)."),
+        typer.Option(
+            metavar="KEY=VALUE", help="Only checkpoints with tag KEY=VALUE (repeat for more)."
+        ),
     ] = None,
     with_state: Annotated[bool, typer.Option(help="Include each state in --json output.")] = False,
 ) -> None:

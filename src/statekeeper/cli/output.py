@@ -54,6 +54,7 @@ __all__ = [
     "header_json",
     "kv_table",
     "plain",
+    "printable",
     "problems_table",
     "skipped_json",
     "state_json",
@@ -179,6 +180,23 @@ class Output:
         if not self.json:
             self.stdout.print(*parts)
 
+    def say_whole(self, table: Table) -> None:
+        """Print ``table`` as wide as its widest cell needs, even past the terminal's
+        width, so that the columns that do not wrap (names, ids) stay whole and
+        copyable; the terminal folds the long lines, the text stays one line."""
+        if not self.json:
+            from rich.measure import Measurement
+
+            console = self.stdout
+            unbounded = console.options.update_width(1 << 16)
+            needed = Measurement.get(console, unbounded, table).maximum
+            width = console.width
+            console.width = max(width, needed)  # print() never goes past it
+            try:
+                console.print(table)
+            finally:
+                console.width = width
+
     def line(self, text: str, style: str | None = None) -> None:
         """Print one line of plain text, never parsed as rich markup."""
         if not self.json:
@@ -242,6 +260,26 @@ def compact_table(*columns: str, title: str | None = None, wrap: tuple[str, ...]
         wraps = name in wrap
         table.add_column(name, no_wrap=not wraps, overflow="fold", min_width=8 if wraps else None)
     return table
+
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(name: str) -> str:
+    """``name`` fit for one line of a table: a backslash and every character that is
+    not printable (newlines, tabs, terminal escapes) escaped as in a Python string
+    (``\\\\``, ``\\n``, ``\\x1b``), so that one name is one row and no name passes for
+    another. ``--json`` output keeps names as they are."""
+    if name.isprintable() and "\\" not in name:
+        return name
+    return "".join(_ESCAPES.get(c) or (c if c.isprintable() else _escape(c)) for c in name)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def count(n: int, noun: str) -> str:

@@ -374,7 +374,10 @@ class ReadTests(KitBase):
         self, store: BaseCheckpointStore
     ) -> None:
         if store.capabilities.ttl:
-            pytest.skip(f"{store.backend_name} declares capabilities.ttl")
+            pytest.skip(
+                f"{store.backend_name} declares capabilities.ttl; this test is for a "
+                "backend without it"
+            )
         with pytest.raises(InvalidQuery):
             await store.save("job", {}, ttl=10)
         assert await store.list_streams() == []
