@@ -283,3 +283,64 @@ async def test_filters_langgraph_semantics() -> None:
         single = generate_config("t", checkpoint_id="1")
         assert [cid(t) async for t in saver.alist(single)] == ["1"]
         assert [cid(t) async for t in saver.alist(single, filter={"step": 2})] == []
+
+
+@asynccontextmanager
+async def another_application() -> AsyncIterator[None]:
+    """PostgreSQL: a transaction of another application on the same cluster, holding
+    an xid (it wrote to a table of its own) and left open: ``idle in transaction``."""
+    import asyncpg
+
+    from statekeeper.testing import service_url
+
+    dsn = service_url("postgres").replace("postgresql+asyncpg://", "postgresql://")
+    other = await asyncpg.connect(dsn)
+    tr = other.transaction()
+    await tr.start()
+    try:
+        await other.execute("CREATE TEMP TABLE other_app(x int)")
+        await other.execute("INSERT INTO other_app VALUES (1)")
+        yield
+    finally:
+        await tr.rollback()
+        await other.close()
+
+
+async def _thread_with_namespaces(saver: StatekeeperSaver) -> list[str]:
+    parent = None
+    for i in range(4):
+        for ns in ("", "child"):
+            stored = await put(saver, "t", f"{i}{ns}", ns=ns, parent=parent, step=i)
+            await saver.aput_writes(stored, [("ch", i)], f"task-{i}")
+        parent = f"{i}"
+    return [f"{i}{ns}" for i in range(4) for ns in ("", "child")]
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_history_of_every_namespace_is_whole_while_another_application_runs(
+    store_url: Callable[[], str],
+) -> None:
+    """``alist`` without a namespace (``get_state_history``) lists every stream of
+    the store; another application's open transaction never shortens it."""
+    async with another_application(), saver_on(store_url()) as saver:
+        saved = await _thread_with_namespaces(saver)
+        every_ns = [cid(t) async for t in saver.alist({"configurable": {"thread_id": "t"}})]
+        assert sorted(every_ns) == sorted(saved)
+        newest = [cid(t) async for t in saver.alist({"configurable": {"thread_id": "t"}}, limit=2)]
+        assert newest == every_ns[:2]
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+async def test_copy_thread_is_whole_while_another_application_runs(
+    store_url: Callable[[], str],
+) -> None:
+    """``copy_thread`` lists every stream of the source thread at once; another
+    application's open transaction never leaves a checkpoint behind."""
+    async with another_application(), saver_on(store_url()) as saver:
+        await _thread_with_namespaces(saver)
+        await saver.acopy_thread("t", "copy")
+        for ns in ("", "child"):
+            source = [t async for t in saver.alist(generate_config("t", checkpoint_ns=ns))]
+            copied = [t async for t in saver.alist(generate_config("copy", checkpoint_ns=ns))]
+            assert [cid(t) for t in copied] == [cid(t) for t in source] != []
+            assert [t.pending_writes for t in copied] == [t.pending_writes for t in source]
