@@ -51,6 +51,7 @@ __all__ = [
     "check_rows",
     "counter_value",
     "probe_meta",
+    "read_counter",
     "rebuild_counter",
     "rebuild_meta",
     "rebuild_rows",
@@ -178,6 +179,14 @@ def rebuild_meta(s: Session, st: Statements, probe: MetaProbe) -> list[str]:
 
 
 # -- the counter ------------------------------------------------------------------------
+
+
+def read_counter(s: Session, st: Statements) -> int | None:
+    """The counter's value; ``None`` if its row or its table is missing, or it is not
+    an integer (``verify`` says which)."""
+    if not dialects.table_exists(s, st.t.counter):
+        return None
+    return counter_value(s.first(st.read_hwm))
 
 
 def counter_value(row: Any) -> int | None:
@@ -483,10 +492,15 @@ def repair_summary(
     pages: list[dict[str, int]],
     orphans: tuple[int, int],
     counter: tuple[int, int] | None,
+    schema: tuple[list[str], list[str]] = ([], []),
 ) -> tuple[dict[str, int], list[str]]:
-    """``RepairReport.rebuilt`` and ``actions`` for what the rebuild steps did."""
+    """``RepairReport.rebuilt`` and ``actions`` for what the rebuild steps did
+    (``schema``: what :func:`.schema_check.rebuild_schema` recreated and left)."""
     rebuilt: dict[str, int] = {}
-    actions: list[str] = []
+    done, left = schema
+    actions: list[str] = [*done, *left]
+    if done:
+        rebuilt["schema"] = len(done)
     columns = sum(p["columns"] for p in pages)
     tagged = sum(p["tag_rows"] for p in pages)
     fielded = sum(p["field_rows"] for p in pages)

@@ -49,7 +49,7 @@ from ...record import (
     read_checkpoint,
     read_record,
 )
-from . import dialects, integrity, migrations, writes
+from . import dialects, integrity, migrations, schema_check, writes
 from .dialects import Family, Runtime, Session
 from .options import SqlOptions, family_of
 from .schema import (
@@ -512,12 +512,12 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         def op(s: Session) -> dict[str, Any]:
             count = s.first(self._st.count)
             streams = s.first(self._st.count_streams)
-            hwm = s.first(self._st.read_hwm)
+            hwm = integrity.read_counter(s, self._st)
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
                 # None, never 0, for a missing or damaged counter row: verify says which.
-                "high_water_mark": integrity.counter_value(hwm),
+                "high_water_mark": hwm,
                 "dialect": self.family,
                 "tables": [t.fullname for t in self.tables.all],
             }
@@ -527,13 +527,22 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     # -- verify and repair ---------------------------------------------------------------
 
     async def _verify(self) -> list[Problem]:
-        """Meta rows, the counter, every row's columns, tag rows and fields rows against
-        its record, and orphan index rows; reads only, one snapshot per page of rows."""
+        """Meta rows, the tables and indexes the schema version needs, the counter, every
+        row's columns, tag rows and fields rows against its record, and orphan index
+        rows; reads only, one snapshot per page of rows."""
         st, where, rt = self._st, self.describe(), self._rt()
         problems = [
             Problem(kind="state", location=self.tables.meta.name, reason=f"{damage}; {_REBUILD}")
             for damage in (await self._probe()).damage
         ]
+        version = self._require_open().format_version or migrations.MIGRATIONS[-1].version
+        schema, torn = await self._guard(
+            "checking the tables",
+            rt.snapshot(lambda s: schema_check.check_schema(s, st, version)),
+        )
+        problems += schema
+        if torn:
+            return problems  # the row checks need every table; repair() recreates them
         problems += await self._guard(
             "checking the counter", rt.snapshot(lambda s: integrity.check_counter(s, st, where))
         )
@@ -545,10 +554,20 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return problems
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
-        """Rebuild the meta rows, row columns, tag and fields rows and the counter from the records
-        (each page of rows in its own transaction, its rows locked), then deal with
-        the damaged records."""
-        st = self._st
+        """Recreate lost tables and indexes (:mod:`.schema_check`), rebuild the meta rows,
+        row columns, tag and fields rows and the counter from the records (each page of
+        rows in its own transaction, its rows locked), then deal with the damaged
+        records."""
+        st, tables, timeout = self._st, self.tables, self.options.busy_timeout
+        version = self._require_open().format_version or migrations.MIGRATIONS[-1].version
+        schema = await self._guard(
+            "rebuilding the tables",
+            self._rt().locked_write(
+                lambda s: dialects.migration_lock(s, tables, timeout),
+                lambda s: schema_check.rebuild_schema(s, st, version),
+                lambda s: dialects.migration_unlock(s, tables),
+            ),
+        )
         probe = await self._probe()
         if probe.damage:
             # Persist the identity this store was opened with (and reads use).
@@ -566,7 +585,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         counter = await self._guard(
             "rebuilding the counter", self._write(lambda s: integrity.rebuild_counter(s, st))
         )
-        rebuilt, actions = integrity.repair_summary(meta, rows, orphans, counter)
+        rebuilt, actions = integrity.repair_summary(meta, rows, orphans, counter, schema)
         return await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
 
     async def _pages(

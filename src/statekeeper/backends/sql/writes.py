@@ -13,17 +13,18 @@ this transaction ends.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 
-from ...errors import PreconditionFailed
+from ...errors import BackendError, PreconditionFailed
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
-from . import dialects
+from . import dialects, schema_check
 from .dialects import Session
-from .schema import Statements, expires_micros, field_rows, tag_rows, to_micros
+from .schema import SCHEMA_VERSION, Statements, expires_micros, field_rows, tag_rows, to_micros
 
 __all__ = ["index_rows", "insert_many", "insert_one", "reindex"]
 
@@ -61,9 +62,29 @@ def _insert_index_rows(s: Session, st: Statements, stored: Sequence[StoredRecord
         s.run_many(st.insert_field, fields)
 
 
+@contextmanager
+def _schema_checked(s: Session, st: Statements) -> Iterator[None]:
+    """A save that fails in the database: if a table or index it needs is gone (the
+    counter table, SQLite's unique index on ``id`` that ``ON CONFLICT`` names), a
+    :class:`BackendError` that says which and to run ``repair()``; else the error as
+    it was. Costs nothing until a save fails."""
+    try:
+        yield
+    except (sa.exc.DBAPIError, sqlite3.Error) as exc:
+        why = schema_check.schema_damage(s, st, SCHEMA_VERSION)
+        if why is None:
+            raise
+        raise BackendError(why, orig=exc) from exc
+
+
 def insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
     """``save``: the next sequence, the row (replacing an expired one with its id), and
     its index rows. :class:`PreconditionFailed` if the id is live."""
+    with _schema_checked(s, st):
+        return _insert_one(s, st, record, store_id)
+
+
+def _insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
     stored = record.seal(dialects.next_sequence(s, st))
     row = _row(stored, store_id)
     if not dialects.insert_checkpoint(s, st, row):
@@ -84,6 +105,13 @@ def insert_many(
     the order given, every id checked before anything is inserted, then one
     multi-row insert per table. Raises :class:`PreconditionFailed` (the caller's
     transaction then rolls back, so nothing is written) if any id is live."""
+    with _schema_checked(s, st):
+        return _insert_many(s, st, records, store_id)
+
+
+def _insert_many(
+    s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
+) -> list[CheckpointHeader]:
     last = dialects.next_sequence(s, st, len(records))
     first = last - len(records) + 1
     by_id = {record.id: record for record in records}
