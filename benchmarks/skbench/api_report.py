@@ -1,5 +1,5 @@
-"""The markdown section of the issue-13 run (:mod:`skbench.api`): targets and verdicts,
-every workload's figures, and the notes computed from the run's own numbers.
+"""The batch, positional and filtered access section (:mod:`skbench.api`): targets and
+verdicts, every workload's figures, and the notes computed from the run's own numbers.
 
 Works from an :class:`~skbench.api.ApiResults` alone (a live run, or one re-read from
 its raw JSON), so re-rendering never measures anything. :func:`skbench.source.splice`
@@ -30,7 +30,7 @@ from .api import (
 from .timing import Stat, format_seconds, format_stat
 
 NON_ATOMIC = "default _insert_many: a loop of saves, not atomic"
-SECTION = "## Batch, positional and filtered access (issue 13)"
+SECTION = "## Batch, positional and filtered access"
 
 
 def verdicts(results: ApiResults, depths: tuple[int, ...]) -> list[dict[str, Any]]:

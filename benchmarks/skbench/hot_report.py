@@ -1,4 +1,4 @@
-"""The issue-15 section of docs/benchmarks.md, from one run's :class:`HotResults` alone
+"""The hot-paths section of docs/benchmarks.md, from one run's :class:`HotResults` alone
 (a live run, or one re-read from its raw JSON: re-rendering measures nothing)."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .hot import (
 from .hot_group import STORES
 from .timing import Stat, format_seconds, format_stat
 
-SECTION = "## Hot paths: listing, reads, saves and group commit (issue 15)"
+SECTION = "## Hot paths: listing, reads, saves and group commit"
 GROUP_TASKS = 64
 
 
@@ -277,7 +277,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def header_lines(results: Any, section: str, what: str) -> list[str]:
-    """The section's heading and where its figures come from (shared with issue 16's)."""
+    """The section's heading and where its figures come from (the PostgreSQL section
+    shares it)."""
     meta, machine = results.meta, results.machine
     lines = [section, ""]
     lines.append(
@@ -368,9 +369,7 @@ def render(results: HotResults, big: int, plot: str | None) -> str:
                     f"x{large.median / small.median:.2f}"
                 )
     if flat:
-        lines.append(
-            "From 1k to the big stream (the issue asks for flat): " + ", ".join(flat) + "."
-        )
+        lines.append("From 1k to the big stream (the target is flat): " + ", ".join(flat) + ".")
         lines.append("")
     return "\n".join(lines) + "\n"
 

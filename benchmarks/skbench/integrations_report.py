@@ -1,4 +1,4 @@
-"""The issue-14 section of docs/benchmarks.md, from one run's :class:`Results`."""
+"""The integrations section of docs/benchmarks.md, from one run's :class:`Results`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .integrations import (
 )
 from .timing import Stat, format_stat
 
-SECTION = "## Under LangGraph and Agent Framework (issue 14)"
+SECTION = "## Under LangGraph and Agent Framework"
 SIZE = "database size"
 
 

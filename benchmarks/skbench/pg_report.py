@@ -1,4 +1,4 @@
-"""The issue-16 section of docs/benchmarks.md, from one run's :class:`PgResults` alone."""
+"""The PostgreSQL section of docs/benchmarks.md, from one run's :class:`PgResults` alone."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from .hot_report import _table, header_lines, judge, ratio_text
 from .pg import LATEST, LATEST_TUPLE, LG, PAGE, SK, PgResults, PgSettings, middle_op
 from .timing import Stat, format_seconds, format_stat
 
-SECTION = "## PostgreSQL at scale, against AsyncPostgresSaver (issue 16)"
-#: writers -> the least ratio of rates (ours over LangGraph's) the issue asks for
+SECTION = "## PostgreSQL at scale, against AsyncPostgresSaver"
+#: writers -> the least ratio of rates (ours over LangGraph's) the target asks for
 RATE_TARGETS = {1: 1.0, 16: 1.5}
 
 
