@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import os
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,12 +19,15 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 import statekeeper
 from statekeeper.errors import InvalidOptions
+from statekeeper.integrations.importers import postgres_conninfo
 from statekeeper.integrations.langgraph import StatekeeperSaver
+from statekeeper.testing import service_url
 
 
 class Counter(TypedDict):
@@ -226,13 +228,9 @@ CONTAINMENT_FILTERS: list[dict[str, Any]] = [
 async def test_containment_filters_answer_what_postgres_saver_answers(
     store_url: Callable[[], str],
 ) -> None:
-    url = os.environ.get("STATEKEEPER_TEST_POSTGRES_URL")
-    postgres = pytest.importorskip("langgraph.checkpoint.postgres.aio")
-    if not url:
-        pytest.skip("STATEKEEPER_TEST_POSTGRES_URL is not set (PostgresSaver is the reference)")
-    conninfo = url.replace("postgresql+asyncpg://", "postgresql://")
+    conninfo = postgres_conninfo(service_url("postgres"))
     thread = f"filters-{secrets.token_hex(6)}"
-    async with postgres.AsyncPostgresSaver.from_conn_string(conninfo) as peer:
+    async with AsyncPostgresSaver.from_conn_string(conninfo) as peer:
         await peer.setup()
         try:
             expected = await _answers(peer, CONTAINMENT_FILTERS, thread=thread, every_thread=False)

@@ -1,5 +1,6 @@
-"""``statekeeper import``: an Agent Framework ``FileCheckpointStorage`` directory or a
-LangGraph ``SqliteSaver`` database into any store.
+"""``statekeeper import``: an Agent Framework ``FileCheckpointStorage`` directory, a
+LangGraph ``SqliteSaver`` database or a LangGraph ``PostgresSaver`` database into any
+store.
 
 The work is :mod:`statekeeper.integrations.importers`; this module parses the
 arguments, opens the target with ``codec="raw"`` (the integrations store the
@@ -10,14 +11,12 @@ Exit 1 when any source item could not be imported (each is listed).
 
 from __future__ import annotations
 
-import asyncio
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .base import DebugOpt, JsonOpt, UrlOpt, progress_bar, setup
+from .base import DebugOpt, JsonOpt, UrlOpt, progress_bar, run_async, setup
 from .output import EXIT_PROBLEM, problems_table
 
 __all__ = ["import_"]
@@ -28,16 +27,18 @@ class Source(StrEnum):
 
     agent_framework = "agent-framework"
     langgraph_sqlite = "langgraph-sqlite"
+    langgraph_postgres = "langgraph-postgres"
 
 
 def import_(
     ctx: typer.Context,
     source: Annotated[
-        Path,
+        str,
         typer.Argument(
             metavar="SOURCE",
-            help="An Agent Framework FileCheckpointStorage directory, or a LangGraph "
-            "SqliteSaver database file.",
+            help="An Agent Framework FileCheckpointStorage directory, a LangGraph "
+            "SqliteSaver database file, or the connection string of a LangGraph "
+            "PostgresSaver database (as PostgresSaver.from_conn_string takes it).",
         ),
     ],
     kind: Annotated[
@@ -73,8 +74,10 @@ def import_(
         # The source first: a mistyped SOURCE must not leave an empty target behind.
         if kind is Source.agent_framework:
             importers.check_agent_framework_source(source)
-        else:
+        elif kind is Source.langgraph_sqlite:
             importers.check_langgraph_sqlite_source(source)
+        else:
+            importers.check_langgraph_postgres_source(source)
         target = out.open(out.resolve_url(url or g.url), codec="raw")
 
         async def main() -> int:
@@ -89,15 +92,19 @@ def import_(
                             allowed_checkpoint_types=allow_type or (),
                             advance=advance,
                         )
-                    else:
+                    elif kind is Source.langgraph_sqlite:
                         result = await importers.import_langgraph_sqlite(
+                            source, target, advance=advance
+                        )
+                    else:
+                        result = await importers.import_langgraph_postgres(
                             source, target, advance=advance
                         )
             problems = [p.as_json() for p in result.problems]
             if out.json:
                 out.emit(
                     {
-                        "source": str(source),
+                        "source": out.scrub(source),
                         "from": kind.value,
                         "seen": result.seen,
                         "imported": result.imported,
@@ -109,11 +116,11 @@ def import_(
                 problems_table(out, "not imported", problems)
                 out.line(
                     f"imported {result.imported}, already present {result.already_present}, "
-                    f"not imported {len(problems)} (of {result.seen} in {source})",
+                    f"not imported {len(problems)} (of {result.seen} in {out.scrub(source)})",
                     "green" if not problems else "bold red",
                 )
             return EXIT_PROBLEM if problems else 0
 
-        code = asyncio.run(main())
+        code = run_async(main()) or 0
     if code:
         raise typer.Exit(code)

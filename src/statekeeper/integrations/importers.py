@@ -9,8 +9,10 @@ stream) is counted as already present and left alone.
 
 - :func:`import_agent_framework`: an Agent Framework ``FileCheckpointStorage``
   directory, into :class:`~statekeeper.integrations.agent_framework.StatekeeperCheckpointStorage`.
-- :func:`import_langgraph_sqlite`: a LangGraph ``SqliteSaver`` database, into
-  :class:`~statekeeper.integrations.langgraph.StatekeeperSaver`.
+- :func:`import_langgraph_sqlite`: a LangGraph ``SqliteSaver`` database, and
+  :func:`import_langgraph_postgres`: a LangGraph ``PostgresSaver`` database, into
+  :class:`~statekeeper.integrations.langgraph.StatekeeperSaver` (both in
+  :mod:`._import_langgraph`, one body for the two sources).
 
 Order: the target store orders by its own sequence, so the import order decides
 which checkpoint the integration calls newest. Agent Framework files carry only a
@@ -23,63 +25,34 @@ thread and namespace is imported in that order, parents before children.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import sqlite3
 import stat
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .._protocol import BaseCheckpointStore
 from ..errors import CheckpointDecodeError, StatekeeperError, StoreNotFound
+from ._import_common import Advance, ImportProblem, ImportResult, chunks
+from ._import_langgraph import (
+    check_langgraph_postgres_source,
+    check_langgraph_sqlite_source,
+    import_langgraph_postgres,
+    import_langgraph_sqlite,
+    postgres_conninfo,
+)
 
 __all__ = [
     "ImportProblem",
     "ImportResult",
     "check_agent_framework_source",
+    "check_langgraph_postgres_source",
     "check_langgraph_sqlite_source",
     "import_agent_framework",
+    "import_langgraph_postgres",
     "import_langgraph_sqlite",
+    "postgres_conninfo",
 ]
-
-Advance = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class ImportProblem:
-    """A source item that was not imported, and why."""
-
-    location: str
-    reason: str
-    error: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"location": self.location, "reason": self.reason, "error": self.error}
-
-
-@dataclass
-class ImportResult:
-    """What an import did: items seen in the source, imported now, present from an
-    earlier run, and the problems (unreadable items, conflicts)."""
-
-    seen: int = 0
-    imported: int = 0
-    already_present: int = 0
-    problems: list[ImportProblem] = field(default_factory=list)
-
-    def problem(self, location: str, exc: BaseException | str) -> None:
-        if isinstance(exc, BaseException):
-            self.problems.append(ImportProblem(location, str(exc), type(exc).__name__))
-        else:
-            self.problems.append(ImportProblem(location, exc, "Conflict"))
-
-
-def _chunks(items: list[Any], size: int = 500) -> Iterable[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
 
 # -- Agent Framework ------------------------------------------------------------------
 
@@ -146,7 +119,7 @@ async def import_agent_framework(
             continue
         loaded.append((str(checkpoint.timestamp), path.name, checkpoint))
     loaded.sort(key=lambda entry: (entry[0], entry[1]))
-    for batch in _chunks(loaded):
+    for batch in chunks(loaded):
         ids = {sink.store_id_for(cp.checkpoint_id): cp for _, _, cp in batch}
         present = await _present(target, list(ids))
         for store_id, checkpoint in ids.items():
@@ -197,127 +170,3 @@ async def _present(target: BaseCheckpointStore, ids: list[str]) -> dict[str, Any
             except StatekeeperError:
                 continue
         return found
-
-
-# -- LangGraph ------------------------------------------------------------------------
-
-
-_LANGGRAPH_ROWS = (
-    "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints "
-    "ORDER BY thread_id, checkpoint_ns, checkpoint_id"
-)
-
-
-def check_langgraph_sqlite_source(path: str | os.PathLike[str]) -> None:
-    """Raise unless ``path`` is a LangGraph ``SqliteSaver`` database that this
-    environment can read: :class:`StoreNotFound` for no such file,
-    :class:`StatekeeperError` for a file that is not such a database or a missing
-    ``langgraph-checkpoint-sqlite``. Opens it read-only and reads no rows.
-    :func:`import_langgraph_sqlite` checks this first; a caller that creates the
-    target store calls it before doing so."""
-    try:
-        import langgraph.checkpoint.sqlite  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise StatekeeperError(
-            "importing a LangGraph SqliteSaver database needs langgraph-checkpoint-sqlite: "
-            "pip install langgraph-checkpoint-sqlite"
-        ) from exc
-    _langgraph_query(Path(path), _LANGGRAPH_ROWS + " LIMIT 0")
-
-
-def _langgraph_query(path: Path, sql: str) -> list[Any]:
-    if not path.is_file():
-        raise StoreNotFound(f"{path} is not a LangGraph SqliteSaver database")
-    uri = f"file:{path}?mode=ro"
-    try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-            return conn.execute(sql).fetchall()
-    except sqlite3.Error as exc:
-        raise StatekeeperError(f"{path} is not a LangGraph SqliteSaver database: {exc}") from exc
-
-
-def _langgraph_rows(path: Path) -> list[tuple[str, str, str]]:
-    """(thread_id, checkpoint_ns, checkpoint_id) of every checkpoint, in creation
-    order within each thread and namespace, read-only."""
-    return [(str(t), str(ns), str(c)) for t, ns, c in _langgraph_query(path, _LANGGRAPH_ROWS)]
-
-
-async def import_langgraph_sqlite(
-    path: str | os.PathLike[str],
-    target: BaseCheckpointStore,
-    *,
-    advance: Advance | None = None,
-) -> ImportResult:
-    """Import every checkpoint and pending write of a LangGraph ``SqliteSaver``
-    database into ``target`` (an open store with ``codec="raw"``).
-
-    Each checkpoint is read strictly by ``SqliteSaver.get_tuple`` (the database is
-    opened read-only); one that does not load is reported. Needs the
-    ``langgraph-checkpoint-sqlite`` package.
-    """
-    check_langgraph_sqlite_source(path)
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    from .langgraph import StatekeeperSaver
-
-    source_path = Path(path)
-    rows = await asyncio.to_thread(_langgraph_rows, source_path)
-    conn = sqlite3.connect(f"file:{source_path}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        source = SqliteSaver(conn)
-        sink = StatekeeperSaver(target)
-        result = ImportResult()
-        for batch in _chunks(rows):
-            for thread_id, ns, checkpoint_id in batch:
-                result.seen += 1
-                where = f"{source_path} thread {thread_id!r} ns {ns!r} checkpoint {checkpoint_id!r}"
-                config = {
-                    "configurable": {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": ns,
-                        "checkpoint_id": checkpoint_id,
-                    }
-                }
-                try:
-                    item = source.get_tuple(config)  # type: ignore[arg-type]
-                except Exception as exc:  # the source's own decode failures, reported
-                    result.problem(where, exc)
-                    continue
-                if item is None:
-                    result.problem(where, "the source row could not be read back")
-                    continue
-                if await sink.aget_tuple(config) is not None:  # type: ignore[arg-type]
-                    result.already_present += 1
-                    continue
-                await _put_langgraph(sink, item)
-                result.imported += 1
-            if advance is not None:
-                advance(len(batch))
-        return result
-    finally:
-        conn.close()
-
-
-async def _put_langgraph(sink: Any, item: Any) -> None:
-    """Write one source ``CheckpointTuple`` and its pending writes through the saver."""
-    configurable = dict(item.config["configurable"])
-    parent = item.parent_config
-    put_config = {
-        "configurable": {
-            "thread_id": configurable["thread_id"],
-            "checkpoint_ns": configurable.get("checkpoint_ns", ""),
-            **(
-                {"checkpoint_id": parent["configurable"]["checkpoint_id"]}
-                if parent is not None
-                else {}
-            ),
-        }
-    }
-    new_versions = dict(item.checkpoint.get("channel_versions", {}))
-    saved = await sink.aput(put_config, item.checkpoint, item.metadata, new_versions)
-    by_task: dict[tuple[str, str], list[tuple[str, Any]]] = {}
-    for task_id, channel, value, *rest in item.pending_writes or ():
-        task_path = rest[0] if rest else ""
-        by_task.setdefault((task_id, task_path), []).append((channel, value))
-    for (task_id, task_path), writes in by_task.items():
-        await sink.aput_writes(saved, writes, task_id, task_path)
