@@ -184,13 +184,18 @@ async def test_a_damaged_record_and_its_index(
         assert (await store.verify()).ok
 
 
-async def two_orphans(root: Path) -> tuple[list[Checkpoint], list[Checkpoint]]:
+async def two_orphans(
+    root: Path, backup: dict[str, bytes] | None = None
+) -> tuple[list[Checkpoint], list[Checkpoint]]:
     """job's newest (7) and middle (3) records zero-filled, job's index and the
-    state deleted: nothing names their stream. Returns (saved, the two)."""
+    state deleted: nothing names their stream. Returns (saved, the two); their
+    bytes as saved go to ``backup``."""
     saved = await fill_two_streams(root)
     job = [cp for cp in saved if cp.stream == "job"]
     orphans = [job[-1], job[2]]
     for cp in orphans:
+        if backup is not None:
+            backup[cp.id] = record_file(root, cp).read_bytes()
         zero_fill(record_file(root, cp))
     (root / "streams" / "job.idx").unlink()
     (root / "state").unlink()
@@ -258,3 +263,55 @@ def test_verify_exits_1_naming_each_orphan(tmp_path: Path) -> None:
         named = {p["id"] for p in doc["problems"] if p["kind"] == "damaged-record"}
         assert named == {cp.id for cp in orphans}, (step, doc["problems"])
     assert len(saved) == 7
+
+
+@pytest.mark.asyncio
+async def test_the_orphans_a_reader_keeps_follow_deletes_and_other_writers(
+    tmp_path: Path,
+) -> None:
+    """After repair() the pages come from the indexes, with the orphans a reader
+    surveyed once: one deleted by id since is left out, one restored is listed as
+    the checkpoint it is, and another store's repair(drop_damaged=True) is seen."""
+    backup: dict[str, bytes] = {}
+    saved, (newest, middle) = await two_orphans(tmp_path, backup)
+    async with FileCheckpointStore(tmp_path) as store, FileCheckpointStore(tmp_path) as other:
+        await store.repair()
+        for reader in (store, other):
+            got = (await reader.list("other", limit=1000)).skipped
+            assert [s.id for s in got] == [newest.id, middle.id]
+        assert await store.delete(middle.id)
+        for reader in (store, other):
+            got = (await reader.list("other", limit=1000)).skipped
+            assert [s.id for s in got] == [newest.id]
+            with pytest.raises(CheckpointDecodeError):
+                await reader.get_latest("other")
+        # more damage, and another store's repair: a new orphan under the same marker
+        second = next(cp for cp in saved if cp.sequence == 2)
+        zero_fill(record_file(tmp_path, second))
+        (tmp_path / "streams" / "job.idx").unlink()
+        await other.repair()
+        for reader in (store, other):
+            got = (await reader.list("other", limit=1000)).skipped
+            assert [s.id for s in got] == [newest.id, second.id]
+        # restored from a backup: listed as the checkpoint it is, in its stream only
+        record_file(tmp_path, newest).write_bytes(backup[newest.id])
+        for reader in (store, other):
+            page = await reader.list("job", limit=1000)
+            assert [s.id for s in page.skipped] == [second.id] and page.items[0].id == newest.id
+            assert page.items[0].state == newest.state
+            page = await reader.list("other", limit=1000)
+            assert [s.id for s in page.skipped] == [second.id]
+            assert [c.id for c in page.items] == [saved[3].id]
+            latest = await reader.get_latest("job")
+            assert latest is not None and latest.id == newest.id
+        zero_fill(record_file(tmp_path, newest))
+        await other.repair(drop_damaged=True)
+        for reader in (store, other):
+            for stream in STREAMS:
+                page = await reader.list(stream, limit=1000)
+                assert page.skipped == []
+                assert {c.id for c in page.items} == {
+                    cp.id
+                    for cp in saved
+                    if cp.stream == stream and cp not in (newest, middle, second)
+                }

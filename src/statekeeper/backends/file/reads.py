@@ -27,6 +27,7 @@ from . import format as fmt
 from .core import EngineCore, RecordProblem, Txn
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import read_exact
+from .orphans import OrphanKey, merge_orphans, orphans_key
 from .survey import Survey, take_survey
 from .view import orphan_error, view_get, view_latest, view_scan
 
@@ -178,15 +179,40 @@ class ReadsMixin(EngineCore):
         """Whether this read must go to the records (the indexes cannot be trusted)."""
         return state is None or self.degraded is not None
 
-    def _scan_records_only(self, state: fmt.State | None) -> bool:
-        """Whether a scan of one stream must go to the records: as every read when
-        the indexes cannot be trusted, and also while ``state`` marks a damaged
-        record of unknown stream (an orphan). No stream index holds an orphan, yet
-        it may be any stream's (``get_latest`` raises for it), so a page of every
-        stream reports each orphan in its range (:func:`.view.view_scan`), which
-        only a survey of the records finds: O(store) a page, until
-        ``repair(drop_damaged=True)`` or a restored file removes the last one."""
-        return self._records_only(state) or (state is not None and state.orphan is not None)
+    def _with_orphans(
+        self, page: list[Entry], q: ScanQuery, state: fmt.State | None, cap: int | None
+    ) -> list[Entry]:
+        """``page``, a scan of ``q`` from its stream index, with the damaged records
+        of unknown stream in its range (see :mod:`.orphans`): those ``get_latest``
+        raises for. Nothing to do, and nothing read, while ``state`` marks none."""
+        key = orphans_key(state)
+        if key is None:
+            return page
+        assert q.stream is not None
+        stream = q.stream
+
+        def look(seq: int, cid: str) -> StoredRecord | Skipped | None:
+            if self._unseen(seq, True, cap):
+                return None
+            try:
+                got = self.load_record(seq, cid)
+            except CheckpointDecodeError as exc:
+                return skipped_from(orphan_error(exc, stream, listed=True), cid, seq)
+            if got is None or got[0].stream != stream or not wanted(got[0], q):
+                return None  # deleted since, or readable again (and another stream's)
+            return got[0]
+
+        return merge_orphans(page, q, self._orphans(key), look)
+
+    def _orphans(self, key: OrphanKey) -> list[tuple[int, str]]:
+        """The ``(sequence, id)`` of the damaged records of unknown stream, ascending:
+        from a survey of the records, kept while ``state`` says ``key``."""
+        kept: tuple[OrphanKey, list[tuple[int, str]]] | None = self.__dict__.get("_orphans_kept")
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        found = sorted((e.seq, e.cid) for e in self.survey().orphans)
+        self.__dict__["_orphans_kept"] = (key, found)
+        return found
 
     def survey(self) -> Survey:
         """The whole store, from its records (O(store); see :mod:`.view`)."""
@@ -752,7 +778,7 @@ class ReadsMixin(EngineCore):
         if query.stream is None:
             # from the bucket directories: no index needed
             return list[Entry](self._scan_all(query, cap))
-        if self._scan_records_only(state):
+        if self._records_only(state):
             return list[Entry](view_scan(self.survey_upto(state), query))
         assert state is not None
         try:
@@ -760,9 +786,10 @@ class ReadsMixin(EngineCore):
             if idx is None:
                 if self._index_missing(state):
                     return list[Entry](view_scan(self.survey_upto(state), query))
-                return []
+                return self._with_orphans([], query, state, cap)
             with idx:
-                return self._scan_index(idx, query, cap, decoders)
+                page = self._scan_index(idx, query, cap, decoders)
+            return self._with_orphans(page, query, state, cap)
         except IndexDamaged:
             return list[Entry](view_scan(self.survey_upto(state), query))
 
@@ -776,7 +803,7 @@ class ReadsMixin(EngineCore):
         where :meth:`scan` would go there; anywhere else, two :meth:`scan` calls."""
         if query.stream is not None:
             state = self.heal()
-            if self._scan_records_only(state):
+            if self._records_only(state):
                 s = self.survey_upto(state)
                 page = list[Entry](view_scan(s, query))
                 probe = probe_of(page)
@@ -789,8 +816,10 @@ class ReadsMixin(EngineCore):
                     try:
                         with idx:
                             page = self._scan_slots(idx, query, dirs, cap, decoders=decoders)
+                            page = self._with_orphans(page, query, state, cap)
                             probe = probe_of(page)
-                            return page, probe, self._scan_slots(idx, probe, dirs, cap)
+                            probed = self._scan_slots(idx, probe, dirs, cap)
+                            return page, probe, self._with_orphans(probed, probe, state, cap)
                     finally:
                         self.close_dirs(dirs)
             except IndexDamaged:

@@ -25,6 +25,7 @@ from . import format as fmt
 from .core import Txn
 from .index import IdTable, IndexDamaged, write_index
 from .listing import ListingMixin
+from .orphans import orphans_digest
 from .survey import Entry
 
 __all__ = ["RebuildMixin"]
@@ -77,6 +78,7 @@ class RebuildMixin(ListingMixin):
         extra = tx.state.with_extra(
             streams=len(by_sfile),
             orphan=None if newest is None else [newest.seq, newest.cid],
+            orphans=orphans_digest((e.seq, e.cid) for e in orphans) if orphans else None,
         )
         tx.commit(hwm=hwm, synced=hwm, ids_used=used, journal=None, extra=extra)
         tx.sync()
