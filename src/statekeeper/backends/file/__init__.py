@@ -18,6 +18,8 @@ The modules, from the public class down to the operating system:
 - :mod:`.survey`: a read-only walk of every record file and of what the old
   metadata says about it (the streams of damaged records, orphans).
 - :mod:`.view`: reads answered from the records when the indexes cannot be trusted.
+- :mod:`.orphans`: damaged records of unknown stream in the pages of a stream
+  listing read from its index (each page whose range holds one reports it).
 - :mod:`.check`: ``verify``'s check of the derived data against the records.
 - :mod:`.reads`: the lock-free read side (latest, load, scan of a stream); what a
   reader may see is capped by the state it read first (a batch in flight is

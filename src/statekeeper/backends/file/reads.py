@@ -771,7 +771,9 @@ class ReadsMixin(EngineCore):
         raise NotImplementedError
 
     def scan(self, query: ScanQuery, decoders: Decoders | None = None) -> list[Entry]:
-        """The entries of ``query`` (``decoders``: see :meth:`_scan_slots`)."""
+        """The entries of ``query`` (``decoders``: see :meth:`_scan_slots`). A scan of
+        one stream also reports, as skipped, each damaged record of unknown stream
+        in its range (see :mod:`.orphans`), from the index or from the records."""
         state = self.heal()
         cap = fmt.visible_cap(state)
         # the paths off the stream index give records (list_page decodes them)
