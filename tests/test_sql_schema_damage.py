@@ -141,14 +141,38 @@ async def test_a_save_on_a_lost_table_or_index_says_to_repair(target: Target, wh
         assert cp.sequence > max(saved.cps)
 
 
+#: SQL run on a populated SQLite store, and what ``verify --json`` must name.
+CLI_DAMAGE = {
+    "lost-index": (
+        "DROP INDEX statekeeper_checkpoints_id",
+        "statekeeper_checkpoints_id is missing",
+    ),
+    "lost-counter-table": ("DROP TABLE statekeeper_counter", "statekeeper_counter is missing"),
+    "store_id-overwritten": (
+        "UPDATE statekeeper_meta SET value = 'ffffffff' WHERE name = 'store_id'",
+        "the store_id row says 'ffffffff'",
+    ),
+    "record-cell-text": (
+        "UPDATE statekeeper_checkpoints SET record = 'garbage' WHERE seq = 3",
+        "record is str, not bytes",
+    ),
+}
+
+
 @pytest.mark.asyncio
-async def test_the_verify_command_exits_1_and_names_a_lost_index(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", list(CLI_DAMAGE))
+async def test_the_verify_command_exits_1_and_names_the_damage(tmp_path: Path, case: str) -> None:
+    statement, named = CLI_DAMAGE[case]
     url = f"sqlite:///{tmp_path / 'store.db'}"
     target = Target("sqlite", url, "statekeeper_")
     await populate(target)
-    await damage(target, Lost("checkpoints", "checkpoints_id"))
-    result = await asyncio.to_thread(run_cli, "verify", "--url", url, cwd=tmp_path, expect=1)
-    assert "statekeeper_checkpoints_id is missing" in result.out
+    await target.sql(statement)
+    result = await asyncio.to_thread(
+        run_cli, "verify", "--url", url, "--json", cwd=tmp_path, expect=1
+    )
+    doc = result.json()
+    assert doc["ok"] is False
+    assert any(named in p["reason"] for p in doc["problems"]), doc["problems"]
     async with SqlCheckpointStore(url) as store:
-        await store.repair()
+        await store.repair(drop_damaged=True)
     await asyncio.to_thread(run_cli, "verify", "--url", url, cwd=tmp_path, expect=0)
