@@ -119,9 +119,14 @@ local function topscore(k)
 end
 
 -- Tracking (see the module docstring). Whether this store keeps it (format >= 2).
+-- Read once per script: no script changes the format before it asks.
+local TRACKED = nil
 local function tracked()
-  local fmt = redis.call('HGET', META, 'format')
-  return fmt ~= false and tonumber(fmt) ~= nil and tonumber(fmt) >= 2
+  if TRACKED == nil then
+    local fmt = tonumber(redis.call('HGET', META, 'format') or '')
+    TRACKED = fmt ~= nil and fmt >= 2
+  end
+  return TRACKED
 end
 
 -- what P h must say of stream, as the zset holds it now ('' for no entries)
