@@ -57,7 +57,10 @@ def _unavailable(reason: str) -> None:
 
 
 def _first_console_block(path: Path) -> list[str]:
-    block = re.search(r"^```console\n(.*?)^```", path.read_text("utf-8"), re.M | re.S)
+    # the fence may carry attributes for the site: ```console {.sk-commands}
+    block = re.search(
+        r"^```console(?: \{[^}\n]*\})?\n(.*?)^```", path.read_text("utf-8"), re.M | re.S
+    )
     assert block is not None, f"{path.name} has no console block"
     return [line for line in block.group(1).splitlines() if line.strip()]
 
@@ -467,3 +470,75 @@ def test_without_chromium_the_run_says_how_to_install_it(site: Path, tmp_path: P
     assert "apt-get install chromium" in run.stdout, run.stdout
     notes = [f.read_text("utf-8") for f in shots.glob("*")] if shots.is_dir() else []
     assert any("apt-get install chromium" in note for note in notes), notes
+
+
+@pytest.mark.parametrize("width", [1280, 390], ids=["desktop", "phone"])
+def test_landing_page_commands_fit_the_column_and_clear_the_copy_button(
+    browser: Any, base_url: str, screenshots: Path, width: int
+) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        tab = context.new_page()
+        tab.goto(base_url, wait_until="networkidle")
+        block = tab.locator("article pre").first
+        block.scroll_into_view_if_needed()
+        block.hover()  # where a reader reaches for the copy button
+        code = block.locator("code")
+        readme = _first_console_block(ROOT / "README.md")
+        assert code.inner_text().split("\n")[:2] == readme
+        # what the copy button copies: two whole lines, however they wrap on screen
+        assert code.evaluate("c => c.textContent").splitlines() == readme
+        scroll, client = code.evaluate("c => [c.scrollWidth, c.clientWidth]")
+        assert scroll <= client, f"the commands are {scroll}px wide in a {client}px column"
+        button = block.locator("button[data-clipboard-target]")  # the copy button
+        assert button.count() == 1
+        covered = button.evaluate(
+            """b => {
+                const r = b.getBoundingClientRect(), code = b.closest('pre').querySelector('code');
+                const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+                const hidden = [];
+                for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                    for (let i = 0; i < n.length; i++) {
+                        const range = document.createRange();
+                        range.setStart(n, i); range.setEnd(n, i + 1);
+                        for (const c of range.getClientRects()) {
+                            if (c.width && n.data[i].trim() && c.right > r.left && c.left < r.right
+                                && c.bottom > r.top && c.top < r.bottom) hidden.push(n.data[i]);
+                        }
+                    }
+                }
+                return hidden.join('');
+            }"""
+        )
+        assert not covered, f"the copy button covers {covered!r}"
+        broken = code.evaluate(
+            r"""c => {
+                // words split across lines (`--` / `frozen`): a reader could not retype them
+                const tops = [];
+                const walker = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+                for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                    for (let i = 0; i < n.length; i++) {
+                        const range = document.createRange();
+                        range.setStart(n, i); range.setEnd(n, i + 1);
+                        const rect = range.getClientRects()[0];
+                        tops.push([n.data[i], rect ? Math.round(rect.top) : null]);
+                    }
+                }
+                const broken = [];
+                let word = '', top = null, split = false;
+                for (const [ch, t] of tops.concat([[' ', null]])) {
+                    if (/\s/.test(ch)) {
+                        if (split) broken.push(word);
+                        word = ''; top = null; split = false;
+                    } else {
+                        if (top !== null && t !== top) split = true;
+                        word += ch; top = t;
+                    }
+                }
+                return broken;
+            }"""
+        )
+        assert not broken, f"words broken across lines: {broken}"
+        tab.screenshot(path=str(screenshots / f"landing-commands-{width}.png"))
+    finally:
+        context.close()

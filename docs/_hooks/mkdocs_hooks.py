@@ -15,6 +15,10 @@ exist is left alone, and the strict build fails on it.
 A code block whose first line is ``# doctest: skip`` is shown but not run by
 ``tests/test_docs.py``. The marker is for that test, not for readers: the site shows
 the block without it.
+
+A console block marked ``{.sk-commands}`` (the home page's "Two commands") wraps its
+long lines at spaces (``docs/stylesheets/extra.css``); each word of it is kept whole,
+so that a reader who retypes ``--frozen`` does not see it split after ``--``.
 """
 
 from __future__ import annotations
@@ -73,3 +77,16 @@ def on_page_markdown(markdown: str, page: Any, config: Any, **kwargs: Any) -> st
         last = fence.end()
     parts.append(_LINK.sub(outside, markdown[last:]))
     return "".join(parts)
+
+
+_COMMANDS = re.compile(r'(<div class="[^"]*\bsk-commands\b[^"]*">.*?</code>)', re.S)
+_TEXT = re.compile(r">([^<]+)<")
+_WORD = re.compile(r"[^\s]+")
+
+
+def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:
+    def words(text: re.Match[str]) -> str:
+        kept = _WORD.sub(lambda w: f'<span class="sk-word">{w.group(0)}</span>', text.group(1))
+        return f">{kept}<"
+
+    return _COMMANDS.sub(lambda block: _TEXT.sub(words, block.group(1)), html)
