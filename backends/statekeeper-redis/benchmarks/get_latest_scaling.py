@@ -4,9 +4,9 @@ costs at most 2x its cost at 1k, and save / get_latest each take at most 3 round
     uv run python backends/statekeeper-redis/benchmarks/get_latest_scaling.py \\
         [--url redis://127.0.0.1:6379/0] [--calls 2000]
 
-Two streams of one store hold 1,000 and 100,000 checkpoints. They are filled through
-the store's own insert script, pipelined (setup only: 100k one-by-one saves would
-take minutes); everything measured goes through the public API. Measurements of
+Two streams of one store hold 1,000 and 100,000 checkpoints. Another store instance
+fills them with ``save_many`` of 1,000 checkpoints per call (100k one-by-one saves
+would take minutes); everything goes through the public API. Measurements of
 the two streams alternate in rounds, so that load from other processes on the
 machine hits both alike; the figure is the median wall time of one call.
 
@@ -25,50 +25,27 @@ import json
 import secrets
 import statistics
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis.asyncio as aioredis
 from statekeeper_redis import RedisCheckpointStore
 
-from statekeeper.record import NewRecord
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from statekeeper import NewCheckpoint
 
 
-async def bulk_fill(store: RedisCheckpointStore, stream: str, count: int) -> None:
-    """Append ``count`` checkpoints to ``stream``, 1000 per pipelined round trip, through
-    the same INSERT script as ``save`` (so the data is exactly what saves write)."""
-    insert = store._scripts["INSERT"]  # setup only; measured calls use the public API
-    seq = (await store.info()).high_water_mark or 0
-    index = json.dumps({"s": stream, "t": {"bench": "1"}}, separators=(",", ":"))
-    now = store.now()
-    now_us = (now - _EPOCH) // timedelta(microseconds=1)
-    for start in range(0, count, 1000):
-        pipe = store.client.pipeline(transaction=False)
-        for i in range(start, min(start + 1000, count)):
-            seq += 1
-            record = NewRecord(
-                id=secrets.token_hex(16),
-                stream=stream,
-                state=store.codec.encode({"step": i, "pad": "x" * 200}),
-                codec=store.codec.name,
-                created_at=now,
-                updated_at=now,
-                etag=secrets.token_hex(8),
-                parent_id=None,
-                tags={"bench": "1"},
-                metadata={},
-                ttl=None,
-                expires_at=None,
+async def bulk_fill(url: str, prefix: str, stream: str, count: int) -> None:
+    """Append ``count`` checkpoints to ``stream`` through another store instance (as
+    another writer would), 1000 per ``save_many`` (one script call each)."""
+    async with RedisCheckpointStore(url, key_prefix=prefix, allow_unsafe_durability=True) as w:
+        for start in range(0, count, 1000):
+            await w.save_many(
+                [
+                    NewCheckpoint(
+                        stream=stream, state={"step": i, "pad": "x" * 200}, tags={"bench": "1"}
+                    )
+                    for i in range(start, min(start + 1000, count))
+                ]
             )
-            blob = record.seal(seq).to_bytes(store.store_id)
-            pipe.evalsha(
-                insert.sha, 1, store.key_prefix + "meta", store.key_prefix,
-                record.id, seq, blob, stream, index, "", "", now_us, record.etag,
-            )  # fmt: skip
-        replies = await pipe.execute()
-        assert all(reply[0] == b"ok" for reply in replies), replies[:3]
 
 
 async def median_latency(store: RedisCheckpointStore, stream: str, calls: int) -> list[float]:
@@ -128,8 +105,8 @@ async def main() -> None:
     try:
         async with store:
             t0 = time.perf_counter()
-            await bulk_fill(store, "s1k", 1_000)
-            await bulk_fill(store, "s100k", 100_000)
+            await bulk_fill(args.url, prefix, "s1k", 1_000)
+            await bulk_fill(args.url, prefix, "s100k", 100_000)
             fill_s = time.perf_counter() - t0
             small: list[float] = []
             large: list[float] = []
