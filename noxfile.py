@@ -18,6 +18,24 @@ nox.options.sessions = ["lint", "typecheck", "tests", "docs", "reliability", "re
 
 PYTHON = os.environ.get("STATEKEEPER_NOX_PYTHON", "3.11")
 
+# tests/plugins/statekeeper_progress.py: skips counted by reason, a heartbeat line while
+# a test runs long. tests/conftest.py loads it for the suites under tests/; the Redis
+# plugin's tests load it through -p.
+PLUGINS = str(Path(__file__).parent / "tests" / "plugins")
+
+
+def _workers() -> list[str]:
+    """pytest-xdist's arguments: one worker per core, at most 4; or STATEKEEPER_TEST_WORKERS.
+
+    The tests spend much of their time in child processes, servers and fsync, so two
+    workers on two cores halve a run. Beyond 4 the shared database servers and the
+    machine's disk, not its cores, would be what the workers wait on.
+    ``STATEKEEPER_TEST_WORKERS=0`` runs the tests in one process, in file order.
+    """
+    raw = os.environ.get("STATEKEEPER_TEST_WORKERS", "")
+    count = int(raw) if raw else min(4, os.cpu_count() or 1)
+    return ["-n", str(count)] if count > 0 else []
+
 
 def _sync(session: nox.Session, *extra: str) -> None:
     session.run_install(
@@ -61,6 +79,7 @@ def tests(session: nox.Session) -> None:
         "tests",
         "-p",
         "no:cacheprovider",
+        *_workers(),
         "-m",
         "not reliability",
         "--ignore=tests/test_docs.py",
@@ -119,7 +138,9 @@ def reliability(session: nox.Session) -> None:
     # the Redis plugin runs through the shared suite too, so install the workspace
     _sync(session, "--all-packages")
     args = list(session.posargs)
-    session.run("pytest", "tests", "-m", "reliability", "-p", "no:cacheprovider", *args)
+    session.run(
+        "pytest", "tests", "-m", "reliability", "-p", "no:cacheprovider", *_workers(), *args
+    )
 
 
 @nox.session(python=PYTHON)
@@ -127,7 +148,15 @@ def redis(session: nox.Session) -> None:
     """The statekeeper-redis distribution, installed beside the core, against real Redis."""
     _sync(session, "--package", "statekeeper-redis")
     session.run("mypy", "--strict", "backends/statekeeper-redis/src")
-    session.run("pytest", "backends/statekeeper-redis/tests", "-p", "no:cacheprovider")
+    session.run(
+        "pytest",
+        "backends/statekeeper-redis/tests",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "statekeeper_progress",
+        env={"PYTHONPATH": PLUGINS},
+    )
 
 
 @nox.session(python=PYTHON)

@@ -7,24 +7,23 @@ rounds, every crash point instead of a sample, longer histories, more examples.
 The figures (kills survived, crash points, faults injected, inputs tried,
 violations found) are summed over the session and printed at the end, and written
 as JSON to ``$STATEKEEPER_RELIABILITY_FIGURES`` when that is set;
-``docs/reliability.md`` quotes them.
+``docs/reliability.md`` quotes them. ``tests/plugins/statekeeper_figures.py`` does
+that, on the controller when pytest-xdist runs the suite on several workers.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reliability_support import FIGURES, Backend, make_backend
+from reliability_support import Backend, make_backend
 
 from statekeeper import _registry
 
@@ -49,17 +48,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "reliability: crash, fault-injection, concurrency and hostile-input tests "
         "(slow; run with -m reliability)",
     )
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not FIGURES:
-        return
-    terminalreporter.section("statekeeper reliability figures")
-    for key in sorted(FIGURES):
-        terminalreporter.write_line(f"{key}: {FIGURES[key]}")
-    out = os.environ.get("STATEKEEPER_RELIABILITY_FIGURES")
-    if out:
-        Path(out).write_text(json.dumps(dict(sorted(FIGURES.items())), indent=2) + "\n")
 
 
 @pytest.fixture(scope="session")
