@@ -11,29 +11,88 @@ Open a store by URL, then save after each step and resume from the latest::
 See ``docs/`` for the user guide and the backend author guide.
 """
 
-from . import errors
-from ._integrity import repair_records
-from ._protocol import (
-    BaseCheckpointStore,
-    CheckpointStore,
-    ScanQuery,
-    StoreIdentity,
-    StoreInfo,
-    skipped_from,
-)
-from ._registry import available_backends, open_store, register_backend
-from ._url import StoreURL
-from .config import Capabilities, StoreOptions
-from .models import (
-    Checkpoint,
-    CheckpointHeader,
-    NewCheckpoint,
-    Page,
-    Problem,
-    RepairReport,
-    Skipped,
-    VerifyReport,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import errors
+    from ._integrity import repair_records
+    from ._protocol import (
+        BaseCheckpointStore,
+        CheckpointStore,
+        ScanQuery,
+        StoreIdentity,
+        StoreInfo,
+        skipped_from,
+    )
+    from ._registry import available_backends, open_store, register_backend
+    from ._url import StoreURL
+    from .config import Capabilities, StoreOptions
+    from .models import (
+        Checkpoint,
+        CheckpointHeader,
+        NewCheckpoint,
+        Page,
+        Problem,
+        RepairReport,
+        Skipped,
+        VerifyReport,
+    )
+
+#: Where each public name lives. They are imported on first use (module
+#: ``__getattr__``), so that ``import statekeeper`` and the command line's
+#: ``--help`` do not pay for pydantic and the store machinery they do not touch.
+_LAZY: dict[str, str] = {
+    "errors": "",
+    "repair_records": "._integrity",
+    **dict.fromkeys(
+        (
+            "BaseCheckpointStore",
+            "CheckpointStore",
+            "ScanQuery",
+            "StoreIdentity",
+            "StoreInfo",
+            "skipped_from",
+        ),
+        "._protocol",
+    ),
+    **dict.fromkeys(("available_backends", "open_store", "register_backend"), "._registry"),
+    "StoreURL": "._url",
+    "Capabilities": ".config",
+    "StoreOptions": ".config",
+    **dict.fromkeys(
+        (
+            "Checkpoint",
+            "CheckpointHeader",
+            "NewCheckpoint",
+            "Page",
+            "Problem",
+            "RepairReport",
+            "Skipped",
+            "VerifyReport",
+        ),
+        ".models",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if where == "":
+        value: Any = importlib.import_module(f".{name}", __name__)
+    else:
+        value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 """The version of this statekeeper distribution."""

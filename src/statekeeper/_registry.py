@@ -7,7 +7,6 @@ import importlib
 import os
 import threading
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from ._url import StoreURL
@@ -55,6 +54,9 @@ def register_backend(scheme: str, target: str | type[BaseCheckpointStore]) -> No
 
 
 def _entry_points() -> dict[str, str]:
+    # Imported here: importlib.metadata costs more than the rest of this module.
+    from importlib.metadata import entry_points
+
     return {ep.name.lower(): ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 

@@ -2,13 +2,13 @@
 opens its store (read-only, writable, or allowed to create it) and runs it, and
 how a usage error becomes one JSON document under ``--json``.
 
-Importing this module imports typer and rich; ``import statekeeper`` never does.
+Importing this module imports typer; rich and the store machinery are imported when
+a command runs. ``import statekeeper`` never imports either.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from .._protocol import BaseCheckpointStore
 from ..errors import StoreNotFound
 from .hints import command as hint_command
 from .output import EXIT_PROBLEM, CliError, Output
@@ -30,6 +29,8 @@ except ImportError:  # pragma: no cover - older typer, on click itself
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from .._protocol import BaseCheckpointStore
+
 __all__ = [
     "DebugOpt",
     "Globals",
@@ -41,6 +42,7 @@ __all__ = [
     "no_store",
     "opened",
     "progress_bar",
+    "run_async",
     "run_command",
     "setup",
 ]
@@ -184,9 +186,17 @@ def run_command(
                 out.store_url = out.scrub(store.describe())
                 return await body(out, store)
 
-        code = asyncio.run(main())
+        code = run_async(main())
     if code:
         raise typer.Exit(code)
+
+
+def run_async(main: Coroutine[Any, Any, int | None]) -> int | None:
+    """Run a command's coroutine in a new event loop and return its exit status
+    (asyncio is imported here, not for ``--help``)."""
+    import asyncio
+
+    return asyncio.run(main)
 
 
 @asynccontextmanager

@@ -11,19 +11,18 @@ command or after it. Commands that only read open the store with
 URL is ``StoreNotFound`` (exit 1), not a new empty store. Exit statuses: 0 ok,
 1 a problem found in the data or the store, 2 a usage error. See ``docs/cli.md``.
 
-Importing this module imports typer and rich; ``import statekeeper`` never does.
+Importing this module imports typer, and no more of statekeeper than ``--help``
+needs: rich, pydantic and the backends are imported when a command runs (the
+backend for the URL's scheme only). ``import statekeeper`` never imports typer.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.text import Text
 
-from .._protocol import BaseCheckpointStore
-from ..models import Checkpoint, Page
 from . import importing, maintenance
 from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, app, run_command
 from .hints import command
@@ -40,6 +39,10 @@ from .output import (
     state_json,
     when,
 )
+
+if TYPE_CHECKING:
+    from .._protocol import BaseCheckpointStore
+    from ..models import Checkpoint, Page
 
 __all__ = ["app", "run"]
 
@@ -146,6 +149,8 @@ def streams(
     from .ops import summarise_stream
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
+        from rich.text import Text
+
         names = await store.list_streams()
         if after_name is not None:
             names = [n for n in names if n > after_name]
@@ -260,6 +265,8 @@ def ls(
 def _render_page(
     out: Output, stream: str | None, page: Page, order: str, limit: int, tags: dict[str, str]
 ) -> None:
+    from rich.text import Text
+
     title = f"stream {stream!r}" if stream else "all streams"
     # Ids never wrap, so that they can be copied. Across streams a row also needs
     # the stream's name; on a narrow terminal it goes under the id, and the
@@ -312,6 +319,7 @@ def _show_checkpoint(out: Output, store: BaseCheckpointStore, cp: Checkpoint, **
         out.emit({**extra, "checkpoint": {**header_json(cp), "state": state}})
         return
     from rich.json import JSON
+    from rich.text import Text
 
     h = header_json(cp)
     fields = [
@@ -361,6 +369,8 @@ def latest(
     """
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
+        from rich.text import Text
+
         cp = await store.get_latest(stream)
         if cp is None:
             if out.json:

@@ -8,6 +8,7 @@ imports typer or rich: only this entry point does, and only when it runs.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 __all__ = ["MISSING_EXTRA_MESSAGE", "main"]
@@ -22,10 +23,14 @@ _USAGE = 2
 
 def main() -> None:
     """Run the command line (exit 0 ok, 1 data problem found, 2 usage error)."""
+    # rich is only looked for: a command imports it when it prints, --help never does.
     try:
-        import rich  # noqa: F401
         import typer  # noqa: F401
-    except ImportError:
+
+        missing = importlib.util.find_spec("rich") is None
+    except (ImportError, ValueError):
+        missing = True
+    if missing:
         print(MISSING_EXTRA_MESSAGE, file=sys.stderr)
         raise SystemExit(_USAGE) from None
     from .commands import run

@@ -18,14 +18,11 @@ The functions are registered on the app by :mod:`.commands`, in ``--help`` order
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from .._protocol import BaseCheckpointStore
 from ..errors import StatekeeperError
-from ..models import Problem, RepairReport, VerifyReport
 from .base import (
     DebugOpt,
     JsonOpt,
@@ -34,11 +31,16 @@ from .base import (
     UrlOpt,
     opened,
     progress_bar,
+    run_async,
     run_command,
     setup,
 )
 from .hints import command
 from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, Output, count, problems_table
+
+if TYPE_CHECKING:
+    from .._protocol import BaseCheckpointStore
+    from ..models import Problem, RepairReport, VerifyReport
 
 __all__ = ["copy", "prune", "purge", "repair", "verify"]
 
@@ -223,7 +225,7 @@ def copy(
             return EXIT_PROBLEM if problems else 0
 
         try:
-            code = asyncio.run(main())
+            code = run_async(main()) or 0
         except KeyboardInterrupt:
             _interrupted(out, result, total, source, destination)
     if code:

@@ -10,7 +10,6 @@ through :meth:`Output.scrub`, which knows the passwords of the URLs in use.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -19,15 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote, quote_plus
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from .._protocol import BaseCheckpointStore
 from .._registry import ENV_URL, open_store
 from .._url import StoreURL
 from ..errors import (
@@ -38,7 +31,13 @@ from ..errors import (
     InvalidURL,
     StatekeeperError,
 )
-from ..models import CheckpointHeader, Skipped
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .._protocol import BaseCheckpointStore
+    from ..models import CheckpointHeader, Skipped
 
 __all__ = [
     "CHECK_NAMES",
@@ -73,6 +72,13 @@ _USAGE_ERRORS = (InvalidURL, InvalidOptions, BackendNotFound, InvalidQuery)
 _URL_PASSWORD = re.compile(r"(//[^/\s:@]*:)[^@/\s]*@")
 
 
+def _console(*, stderr: bool) -> Console:
+    # rich is imported when a command prints, not when --help is asked for.
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
 class CliError(Exception):
     """A failure the command already explained: a message, an exit status, the
     ``type`` its ``--json`` error document names, and details for that document."""
@@ -93,8 +99,8 @@ class Output:
 
     json: bool = False
     debug: bool = False
-    stdout: Console = field(default_factory=lambda: Console(highlight=False))
-    stderr: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
+    stdout: Console = field(default_factory=lambda: _console(stderr=False))
+    stderr: Console = field(default_factory=lambda: _console(stderr=True))
     #: The store URL this command resolved (with its password: never print it).
     url: str | None = None
     #: Where the open store lives, safe to print; every JSON result leads with it.
@@ -171,6 +177,8 @@ class Output:
         """
         if self.store_url is not None and "url" not in doc and "error" not in doc:
             doc = {"url": self.store_url, **doc}
+        import json
+
         text = json.dumps(doc, indent=2, ensure_ascii=False, default=_json_default)
         sys.stdout.write(self.scrub(text) + "\n")
         sys.stdout.flush()
@@ -200,10 +208,14 @@ class Output:
     def line(self, text: str, style: str | None = None) -> None:
         """Print one line of plain text, never parsed as rich markup."""
         if not self.json:
+            from rich.text import Text
+
             # soft_wrap: a long command line stays one line, for copy and paste
             self.stdout.print(Text(self.scrub(text), style=style or ""), soft_wrap=True)
 
     def warn(self, text: str) -> None:
+        from rich.text import Text
+
         self.stderr.print(Text(self.scrub(text), style="yellow"))
 
     # -- errors ----------------------------------------------------------------------
@@ -238,6 +250,8 @@ class Output:
             self._report(message, EXIT_PROBLEM, type(exc).__name__, {})
 
     def _report(self, message: str, code: int, kind: str, details: dict[str, Any]) -> NoReturn:
+        from rich.text import Text
+
         if self.debug:
             self.stderr.print(Text(self.scrub(traceback.format_exc()), style="dim"))
         # One line, whatever a driver put in its message.
@@ -255,6 +269,9 @@ class Output:
 
 def compact_table(*columns: str, title: str | None = None, wrap: tuple[str, ...] = ()) -> Table:
     """A compact table; only the ``wrap`` columns may wrap, so ids stay whole and copyable."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title=title, title_justify="left")
     for name in columns:
         wraps = name in wrap
@@ -293,6 +310,8 @@ def plain(value: Any) -> str:
 
 
 def kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
+    from rich.text import Text
+
     table = compact_table("key", "value", title=title, wrap=("value",))
     table.show_header = False
     for key, value in rows:
@@ -314,6 +333,8 @@ CHECK_NAMES = {
 
 def problems_table(out: Output, title: str, problems: list[dict[str, Any]]) -> None:
     """One card per record: which, where, why. Paths and reasons get the full width."""
+    from rich.text import Text
+
     if not problems:
         return
     table = compact_table("", "", title=title, wrap=("",))
@@ -378,6 +399,8 @@ def state_json(store: BaseCheckpointStore, state: Any) -> Any:
     its first bytes in hex, never dumped whole or base64-encoded."""
     if isinstance(state, bytes):
         return raw_summary(state)
+    import json
+
     return json.loads(store.json_codec.encode(state))
 
 

@@ -13,11 +13,13 @@ import importlib.util
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import Executable
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..._url import StoreURL
 from ...errors import BackendNotFound
@@ -162,6 +164,10 @@ class ServerRuntime:
             await self._engine.dispose(close=False)
             self._engine = self._reader = None
         if self._engine is None or self._reader is None:
+            # Imported here: sqlalchemy.ext.asyncio (and the ORM it pulls in) is a
+            # third of an SQLite store's import time, and only servers use it.
+            from sqlalchemy.ext.asyncio import create_async_engine
+
             self._pid = os.getpid()
             self._engine = create_async_engine(self._url, **self._kwargs)
             if self.read_only and self.family == "mysql":
