@@ -41,6 +41,9 @@ def run(
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])
     )
+    # only the plugins a test names: a child that loads every installed one (Hypothesis,
+    # LangSmith, ...) takes seconds to start
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
     def run(*args: str, **env: str) -> pytest.RunResult:
         for key, value in env.items():
@@ -168,6 +171,8 @@ def test_counts(n):
     )
     figures = pytester.path / "figures.json"
     result = run(
+        "-p",
+        "xdist",
         "-n",
         "2",
         STATEKEEPER_RELIABILITY_FIGURES=str(figures),
