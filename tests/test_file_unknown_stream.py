@@ -315,3 +315,24 @@ async def test_the_orphans_a_reader_keeps_follow_deletes_and_other_writers(
                     for cp in saved
                     if cp.stream == stream and cp not in (newest, middle, second)
                 }
+
+
+@pytest.mark.asyncio
+async def test_removing_a_stream_leaves_the_orphans_it_lists(tmp_path: Path) -> None:
+    """A page of ``other`` reports the orphans (they may be its checkpoints), but
+    they may as well be job's: prune and delete_stream of ``other`` remove only
+    what its index holds, never an orphan."""
+    saved, orphans = await two_orphans(tmp_path)
+    async with FileCheckpointStore(tmp_path) as store:
+        await store.repair()
+        assert await store.prune("other", keep_last=0) == 1
+        assert await store.delete_stream("never-used") == 0
+        await store.save("other", {"n": 1})
+        assert await store.delete_stream("other") == 1
+        for cp in orphans:
+            with pytest.raises(CheckpointDecodeError):
+                await store.load(cp.id)
+        page = await store.list("job", limit=1000)
+        assert [s.id for s in page.skipped] == [cp.id for cp in orphans]
+        assert [s.id for s in (await store.list("other")).skipped] == [cp.id for cp in orphans]
+    assert len(saved) == 7
