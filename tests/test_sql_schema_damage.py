@@ -176,3 +176,33 @@ async def test_the_verify_command_exits_1_and_names_the_damage(tmp_path: Path, c
     async with SqlCheckpointStore(url) as store:
         await store.repair(drop_damaged=True)
     await asyncio.to_thread(run_cli, "verify", "--url", url, cwd=tmp_path, expect=0)
+
+
+@pytest.mark.asyncio
+async def test_drop_damaged_never_takes_a_readable_row_that_shares_its_id(tmp_path: Path) -> None:
+    """With the unique index on id lost, a damaged row can share its id with an intact
+    one: repair() says why the index cannot come back, and drop_damaged removes the
+    damaged row only (by its sequence, not by id)."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    target = Target("sqlite", url, "statekeeper_")
+    saved = await populate(target)
+    await damage(target, Lost("checkpoints", "checkpoints_id"))
+    intact = saved.cps[saved.order[1]]
+    await target.sql(
+        "INSERT INTO statekeeper_checkpoints (seq, id, stream, expires_at, record) "
+        "SELECT 100, id, stream, expires_at, record FROM statekeeper_checkpoints "
+        "WHERE seq = :seq",
+        {"seq": intact.sequence},
+    )  # a replayed row at another sequence: its record says it is at the first
+    async with target.store() as store:
+        report = await store.repair()
+        [why] = [a for a in report.actions if "cannot be recreated" in a]
+        assert f"{intact.id!r} at sequences {intact.sequence}, 100" in why
+        assert [p.sequence for p in report.damaged] == [100]
+        report = await store.repair(drop_damaged=True)
+        assert [p.sequence for p in report.dropped] == [100]
+        assert await store.load(intact.id) == intact
+        await assert_remembered(store, saved, set())
+        report = await store.repair()  # now the index can come back
+        assert any("recreated the index statekeeper_checkpoints_id" in a for a in report.actions)
+        assert (await store.verify()).ok

@@ -10,7 +10,7 @@ files, rows or keys) it adds through ``_verify`` and ``_repair``.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .errors import CheckpointDecodeError, CheckpointNotFound
@@ -207,12 +207,26 @@ def _decode_problem(exc: CheckpointDecodeError, stream: str | None) -> Problem:
     )
 
 
+async def _drop(
+    store: BaseCheckpointStore,
+    entry: Skipped,
+    drop: Callable[[Skipped], Awaitable[bool]] | None,
+) -> bool:
+    if drop is not None:
+        return await drop(entry)
+    if entry.id is None:
+        return False
+    await store._delete(entry.id, if_match=None, now=store.now())
+    return True
+
+
 async def repair_records(
     store: BaseCheckpointStore,
     drop_damaged: bool,
     *,
     rebuilt: dict[str, int],
     actions: builtins.list[str],
+    drop: Callable[[Skipped], Awaitable[bool]] | None = None,
 ) -> RepairReport:
     """For a backend's ``_repair``: walk the records after it rebuilt its metadata,
     count them, and list (or, with ``drop_damaged``, delete by id) the damaged ones.
@@ -223,7 +237,10 @@ async def repair_records(
 
     A damaged record whose id cannot be read cannot be deleted through the public
     primitives; it is reported in ``damaged`` and the backend's own ``_repair``
-    must remove it by location if it can.
+    must remove it by location if it can. A backend that can delete one record by
+    where it is (``drop``: ``True`` if it removed it; ``False`` keeps it in
+    ``damaged``) passes that instead: deleting by id would also take a readable
+    record that shares the id (possible only in a damaged store).
     """
     damaged: builtins.list[Problem] = []
     dropped: builtins.list[Problem] = []
@@ -234,8 +251,7 @@ async def repair_records(
         records += len(page.items) + len(page.skipped)
         for entry in page.skipped:
             problem = damaged_problem(entry)
-            if drop_damaged and entry.id is not None:
-                await store._delete(entry.id, if_match=None, now=store.now())
+            if drop_damaged and await _drop(store, entry, drop):
                 dropped.append(problem)
             else:
                 damaged.append(problem)

@@ -174,8 +174,9 @@ def rebuild_schema(s: Session, st: Statements, version: int) -> tuple[list[str],
             shared = _shared_ids(s, st)
             if shared:
                 left.append(
-                    f"{d.reason}, and it cannot be recreated: ids held by more than one "
-                    f"row ({', '.join(map(repr, shared))}); delete the extra rows by hand"
+                    f"{d.reason}, and it cannot be recreated: ids are held by more than "
+                    f"one row ({'; '.join(shared)}); keep one row of each (delete the "
+                    "others by sequence, by hand), then run repair() again"
                 )
                 continue
         if "missing" not in d.reason:
@@ -186,11 +187,18 @@ def rebuild_schema(s: Session, st: Statements, version: int) -> tuple[list[str],
 
 
 def _shared_ids(s: Session, st: Statements) -> list[str]:
+    """Up to 10 ids that several rows hold, each with the sequences of those rows."""
     cp = st.t.checkpoints
     stmt = (
         sa.select(cp.c.id).group_by(cp.c.id).having(sa.func.count() > 1).order_by(cp.c.id).limit(10)
     )
-    return [str(r[0]) for r in s.rows(stmt)]
+    ids = [str(r[0]) for r in s.rows(stmt)]
+    if not ids:
+        return []
+    seqs: dict[str, list[int]] = {i: [] for i in ids}
+    for seq, rid, _ in s.rows(st.ids_taken, {"ids": ids}):
+        seqs[str(rid)].append(int(seq))
+    return [f"{i!r} at sequences {', '.join(map(str, sorted(seqs[i])))}" for i in ids]
 
 
 def schema_damage(s: Session, st: Statements, version: int) -> str | None:

@@ -586,7 +586,19 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             "rebuilding the counter", self._write(lambda s: integrity.rebuild_counter(s, st))
         )
         rebuilt, actions = integrity.repair_summary(meta, rows, orphans, counter, schema)
-        return await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
+        return await repair_records(
+            self, drop_damaged, rebuilt=rebuilt, actions=actions, drop=self._drop_row
+        )
+
+    async def _drop_row(self, entry: Skipped) -> bool:
+        """Delete a damaged record's row by its sequence (the primary key), not by id:
+        with the unique index on id lost, an intact row may share the id."""
+        seq = entry.sequence
+        if seq is None:
+            return False
+        op = self._write(lambda s: s.run(self._st.delete_seq, {"seq": seq}) > 0)
+        await self._guard("dropping a damaged row", op)
+        return True
 
     async def _pages(
         self,
