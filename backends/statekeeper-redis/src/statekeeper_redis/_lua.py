@@ -3,8 +3,8 @@
 Redis runs a script to completion before it serves any other command, so each
 script below is one atomic step: no reader sees half a save (or half a
 ``save_many``), and sequence order is commit order. The scripts of opening a
-store and of repair build on the same :data:`PRELUDE` and live beside their
-callers, in ``_meta`` and ``_repair``.
+store, of repair and of the tracking build on the same :data:`PRELUDE` and live
+beside their callers, in ``_meta``, ``_repair`` and ``_tracking``.
 
 Key layout (``P`` is ``{<key_prefix>}:``; the braces are a Redis Cluster hash tag,
 so every key of one store lives in one slot, and no store's keys can be inside

@@ -116,7 +116,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     listings report it, like a corrupt record, until :meth:`delete` or
     ``repair(drop_damaged=True)``. A missing or wrong-typed index key, id-hash or
     etag entry, or sequence counter makes the calls that need it raise
-    :class:`DamagedStoreError` (never "empty", never a reused sequence);
+    :class:`DamagedStoreError` (never "empty", never a reused sequence). So does an
+    index that lost its key or an entry, down to every index key at once: the
+    scripts keep the size of the global index in the meta hash and each stream's
+    newest sequence and size in ``{prefix}:h``, and compare them with the indexes
+    before they read or write them (the README's *Design* has the cost);
     :meth:`verify` reports it without writing and :meth:`repair` rebuilds it. A
     lost meta hash is rebuilt on a writable open; a read-only open refuses.
 
