@@ -198,13 +198,17 @@ async def test_damaged_tracking_is_reported_and_rebuilt(
 
 
 @pytest.mark.asyncio
-async def test_the_count_in_the_meta_hash_missing_is_damage(make_store: Maker) -> None:
+async def test_the_count_in_the_meta_hash_missing_is_damage(
+    make_store: Maker, redis_url: str, key_prefix: str
+) -> None:
     async with make_store() as store:
         cps = await _seed(store)
         await store.client.hdel(store.key_prefix + "meta", "count")
         await _refused(store.list(None))
         await _refused(store.get_latest("job"))
         assert not (await store.verify()).ok
+        code, out = _cli_verify(redis_url, key_prefix)
+        assert code == 1 and any("field count" in x["reason"] for x in out["problems"]), out
         await _repaired_keeps_every_record(store, cps)
 
 
