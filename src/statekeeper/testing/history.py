@@ -15,8 +15,9 @@ so processes on one host share the clock), and what it returned or raised.
   etag, every ``if_match`` that won was a real etag, and the final state is the
   chain's last write; a ``PreconditionFailed`` is only raised when the etag
   really was superseded;
-- **pages**: a walk through a stream with cursors never repeats an item and never
-  misses one that was acknowledged before the page was read;
+- **pages**: a walk through a stream (or through every stream, ``stream=None``)
+  with cursors never repeats an item and never misses one that was acknowledged
+  before the page was read;
 - **sequences**: unique, and in commit order: a page that shows sequence *n*
   shows every eventually acknowledged save below *n* in its range (so a save
   can never become visible "behind" a reader), and a save acknowledged before
@@ -323,7 +324,10 @@ def _pages(history: History, records: Mapping[str, _Record], report: HistoryRepo
 
             top = positions[-1] if positions else None
             for cid, rec in records.items():
-                if rec.stream != stream or not in_range(rec.sequence) or rec.sequence in visible:
+                # a walk over every stream (stream None) covers every record
+                if stream is not None and rec.stream != stream:
+                    continue
+                if not in_range(rec.sequence) or rec.sequence in visible:
                     continue
                 if _deleted_before(rec, p.res):
                     continue

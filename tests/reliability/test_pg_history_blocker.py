@@ -1,0 +1,112 @@
+"""PostgreSQL: the concurrent history (16 writers, 4 cursor readers, see
+``test_histories.py``) while another application holds a transaction id open part
+of the time, and two more readers page through every stream with cursors.
+
+A transaction of another application must never hold back a listing of every
+stream (the store's horizon comes from its own saves in flight only), so no page
+of those walks may end short of a checkpoint acknowledged before it was read. A
+listing that this store's own saves hold too long raises a retryable error; it is
+recorded as failed and the walk starts over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+from reliability_support import Backend
+from test_histories import run_history
+
+from statekeeper.errors import StatekeeperError
+from statekeeper.testing.history import History, HistoryRecorder, RecordingStore, check_history
+
+pytestmark = pytest.mark.reliability
+
+#: Seconds the other application's transaction stays open, then closed, in turn.
+OPEN, CLOSED = 0.6, 0.3
+
+
+async def _other_application(dsn: str, stop: threading.Event) -> int:
+    """Open a transaction with an xid, leave it idle, end it; again until ``stop``.
+    Returns how many times it held one open."""
+    con = await asyncpg.connect(dsn)
+    held = 0
+    try:
+        await con.execute("CREATE TEMP TABLE other_app(x int)")
+        while not stop.is_set():
+            tr = con.transaction()
+            await tr.start()
+            await con.execute("INSERT INTO other_app VALUES (1)")
+            held += 1
+            await asyncio.sleep(OPEN)
+            await tr.rollback()
+            await asyncio.sleep(CLOSED)
+    finally:
+        await con.close()
+    return held
+
+
+async def _every_stream_reader(store: RecordingStore, seed: int, stop: threading.Event) -> int:
+    rng = random.Random(seed)
+    walks = 0
+    while not stop.is_set():
+        order = "asc" if rng.random() < 0.5 else "desc"
+        try:
+            # stream None: every stream (recording.walk passes it on to list())
+            await store.walk(None, order=order, limit=rng.randint(2, 7), max_pages=12)  # type: ignore[arg-type]
+            walks += 1
+        except StatekeeperError:
+            pass  # recorded as failed; held back by saves in flight, retryable
+        await asyncio.sleep(0)
+    return walks
+
+
+def test_history_with_another_applications_transaction_open_part_of_the_time(
+    backend_factory: Callable[..., Backend], tmp_path: Path, long_run: bool
+) -> None:
+    backend = backend_factory("postgres")
+    dsn = backend.url.split("?", 1)[0].replace("postgresql+asyncpg://", "postgresql://")
+    every = tmp_path / "every"
+    every.mkdir()
+    stop = threading.Event()
+    side: list[tuple[int, list[int]]] = []
+
+    async def alongside() -> None:
+        recorders = [HistoryRecorder(every / f"every{i}.jsonl", f"every{i}") for i in range(2)]
+        async with backend.opened() as raw:
+            readers = [
+                _every_stream_reader(RecordingStore(raw, rec), i, stop)
+                for i, rec in enumerate(recorders)
+            ]
+            held, *walks = await asyncio.gather(_other_application(dsn, stop), *readers)
+        for rec in recorders:
+            rec.close()
+        side.append((held, walks))
+
+    thread = threading.Thread(target=lambda: asyncio.run(alongside()))
+    thread.start()
+    try:
+        run_history(backend, tmp_path, duration=20.0 if long_run else 4.0)
+    finally:
+        stop.set()
+        thread.join()
+    ((held, walks),) = side
+    assert held >= 2, "the other application's transaction was hardly ever open"
+    assert all(walks), f"a reader of every stream never finished a walk: {walks}"
+    history = History.read(
+        *sorted((tmp_path / "history").glob("*.jsonl")), *sorted(every.glob("*.jsonl"))
+    )
+
+    async def check() -> None:
+        async with backend.opened() as store:
+            report = await check_history(store, history)
+        every_pages = [e for e in history.of("page") if e.ok and e.args["stream"] is None]
+        assert every_pages, "no page of every stream was read"
+        assert report.pages >= len(every_pages)
+
+    asyncio.run(check())
