@@ -472,6 +472,7 @@ class ReadsMixin(EngineCore):
         """Close the store's descriptors, and those the point reads keep (no call is
         in flight once the store's own are closed, so none of these is in use)."""
         super().close_fds()
+        self.__dict__.pop("_orphans_kept", None)  # a reopen surveys afresh
         table: dict[int, _Kept] = self.__dict__.pop("_kept_by_thread", {})
         for kept in table.values():
             for fd in kept.fds():
