@@ -154,7 +154,10 @@ async def _walk_every_stream(store: SqlCheckpointStore, stop: asyncio.Event) -> 
     idle = 0
     while idle < 3:
         stopping = stop.is_set()
-        page = await store.list(None, order="asc", limit=7, after=cursor, include_state=False)
+        try:
+            page = await store.list(None, order="asc", limit=7, after=cursor, include_state=False)
+        except StoreTimeout:
+            continue  # held back past listing_wait by saves in flight: retryable, so retry
         fresh = [c.sequence for c in page.items if not seen or c.sequence > seen[-1]]
         seen += fresh
         if page.next_cursor is not None:
