@@ -7,6 +7,7 @@ with ``uv sync --frozen``, so nothing installed by hand leaks into a run.
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import nox
@@ -24,17 +25,25 @@ PYTHON = os.environ.get("STATEKEEPER_NOX_PYTHON", "3.11")
 PLUGINS = str(Path(__file__).parent / "tests" / "plugins")
 
 
-def _workers() -> list[str]:
-    """pytest-xdist's arguments: one worker per core, at most 4; or STATEKEEPER_TEST_WORKERS.
+def _pytest_workers(session: nox.Session) -> tuple[list[str], dict[str, str]]:
+    """pytest-xdist's arguments and environment: one worker per core, at most 4.
 
-    The tests spend much of their time in child processes, servers and fsync, so two
-    workers on two cores halve a run. Beyond 4 the shared database servers and the
-    machine's disk, not its cores, would be what the workers wait on.
-    ``STATEKEEPER_TEST_WORKERS=0`` runs the tests in one process, in file order.
+    The tests spend much of their time in child processes, servers and fsync, so
+    workers on every core shorten a run; beyond 4 the shared database servers and the
+    disk, not the cores, would be what they wait on. ``STATEKEEPER_TEST_WORKERS`` sets
+    the number; ``0`` runs the tests in one process, in file order.
+
+    Every worker must collect the same test ids, and ids made from sets follow the hash
+    seed, so the workers share one ``PYTHONHASHSEED``: random per run as Python's own
+    would be, logged so that a run can be repeated with it.
     """
     raw = os.environ.get("STATEKEEPER_TEST_WORKERS", "")
     count = int(raw) if raw else min(4, os.cpu_count() or 1)
-    return ["-n", str(count)] if count > 0 else []
+    if count <= 0:
+        return [], {}
+    seed = os.environ.get("PYTHONHASHSEED") or str(random.randrange(1, 2**32))
+    session.log(f"{count} pytest-xdist workers, PYTHONHASHSEED={seed}")
+    return ["-n", str(count)], {"PYTHONHASHSEED": seed}
 
 
 def _sync(session: nox.Session, *extra: str) -> None:
@@ -74,17 +83,19 @@ def tests(session: nox.Session) -> None:
     """The test suite, including the conformance kit on every built-in backend."""
     # the whole workspace: the integrations' tests run on the Redis plugin too
     _sync(session, "--all-packages")
+    workers, env = _pytest_workers(session)
     session.run(
         "pytest",
         "tests",
         "-p",
         "no:cacheprovider",
-        *_workers(),
+        *workers,
         "-m",
         "not reliability",
         "--ignore=tests/test_docs.py",
         "--ignore=tests/test_site.py",
         *session.posargs,
+        env=env,
     )
 
 
@@ -137,9 +148,17 @@ def reliability(session: nox.Session) -> None:
     """Crash, fault-injection, concurrency and hostile-input suite (--long for deeper runs)."""
     # the Redis plugin runs through the shared suite too, so install the workspace
     _sync(session, "--all-packages")
-    args = list(session.posargs)
+    workers, env = _pytest_workers(session)
     session.run(
-        "pytest", "tests", "-m", "reliability", "-p", "no:cacheprovider", *_workers(), *args
+        "pytest",
+        "tests",
+        "-m",
+        "reliability",
+        "-p",
+        "no:cacheprovider",
+        *workers,
+        *session.posargs,
+        env=env,
     )
 
 
