@@ -18,6 +18,8 @@ The modules:
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
 - :mod:`.pg`: PostgreSQL's sequences from transaction ids, its listing horizon, and
   the hot statements as prepared asyncpg statements.
+- :mod:`.pg_listing`: PostgreSQL's listing pages on that lean path, and the horizon
+  of the store's saves in flight that a listing of every stream stays below.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from ...config import Capabilities
 from ...errors import InvalidOptions
 from ...models import Checkpoint, CheckpointHeader, RepairReport, Skipped
 from ...record import NewRecord, StoredRecord
-from . import dialects, pg
+from . import dialects, pg, pg_listing
 from .dialects import Family, Runtime
 from .options import SqlOptions
 from .schema import filter_params, to_micros
@@ -295,7 +295,7 @@ class PostgresCheckpointStore(_ServerSqlStore):
         params["now"] = to_micros(query.now)
         stream, bound, order = query.stream, query.bound, query.order
         if stream is not None and bound is not None and query.limit > 1:
-            call = pg.paired_scan_rows(
+            call = pg_listing.paired_scan_rows(
                 self._pg(),
                 self._st,
                 stream=stream,
@@ -313,7 +313,7 @@ class PostgresCheckpointStore(_ServerSqlStore):
             asked = probe_query(query, probe_bound(query, page))
             self._probed = (_probe_key(asked, tags, meta), self._entries(probe))
             return page
-        call_one = pg.scan_rows(
+        call_one = pg_listing.scan_rows(
             self._pg(),
             self._st,
             stream=stream,
