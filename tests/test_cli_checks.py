@@ -121,7 +121,7 @@ def test_an_interrupted_copy_says_how_far_it_got_and_that_a_rerun_continues(
     result = run_cli("copy", src, dst, cwd=tmp_path, expect=130, entry=_CTRL_C_ON_4TH)
     err = " ".join(result.err.split())
     assert "interrupted" in err
-    assert "copied 3" in err and "of 8" in err
+    assert "copied 3" in err and "3 of the source's 8" in err
     assert "again" in err and "continue" in err
     doc = run_cli("copy", src, dst, "--json", cwd=tmp_path, expect=130, entry=_CTRL_C_ON_4TH)
     error = doc.json()["error"]

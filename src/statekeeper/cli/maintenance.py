@@ -41,6 +41,7 @@ from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, Output, count, p
 if TYPE_CHECKING:
     from .._protocol import BaseCheckpointStore
     from ..models import Problem, RepairReport, VerifyReport
+    from .ops import CopyResult
 
 __all__ = ["copy", "prune", "purge", "repair", "verify"]
 
@@ -233,17 +234,16 @@ def copy(
 
 
 def _interrupted(
-    out: Output, result: Any, total: int | None, source: str, destination: str
+    out: Output, result: CopyResult, total: int | None, source: str, destination: str
 ) -> None:
     """Ctrl-C during ``copy``: say how far it got, and that a rerun continues."""
-    of = f" of {total}" if total is not None else ""
+    of = f"{result.seen} of the source's {total}" if total is not None else f"{result.seen}"
     again = command("copy", out.safe_url(source), out.safe_url(destination))
     out.fail(
-        f"interrupted: copied {result.copied}, already present {result.already_present}, "
-        f"not copied {len(result.problems)} ({result.seen}{of} in the source gone through). "
-        "Each copied checkpoint is whole in the destination; running the same command "
-        f"again continues where this one stopped (what is there counts as already present): "
-        f"{again}",
+        f"interrupted after {of} checkpoints: copied {result.copied}, already present "
+        f"{result.already_present}, not copied {len(result.problems)}. Each copied checkpoint "
+        "is whole in the destination; run the same command again to continue where this "
+        f"one stopped (what is there counts as already present): {again}",
         EXIT_INTERRUPTED,
         kind="KeyboardInterrupt",
         seen=result.seen,

@@ -168,7 +168,7 @@ async def copy_store(
             else:
                 await _copy_one(target, entry, result)
             result.seen += 1
-        advance(len(entries))
+            advance(1)
         cursor = page.next_cursor
         if cursor is None:
             return result
