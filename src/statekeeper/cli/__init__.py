@@ -1,8 +1,12 @@
 """The ``statekeeper`` command line. ``docs/cli.md`` documents every command.
 
 Importing this package imports nothing beyond the standard library; only
-:mod:`.base` and the command modules import typer and rich, so
-``import statekeeper`` never does.
+:mod:`.base` and the command modules import typer, so ``import statekeeper`` never
+does. Start-up is kept to what the command needs: ``--help`` imports typer and
+these modules only; rich, pydantic, asyncio and the store machinery come when a
+command runs, and only the backend of the URL's scheme is imported
+(``tests/test_cli_startup.py`` checks which modules; ``benchmarks/startup.py``
+measures the time).
 
 - :mod:`.entry`: the console script; explains a missing ``cli`` extra.
 - :mod:`.base`: the typer app, the common options, how a command opens its store
