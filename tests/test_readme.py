@@ -103,3 +103,15 @@ def test_readme_serves_the_docs_without_the_material_banner() -> None:
     assert serve, "README says how to serve the docs"
     for command in serve:
         assert command.startswith("NO_MKDOCS_2_WARNING=1 uv run "), command
+
+
+def test_readme_says_what_the_test_command_prints_and_how_to_tune_it() -> None:
+    # the knobs and lines the README promises are the ones the noxfile and the run's
+    # report plugin have (tests/test_run_report.py checks what the plugin prints)
+    readme = " ".join((ROOT / "README.md").read_text("utf-8").split())
+    noxfile = (ROOT / "noxfile.py").read_text("utf-8")
+    plugin = (ROOT / "tests" / "plugins" / "statekeeper_progress.py").read_text("utf-8")
+    assert "STATEKEEPER_TEST_WORKERS" in readme and '"STATEKEEPER_TEST_WORKERS"' in noxfile
+    assert "--list-skips" in readme and '"--list-skips"' in plugin
+    assert "... still running after" in readme and "... still running after" in plugin
+    assert re.search(r"takes about \d+ minutes on a 2-core machine", readme)
