@@ -15,14 +15,14 @@ Failures, errors, xfails and xpasses are listed exactly as pytest lists them.
 ``--list-skips`` brings back pytest's line per skipped test. A skip turned into a
 failure (``STATEKEEPER_REQUIRE_SERVICES=1``) is a failure, and listed as one.
 
-**Heartbeat.** When no test has finished for 30 seconds (``STATEKEEPER_TEST_HEARTBEAT``
-sets another number of seconds; ``0`` turns it off), a line says which tests are
-still running, for how long, and how far the run is::
+**Heartbeat.** When no test has started or finished for 30 seconds
+(``STATEKEEPER_TEST_HEARTBEAT`` sets another number of seconds; ``0`` turns it off),
+a line says which tests are still running, for how long, and how far the run is::
 
     ... still running after 2m30s: tests/test_x.py::test_y (1m05s); 412 of 1530 done
 
-and another one every interval while nothing finishes. A run whose tests keep
-finishing prints none. The line goes to a duplicate of the original standard
+and another one every interval while nothing moves. A run whose tests keep
+starting and finishing prints none. The line goes to a duplicate of the original standard
 output, taken before any test runs, so pytest's output capture does not swallow it.
 Under pytest-xdist it is the controller that reports, naming every running test.
 """
@@ -122,7 +122,7 @@ def _span(seconds: float) -> str:
 
 
 class _Heartbeat:
-    """A daemon thread that writes a line when no test has finished for a while."""
+    """A daemon thread that writes a line when no test has started or finished for a while."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
@@ -150,7 +150,7 @@ class _Heartbeat:
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
         with self.lock:
-            self.running[nodeid] = time.monotonic()
+            self.running[nodeid] = self.last_news = time.monotonic()
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         with self.lock:
