@@ -38,6 +38,8 @@ def _pytest_workers(session: nox.Session) -> tuple[list[str], dict[str, str]]:
     would be, logged so that a run can be repeated with it.
     """
     raw = os.environ.get("STATEKEEPER_TEST_WORKERS", "")
+    if raw and not raw.isdigit():
+        session.error(f"STATEKEEPER_TEST_WORKERS={raw!r}: give a number of workers, 0 for none")
     count = int(raw) if raw else min(4, os.cpu_count() or 1)
     if count <= 0:
         return [], {}
