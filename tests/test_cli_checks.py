@@ -100,6 +100,9 @@ _CTRL_C_ON_4TH = [
     sys.executable,
     "-c",
     "import os, signal, asyncio\n"
+    # a shell that starts a job in the background ignores SIGINT for it; a terminal's
+    # Ctrl-C reaches Python's own handler, so restore it
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "from statekeeper.backends.file import FileCheckpointStore as F\n"
     "real, calls = F.import_checkpoint, []\n"
     "async def import_checkpoint(self, *a, **k):\n"
