@@ -191,15 +191,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench_api(session: nox.Session) -> None:
-    """Issue 13's targets (cursor_at pages, metadata filters, batches) on our own stores;
-    ``-- --docs`` also puts the section into docs/benchmarks.md. No peers needed."""
+    """Batch, positional and filtered access (cursor_at pages, metadata filters,
+    batches) on our own stores; ``-- --docs`` also puts the section into
+    docs/benchmarks.md. No peers needed."""
     _sync(session)
     session.run("python", "benchmarks/api.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def bench_integrations(session: nox.Session) -> None:
-    """Issue 14's targets: StatekeeperSaver against LangGraph's AsyncSqliteSaver and
+    """Under the frameworks: StatekeeperSaver against LangGraph's AsyncSqliteSaver and
     AsyncPostgresSaver, StatekeeperCheckpointStorage against Agent Framework's storages;
     ``-- --docs`` also puts the section into docs/benchmarks.md."""
     _sync(session)
@@ -210,7 +211,7 @@ def bench_integrations(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench_hot(session: nox.Session) -> None:
-    """Issue 15's targets: listing, reads against the worker hop, single saves against the
+    """Hot paths: listing, reads against the worker hop, single saves against the
     bare writes, group commit from 1, 8 and 64 tasks (syncs counted with strace), beside
     LangGraph's SQLite and in-memory savers; ``-- --quick`` for ~2 minutes, ``-- --docs``
     also puts the section and its plot into docs/benchmarks.md."""
@@ -222,9 +223,18 @@ def bench_hot(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench_pg(session: nox.Session) -> None:
-    """Issue 16's targets: PostgreSQL saves from 1, 4 and 16 writer processes, get_latest
+    """PostgreSQL at scale: saves from 1, 4 and 16 writer processes, get_latest
     and a middle page, against LangGraph's AsyncPostgresSaver on the same server (needs
     STATEKEEPER_TEST_POSTGRES_URL); ``-- --quick``, ``-- --docs`` as bench_hot."""
     _sync(session)
     session.install("-r", "benchmarks/requirements.txt")
     session.run("python", "benchmarks/pg.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_startup(session: nox.Session) -> None:
+    """Start-up of the command line: ``statekeeper --help`` and ``statekeeper latest`` on
+    a 10-checkpoint SQLite store, medians against 0.3 s and 0.5 s (``-- --uv`` also
+    times ``uv run``; ``-- --check`` exits 1 over a target). Run it on an idle machine."""
+    _sync(session)
+    session.run("python", "benchmarks/startup.py", *session.posargs)
