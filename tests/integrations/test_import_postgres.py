@@ -5,10 +5,7 @@ are safe, an unreadable row is reported, and the source is never written to."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict
@@ -20,6 +17,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 import statekeeper.sync
+from cli_helpers import run_cli
 from statekeeper.integrations.importers import postgres_conninfo
 from statekeeper.integrations.langgraph import StatekeeperSaver
 from statekeeper.testing import service_url
@@ -80,17 +78,7 @@ def source() -> Iterator[str]:
 
 
 def _cli(*args: str, cwd: Path, expect: int) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "STATEKEEPER_URL"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "statekeeper.cli", *args, "--json"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == expect, proc.stdout + proc.stderr
-    doc: dict[str, Any] = json.loads(proc.stdout)
+    doc: dict[str, Any] = run_cli(*args, "--json", cwd=cwd, expect=expect, timeout=180).json()
     return doc
 
 
