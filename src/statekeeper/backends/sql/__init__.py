@@ -10,6 +10,10 @@ The modules:
 - :mod:`.writes`: inserts (``save``, ``save_many``) and the tags and fields rows.
 - :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
   ``verify`` and the rebuilds of ``repair`` (records are the truth).
+- :mod:`.store_ids`: the store id the records carry, which decides over a damaged
+  ``store_id`` meta row.
+- :mod:`.schema_check`: the tables and indexes a schema version needs, checked by
+  ``verify`` and recreated by ``repair``.
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
 - :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
   locks, error mapping); statements are built and cached per dialect.
