@@ -22,7 +22,7 @@ import pytest
 import statekeeper as sk
 from sql_helpers import ServerStores, Target, finish_children, sql_target, start_children
 from statekeeper.backends.sql import SqlCheckpointStore
-from statekeeper.backends.sql.sqlite import _expand as expand_in_lists
+from statekeeper.backends.sql.compiler import _expand as expand_in_lists
 from statekeeper.errors import InvalidQuery, PreconditionFailed, StoreFormatError
 from statekeeper.record import StoredRecord
 

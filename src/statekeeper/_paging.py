@@ -16,7 +16,7 @@ import builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._validate import (
     Scalar,
@@ -35,13 +35,10 @@ from .record import StoredRecord
 if TYPE_CHECKING:
     from ._protocol import BaseCheckpointStore
 
-__all__ = ["ScanQuery", "list_page", "probe_bound", "scan"]
+__all__ = ["PageScan", "ScanQuery", "list_page", "probe_bound", "probe_query", "scan", "scan_page"]
 
 Order = Literal["asc", "desc"]
 Entry = StoredRecord | Skipped
-#: An entry of a listed page's scan: a backend's ``_scan_page`` may hand back a
-#: record already decoded, as the checkpoint ``_decode_strict`` would give.
-PageEntry = StoredRecord | Checkpoint | Skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +66,22 @@ class ScanQuery:
     metadata: Mapping[str, Scalar] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class PageScan:
+    """What :meth:`~.BaseCheckpointStore._scan_page` returns for one listed page.
+
+    ``entries``: what :meth:`~.BaseCheckpointStore._scan` returns for the page's
+    query (records and :class:`Skipped`, never decoded checkpoints: ``list``
+    decodes them, so every backend reports an undecodable state the same way).
+    ``neighbour``: when the caller asked for the probe, whether a live candidate
+    exists one step the other way from the page's edge (:func:`probe_bound`), with
+    the same filters; it decides the page's other cursor. ``None`` when not asked.
+    """
+
+    entries: builtins.list[Entry]
+    neighbour: bool | None = None
+
+
 #: Records per scan when the base class filters metadata by scanning.
 _FILTER_CHUNK = 256
 
@@ -79,18 +92,12 @@ _FILTER_CHUNK = 256
 INLINE_PAGE_ROWS = 101
 
 
-async def scan(
-    store: BaseCheckpointStore[Any], query: ScanQuery, *, page: bool = False
-) -> builtins.list[PageEntry]:
-    """``store._scan(query)`` (``page``: ``store._scan_page(query)``, whose entries
-    may be decoded already), filtering metadata by scanning where the backend does
+async def scan(store: BaseCheckpointStore[Any], query: ScanQuery) -> builtins.list[Entry]:
+    """``store._scan(query)``, filtering metadata by scanning where the backend does
     not declare ``capabilities.metadata_filter``. Costs O(records scanned)."""
     if not query.metadata or store.capabilities.metadata_filter:
-        if page:
-            return await store._scan_page(query)
-        # records only, so as PageEntry too (the list is only read)
-        return cast("builtins.list[PageEntry]", await store._scan(query))
-    found: builtins.list[PageEntry] = []
+        return await store._scan(query)
+    found: builtins.list[Entry] = []
     bound = query.bound
     chunk = max(_FILTER_CHUNK, query.limit)
     while len(found) < query.limit:
@@ -109,6 +116,20 @@ async def scan(
             break
         bound = batch[-1].sequence
     return found
+
+
+async def scan_page(store: BaseCheckpointStore[Any], query: ScanQuery, probe: bool) -> PageScan:
+    """One listed page's scan and, with ``probe``, its neighbour (:class:`PageScan`):
+    ``store._scan_page`` where the backend answers the query's filters itself, else
+    two filtering :func:`scan` calls."""
+    if not query.metadata or store.capabilities.metadata_filter:
+        return await store._scan_page(query, probe)
+    entries = await scan(store, query)
+    if not probe:
+        return PageScan(entries)
+    return PageScan(
+        entries, bool(await scan(store, probe_query(query, probe_bound(query, entries))))
+    )
 
 
 async def list_page(
@@ -142,43 +163,34 @@ async def list_page(
     def query(direction: Order, bound: int | None, n: int) -> ScanQuery:
         return ScanQuery(stream, direction, bound, n, clean_tags, now, include_state, clean_meta)
 
-    def pos(entry: PageEntry) -> int:
+    def pos(entry: Entry) -> int:
         seq = entry.sequence
         assert seq is not None, "_scan must report the sequence of every entry"
         return seq
 
-    async def exists(direction: Order, bound: int) -> bool:
-        return bool(await scan(store, query(direction, bound, 1)))
-
     if before is None:
         bound = signer.position(after, fp) if after is not None else None
         asked = query(order, bound, limit + 1)
-        entries = await scan(store, asked, page=True)
-        more = len(entries) > limit
-        entries = entries[:limit]
-        next_pos = pos(entries[-1]) if more else None
-        prev_pos: int | None = None
-        if bound is not None:
-            edge = probe_bound(asked, entries)
-            if await exists(back, edge):
-                prev_pos = edge
+        got = await scan_page(store, asked, probe=bound is not None)
+        entries = got.entries[:limit]
+        next_pos = pos(entries[-1]) if len(got.entries) > limit else None
+        # the probe went one step the other way from the page's first entry (or
+        # from the bound's neighbour, for an empty page)
+        prev_pos = probe_bound(asked, entries) if got.neighbour else None
     else:
         bound = signer.position(before, fp)
         asked = query(back, bound, limit + 1)
-        entries = await scan(store, asked, page=True)
-        earlier = len(entries) > limit
-        entries = entries[:limit]
+        got = await scan_page(store, asked, probe=True)
+        entries = got.entries[:limit]
         edge = probe_bound(asked, entries)
         entries.reverse()
-        prev_pos = pos(entries[0]) if earlier else None
-        next_pos = edge if await exists(order, edge) else None
+        prev_pos = pos(entries[0]) if len(got.entries) > limit else None
+        next_pos = edge if got.neighbour else None
 
     items: builtins.list[Checkpoint] = []
     skipped: builtins.list[Skipped] = []
     for entry in entries:
-        if isinstance(entry, Checkpoint):  # decoded by the backend's scan
-            items.append(entry)
-        elif isinstance(entry, Skipped):
+        if isinstance(entry, Skipped):
             skipped.append(entry)
         elif not include_state:
             items.append(checkpoint_with_state(entry.header, None))
@@ -196,15 +208,15 @@ async def list_page(
     )
 
 
-def probe_bound(scanned: ScanQuery, page: Sequence[PageEntry]) -> int:
+def probe_bound(scanned: ScanQuery, page: Sequence[Entry]) -> int:
     """Where :func:`list_page` probes next, after the scan ``scanned`` (which has a
     bound) returned ``page``: from the page's first entry, or, for an empty page, from
     one step past the bound in the scan's order (kept within a cursor's range).
 
-    The probe is a one-entry scan the other way from there; it decides the page's
-    other cursor. A backend that runs it in the page's own hop (and keeps it for the
-    next :meth:`~.BaseCheckpointStore._scan` call) takes its bound from here, so the
-    two always agree.
+    The probe is a one-entry scan the other way from there (:func:`probe_query`); it
+    decides the page's other cursor. A backend that runs it in the page's own hop
+    (:meth:`~.BaseCheckpointStore._scan_page`) takes its bound from here, so the two
+    always agree.
     """
     assert scanned.bound is not None, "only a page past a bound is probed"
     if page:

@@ -19,9 +19,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from ._integrity import repair_records
-from ._paging import ScanQuery
+from ._paging import PageScan, ScanQuery, probe_bound, probe_query
 from .errors import CheckpointDecodeError
-from .models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
+from .models import CheckpointHeader, Problem, RepairReport, Skipped
 from .record import NewRecord, RecordEdits, StoredRecord
 
 if TYPE_CHECKING:
@@ -127,19 +127,22 @@ class StorePrimitives(ABC):
         :func:`skipped_from` to build it from a :class:`CheckpointDecodeError`.
         """
 
-    async def _scan_page(
-        self, query: ScanQuery
-    ) -> builtins.list[StoredRecord | Checkpoint | Skipped]:
-        """The scan of a listed page: :meth:`_scan` unless overridden.
+    async def _scan_page(self, query: ScanQuery, probe: bool) -> PageScan:
+        """The scan of one listed page and, with ``probe``, its neighbour: whether a
+        candidate exists one step the other way from the page's edge
+        (:func:`~statekeeper._paging.probe_query` of
+        :func:`~statekeeper._paging.probe_bound`), which decides the page's other
+        cursor. ``probe`` is only asked for a query with a bound.
 
-        A backend may hand back, for a record whose state decodes, the
-        :class:`~statekeeper.models.Checkpoint` that ``_decode_strict`` gives for it
-        (see :func:`statekeeper.record.read_checkpoint`), saving the record in
-        between; any other record as :meth:`_scan` returns it (the caller decodes
-        it and reports what fails). Only ``list`` asks this, and only for the page,
-        never for the probes that decide its cursors.
+        The default makes two :meth:`_scan` calls. A backend may override it to read
+        both in one hop or round trip; it must give the same answer as the default
+        (the kit holds it to that) and return records only, as :meth:`_scan` does.
         """
-        return cast("builtins.list[StoredRecord | Checkpoint | Skipped]", await self._scan(query))
+        entries = await self._scan(query)
+        if not probe:
+            return PageScan(entries)
+        found = await self._scan(probe_query(query, probe_bound(query, entries)))
+        return PageScan(entries, bool(found))
 
     @abstractmethod
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 from pydantic import Field
 
 from ..._integrity import repair_records
-from ..._paging import INLINE_PAGE_ROWS, probe_bound, probe_query
+from ..._paging import INLINE_PAGE_ROWS, PageScan, probe_bound, probe_query
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
 from ..._threads import ThreadDoor
 from ..._url import StoreURL
@@ -34,7 +34,7 @@ from .batch import FileEngine
 from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
-from .reads import HOP, Decoders, Entry, Hop, ProbeOf
+from .reads import HOP, Entry, Hop, ProbeOf
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -175,8 +175,6 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         #: ``get_latest``, ``load`` and pages try the event loop's thread first (see
         #: _point_read and _scan_entries).
         self._inline_reads = opts.inline_reads
-        #: The probe :meth:`_scan` ran with the last page scan: (its query, its entries).
-        self._probed: tuple[ScanQuery, list[Entry]] | None = None
         self._save_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SaveQueue] = (
             weakref.WeakKeyDictionary()
         )
@@ -446,46 +444,34 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run(what, worker, key, now)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        # without decoders the entries are records
-        return cast(list[StoredRecord | Skipped], await self._scan_entries(query, None))
+        return (await self._scan_entries(query, probe=False))[0]
 
-    async def _scan_page(self, query: ScanQuery) -> list[Entry]:
-        """A listed page's scan: each record's state decoded as it is read
-        (:meth:`.core.EngineCore.load_entry`), on the indexed paths."""
-        return await self._scan_entries(query, self._decoders if query.include_state else None)
+    async def _scan_page(self, query: ScanQuery, probe: bool) -> PageScan:
+        """A listed page's scan and its probe, read through one stream index in one
+        worker hop (or none; see :meth:`_scan_entries`)."""
+        if probe and query.metadata:  # the indexed probe knows no metadata filter
+            return await super()._scan_page(query, probe)
+        page, found = await self._scan_entries(query, probe)
+        return PageScan(page, None if found is None else bool(found))
 
-    async def _scan_entries(self, query: ScanQuery, decoders: Decoders | None) -> list[Entry]:
-        """One scan, in one worker hop (or none: with ``inline_reads``, a page of one
+    async def _scan_entries(
+        self, query: ScanQuery, probe: bool
+    ) -> tuple[list[Record], list[Record] | None]:
+        """One scan and, with ``probe``, the one-entry probe the other way from the
+        page's edge, in one worker hop (or none: with ``inline_reads``, a page of one
         stream of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows, when
-        :meth:`.reads.ReadsMixin.scan_nowait` can answer it on this thread).
-
-        A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
-        hop, the one-entry probe that :func:`statekeeper._paging.list_page` asks
-        for next: the first candidate the other way from the page's edge (its
-        first entry, or the bound's neighbour when the page is empty), which
-        decides ``prev_cursor`` (``after=``) or ``next_cursor`` (``before=``). Its
-        result is kept for exactly the next ``_scan`` call: ``list_page`` makes
-        that call without yielding to the event loop, so no other task runs in
-        between, and any other call finds a different query and drops it.
-        ``decoders``: the page's records whose states decode come back decoded.
-        """
-        kept, self._probed = self._probed, None
-        if kept is not None and query.limit == 1 and kept[0] == query:
-            return kept[1]
-        probed = query.bound is not None and query.limit > 1 and not query.metadata
+        :meth:`.reads.ReadsMixin.scan_nowait` can answer it on this thread)."""
         engine = self._engine
         if self._inline_reads and query.limit <= INLINE_PAGE_ROWS:
-            probe_of = self._probe_of(query) if probed else None
-            got = self._call("list", engine.scan_nowait, query, probe_of, decoders)
+            probe_of = self._probe_of(query) if probe else None
+            got = self._call("list", engine.scan_nowait, query, probe_of, None)
             if got is not HOP:
-                page, probe, found = got
-                if probe is not None:
-                    self._probed = (probe, found)
-                return page
-        if not probed:
-            return await self._run("list", engine.scan, query, decoders)
-        page, self._probed = await self._run("list", self._scan_and_probe, query, decoders)
-        return page
+                page, _, found = got
+                return _records(page), _records(found) if probe else None
+        if not probe:
+            return _records(await self._run("list", engine.scan, query, None)), None
+        page, found = await self._run("list", self._scan_and_probe, query)
+        return _records(page), _records(found)
 
     @staticmethod
     def _probe_of(query: ScanQuery) -> ProbeOf:
@@ -493,18 +479,15 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         ``query``: one entry the other way from the page's edge."""
 
         def probe_of(page: list[Entry]) -> ScanQuery:
-            return probe_query(query, probe_bound(query, page))
+            return probe_query(query, probe_bound(query, _records(page)))
 
         return probe_of
 
-    def _scan_and_probe(
-        self, query: ScanQuery, decoders: Decoders | None
-    ) -> tuple[list[Entry], tuple[ScanQuery, list[Entry]] | None]:
-        """The page of ``query`` and the probe :meth:`_scan_entries` keeps (worker
-        thread), read through one stream index
-        (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
-        page, probe, probed = self._engine.scan_and_probe(query, self._probe_of(query), decoders)
-        return page, (probe, probed)
+    def _scan_and_probe(self, query: ScanQuery) -> tuple[list[Entry], list[Entry]]:
+        """The page of ``query`` and its probe (worker thread), read through one
+        stream index (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
+        page, _, found = self._engine.scan_and_probe(query, self._probe_of(query), None)
+        return page, found
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
         return await self._run("delete", self._engine.delete, id, if_match, now)
@@ -537,6 +520,15 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
 #: The most saves committed in one group.
 _MAX_GROUP = 256
+
+
+Record = StoredRecord | Skipped
+
+
+def _records(entries: list[Entry]) -> list[Record]:
+    """``entries`` as records: the engine's scans decode nothing when asked with no
+    decoders, so its entries are records (or skipped) only."""
+    return cast(list[Record], entries)
 
 
 class _SaveQueue:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 import sqlalchemy as sa
 
 from ..._integrity import repair_records
-from ..._paging import INLINE_PAGE_ROWS, probe_bound, probe_query
+from ..._paging import INLINE_PAGE_ROWS, PageScan, probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -50,6 +50,7 @@ from ...record import (
     read_record,
 )
 from . import dialects, integrity, migrations, schema_check, writes
+from .compiler import Compiler
 from .dialects import Family, Runtime, Session
 from .options import SqlOptions, family_of
 from .schema import (
@@ -60,7 +61,6 @@ from .schema import (
     prefix_bounds,
     to_micros,
 )
-from .sqlite import Compiler
 
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 
@@ -143,10 +143,6 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self._store_id = ""
         self._meta_damage: list[str] = []
         self._runtime: Runtime | None = None
-        #: The probe :meth:`_scan` ran with the last page scan: (its key, its entries).
-        self._probed: tuple[tuple[Any, ...], list[StoredRecord | Checkpoint | Skipped]] | None = (
-            None
-        )
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
@@ -374,68 +370,54 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         )
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        # decode=False gives records only
-        return cast(list[StoredRecord | Skipped], await self._scan_entries(query, False))
+        return (await self._scan_entries(query, probe=False))[0]
 
-    async def _scan_page(self, query: ScanQuery) -> list[StoredRecord | Checkpoint | Skipped]:
-        """A listed page's scan: each record's state decoded as it is read
-        (:func:`~statekeeper.record.read_checkpoint`)."""
-        return await self._scan_entries(query, query.include_state)
+    async def _scan_page(self, query: ScanQuery, probe: bool) -> PageScan:
+        """A listed page's scan and its probe in one worker hop or round trip."""
+        page, found = await self._scan_entries(query, probe)
+        return PageScan(page, None if found is None else bool(found))
 
     async def _scan_entries(
-        self, query: ScanQuery, decode: bool
-    ) -> list[StoredRecord | Checkpoint | Skipped]:
-        """One keyset scan, in one worker hop or round trip (or none: a page of at
-        most :data:`INLINE_PAGE_ROWS` runs as :meth:`Runtime.point_read` does).
-        ``decode``: a record whose state decodes comes back as its checkpoint.
-
-        A bounded page scan (``bound`` set, ``limit > 1``) also runs, in the same
-        hop, the one-row probe that :func:`statekeeper._paging.list_page` asks for
-        next: the first candidate the other way from the page's edge (its first
-        entry, or the bound's neighbour when the page is empty), which decides
-        ``prev_cursor`` (``after=``) or ``next_cursor`` (``before=``). Its result
-        is kept for exactly the next ``_scan`` call: ``list_page`` makes that call
-        without yielding to the event loop, so no other task runs in between, and
-        any other call finds a different query and drops it.
-        """
+        self, query: ScanQuery, probe: bool
+    ) -> tuple[list[StoredRecord | Skipped], list[StoredRecord | Skipped] | None]:
+        """One keyset scan and, with ``probe``, the one-row probe the other way from
+        the page's edge (its first entry, or the bound's neighbour when the page is
+        empty: :func:`~statekeeper._paging.probe_bound`), in one worker hop or round
+        trip (or none: a page of at most :data:`INLINE_PAGE_ROWS` runs as
+        :meth:`Runtime.point_read` does)."""
         tags, meta = dict(query.tags), dict(query.metadata)
-        kept, self._probed = self._probed, None
-        if kept is not None and query.limit == 1 and kept[0] == _probe_key(query, tags, meta):
-            return kept[1]
         has_stream, bound = query.stream is not None, query.bound
         stmt = self._st.scan(has_stream, query.order, bound is not None, len(tags), len(meta))
         params = filter_params(tags, meta, query.stream)
         params.update(stream=query.stream, bound=bound, limit=query.limit, now=to_micros(query.now))
-        probed = bound is not None and query.limit > 1
-        if probed:
+        if probe:
             back: Order = "desc" if query.order == "asc" else "asc"
             probe_stmt = self._st.scan(has_stream, back, True, len(tags), len(meta))
 
         # what _parse calls, looked up once a page rather than once a row
-        location, store_id, decoders = self._location, self._store_id, self._decoders
+        location, store_id = self._location, self._store_id
 
-        def entries(
-            s: Session, stmt: Any, params: dict[str, Any], decode: bool
-        ) -> list[StoredRecord | Checkpoint | Skipped]:
+        def entries(s: Session, stmt: Any, params: dict[str, Any]) -> list[StoredRecord | Skipped]:
             rows = s.rows(stmt, params)
-            return scanned_entries(rows, location, store_id, decoders if decode else None)
+            return cast(
+                list[StoredRecord | Skipped], scanned_entries(rows, location, store_id, None)
+            )
 
-        def op(s: Session) -> tuple[list[StoredRecord | Checkpoint | Skipped], Any]:
-            page = entries(s, stmt, params, decode)
-            if not probed:
+        def op(
+            s: Session,
+        ) -> tuple[list[StoredRecord | Skipped], list[StoredRecord | Skipped] | None]:
+            page = entries(s, stmt, params)
+            if not probe:
                 return page, None
             edge = probe_bound(query, page)
-            # the probe only tells whether there is an entry: never decoded
-            found = entries(s, probe_stmt, {**params, "bound": edge, "limit": 1}, False)
-            return page, (_probe_key(probe_query(query, edge), tags, meta), found)
+            return page, entries(s, probe_stmt, {**params, "bound": edge, "limit": 1})
 
         # a page of up to INLINE_PAGE_ROWS rows is one bounded index range scan (plus
         # the one-row probe): SQLite runs it without the hop, which costs more per
         # item than the rows' envelopes do (issue 15)
         rt = self._rt()
         read = rt.point_read if query.limit <= INLINE_PAGE_ROWS else rt.read
-        page, self._probed = await self._guard("listing", read(op))
-        return page
+        return await self._guard("listing", read(op))
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
@@ -690,18 +672,6 @@ def scanned_entries(
         else:
             append(got)
     return out
-
-
-def _probe_key(query: ScanQuery, tags: dict[str, str], meta: dict[str, Any]) -> tuple[Any, ...]:
-    """What identifies a one-row probe scan (the mappings as sorted items)."""
-    return (
-        query.stream,
-        query.order,
-        query.bound,
-        sorted(tags.items()),
-        sorted((k, type(v).__name__, v) for k, v in meta.items()),  # True is not 1
-        query.now,
-    )
 
 
 def _check_etag(current: StoredRecord, if_match: str | None) -> None:

@@ -16,7 +16,7 @@ from ..._protocol import ScanQuery, StoreIdentity
 from ..._url import StoreURL
 from ...config import Capabilities
 from ...errors import InvalidOptions
-from ...models import Checkpoint, CheckpointHeader, RepairReport, Skipped
+from ...models import CheckpointHeader, RepairReport, Skipped
 from ...record import NewRecord, StoredRecord
 from . import dialects, pg, pg_listing
 from .dialects import Family, Runtime
@@ -24,7 +24,7 @@ from .options import SqlOptions
 from .schema import filter_params, to_micros
 from .server import SaSession, ServerRuntime, check_driver, server_connect_args, server_url
 from .sqlite import OpenMode, SqliteRuntime, sqlite_path
-from .store import SqlCheckpointStore, _probe_key, scanned_entries
+from .store import SqlCheckpointStore, scanned_entries
 
 __all__ = [
     "STORE_CLASSES",
@@ -281,20 +281,17 @@ class PostgresCheckpointStore(_ServerSqlStore):
         return None if row is None else self._parse(row[1], id, int(row[0]))
 
     async def _scan_entries(
-        self, query: ScanQuery, decode: bool
-    ) -> list[StoredRecord | Checkpoint | Skipped]:
+        self, query: ScanQuery, probe: bool
+    ) -> tuple[list[StoredRecord | Skipped], list[StoredRecord | Skipped] | None]:
         """One keyset scan, one round trip. A page of one stream past a bound also
-        runs the one-row probe ``list_page`` asks for next, kept for exactly that
-        next call (as :meth:`SqlCheckpointStore._scan_entries` does; see there).
-        ``decode``: the page's records whose states decode come back as checkpoints."""
+        runs, in the same statement, the one-row probe ``list_page`` asks for (as
+        :meth:`SqlCheckpointStore._scan_entries` does; see there); a page of every
+        stream probes with a second statement, which applies the listing horizon."""
         tags, meta = dict(query.tags), dict(query.metadata)
-        kept, self._probed = self._probed, None
-        if kept is not None and query.limit == 1 and kept[0] == _probe_key(query, tags, meta):
-            return kept[1]
         params = filter_params(tags, meta, query.stream)
         params["now"] = to_micros(query.now)
         stream, bound, order = query.stream, query.bound, query.order
-        if stream is not None and bound is not None and query.limit > 1:
+        if probe and stream is not None and bound is not None:
             call = pg_listing.paired_scan_rows(
                 self._pg(),
                 self._st,
@@ -306,13 +303,10 @@ class PostgresCheckpointStore(_ServerSqlStore):
                 ntags=len(tags),
                 nmeta=len(meta),
             )
-            rows, probe = await self._guard("listing", call)
-            page = self._entries(rows, decode)
-            # the statement probed from where list_page will (positions past either
+            rows, probe_rows = await self._guard("listing", call)
+            # the statement probed from where list_page would (positions past either
             # end of the stream all mean the same, so its unclamped bound agrees)
-            asked = probe_query(query, probe_bound(query, page))
-            self._probed = (_probe_key(asked, tags, meta), self._entries(probe))
-            return page
+            return self._entries(rows), self._entries(probe_rows)
         call_one = pg_listing.scan_rows(
             self._pg(),
             self._st,
@@ -326,13 +320,16 @@ class PostgresCheckpointStore(_ServerSqlStore):
             base=self._base,
             wait=self.options.listing_wait,
         )
-        return self._entries(await self._guard("listing", call_one), decode)
+        page = self._entries(await self._guard("listing", call_one))
+        if not probe:
+            return page, None
+        return page, await self._scan(probe_query(query, probe_bound(query, page)))
 
-    def _entries(
-        self, rows: list[tuple[int, str, bytes]], decode: bool = False
-    ) -> list[StoredRecord | Checkpoint | Skipped]:
-        decoders = self._decoders if decode else None
-        return scanned_entries(rows, self._location, self._store_id, decoders)
+    def _entries(self, rows: list[tuple[int, str, bytes]]) -> list[StoredRecord | Skipped]:
+        return cast(
+            list[StoredRecord | Skipped],
+            scanned_entries(rows, self._location, self._store_id, None),
+        )
 
     async def _info(self) -> dict[str, Any]:
         info = await super()._info()
