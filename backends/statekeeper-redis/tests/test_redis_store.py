@@ -424,7 +424,8 @@ async def test_a_writer_that_keeps_losing_takes_the_turn_and_wins(make_store: Ma
     async with make_store() as mine, make_store() as other:
         await mine.save("job", {})
         turn = mine.key_prefix + "turn"
-        real_call = mine._call
+        link = mine._link  # every script call of the store goes through its link
+        real_call = link.call
         outcomes: list[bytes] = []
 
         async def racing_call(name: str, *args: Any) -> Any:
@@ -435,7 +436,7 @@ async def test_a_writer_that_keeps_losing_takes_the_turn_and_wins(make_store: Ma
                 outcomes.append(reply[0])
             return reply
 
-        mine._call = racing_call  # type: ignore[method-assign]
+        link.call = racing_call  # type: ignore[method-assign]
         batch = await mine.save_many([sk.NewCheckpoint(stream="job") for _ in range(5)])
         assert outcomes[-1] == b"ok" and outcomes[:-1] == [b"seq"] * (len(outcomes) - 1)
         assert len(outcomes) <= 5, outcomes
