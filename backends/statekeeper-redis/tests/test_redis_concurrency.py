@@ -346,6 +346,8 @@ async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
     async with make_store() as writer, make_store() as reader:
         done = asyncio.Event()
         counts: set[int] = set()
+        looks = 0  # the reader's finished rounds of reads
+        looked = asyncio.Condition()
 
         async def write() -> None:
             try:
@@ -356,6 +358,13 @@ async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
                             for i in range(width)
                         ]
                     )
+                    if k % 10 == 9:
+                        # every 10 batches, wait for a round of reads begun after this
+                        # one, so the reader sees several states however the two
+                        # connections are scheduled (the other reads race the batches)
+                        seen = looks
+                        async with looked:
+                            await looked.wait_for(lambda seen=seen: looks >= seen + 2)
             finally:
                 done.set()
 
@@ -369,6 +378,10 @@ async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
                 counts.add(len(page.items))
                 got = await reader.load_many([cp.id for cp in page.items[:width]])
                 assert len(got) == min(width, len(page.items))
+                nonlocal looks
+                async with looked:
+                    looks += 1
+                    looked.notify_all()
                 await asyncio.sleep(0)
 
         await asyncio.gather(write(), read())
