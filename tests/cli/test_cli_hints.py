@@ -19,7 +19,7 @@ import statekeeper
 from cli_helpers import UV_MARKS, cli_env, hint_lines, run_cli, run_hint
 from statekeeper import BaseCheckpointStore
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _fill(url: str) -> None:

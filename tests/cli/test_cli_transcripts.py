@@ -16,7 +16,7 @@ the lengths of a torn record, and the directory. Spacing and line breaks are not
 compared (a pid with more digits widens a table); every word and number is.
 
 To rewrite the page from a run: ``STATEKEEPER_WRITE_CLI_TRANSCRIPTS=1 uv run pytest
-tests/test_cli_transcripts.py``, then read the diff.
+tests/cli/test_cli_transcripts.py``, then read the diff.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cli_helpers import UV_MARKS, cli_env
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 PAGE_DIR = "/tmp/skdoc-run"
 WRITE = os.environ.get("STATEKEEPER_WRITE_CLI_TRANSCRIPTS") == "1"
 

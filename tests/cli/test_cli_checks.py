@@ -109,7 +109,9 @@ _CTRL_C_ON_4TH = [
     "    calls.append(1)\n"
     "    if len(calls) == 4:\n"
     "        os.kill(os.getpid(), signal.SIGINT)\n"
-    "        await asyncio.sleep(1)\n"
+    # wait for the interrupt to end the copy, however late it is handled; only a copy
+    # that ignores it hangs here, until run_cli's timeout
+    "        await asyncio.Event().wait()\n"
     "    return await real(self, *a, **k)\n"
     "F.import_checkpoint = import_checkpoint\n"
     "from statekeeper.cli.entry import main; main()",

@@ -136,7 +136,7 @@ def test_a_usage_error_without_json_prints_nothing_on_stdout() -> None:
 
 # -- docs/cli.md says what the command line prints -------------------------------------
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def test_every_usage_line_in_the_docs_is_what_help_prints() -> None:
