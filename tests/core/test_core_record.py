@@ -382,11 +382,13 @@ def test_trusted_stored_record_is_stored_record_field_for_field() -> None:
         made.codec = "other"  # type: ignore[misc]
 
 
-def test_trusted_models_are_the_validated_ones() -> None:
-    """trusted_header and checkpoint_with_state set pydantic's own slots directly:
-    what they build equals, dumps, copies and pickles as the validated models. They
-    share one read-only fields-set (every field is set in each), which refuses a
-    change rather than changing every checkpoint, and copies into a plain set."""
+def test_read_models_are_the_validated_ones() -> None:
+    """trusted_header, trusted_checkpoint and checkpoint_with_state build models
+    with pydantic's public ``model_construct``: what they build equals, dumps, copies
+    and pickles as the models built directly, and keeps the state object it was
+    given. They share one read-only fields-set (every field is set in each), which
+    refuses a change rather than changing every checkpoint, and copies into a plain
+    set."""
     import copy
     import pickle
     from datetime import timedelta
@@ -395,6 +397,7 @@ def test_trusted_models_are_the_validated_ones() -> None:
         Checkpoint,
         CheckpointHeader,
         checkpoint_with_state,
+        trusted_checkpoint,
         trusted_header,
     )
 
@@ -412,12 +415,25 @@ def test_trusted_models_are_the_validated_ones() -> None:
         "expires_at": None,
     }
     header = trusted_header(dict(values))
+    assert type(header) is CheckpointHeader
     assert header == CheckpointHeader(**values)  # type: ignore[arg-type]
     assert header.model_dump() == CheckpointHeader(**values).model_dump()  # type: ignore[arg-type]
-    cp = checkpoint_with_state(header, {"v": 1})
-    assert cp == Checkpoint(**values, state={"v": 1})  # type: ignore[arg-type]
-    assert cp.model_fields_set == set(Checkpoint.model_fields)
-    other = trusted_header(dict(values))
+    assert header.model_fields_set == set(CheckpointHeader.model_fields)
+    state = {"v": 1}
+    for cp in (checkpoint_with_state(header, state), trusted_checkpoint(dict(values), state)):
+        assert type(cp) is Checkpoint and cp.state is state
+        assert cp == Checkpoint(**values, state={"v": 1})  # type: ignore[arg-type]
+        assert list(vars(cp)) == list(Checkpoint.model_fields)
+        assert cp.model_fields_set == set(Checkpoint.model_fields)
+        changed = cp.model_copy(update={"etag": "f"})
+        assert changed.etag == "f" and cp.etag == "e"
+        for twin in (changed, copy.copy(cp), copy.deepcopy(cp), pickle.loads(pickle.dumps(cp))):
+            assert twin.model_fields_set == set(Checkpoint.model_fields)
+        assert pickle.loads(pickle.dumps(cp)) == cp
+        assert cp.model_dump(exclude_unset=True) == cp.model_dump()
+    # a checkpoint made from a checkpoint takes the new state, not the old one
+    again = checkpoint_with_state(checkpoint_with_state(header, state), None)
+    assert again.state is None and again.header() == header
     for change in (
         lambda s: s.discard("id"),
         lambda s: s.add("x"),
@@ -428,16 +444,9 @@ def test_trusted_models_are_the_validated_ones() -> None:
     ):
         with pytest.raises(TypeError, match="shared and read-only"):
             change(header.model_fields_set)
-    assert other.model_fields_set == set(CheckpointHeader.model_fields)
-    assert cp.model_fields_set == set(Checkpoint.model_fields)
-    changed = cp.model_copy(update={"etag": "f"})
-    assert changed.etag == "f" and cp.etag == "e"
-    for twin in (changed, copy.copy(cp), copy.deepcopy(cp), pickle.loads(pickle.dumps(cp))):
+    assert header.model_fields_set == set(CheckpointHeader.model_fields)
+    for twin in (copy.copy(header), header.model_copy(update={"etag": "g"})):
         assert type(twin.model_fields_set) is set
-        assert twin.model_fields_set == set(Checkpoint.model_fields)
-    assert pickle.loads(pickle.dumps(cp)) == cp
-    assert cp.model_dump(exclude_unset=True) == cp.model_dump()
-    assert header.__pydantic_extra__ is None and header.__pydantic_private__ is None
 
 
 def _both_ways(
