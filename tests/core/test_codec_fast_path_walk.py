@@ -1,4 +1,4 @@
-"""The encode-side plain check (``Codec._is_plain``) against a reference check.
+"""The encode-side plain check (``Encoder._is_plain``) against a reference check.
 
 ``_plain_items`` checks a child dict's keys and values in one loop (no
 ``frozenset.issuperset`` over them, which builds a set on Python 3.11). This holds it
@@ -14,14 +14,21 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+import test_codec_fast_path as _fast
 from hypothesis import given
 from hypothesis import strategies as st
 
-import test_codec_fast_path as _fast
-from statekeeper.codec import _LOOP_DICT, _PLAIN, _PLAIN_NOT_INT, TAG, Codec, CodecLimits
+from statekeeper.codec import CodecLimits
+from statekeeper.codec.encode import _LOOP_DICT, _PLAIN, _PLAIN_NOT_INT, Encoder
+from statekeeper.codec.tags import TAG
 
 
-def reference_plain(codec: Codec, v: Any, d: int, leaves: frozenset[type]) -> bool:
+def Codec(*, limits: CodecLimits | None = None) -> Encoder:
+    """The encoder a ``Codec(limits=limits)`` builds (no allowed types)."""
+    return Encoder(limits or CodecLimits(), {})
+
+
+def reference_plain(codec: Encoder, v: Any, d: int, leaves: frozenset[type]) -> bool:
     """Plain JSON msgspec may write as it is: exact ``dict`` with exact ``str`` keys
     and no ``"$sk"``, ``list``, ``str``, ``bool``, ``None``, finite ``float``, ``int``
     within the limit, at most ``max_depth`` containers deep (``d`` around ``v``).
@@ -32,12 +39,13 @@ def reference_plain(codec: Codec, v: Any, d: int, leaves: frozenset[type]) -> bo
     if (d > 0 and t in leaves) or t is str or t is bool or v is None:
         return True
     if t is int:
-        return codec._ilo < v < codec._ihi
+        hi = 10**codec.limits.max_int_digits
+        return -hi < v < hi
     if t is float:
         return bool(v - v == 0.0)
     if t is not dict and t is not list:
         return False
-    if d + 1 > codec._max_depth:
+    if d + 1 > codec.max_depth:
         return False
     items: Iterable[Any] = v
     if t is dict:

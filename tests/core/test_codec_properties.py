@@ -12,10 +12,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pydantic
+import test_codec as _unit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import test_codec as _unit
 from statekeeper.codec import Codec, CodecLimits
 from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError
 
@@ -129,7 +129,7 @@ def check_round_trip(codec: Codec, value: Any) -> None:
     except CheckpointEncodeError:
         return
     assert same(codec.decode(data), value)
-    assert same(codec.decode_plain(json.loads(data)), value)
+    assert same(codec.decode(data.decode()), value)  # text takes the reference decoder
 
 
 @SETTINGS

@@ -1,12 +1,13 @@
 """The codec's fast decode path is the reference path, only faster (S5, S11).
 
-``Codec.decode`` first tries msgspec (``_decode_fast``) and hands anything it is not
-sure of to ``_decode_checked``, the reference decoder. These tests decode the same
+``Codec.decode`` (``statekeeper.codec.decode.Decoder``) first tries msgspec
+(``_decode_fast``) and hands anything it is not sure of to ``_decode_checked``, the
+reference decoder. These tests decode the same
 bytes both ways and require the same outcome: an equal value with the same type at
 every level and the same key order, or the same error type and message.
 
 Sized for the normal suite (a few seconds). For a long run:
-``STATEKEEPER_FUZZ_EXAMPLES=100000 uv run pytest tests/test_codec_fast_path.py``.
+``STATEKEEPER_FUZZ_EXAMPLES=100000 uv run pytest tests/core/test_codec_fast_path.py``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ from typing import Any
 
 import msgspec
 import pytest
+import test_codec as _unit
+import test_codec_properties as _props
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import test_codec as _unit
-import test_codec_properties as _props
-from statekeeper.codec import _MISS, Codec, CodecLimits
+from statekeeper.codec import Codec, CodecLimits
+from statekeeper.codec.allowlist import Allowlist
+from statekeeper.codec.decode import _MISS, Decoder
+from statekeeper.codec.encode import Encoder
 from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError
 
 EXAMPLES = int(os.environ.get("STATEKEEPER_FUZZ_EXAMPLES", "150"))
@@ -43,6 +47,18 @@ CODECS = {
     "flat": Codec(limits=CodecLimits(max_depth=1, max_int_digits=20)),
     "deep": Codec(limits=CodecLimits(max_depth=500, max_int_digits=30)),
 }
+
+
+_DECODERS: dict[int, tuple[Codec, Decoder]] = {}
+
+
+def decoder(codec: Codec) -> Decoder:
+    """A decoder built as ``codec`` builds its own (same limits, same allowlist)."""
+    kept = _DECODERS.get(id(codec))
+    if kept is None or kept[0] is not codec:
+        built = Decoder(codec.limits, Allowlist(codec.allowed_types).by_name)
+        kept = _DECODERS[id(codec)] = (codec, built)
+    return kept[1]
 
 
 def identical(a: Any, b: Any) -> bool:
@@ -68,7 +84,7 @@ def outcome(decode: Callable[[Any], Any], data: Any) -> tuple[Any, ...]:
 def check(codec: Codec, data: Any) -> tuple[Any, ...]:
     """Decode ``data`` both ways and require the same outcome; return it."""
     fast = outcome(codec.decode, data)
-    ref = outcome(codec._decode_checked, data)
+    ref = outcome(decoder(codec)._decode_checked, data)
     assert fast[0] == ref[0] != "crash", (data, fast, ref)
     if fast[0] == "value":
         assert identical(fast[1], ref[1]), (data, fast, ref)
@@ -215,11 +231,11 @@ def test_canonical_plain_json_takes_the_fast_path() -> None:
         {"": {"": []}},
     ):
         data = codec.encode(value)
-        assert codec._decode_fast(data) is not _MISS
+        assert decoder(codec)._decode_fast(data) is not _MISS
         assert identical(check(codec, data)[1], value)
     # and what it must leave to the reference path
     for data in (b'{"a":1,"a":1}', b'{"a":{"$sk":"tuple","v":[]}}', b"[ 1]", b"1e+16"):
-        assert codec._decode_fast(data) is _MISS
+        assert decoder(codec)._decode_fast(data) is _MISS
 
 
 # -- differential fuzz --------------------------------------------------------------
@@ -317,21 +333,23 @@ def test_fuzz_arbitrary_bytes(data: bytes) -> None:
 # -- encoding: plain JSON goes straight to msgspec, the rest through the walk -------
 
 
-class WalkOnly(Codec):
-    """The codec with the plain shortcut off: every value goes through ``_enc``."""
+class WalkOnly(Encoder):
+    """The encoder with the plain shortcut off: every value goes through ``walk``."""
 
     def _is_plain(self, v: Any, d: int, leaves: frozenset[type]) -> bool:
         return False
 
 
 WALK_ONLY = {
-    name: WalkOnly(allowed_types=codec.allowed_types, limits=codec.limits)
+    name: WalkOnly(codec.limits, Allowlist(codec.allowed_types).by_type)
     for name, codec in CODECS.items()
 }
 
 
-def encode_outcome(codec: Codec, value: Any) -> tuple[Any, ...]:
+def encode_outcome(codec: Codec | Encoder, value: Any) -> tuple[Any, ...]:
     try:
+        if isinstance(codec, Encoder):
+            return ("bytes", codec.encode(value, "state"))
         return ("bytes", codec.encode(value))
     except Exception as exc:
         return ("error", type(exc), str(exc))
@@ -343,13 +361,13 @@ def check_encode(value: Any) -> None:
         assert fast == encode_outcome(WALK_ONLY[name], value), value
         if fast[0] == "bytes":
             # the reference decoder reads back exactly what was given ...
-            assert _unit.same(codec._decode_checked(fast[1]), value)
+            assert _unit.same(decoder(codec)._decode_checked(fast[1]), value)
             # ... and the bytes are canonical, so the fast decoder takes them whole
             # (a run of digits longer than max_int_digits, even in a float or a
             # string, is left to the reference decoder)
             digits = codec.limits.max_int_digits
             if b'"$sk"' not in fast[1] and not re.search(b"[0-9]{%d}" % (digits + 1), fast[1]):
-                assert codec._decode_fast(fast[1]) is not _MISS
+                assert decoder(codec)._decode_fast(fast[1]) is not _MISS
 
 
 @FUZZ
@@ -436,7 +454,7 @@ def test_the_plain_check_agrees_with_the_walk_at_the_depth_limit(max_depth: int)
     in one call; around max_depth and with every kind of bottom value, it decides
     exactly as the tagging walk does (same bytes or same error)."""
     limits = CodecLimits(max_depth=max_depth, allow_nan=False)
-    fast, walk = Codec(limits=limits), WalkOnly(limits=limits)
+    fast, walk = Codec(limits=limits), WalkOnly(limits, {})
     leaves = [1, 0.5, float("nan"), None, "s", [], {}, [1.5], {"a": None}, Text("t"), (1,)]
     for depth in range(max_depth + 2):
         for leaf in leaves:
