@@ -75,6 +75,9 @@ def settings_for(args: argparse.Namespace) -> Settings:
         maf_sizes=tuple(sorted(int(x) for x in args.maf_sizes.split(","))),
         read_budget=Budget(reps=int(300 * scale), seconds=5.0 * scale, min_reps=5),
         latest_budget=Budget(reps=int(300 * scale), seconds=5.0 * scale, min_reps=5),
+        graph_budget=Budget(reps=int(15 * scale), seconds=6.0 * scale, min_reps=3),
+        save_budget=Budget(reps=int(300 * scale), seconds=3.0 * scale, min_reps=20),
+        writes=min(args.size, int(500 * scale)),
         postgres=bool(os.environ.get("STATEKEEPER_TEST_POSTGRES_URL")),
         only=[x.strip().lower() for x in args.only.split(",")] if args.only else [],
     )
