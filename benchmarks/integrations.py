@@ -40,7 +40,7 @@ SESSION = "bench_integrations"
 #: What the figures depend on: the last commit to each, named in the report.
 PATHS = {
     "LangGraph saver": "src/statekeeper/integrations/langgraph",
-    "Agent Framework storage": "src/statekeeper/integrations/agent_framework.py",
+    "Agent Framework storage": "src/statekeeper/integrations/agent_framework",
     "SQL backend": "src/statekeeper/backends/sql",
     "file backend": "src/statekeeper/backends/file",
 }

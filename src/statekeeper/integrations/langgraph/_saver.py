@@ -7,7 +7,7 @@ import builtins
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -138,7 +138,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
     @classmethod
     def from_conn_string(
         cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any
-    ) -> _open.SaverContext:
+    ) -> _open.SaverContext[Self]:
         """A saver over the store at ``url``, as a context manager, sync or async.
 
         ``async with StatekeeperSaver.from_conn_string("sqlite:///graph.db") as
@@ -151,7 +151,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         (:class:`~statekeeper.errors.InvalidOptions`), and so is an option the
         backend does not know, before anything is opened or created.
         """
-        return _open.SaverContext(url, serde, options)
+        return _open.SaverContext(url, lambda store: cls(store, serde=serde), options)
 
     def close(self) -> None:
         """Close the store this saver opened from a URL (``StatekeeperSaver(url)``).
