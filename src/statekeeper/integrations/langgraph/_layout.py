@@ -82,12 +82,18 @@ def thread_prefix(thread_id: str) -> str:
     return f"{RESERVED}/{_part(thread_id)}/"
 
 
+@lru_cache(maxsize=1024)
+def _streams_prefix(thread_id: str, ns: str) -> str:
+    # every call of a graph step names the same (thread, namespace)
+    return f"{thread_prefix(thread_id)}{_part(ns)}/"
+
+
 def checkpoint_stream(thread_id: str, ns: str) -> str:
-    return f"{thread_prefix(thread_id)}{_part(ns)}/checkpoints"
+    return _streams_prefix(thread_id, ns) + "checkpoints"
 
 
 def writes_stream(thread_id: str, ns: str) -> str:
-    return f"{thread_prefix(thread_id)}{_part(ns)}/writes"
+    return _streams_prefix(thread_id, ns) + "writes"
 
 
 def checkpoint_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
@@ -216,24 +222,25 @@ def _unpack(magic: bytes, data: object, record_id: str) -> list[bytes]:
             f"not a LangGraph record: its state is {type(data).__name__}, not raw bytes",
             id=record_id,
         )
-    view = memoryview(data)
-    if bytes(view[: len(magic)]) != magic:
+    if not data.startswith(magic):
         raise CheckpointDecodeError("not a LangGraph record (bad frame header)", id=record_id)
+    end = len(data)
+    unpack = _LEN.unpack_from
     try:
         pos = len(magic)
-        (count,) = _LEN.unpack_from(view, pos)
-        pos += _LEN.size
+        (count,) = unpack(data, pos)
+        pos += 4
         fields = []
         for _ in range(count):
-            (size,) = _LEN.unpack_from(view, pos)
-            pos += _LEN.size
-            if pos + size > len(view):
+            (size,) = unpack(data, pos)
+            pos += 4
+            if pos + size > end:
                 raise struct.error("field runs past the end")
-            fields.append(bytes(view[pos : pos + size]))
+            fields.append(data[pos : pos + size])
             pos += size
     except struct.error as exc:
         raise CheckpointDecodeError(f"truncated LangGraph record: {exc}", id=record_id) from None
-    if pos != len(view):
+    if pos != end:
         raise CheckpointDecodeError("trailing bytes after a LangGraph record", id=record_id)
     return fields
 
