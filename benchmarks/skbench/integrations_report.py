@@ -47,7 +47,7 @@ class Target:
     their_op: str | None = None
 
 
-#: The LangGraph rows of issue 24, each with its target on SQLite (PostgreSQL: 1.0).
+#: The LangGraph rows, each with its target on SQLite (PostgreSQL: 1.0).
 def _langgraph_rows(before_at: int) -> list[tuple[str, str, float]]:
     return [
         (f"`{APUT}`", APUT, 1.0),
@@ -56,7 +56,7 @@ def _langgraph_rows(before_at: int) -> list[tuple[str, str, float]]:
         ("`aget_tuple`, by id", BY_ID, 1.0),
         (f"`{LIST_ALL}`, whole thread", LIST_ALL, 0.5),
         (f"`{LIST_10}`", LIST_10, 1.0),
-        (f"`{before_op(before_at)}` (issue 14)", before_op(before_at), 1.0),
+        (f"`{before_op(before_at)}`", before_op(before_at), 1.0),
         (f"{GRAPH}, wall time", GRAPH, 1.0),
         (SIZE, SIZE, 1.0),
     ]

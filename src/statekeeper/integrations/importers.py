@@ -25,6 +25,7 @@ thread and namespace is imported in that order, parents before children.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 from collections.abc import Iterable
@@ -87,7 +88,8 @@ async def import_agent_framework(
 
     Each ``*.json`` file is read with ``aiofiles`` and decoded strictly, as the
     framework's own ``FileCheckpointStorage.load`` decodes it (its JSON, then
-    ``decode_checkpoint_value`` under ``allowed_checkpoint_types``); a file that
+    ``decode_checkpoint_value`` under ``allowed_checkpoint_types``, refused in its
+    words); a file that
     does not load, a link, or anything not a regular file is reported. The source
     is only read (a missing directory raises :class:`StoreNotFound`, and is not
     created).
@@ -111,7 +113,7 @@ async def import_agent_framework(
             result.problem(str(path), "not a regular file (links and devices are not followed)")
             continue
         try:
-            checkpoint = source.decode(await _read_file(path), path.stem)
+            checkpoint = source.decode_value(_parse(await _read_file(path), path.stem), path.stem)
         except (WorkflowCheckpointException, OSError, ValueError) as exc:
             result.problem(str(path), exc)
             continue
@@ -155,6 +157,22 @@ async def _read_file(path: Path) -> bytes:
 
     async with aiofiles.open(path, "rb") as file:
         return await file.read()
+
+
+def _parse(data: bytes, checkpoint_id: str) -> Any:
+    """A checkpoint file's JSON, refused in ``FileCheckpointStorage.load``'s words."""
+    from agent_framework import WorkflowCheckpointException
+
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint file for {checkpoint_id} is not valid UTF-8 and cannot be loaded."
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint file for {checkpoint_id} is not valid JSON and cannot be loaded."
+        ) from exc
 
 
 def _checkpoint_files(root: Path) -> list[tuple[Path, bool]]:

@@ -132,6 +132,10 @@ class CheckpointCodec:
             raise WorkflowCheckpointException(
                 f"checkpoint {cid!r} is not valid UTF-8 JSON and cannot be loaded: {exc}"
             ) from exc
+        return self.decode_value(value, cid)
+
+    def decode_value(self, value: object, cid: str) -> WorkflowCheckpoint:
+        """The framework's JSON value, parsed -> a fresh ``WorkflowCheckpoint`` (strict)."""
         if not isinstance(value, dict):
             raise WorkflowCheckpointException(
                 f"checkpoint {cid!r} is not a JSON object and cannot be loaded"
