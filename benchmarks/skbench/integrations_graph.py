@@ -9,7 +9,9 @@
   times, each step writing the ~1 KB state of that step to its one channel, run
   with ``ainvoke`` on a new thread per call, with LangGraph's default durability.
   That is what users feel: every ``aput``, ``aput_writes`` and ``aget_tuple`` the
-  runtime makes, in its own order, with its own concurrency.
+  runtime makes, in its own order, with its own concurrency. Every saver runs the
+  graph the same number of times, so that the threads it leaves count alike in the
+  databases' size.
 
 Both take the saver and the ids put (``subject.handle``, ``subject.ids``) and use
 nothing of :mod:`skbench.integrations` but those.
