@@ -60,7 +60,7 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
     assert rel.path == str(tmp_path / "rel.db")  # relative to the cwd at construction
     absolute = statekeeper.open_store(f"sqlite:///{tmp_path}/abs.db")
     assert absolute.describe() == f"sqlite:///{tmp_path}/abs.db"
-    assert isinstance(statekeeper.open_store("sqlite+aiosqlite:///x.db"), SqliteCheckpointStore)
+    assert isinstance(statekeeper.open_store("sqlite+pysqlite:///x.db"), SqliteCheckpointStore)
     opts = statekeeper.open_store("sqlite:///x.db?busy_timeout=2.5&table_prefix=jobs_")
     assert opts.options.busy_timeout == 2.5
     assert "jobs_" in opts.describe()
@@ -89,6 +89,47 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
 def test_bad_urls_and_options_are_refused_at_once(url: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         statekeeper.open_store(url)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: statekeeper.open_store("sqlite+aiosqlite:///x.db"),
+        lambda: SqlCheckpointStore("sqlite+aiosqlite:///x.db"),
+        lambda: SqliteCheckpointStore("sqlite+aiosqlite:///x.db"),
+    ],
+)
+def test_sqlite_aiosqlite_is_refused_with_the_url_to_write(make: Any) -> None:
+    """The runtime is always the stdlib sqlite3 on the store's own threads, so the URL
+    must not promise aiosqlite."""
+    with pytest.raises(InvalidURL, match=r"stdlib sqlite3.*sqlite:///"):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "dialect"),
+    [
+        ("sqlite:///x.db?listing_wait=1", {}, "PostgreSQL's"),
+        ("sqlite:///x.db", {"listing_wait": 0.5}, "PostgreSQL's"),
+        ("sqlite:///x.db?schema=other", {}, "PostgreSQL's and MySQL's"),
+        ("sqlite:///x.db", {"schema": "other"}, "PostgreSQL's and MySQL's"),
+        ("sqlite:///x.db", {"db_schema": "other"}, "PostgreSQL's and MySQL's"),
+    ],
+)
+def test_another_dialects_option_is_refused_naming_that_dialect(
+    url: str, options: dict[str, Any], dialect: str
+) -> None:
+    with pytest.raises(InvalidOptions, match=dialect):
+        SqlCheckpointStore(url, **options)
+
+
+def test_the_sqlite_store_has_its_own_options_class() -> None:
+    from statekeeper.backends.sql.sqlite import SqliteOptions
+
+    store = SqlCheckpointStore("sqlite:///x.db?inline_reads=false")
+    assert isinstance(store.options, SqliteOptions)
+    assert store.options.inline_reads is False
+    assert SqliteCheckpointStore("sqlite:///x.db").options.inline_reads is True
 
 
 def test_missing_server_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
