@@ -23,8 +23,8 @@ import pytest_asyncio
 
 from statekeeper.backends.sql import SqliteCheckpointStore
 from statekeeper.backends.sql import sqlite as sqlite_module
-from statekeeper.backends.sql.sqlite import workers as workers_module
 from statekeeper.backends.sql.dialects import Session
+from statekeeper.backends.sql.sqlite import workers as workers_module
 from statekeeper.errors import (
     BackendError,
     CheckpointEncodeError,
