@@ -114,6 +114,8 @@ def test_sqlite_aiosqlite_is_refused_with_the_url_to_write(make: Any) -> None:
         ("sqlite:///x.db?schema=other", {}, "PostgreSQL's and MySQL's"),
         ("sqlite:///x.db", {"schema": "other"}, "PostgreSQL's and MySQL's"),
         ("sqlite:///x.db", {"db_schema": "other"}, "PostgreSQL's and MySQL's"),
+        # accepted and silently unused before: an option nobody reads is an error
+        ("sqlite:///x.db", {"connect_args": {"timeout": 1}}, "PostgreSQL's and MySQL's"),
     ],
 )
 def test_another_dialects_option_is_refused_naming_that_dialect(

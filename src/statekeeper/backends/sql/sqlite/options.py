@@ -16,9 +16,9 @@ class SqliteOptions(SqlOptions):
     """Options of the SQLite store (plus those every SQL store takes).
 
     ``pool_size`` is the number of reader threads here (default 2; plus one
-    writer), and ``busy_timeout`` SQLite's busy timeout. ``schema`` (PostgreSQL's
-    and MySQL's) and ``listing_wait`` (PostgreSQL's) are refused with the name of
-    the dialect that has them.
+    writer), and ``busy_timeout`` SQLite's busy timeout. ``schema`` and
+    ``connect_args`` (PostgreSQL's and MySQL's) and ``listing_wait``
+    (PostgreSQL's) are refused with the name of the dialect that has them.
     """
 
     #: Run ``get_latest``, ``load``, ``load_many`` of up to 100 ids and listed pages
@@ -41,6 +41,11 @@ _FOREIGN: dict[str, str] = {
     ),
 }
 _FOREIGN["db_schema"] = _FOREIGN["schema"]
+_FOREIGN["connect_args"] = (
+    "the connect_args option is PostgreSQL's and MySQL's (keyword arguments of the "
+    "driver's connect()); SQLite connections are made by statekeeper with the store's "
+    "own settings, so drop it (busy_timeout and durability set what it would)"
+)
 
 
 def refuse_foreign_options(names: Iterable[str]) -> None:
