@@ -38,6 +38,7 @@ __all__ = [
     "GROUPED",
     "LAST",
     "PLAIN",
+    "Busy",
     "Grouper",
     "Job",
     "Worker",
