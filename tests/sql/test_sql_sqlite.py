@@ -700,6 +700,50 @@ async def test_inline_reads_false_sends_point_reads_to_the_reader_threads(
         assert len(hops) == 2
 
 
+@pytest.mark.asyncio
+async def test_inline_and_reader_thread_reads_give_the_same_answers(db: Path) -> None:
+    """The differential test of the one read body: the same reads, inline on and off,
+    over one file (pages both ways, filters, misses, load_many, an expired checkpoint)."""
+    url = f"sqlite:///{db}"
+    async with SqlCheckpointStore(url) as store:
+        ids = []
+        for i in range(45):
+            cp = await store.save(
+                f"s{i % 3}", {"i": i}, tags={"odd": str(i % 2)}, metadata={"i": i}
+            )
+            ids.append(cp.id)
+        await store.save("s0", {"gone": True}, ttl=0.001)
+        await asyncio.sleep(0.01)
+
+    async def answers(store: Any) -> list[Any]:
+        out: list[Any] = []
+        for stream in ("s0", "s1", "s2", "missing"):
+            latest = await store.get_latest(stream)
+            out.append(None if latest is None else (latest.id, latest.state))
+        for cid in (ids[0], ids[-1], "no-such-id"):
+            got = await store.load_many([cid])
+            out.append(sorted(got))
+        out.append((await store.load(ids[7])).state)
+        for order in ("asc", "desc"):
+            for tags in ({}, {"odd": "1"}):
+                cursor = None
+                while True:
+                    page = await store.list("s0", limit=4, order=order, tags=tags, after=cursor)
+                    out.append([cp.id for cp in page.items])
+                    out.append((page.next_cursor is None, page.prev_cursor is None))
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+        out.append([cp.id for cp in (await store.list(None, limit=50)).items])
+        return out
+
+    async with SqlCheckpointStore(url, inline_reads=True) as inline:
+        here = await answers(inline)
+    async with SqlCheckpointStore(url, inline_reads=False) as threads:
+        there = await answers(threads)
+    assert here == there
+
+
 async def _latest_id(store: Any) -> str:
     return str((await store.get_latest("job")).id)
 
