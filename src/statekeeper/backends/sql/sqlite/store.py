@@ -60,9 +60,9 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         self.path = sqlite_path(self.url)
         self._abandon: weakref.finalize[[], object] | None = None
 
-    @property
-    def sqlite_options(self) -> SqliteOptions:
-        """:attr:`options`, typed as the SQLite store's."""
+    def _sqlite_options(self) -> SqliteOptions:
+        """:attr:`options`, typed as the SQLite store's (:attr:`Options`); the SQL
+        core types ``self.options`` as the shared :class:`SqlOptions`."""
         options = self.options
         assert isinstance(options, SqliteOptions)
         return options
@@ -88,7 +88,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         await super()._stop()
 
     def _make_runtime(self) -> Runtime:
-        options = self.sqlite_options
+        options = self._sqlite_options()
         return SqliteRuntime(
             self.path,
             compiler=self._compiler,
