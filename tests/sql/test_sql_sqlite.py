@@ -937,3 +937,31 @@ def test_an_sqlite_store_imports_no_server_code(db: Path) -> None:
     assert "statekeeper.backends.sql.sqlite.runtime" in modules  # it did use the store
     loaded = sorted(m for m in modules if m.startswith(_SERVER_ONLY))
     assert not loaded, loaded
+
+
+def test_the_sqlite_package_and_the_runtime_import_no_server_module() -> None:
+    """What sqlite/ and _runtime/ themselves import (the SQL core's imports are the
+    test above): none of PostgreSQL's, MySQL's or the server runtime's modules."""
+    import ast
+
+    import statekeeper
+
+    root = Path(statekeeper.__file__).parent
+    files = [
+        *(root / "backends" / "sql" / "sqlite").glob("*.py"),
+        *(root / "_runtime").glob("*.py"),
+    ]
+    assert len(files) >= 10
+    forbidden = ("pg", "pg_listing", "server", "stores", "postgres", "mysql")
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                assert not {"asyncpg", "aiomysql", "asyncmy", "pymysql"} & set(parts), (path, name)
+                assert parts[-1] not in forbidden, (path, name)
