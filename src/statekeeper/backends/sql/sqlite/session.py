@@ -6,12 +6,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.sql import Executable
 
 from ..compiler import _POSTCOMPILE, Compiler, _expand
-from ..dialects import Family
+
+if TYPE_CHECKING:  # (a name only: the session needs nothing of the dialects module)
+    from ..dialects import Family
 
 __all__ = ["SqliteSession"]
 

@@ -4,16 +4,18 @@ how its runtime (:mod:`.runtime`) is built from the store's options."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...._runtime.finalizer import when_collected
 from ...._url import StoreURL
 from ....config import Capabilities, StoreOptions
-from ..dialects import Runtime
 from ..store import SqlCheckpointStore
 from .connect import OpenMode, sqlite_path
 from .options import SqliteOptions, refuse_foreign_driver, refuse_foreign_options
 from .runtime import SqliteRuntime
+
+if TYPE_CHECKING:
+    from ..dialects import Runtime
 
 __all__ = ["SqliteCheckpointStore"]
 
