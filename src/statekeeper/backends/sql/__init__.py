@@ -28,8 +28,9 @@ The modules:
 
 from __future__ import annotations
 
+from .sqlite import SqliteCheckpointStore
 from .store import SqlCheckpointStore, SqlOptions
-from .stores import MysqlCheckpointStore, PostgresCheckpointStore, SqliteCheckpointStore
+from .stores import MysqlCheckpointStore, PostgresCheckpointStore
 
 __all__ = [
     "MysqlCheckpointStore",

@@ -1,4 +1,5 @@
-"""statekeeper._threads.ThreadDoor: the file store's worker hop."""
+"""statekeeper._runtime.threads.ThreadDoor: the file store's worker hop (a pool of
+:class:`statekeeper._runtime.worker.Worker`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from statekeeper._threads import ThreadDoor
+from statekeeper._runtime.threads import ThreadDoor
 
 
 def _threads(name: str) -> list[threading.Thread]:

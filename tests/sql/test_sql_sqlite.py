@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -60,7 +61,7 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
     assert rel.path == str(tmp_path / "rel.db")  # relative to the cwd at construction
     absolute = statekeeper.open_store(f"sqlite:///{tmp_path}/abs.db")
     assert absolute.describe() == f"sqlite:///{tmp_path}/abs.db"
-    assert isinstance(statekeeper.open_store("sqlite+aiosqlite:///x.db"), SqliteCheckpointStore)
+    assert isinstance(statekeeper.open_store("sqlite+pysqlite:///x.db"), SqliteCheckpointStore)
     opts = statekeeper.open_store("sqlite:///x.db?busy_timeout=2.5&table_prefix=jobs_")
     assert opts.options.busy_timeout == 2.5
     assert "jobs_" in opts.describe()
@@ -89,6 +90,49 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
 def test_bad_urls_and_options_are_refused_at_once(url: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         statekeeper.open_store(url)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: statekeeper.open_store("sqlite+aiosqlite:///x.db"),
+        lambda: SqlCheckpointStore("sqlite+aiosqlite:///x.db"),
+        lambda: SqliteCheckpointStore("sqlite+aiosqlite:///x.db"),
+    ],
+)
+def test_sqlite_aiosqlite_is_refused_with_the_url_to_write(make: Any) -> None:
+    """The runtime is always the stdlib sqlite3 on the store's own threads, so the URL
+    must not promise aiosqlite."""
+    with pytest.raises(InvalidURL, match=r"stdlib sqlite3.*sqlite:///"):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "dialect"),
+    [
+        ("sqlite:///x.db?listing_wait=1", {}, "PostgreSQL's"),
+        ("sqlite:///x.db", {"listing_wait": 0.5}, "PostgreSQL's"),
+        ("sqlite:///x.db?schema=other", {}, "PostgreSQL's and MySQL's"),
+        ("sqlite:///x.db", {"schema": "other"}, "PostgreSQL's and MySQL's"),
+        ("sqlite:///x.db", {"db_schema": "other"}, "PostgreSQL's and MySQL's"),
+        # accepted and silently unused before: an option nobody reads is an error
+        ("sqlite:///x.db", {"connect_args": {"timeout": 1}}, "PostgreSQL's and MySQL's"),
+    ],
+)
+def test_another_dialects_option_is_refused_naming_that_dialect(
+    url: str, options: dict[str, Any], dialect: str
+) -> None:
+    with pytest.raises(InvalidOptions, match=dialect):
+        SqlCheckpointStore(url, **options)
+
+
+def test_the_sqlite_store_has_its_own_options_class() -> None:
+    from statekeeper.backends.sql.sqlite import SqliteOptions
+
+    store = SqlCheckpointStore("sqlite:///x.db?inline_reads=false")
+    assert isinstance(store.options, SqliteOptions)
+    assert store.options.inline_reads is False
+    assert SqliteCheckpointStore("sqlite:///x.db").options.inline_reads is True
 
 
 def test_missing_server_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -656,6 +700,50 @@ async def test_inline_reads_false_sends_point_reads_to_the_reader_threads(
         assert len(hops) == 2
 
 
+@pytest.mark.asyncio
+async def test_inline_and_reader_thread_reads_give_the_same_answers(db: Path) -> None:
+    """The differential test of the one read body: the same reads, inline on and off,
+    over one file (pages both ways, filters, misses, load_many, an expired checkpoint)."""
+    url = f"sqlite:///{db}"
+    async with SqlCheckpointStore(url) as store:
+        ids = []
+        for i in range(45):
+            cp = await store.save(
+                f"s{i % 3}", {"i": i}, tags={"odd": str(i % 2)}, metadata={"i": i}
+            )
+            ids.append(cp.id)
+        await store.save("s0", {"gone": True}, ttl=0.001)
+        await asyncio.sleep(0.01)
+
+    async def answers(store: Any) -> list[Any]:
+        out: list[Any] = []
+        for stream in ("s0", "s1", "s2", "missing"):
+            latest = await store.get_latest(stream)
+            out.append(None if latest is None else (latest.id, latest.state))
+        for cid in (ids[0], ids[-1], "no-such-id"):
+            got = await store.load_many([cid])
+            out.append(sorted(got))
+        out.append((await store.load(ids[7])).state)
+        for order in ("asc", "desc"):
+            for tags in ({}, {"odd": "1"}):
+                cursor = None
+                while True:
+                    page = await store.list("s0", limit=4, order=order, tags=tags, after=cursor)
+                    out.append([cp.id for cp in page.items])
+                    out.append((page.next_cursor is None, page.prev_cursor is None))
+                    if page.next_cursor is None:
+                        break
+                    cursor = page.next_cursor
+        out.append([cp.id for cp in (await store.list(None, limit=50)).items])
+        return out
+
+    async with SqlCheckpointStore(url, inline_reads=True) as inline:
+        here = await answers(inline)
+    async with SqlCheckpointStore(url, inline_reads=False) as threads:
+        there = await answers(threads)
+    assert here == there
+
+
 async def _latest_id(store: Any) -> str:
     return str((await store.get_latest("job")).id)
 
@@ -798,3 +886,82 @@ asyncio.run(main())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "{'step': 1}"
+
+
+_OPEN_AND_READ = """
+import asyncio, json, sys
+import statekeeper as sk
+
+async def main(url):
+    async with sk.open_store(url) as store:
+        saved = await store.save("s", {"n": 1})
+        await store.get_latest("s")
+        await store.load(saved.id)
+        await store.list("s", limit=5)
+
+asyncio.run(main(sys.argv[1]))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: What opening, writing and reading an SQLite store must not import (issue 25: the
+#: command line's start-up paid for PostgreSQL's driver and runtime on every SQLite call).
+_SERVER_ONLY = (
+    "asyncpg",
+    "aiomysql",
+    "asyncmy",
+    "pymysql",
+    "sqlalchemy.ext.asyncio",
+    "statekeeper.backends.sql.pg",
+    "statekeeper.backends.sql.pg_listing",
+    "statekeeper.backends.sql.server",
+    "statekeeper.backends.sql.postgres",
+    "statekeeper.backends.sql.mysql",
+)
+
+
+@pytest.mark.xfail(
+    reason="the SQL core imports them (sql/integrity.py imports pg.py, sql/__init__.py "
+    "stores.py): to be fixed there, not in sqlite/; drop this mark once it passes",
+    strict=False,
+)
+def test_an_sqlite_store_imports_no_server_code(db: Path) -> None:
+    """Opening, saving and reading an SQLite store imports nothing of PostgreSQL's or
+    MySQL's: neither their drivers nor statekeeper's server runtime."""
+    out = subprocess.run(
+        [sys.executable, "-c", _OPEN_AND_READ, f"sqlite:///{db}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    modules = json.loads(out.splitlines()[-1])
+    assert "statekeeper.backends.sql.sqlite.runtime" in modules  # it did use the store
+    loaded = sorted(m for m in modules if m.startswith(_SERVER_ONLY))
+    assert not loaded, loaded
+
+
+def test_the_sqlite_package_and_the_runtime_import_no_server_module() -> None:
+    """What sqlite/ and _runtime/ themselves import (the SQL core's imports are the
+    test above): none of PostgreSQL's, MySQL's or the server runtime's modules."""
+    import ast
+
+    import statekeeper
+
+    root = Path(statekeeper.__file__).parent
+    files = [
+        *(root / "backends" / "sql" / "sqlite").glob("*.py"),
+        *(root / "_runtime").glob("*.py"),
+    ]
+    assert len(files) >= 10
+    forbidden = ("pg", "pg_listing", "server", "stores", "postgres", "mysql")
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                assert not {"asyncpg", "aiomysql", "asyncmy", "pymysql"} & set(parts), (path, name)
+                assert parts[-1] not in forbidden, (path, name)

@@ -2,7 +2,8 @@
 
 The writer thread takes every write queued behind the one it is running and runs
 them in one ``BEGIN IMMEDIATE ... COMMIT``, each in its own savepoint
-(:class:`statekeeper.backends.sql.sqlite._Writer`). These tests hold the writer
+(:class:`statekeeper.backends.sql.sqlite.workers.SqliteWriter`, gathered by
+:class:`statekeeper._runtime.group.GroupCommit`). These tests hold the writer
 thread with a blocking job, queue writes behind it, and release it, so the group
 is known without relying on timing; they count the writer's commits.
 """
@@ -23,6 +24,7 @@ import pytest_asyncio
 from statekeeper.backends.sql import SqliteCheckpointStore
 from statekeeper.backends.sql import sqlite as sqlite_module
 from statekeeper.backends.sql.dialects import Session
+from statekeeper.backends.sql.sqlite import workers as workers_module
 from statekeeper.errors import (
     BackendError,
     CheckpointEncodeError,
@@ -40,7 +42,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteCheckpointStore]:
         yield opened
 
 
-def _writer(store: SqliteCheckpointStore) -> sqlite_module._Writer:
+def _writer(store: SqliteCheckpointStore) -> workers_module.SqliteWriter:
     runtime = store._runtime
     assert isinstance(runtime, sqlite_module.SqliteRuntime)
     return runtime._writer_worker()
@@ -167,7 +169,7 @@ async def test_a_failed_commit_fails_every_write_of_the_group(
     store: SqliteCheckpointStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = await store.save("s", {"before": True})
-    real = sqlite_module._commit
+    real = workers_module._commit
     failures: list[sqlite3.Connection] = []
 
     def failing_commit(conn: sqlite3.Connection) -> None:
@@ -176,7 +178,7 @@ async def test_a_failed_commit_fails_every_write_of_the_group(
             raise sqlite3.OperationalError("disk I/O error")
         real(conn)
 
-    monkeypatch.setattr(sqlite_module, "_commit", failing_commit)
+    monkeypatch.setattr(workers_module, "_commit", failing_commit)
     results = await _group(store, [store.save(f"g{i}", {"i": i}) for i in range(5)])
     assert failures and all(isinstance(r, BackendError) for r in results), results
     assert all("disk I/O error" in str(r) for r in results)
@@ -241,8 +243,8 @@ async def test_many_tasks_keep_per_stream_order_and_commit_order(
 async def test_groups_are_bounded(
     store: SqliteCheckpointStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_module, "MAX_GROUP", 4)
     writer = _writer(store)
+    monkeypatch.setattr(writer.group_commit, "max_group", 4)
     commits = writer.commits
     results = await _group(store, [store.save(f"s{i}", {"i": i}) for i in range(10)])
     seqs = [cp.sequence for cp in results]
@@ -253,7 +255,7 @@ async def test_groups_are_bounded(
 async def test_writes_that_come_one_at_a_time_never_wait_for_company(
     store: SqliteCheckpointStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_module, "GATHER_WAIT", 5.0)
+    monkeypatch.setattr(_writer(store).group_commit, "gather_wait", 5.0)
     started = time.monotonic()
     for i in range(5):
         await store.save("s", {"i": i})
@@ -270,7 +272,7 @@ async def test_the_writer_thread_survives_a_failure_of_its_own_machinery(
         raise RuntimeError("the savepoint machinery broke")
 
     await store.save("taken", {}, id="taken")
-    monkeypatch.setattr(sqlite_module, "_undo", broken_undo)
+    monkeypatch.setattr(workers_module, "_undo", broken_undo)
     # the second save fails (a live id), and rolling it back to its savepoint breaks
     calls = [store.save("a", {}), store.save("b", {}, id="taken"), store.save("c", {})]
     results = await asyncio.wait_for(_group(store, calls), timeout=10)
