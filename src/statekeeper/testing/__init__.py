@@ -64,6 +64,10 @@ if "pytest" in sys.modules:
         "statekeeper.testing._list_tests",
         "statekeeper.testing._batch_tests",
         "statekeeper.testing._filter_tests",
+        "statekeeper.testing._write_tests",
+        "statekeeper.testing._codec_tests",
+        "statekeeper.testing._stateful_tests",
+        "statekeeper.testing._model",
     )
 
 if TYPE_CHECKING:

@@ -420,7 +420,7 @@ def test_kit_fails_on_broken_backend(
 def test_harness_passes_the_faithful_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The state machine's control is tests/test_memory.py, which runs it in full.
+    # The state machine's control is tests/core/test_memory.py, which runs it in full.
     names = sorted({name for selected in MUTANTS.values() for name in selected} - {STATE_MACHINE})
     outcomes = run_kit(tmp_path, monkeypatch, Faithful, names)
     for name in names:
