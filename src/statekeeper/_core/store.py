@@ -19,7 +19,7 @@ import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, ClassVar, Generic, Literal, Self, cast, overload
+from typing import Any, ClassVar, Generic, Literal, Self, Unpack, cast, overload
 
 from typing_extensions import TypeVar
 
@@ -46,6 +46,7 @@ from .interface import TTL, Order, StoreInfo, store_info
 from .paging import list_page
 from .primitives import StoreIdentity, StorePrimitives
 from .validate import Scalar, check_id, check_if_match, check_stream, new_etag
+from .writes import RecordFields
 
 __all__ = ["BaseCheckpointStore", "OptionsT"]
 
@@ -488,9 +489,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
 
     # -- helpers for subclasses ------------------------------------------------------
 
-    def _new_record(self, stream: str, state: Any, **fields: Any) -> NewRecord:
-        """Validate and encode one save's arguments (``tags``, ``metadata``,
-        ``parent_id``, ``ttl``, ``id``), raising before anything is written."""
+    def _new_record(self, stream: str, state: Any, **fields: Unpack[RecordFields]) -> NewRecord:
+        """Validate and encode one save's arguments, raising before anything is written."""
         return writes.new_record(
             self.codec, self.json_codec, self.now, self._ttl_rule, stream, state, **fields
         )
