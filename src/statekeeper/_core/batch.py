@@ -86,8 +86,9 @@ async def save_many(
     new_record: Callable[..., NewRecord],
     items: Sequence[NewCheckpoint],
 ) -> builtins.list[Checkpoint]:
-    """``new_record`` is ``BaseCheckpointStore._new_record``: it validates and
-    encodes one item, raising before anything is written."""
+    """``new_record`` is :func:`~.writes.new_record` bound to the store's codecs,
+    clock and TTL rule: it validates and encodes one item, raising before anything
+    is written."""
     if isinstance(items, NewCheckpoint) or not isinstance(items, Sequence):
         raise InvalidQuery("save_many takes a list of NewCheckpoint")
     if len(items) > MAX_BATCH:

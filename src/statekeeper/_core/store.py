@@ -7,10 +7,9 @@ primitives over :class:`~statekeeper.record.StoredRecord` values (declared in
 backend behave the same: a backend cannot accept state another would refuse, or
 page differently, because it never sees those decisions.
 
-Each public method checks that the store is open (or writable), then hands the
-rest to a helper that takes what it uses (``paging``, ``batch``, ``writes``,
-``integrity``, ``codecs``): the primitives (this store, typed as
-:class:`StorePrimitives`), the clock, the codecs, the cursor signer.
+Each public method checks that the store is open (or writable), then hands the rest
+to a helper (``paging``, ``batch``, ``writes``, ``integrity``, ``codecs``) that takes
+what it uses: the primitives (this store), the clock, the codecs, the cursor signer.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, ClassVar, Generic, Literal, Self, Unpack, cast, overload
+from typing import Any, ClassVar, Generic, Literal, Self, cast, overload
 
 from typing_extensions import TypeVar
 
@@ -27,7 +26,7 @@ from .._url import StoreURL
 from ..codec import Codec
 from ..config import Capabilities, StoreOptions, validate_options
 from ..cursor import CursorSigner
-from ..errors import CheckpointNotFound, InvalidQuery, ReadOnlyStore, StoreClosed
+from ..errors import CheckpointNotFound, ReadOnlyStore, StoreClosed
 from ..models import (
     Checkpoint,
     CheckpointHeader,
@@ -38,15 +37,14 @@ from ..models import (
     checkpoint_with_state,
 )
 from ..rawcodec import RawCodec
-from ..record import NewRecord, StoredRecord
-from . import batch, writes
+from ..record import StoredRecord
+from . import batch, validate, writes
 from .codecs import decode_strict, store_codecs
 from .integrity import verify_store
 from .interface import TTL, Order, StoreInfo, store_info
 from .paging import list_page
 from .primitives import StoreIdentity, StorePrimitives
 from .validate import Scalar, check_id, check_if_match, check_stream, new_etag
-from .writes import RecordFields
 
 __all__ = ["BaseCheckpointStore", "OptionsT"]
 
@@ -215,8 +213,18 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         sequences in commit order.
         """
         self._require_writable("save")
-        record = self._new_record(
-            stream, state, tags=tags, metadata=metadata, parent_id=parent_id, ttl=ttl, id=id
+        record = writes.new_record(
+            self.codec,
+            self.json_codec,
+            self.now,
+            self._ttl_rule,
+            stream,
+            state,
+            tags=tags,
+            metadata=metadata,
+            parent_id=parent_id,
+            ttl=ttl,
+            id=id,
         )
         header = await self._insert(record)
         return checkpoint_with_state(header, state)
@@ -410,8 +418,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         self._require_open()
         if prefix is None:
             return sorted(await self._list_streams(self.now()))
-        if not isinstance(prefix, str) or "\x00" in prefix:
-            raise InvalidQuery(f"prefix must be a string without NUL, got {prefix!r}")
+        validate.check_prefix(prefix)
         return sorted(await self._list_streams_prefixed(self.now(), prefix))
 
     async def save_many(self, items: Sequence[NewCheckpoint]) -> builtins.list[Checkpoint]:
@@ -426,7 +433,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         :class:`PreconditionFailed`. Atomicity needs ``capabilities.atomic_batches``.
         """
         self._require_writable("save_many")
-        return await batch.save_many(self, self._new_record, items)
+        make = partial(writes.new_record, self.codec, self.json_codec, self.now, self._ttl_rule)
+        return await batch.save_many(self, make, items)
 
     async def delete_many(self, ids: Iterable[str]) -> int:
         """Delete the live checkpoints among ``ids``; return how many were removed.
@@ -441,8 +449,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """Delete all but the ``keep_last`` newest checkpoints of ``stream``; return how many."""
         self._require_writable("prune")
         check_stream(stream)
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
-            raise InvalidQuery(f"keep_last must be an int >= 0, got {keep_last!r}")
+        validate.check_keep_last(keep_last)
         return await self._prune(stream, keep_last, self.now())
 
     async def purge_expired(self) -> int:
@@ -488,13 +495,6 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         return await self._repair(drop_damaged)
 
     # -- helpers for subclasses ------------------------------------------------------
-
-    def _new_record(self, stream: str, state: Any, **fields: Unpack[RecordFields]) -> NewRecord:
-        """Validate and encode one save's arguments, raising before anything is written."""
-        return writes.new_record(
-            self.codec, self.json_codec, self.now, self._ttl_rule, stream, state, **fields
-        )
-
     def _decode_strict(self, record: StoredRecord) -> Checkpoint:
         """Decode a record's state, or raise :class:`CheckpointDecodeError` naming it."""
         return decode_strict(self._decoders, record)

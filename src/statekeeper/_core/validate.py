@@ -14,8 +14,10 @@ __all__ = [
     "check_id",
     "check_ids",
     "check_if_match",
+    "check_keep_last",
     "check_limit",
     "check_metadata_filter",
+    "check_prefix",
     "check_stream",
     "check_tags",
     "metadata_matches",
@@ -47,6 +49,18 @@ def check_stream(stream: object) -> None:
     if "\x00" in stream:
         raise InvalidQuery("stream names must not contain NUL")
     _check_utf8(stream, "stream")
+
+
+def check_prefix(prefix: object) -> None:
+    """Raise :class:`InvalidQuery` unless ``prefix`` is a string without NUL."""
+    if not isinstance(prefix, str) or "\x00" in prefix:
+        raise InvalidQuery(f"prefix must be a string without NUL, got {prefix!r}")
+
+
+def check_keep_last(keep_last: object) -> None:
+    """Raise :class:`InvalidQuery` unless ``keep_last`` is an int >= 0 (not a bool)."""
+    if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+        raise InvalidQuery(f"keep_last must be an int >= 0, got {keep_last!r}")
 
 
 def check_if_match(if_match: object) -> None:

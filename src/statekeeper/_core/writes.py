@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from os import urandom as _urandom
-from typing import Any, TypedDict
+from typing import Any
 
 from ..codec import Codec
 from ..errors import InvalidQuery
@@ -28,19 +28,9 @@ from ..record import NewRecord, RecordEdits, trusted_new_record
 from .interface import TTL
 from .validate import check_id, check_stream, check_tags
 
-__all__ = ["RecordFields", "TtlRule", "check_ttl", "imported_record", "new_record", "record_edits"]
+__all__ = ["TtlRule", "check_ttl", "imported_record", "new_record", "record_edits"]
 
 Clock = Callable[[], datetime]
-
-
-class RecordFields(TypedDict):
-    """The keyword arguments of one save besides its stream and state."""
-
-    tags: Mapping[str, str] | None
-    metadata: Mapping[str, Any] | None
-    parent_id: str | None
-    ttl: TTL | None
-    id: str | None
 
 
 @dataclass(frozen=True, slots=True)
