@@ -132,6 +132,11 @@ class Entry:
                 return None
         return self._pending_record()
 
+    @property
+    def location(self) -> str:
+        """Where the entry is, for problems and decode errors."""
+        return f"memory:seq={self.sequence}"
+
     def live(self, now: datetime) -> bool:
         return self.expires_at is None or self.expires_at > now
 
@@ -190,7 +195,7 @@ class MemoryStorage:
                     problems.append(
                         Problem(
                             kind="index",
-                            location=f"memory:seq={entry.sequence}",
+                            location=entry.location,
                             reason="the in-memory maps disagree about this checkpoint",
                             id=id,
                             sequence=entry.sequence,

@@ -79,7 +79,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     # -- helpers ---------------------------------------------------------------------
 
     def _location(self, entry: Entry) -> str:
-        return f"memory:seq={entry.sequence}"
+        return entry.location
 
     def _parse(self, id: str, entry: Entry) -> StoredRecord:
         """The verified record of ``entry``'s bytes (call with the lock held).
