@@ -1,5 +1,6 @@
-"""``backends/memory.py`` is the reference backend authors read (the guide points to
-it): it imports what a plugin may import, and names each exception and its reason.
+"""``backends/memory/`` is the reference backend authors read (the guide points to
+it): its modules import what a plugin may import, and the package docstring names
+each exception and its reason.
 
 A plugin may import the names a public module exports (``__all__`` of
 ``statekeeper``, ``statekeeper.errors``, ``statekeeper.record``, ...). The memory
@@ -15,29 +16,32 @@ from pathlib import Path
 
 import statekeeper.backends.memory as memory
 
-SOURCE = Path(memory.__file__)
+#: the package's modules (its own imports between them are not a plugin's concern)
+SOURCES = sorted(Path(memory.__file__).parent.glob("*.py"))
 #: private names the memory store may use, each explained in its module docstring
 FAST_PATHS = {"statekeeper.models.trusted_header", "statekeeper.record.trusted_stored_record"}
 
 
 def _imports() -> list[tuple[str, str]]:
-    """``(module, name)`` for each name memory.py imports from statekeeper."""
+    """``(module, name)`` for each name the memory backend's modules import from
+    statekeeper, outside the backend itself."""
     found = []
-    for node in ast.walk(ast.parse(SOURCE.read_text("utf-8"))):
-        if not isinstance(node, ast.ImportFrom):
-            continue
-        module = node.module or ""
-        if node.level:  # relative to statekeeper.backends
-            base = "statekeeper.backends".rsplit(".", node.level - 1)[0]
-            module = f"{base}.{module}" if module else base
-        if module.startswith("statekeeper"):
-            found += [(module, alias.name) for alias in node.names]
+    for source in SOURCES:
+        for node in ast.walk(ast.parse(source.read_text("utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            if node.level:  # relative to statekeeper.backends.memory
+                base = memory.__name__.rsplit(".", node.level - 1)[0]
+                module = f"{base}.{module}" if module else base
+            if module.startswith("statekeeper") and not module.startswith(memory.__name__):
+                found += [(module, alias.name) for alias in node.names]
     return found
 
 
 def test_memory_backend_imports_only_what_a_plugin_may() -> None:
     imports = _imports()
-    assert imports, "memory.py imports nothing from statekeeper?"
+    assert imports, "the memory backend imports nothing from statekeeper?"
     private = []
     for module, name in imports:
         if f"{module}.{name}" in FAST_PATHS:
@@ -45,7 +49,7 @@ def test_memory_backend_imports_only_what_a_plugin_may() -> None:
         public_module = not any(part.startswith("_") for part in module.split("."))
         if not public_module or name not in importlib.import_module(module).__all__:
             private.append(f"{module}.{name}")
-    assert not private, f"memory.py imports private names: {private}"
+    assert not private, f"the memory backend imports private names: {private}"
 
 
 def test_memory_backend_says_why_it_uses_each_private_fast_path() -> None:
@@ -53,4 +57,4 @@ def test_memory_backend_says_why_it_uses_each_private_fast_path() -> None:
     used = {f"{m}.{n}" for m, n in _imports()} & FAST_PATHS
     for path in used:
         name = path.rsplit(".", 1)[1]
-        assert name in doc, f"memory.py's docstring does not say why it uses {name}"
+        assert name in doc, f"the memory package's docstring does not say why it uses {name}"

@@ -25,7 +25,8 @@ import pytest
 from statekeeper._primitives import StorePrimitives
 from statekeeper._protocol import Order, ScanQuery
 from statekeeper._validate import Scalar, check_metadata_filter, check_tags
-from statekeeper.backends.memory import MemoryCheckpointStore, _Entry
+from statekeeper.backends.memory import MemoryCheckpointStore
+from statekeeper.backends.memory.storage import Entry
 from statekeeper.codec import Codec
 from statekeeper.config import Capabilities
 from statekeeper.cursor import query_fingerprint
@@ -220,7 +221,7 @@ class SaveManyVisibleHalfDone(Faithful):
             with data.lock:
                 stored = record.seal(seq)
                 blob = stored.to_bytes(data.store_id)
-                data.by_id[record.id] = _Entry(
+                data.by_id[record.id] = Entry(
                     seq, record.stream, blob, record.tags, record.expires_at
                 )
                 data.by_seq[seq] = record.id
@@ -420,7 +421,7 @@ def test_kit_fails_on_broken_backend(
 def test_harness_passes_the_faithful_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The state machine's control is tests/test_memory.py, which runs it in full.
+    # The state machine's control is tests/core/test_memory.py, which runs it in full.
     names = sorted({name for selected in MUTANTS.values() for name in selected} - {STATE_MACHINE})
     outcomes = run_kit(tmp_path, monkeypatch, Faithful, names)
     for name in names:

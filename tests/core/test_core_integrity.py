@@ -66,7 +66,7 @@ async def test_verify_reports_a_get_latest_that_answers_older_state() -> None:
 
 
 def test_repair_records_is_public_for_backend_authors() -> None:
-    assert statekeeper.repair_records.__module__ == "statekeeper._integrity"
+    assert statekeeper.repair_records.__module__ == "statekeeper._core.integrity"
     assert "repair_records" in statekeeper.__all__
 
 

@@ -13,7 +13,8 @@ import threading
 
 import pytest
 
-from statekeeper import _writes, open_store
+from statekeeper import open_store
+from statekeeper._core import writes as _writes
 
 
 def _take(n: int) -> list[str]:

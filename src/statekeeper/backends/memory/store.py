@@ -1,42 +1,14 @@
-"""``memory://``: the in-memory backend, and the official fake for application tests.
+"""``MemoryCheckpointStore``: the primitives over a :class:`~.storage.MemoryStorage`.
 
-Data lives in a :class:`MemoryStorage` owned by the store instance, never in a
-module global, so two stores never see each other's data. Pass the same
-``storage=`` to a second store to simulate a restart of the same process.
-
-It is faithful rather than lenient: states go through the same codec and the same
-record envelope as the persistent backends, so a test that passes here does not
-fail in production because of state production cannot store.
-
-Costs: ``get_latest`` is O(1) amortised, a page is O(log n + page), ``save`` is
-O(1) amortised, ``delete`` is O(n) in the worst case (a list removal). A save
-without metadata leaves its envelope bytes to be built on first use (a read, a raw
-read), from the very values the save saw, so that cost moves from the save to the
-first read. A record's envelope is parsed and verified on its first read and kept
-beside its bytes (so a checkpoint that was read takes about twice its size); states
-are decoded on every read, through the store's codec.
-
-**For backend authors reading this as an example:** it imports what a plugin may
-(the exports of ``statekeeper``, ``statekeeper.errors`` and ``statekeeper.record``)
-with two exceptions, private constructors that skip validation of values already
-checked: ``statekeeper.models.trusted_header`` (instead of
-``CheckpointHeader.model_construct``, about 9x its cost) and
-``statekeeper.record.trusted_stored_record`` (instead of ``StoredRecord(...)``,
-about 1.5x). With the public forms this store's ``save`` took 1.8x, ``get_latest``
-1.7x and a page of 20 2.0x as long (medians of 7 interleaved rounds of 2000 calls on
-one stream). They are exempt from the compatibility promise of the public API, so a
-plugin should not use them; the from-scratch backend of the backend author guide
-needs neither.
+What it imports and why, and what each operation costs, is in the package
+docstring (:mod:`statekeeper.backends.memory`).
 """
 
 from __future__ import annotations
 
-import secrets
-import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from statekeeper import (
@@ -57,161 +29,11 @@ from statekeeper.errors import (
 )
 from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
-# private, for speed: see the module docstring
-from ..models import trusted_header
-from ..record import trusted_stored_record
+# private, for speed: see the package docstring
+from ...models import trusted_header
+from .storage import Entry, MemoryStorage, fresh, remove_sorted
 
-__all__ = ["MemoryCheckpointStore", "MemoryStorage"]
-
-
-class _Entry:
-    """One checkpoint: its index fields and its envelope bytes.
-
-    ``blob`` is built on first use when the save left it pending (see
-    :meth:`MemoryCheckpointStore._insert_locked`): the same bytes, from the same
-    values, that the save would have built. Every reader holds the store's lock.
-    """
-
-    __slots__ = (
-        "_blob",
-        "_pending",
-        "_store_id",
-        "expires_at",
-        "parsed",
-        "sequence",
-        "stream",
-        "tags",
-    )
-
-    def __init__(
-        self,
-        sequence: int,
-        stream: str,
-        blob: bytes | None,
-        tags: dict[str, str],
-        expires_at: datetime | None,
-        parsed: tuple[bytes | None, StoredRecord] | None = None,
-        pending: NewRecord | None = None,
-        store_id: str = "",
-    ) -> None:
-        self.sequence = sequence
-        self.stream = stream
-        self._blob = blob
-        #: the record ``blob`` is built from (with ``store_id``), until it is built
-        self._pending = pending
-        self._store_id = store_id
-        #: the store's own copy (the tag filter reads it): no caller holds it
-        self.tags = tags
-        self.expires_at = expires_at
-        #: ``blob`` parsed and verified once (see ``_parse``), with the very bytes it
-        #: came from (``None``: the pending envelope): it is reused only while
-        #: ``blob`` is still those bytes
-        self.parsed = parsed
-
-    @property
-    def blob(self) -> bytes:
-        blob = self._blob
-        if blob is None:
-            stored = self._pending_record()
-            assert stored is not None
-            blob = self._blob = stored.to_bytes(self._store_id)
-            self._pending = None
-        return blob
-
-    @blob.setter
-    def blob(self, value: bytes) -> None:
-        self._blob = value
-        self._pending = None
-
-    def _pending_record(self) -> StoredRecord | None:
-        """The record a pending envelope is built from (``None`` when none is pending).
-
-        The values the save saw: the entry's own tags, and the metadata that made
-        the save leave the envelope pending (none: see ``_insert_locked``). This is
-        what ``record.seal`` builds with those two fields (``dataclasses.replace``
-        would cost more than the envelope).
-        """
-        record = self._pending
-        if record is None:
-            return None
-        header = trusted_header(
-            {
-                "id": record.id,
-                "stream": record.stream,
-                "sequence": self.sequence,
-                "created_at": record.created_at,
-                "updated_at": record.updated_at,
-                "etag": record.etag,
-                "parent_id": record.parent_id,
-                "tags": self.tags,
-                "metadata": {},
-                "expires_at": record.expires_at,
-            }
-        )
-        return StoredRecord(header=header, state=record.state, codec=record.codec, ttl=record.ttl)
-
-    def read_pending(self) -> StoredRecord | None:
-        """What parsing the pending envelope would give, without building it, or
-        ``None`` when nothing is pending or the parse could differ.
-
-        Every field round-trips through the envelope unchanged (strings without
-        surrogates, ints, a float TTL, str tags, no metadata) except the timestamps:
-        those are taken as they are only when each is an exact ``datetime`` in
-        ``timezone.utc`` with ``fold`` 0 (the default clock's), which ``isoformat``
-        and ``fromisoformat`` give back equal, in the same ``timezone.utc``. Any
-        other clock (a ``ZoneInfo``, a naive time) is read from the bytes.
-        """
-        record = self._pending
-        if record is None:
-            return None
-        for stamp in (record.created_at, record.updated_at, record.expires_at):
-            if stamp is not None and (
-                type(stamp) is not datetime or stamp.tzinfo is not UTC or stamp.fold
-            ):
-                return None
-        return self._pending_record()
-
-    def live(self, now: datetime) -> bool:
-        return self.expires_at is None or self.expires_at > now
-
-
-_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
-
-
-def _json_copy(value: Any) -> Any:
-    """A deep copy of a parsed JSON value (containers new, scalars shared: immutable)."""
-    t = type(value)
-    if t is dict:
-        if _SCALARS.issuperset(map(type, value.values())):
-            return value.copy()
-        return {k: _json_copy(v) for k, v in value.items()}
-    if t is list:
-        if _SCALARS.issuperset(map(type, value)):
-            return value.copy()
-        return [_json_copy(v) for v in value]
-    return value
-
-
-def _fresh(record: StoredRecord) -> StoredRecord:
-    """``record`` with a header of its own: the caller may mutate tags and metadata."""
-    values = record.header.__dict__.copy()
-    values["tags"] = values["tags"].copy()
-    values["metadata"] = _json_copy(values["metadata"])
-    return trusted_stored_record(trusted_header(values), record.state, record.codec, record.ttl)
-
-
-@dataclass
-class MemoryStorage:
-    """The data of one in-memory store. Share it between instances to simulate reopen."""
-
-    store_id: str = field(default_factory=lambda: secrets.token_hex(16))
-    cursor_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    high_water_mark: int = 0
-    by_id: dict[str, _Entry] = field(default_factory=dict)
-    by_seq: dict[int, str] = field(default_factory=dict)
-    all_seqs: list[int] = field(default_factory=list)
-    stream_seqs: dict[str, list[int]] = field(default_factory=dict)
-    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+__all__ = ["MemoryCheckpointStore"]
 
 
 class MemoryCheckpointStore(BaseCheckpointStore):
@@ -249,52 +71,23 @@ class MemoryCheckpointStore(BaseCheckpointStore):
 
     async def _verify(self) -> list[Problem]:
         """Check that the id map, the sequence map and the sorted lists agree."""
-        data = self.storage
-        problems: list[Problem] = []
-        with data.lock:
-            by_stream = {s: set(seqs) for s, seqs in data.stream_seqs.items()}
-            for id, entry in data.by_id.items():
-                if (
-                    data.by_seq.get(entry.sequence) != id
-                    or entry.sequence not in by_stream.get(entry.stream, ())
-                    or entry.sequence > data.high_water_mark
-                ):
-                    problems.append(
-                        Problem(
-                            kind="index",
-                            location=self._location(entry),
-                            reason="the in-memory maps disagree about this checkpoint",
-                            id=id,
-                            sequence=entry.sequence,
-                            stream=entry.stream,
-                        )
-                    )
-            if len(data.all_seqs) != len(data.by_id):
-                problems.append(
-                    Problem(
-                        kind="index",
-                        location="memory://",
-                        reason=f"{len(data.all_seqs)} sequences are listed for "
-                        f"{len(data.by_id)} checkpoints",
-                    )
-                )
-        return problems
+        return self.storage.problems()
 
     async def _close(self) -> None:
         return None
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _location(self, entry: _Entry) -> str:
-        return f"memory:seq={entry.sequence}"
+    def _location(self, entry: Entry) -> str:
+        return entry.location
 
-    def _parse(self, id: str, entry: _Entry) -> StoredRecord:
+    def _parse(self, id: str, entry: Entry) -> StoredRecord:
         """The verified record of ``entry``'s bytes (call with the lock held).
 
         The bytes are parsed and verified through the envelope once, as any backend
         reads them, and the result is kept beside them; a pending envelope is not
         built for this when its values are known to round-trip (see
-        :meth:`_Entry.read_pending`). It is reused only while the entry holds those
+        :meth:`Entry.read_pending`). It is reused only while the entry holds those
         very bytes, or still none (an update or a backdoor write replaces them),
         and every read gets a header of its own, so what a caller does with a
         returned checkpoint never reaches the store. States are decoded per read.
@@ -308,11 +101,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                 record = self._read(id, entry)
             entry.parsed = parsed = (blob, record)
         try:
-            return _fresh(parsed[1])
+            return fresh(parsed[1])
         except RecursionError:  # metadata nested too deep to copy: a parse of its own
             return self._read(id, entry)
 
-    def _read(self, id: str, entry: _Entry) -> StoredRecord:
+    def _read(self, id: str, entry: Entry) -> StoredRecord:
         return StoredRecord.from_bytes(
             entry.blob,
             location=self._location(entry),
@@ -321,17 +114,17 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             expect_sequence=entry.sequence,
         )
 
-    def _live_entry(self, id: str, now: datetime) -> _Entry | None:
+    def _live_entry(self, id: str, now: datetime) -> Entry | None:
         entry = self.storage.by_id.get(id)
         return entry if entry is not None and entry.live(now) else None
 
-    def _unlink(self, id: str, entry: _Entry) -> None:
+    def _unlink(self, id: str, entry: Entry) -> None:
         data = self.storage
         del data.by_id[id]
         del data.by_seq[entry.sequence]
-        _remove_sorted(data.all_seqs, entry.sequence)
+        remove_sorted(data.all_seqs, entry.sequence)
         seqs = data.stream_seqs[entry.stream]
-        _remove_sorted(seqs, entry.sequence)
+        remove_sorted(seqs, entry.sequence)
         if not seqs:
             del data.stream_seqs[entry.stream]
 
@@ -378,9 +171,9 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         stream = record.stream
         if record.metadata:
             blob = record.seal(seq).to_bytes(data.store_id)
-            entry = _Entry(seq, stream, blob, record.tags.copy(), record.expires_at)
+            entry = Entry(seq, stream, blob, record.tags.copy(), record.expires_at)
         else:
-            entry = _Entry(
+            entry = Entry(
                 seq,
                 stream,
                 None,
@@ -462,7 +255,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             entry = self._live_entry(id, now)
             return None if entry is None else self._parse(id, entry)
 
-    def _iter(self, query: ScanQuery) -> Iterator[tuple[str, _Entry]]:
+    def _iter(self, query: ScanQuery) -> Iterator[tuple[str, Entry]]:
         data = self.storage
         seqs = data.all_seqs if query.stream is None else data.stream_seqs.get(query.stream, [])
         if query.order == "asc":
@@ -577,9 +370,3 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             if entry is None:
                 raise CheckpointNotFound(id)
             entry.blob = bytes(data)
-
-
-def _remove_sorted(seqs: list[int], value: int) -> None:
-    i = bisect_left(seqs, value)
-    if i < len(seqs) and seqs[i] == value:
-        del seqs[i]

@@ -192,9 +192,9 @@ async def test_a_pending_envelope_reads_as_its_bytes_would() -> None:
     from datetime import UTC, datetime, timedelta, timezone
     from zoneinfo import ZoneInfo
 
-    from statekeeper.backends.memory import _Entry
+    from statekeeper.backends.memory.storage import Entry
 
-    def parsed(store: MemoryCheckpointStore, entry: _Entry) -> StoredRecord:
+    def parsed(store: MemoryCheckpointStore, entry: Entry) -> StoredRecord:
         return StoredRecord.from_bytes(
             entry.blob, location="t", expect_store_id=store.storage.store_id
         )
