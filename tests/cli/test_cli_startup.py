@@ -49,7 +49,7 @@ def test_help_imports_no_store_machinery(tmp_path: Path) -> None:
 def test_import_statekeeper_is_light_and_its_names_still_resolve(tmp_path: Path) -> None:
     code = (
         "import sys, statekeeper as sk\n"
-        "heavy = {'pydantic', 'statekeeper.models', 'statekeeper._protocol'}\n"
+        "heavy = {'pydantic', 'statekeeper.models', 'statekeeper._core.store'}\n"
         "light = not heavy & set(sys.modules)\n"
         "names = [getattr(sk, n) for n in sk.__all__]\n"
         "from statekeeper import open_store, errors, Checkpoint\n"
