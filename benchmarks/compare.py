@@ -55,6 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated substrings of " + ", ".join(WORKLOADS))
     parser.add_argument("--size", type=int, help="checkpoints in each store's main stream")
     parser.add_argument("--rounds", type=int, help="rounds on each side")
+    parser.add_argument("--replicas", type=int, default=2, help="processes per side")
     add_output_args(parser, "compare.md", workdir_help="where the exports and stores go")
     args = parser.parse_args(argv)
     if args.rev != "HEAD" or args.working_tree:
@@ -66,9 +67,11 @@ def settings_for(args: argparse.Namespace) -> Settings:
     only = [x.strip().lower() for x in args.only.split(",")] if args.only else []
     return Settings(
         size=args.size or (5_000 if args.quick else 10_000),
-        rounds=args.rounds or (12 if args.quick else 40),
-        slice_seconds=0.02 if args.quick else 0.05,
-        chunk_seconds=0.004,
+        rounds=args.rounds or (12 if args.quick else 30),
+        slice_seconds=0.02 if args.quick else 0.06,
+        chunk_seconds=0.01,
+        replicas=max(1, args.replicas),
+        startup_rounds=6 if args.quick else 0,
         calibrate_seconds=0.1 if args.quick else 0.25,
         postgres_url=os.environ.get(POSTGRES_ENV, ""),
         only=only,
@@ -103,6 +106,7 @@ def measure(args: argparse.Namespace, settings: Settings, workdir: Path) -> Comp
             "size": settings.size,
             "rounds": settings.rounds,
             "slice_ms": round(settings.slice_seconds * 1000),
+            "replicas": settings.replicas,
         },
     }
     started = time.perf_counter()

@@ -59,7 +59,7 @@ def _x(value: float) -> str:
 def _table(group: dict[str, Any], name: str) -> list[str]:
     lines = [
         "| operation | before median (p10-p90) | after median (p10-p90) | after/before "
-        "(95% bootstrap; rounds' min-max) | within 10%? |",
+        "(95% bootstrap; p10s; rounds' min-max) | within 10%? |",
         "|---|---|---|---|---|",
     ]
     for row in rows(group, name):
@@ -71,7 +71,7 @@ def _table(group: dict[str, Any], name: str) -> list[str]:
         lines.append(
             f"| {row['op']} | {format_stat(row['before'])} n={n_b} | "
             f"{format_stat(row['after'])} n={n_a} | **{_x(r.ratio)}** ({_x(r.low)}-{_x(r.high)}; "
-            f"{_x(r.round_min)}-{_x(r.round_max)} over {r.rounds} rounds) | {row['verdict']} |"
+            f"p10s {_x(r.p10)}; rounds {_x(r.round_min)}-{_x(r.round_max)}) | {row['verdict']} |"
         )
     return lines
 
@@ -79,8 +79,9 @@ def _table(group: dict[str, Any], name: str) -> list[str]:
 def _build_note(group: dict[str, Any]) -> str:
     parts = []
     for label, info in group["info"].items():
-        if "build_seconds" in info and info.get("saved"):
-            parts.append(f"{label} {info['build_seconds']:.1f} s")
+        if info.get("saved"):
+            builds = info.get("builds", [info.get("build_seconds", 0.0)])
+            parts.append(f"{label} " + ", ".join(f"{s:.1f} s" for s in builds))
     return ("; build: " + ", ".join(parts)) if parts else ""
 
 
@@ -116,15 +117,22 @@ def render(results: CompareResults) -> str:
         f'{WHOLE} for the whole listing; 1% with `metadata.source == "input"`), built '
         f'with `save_many` in batches of {BUILD_BATCH:,} through a `durability="fast"` '
         "handle where the backend has one (untimed). Every read and write was checked "
-        "once against the ids the build returned before it was timed. Each side then ran "
-        f"{settings.get('rounds', '?')} rounds, each op the same number of calls per "
-        f"round on both sides (sized to about {settings.get('slice_ms', '?')} ms), in "
-        "an order shuffled per round; the collector is off while calls are timed. "
+        "once against the ids the build returned before it was timed. Each side runs "
+        f"in {settings.get('replicas', 1)} child processes, each with its own store "
+        "(one process of identical code can be a few % off another), which take the "
+        "chunks below in turn. Then "
+        f"{settings.get('rounds', '?')} rounds: in each, every op in turn (in an order "
+        "shuffled per round) runs in chunks of a few milliseconds of calls that alternate "
+        "between the two sides, each op the same number of calls on both (about "
+        f"{settings.get('slice_ms', '?')} ms of them per side per round), so that other "
+        "work on the machine falls on both alike; the collector is off while calls are "
+        "timed. "
         "Medians are of all calls pooled. The ratio is after/before of the medians; in "
-        "brackets a 95% bootstrap interval over rounds (paired) and the lowest and "
+        "brackets a 95% bootstrap interval over rounds (paired), the ratio of the p10s "
+        "(the fastest tenth of calls, least touched by other work), and the lowest and "
         "highest ratio of one round's medians. *within 10%?*: **yes** at a ratio of at "
-        f"most x{LIMIT:.2f}; **NO** when even the interval's low end is over it; "
-        "*unclear* when only the ratio is over."
+        f"most x{LIMIT:.2f}; **NO** when the interval's low end and the p10s' ratio are "
+        "over it too; *unclear* when only some are (measure again, on a quieter machine)."
     )
     lines.append("")
     for name, group in results.groups.items():

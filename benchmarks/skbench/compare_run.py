@@ -3,11 +3,12 @@
 For each workload (a backend's store, or the codec) one child process per side
 (:mod:`skbench.compare_child`) builds its own store and checks every read once.
 Then, untimed, a calibration sizes the rounds: each op gets the same number of
-calls per round on both sides (:func:`skbench.compare_stats.reps_for`), so the
-stores grow alike under the writes. Then many short rounds alternate between the
-sides, in the order before-after, after-before, ... (each side's round is well
-under a second), so that load on the shared machine falls on both alike. Each
-reply carries the raw per-call seconds; nothing is summarised until the report.
+calls per round on both sides (:func:`skbench.compare_stats.plan_for`), so the
+stores grow alike under the writes. Then many rounds: in each, every op in
+turn runs in chunks of a few milliseconds of calls, alternating between the two
+sides (:func:`_round`), so that a burst of other work on the shared machine falls
+on both alike. Each reply carries the raw per-call seconds; nothing is summarised
+until the report (:mod:`skbench.compare_stats`, :mod:`skbench.compare_report`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,13 @@ class Settings:
     chunk_seconds: float  # per op per side between two switches of side
     calibrate_seconds: float
     postgres_url: str
+    #: Processes per side, each with its own store, taking the chunks in turn: one
+    #: process of identical code can be a few % off another (memory layout), and
+    #: on PostgreSQL each has its own server connections.
+    replicas: int = 2
     only: list[str] = field(default_factory=list)
     startup_seed: int = 10
+    startup_rounds: int = 0  # 0: as many as ``rounds``
 
 
 @dataclass
@@ -142,25 +148,31 @@ def run_workload(
     say = say or results.say
     group: dict[str, Any] = {"info": {}, "ops": {}, "loads": [f"start {loadavg()}"]}
     results.groups[name] = group
-    children: dict[str, Child] = {}
+    children: dict[str, list[Child]] = {side.label: [] for side in sides}
     try:
         for side in sides:
-            children[side.label] = child = Child(side, workdir / name / side.label)
-            opened = child.ask(
-                cmd="open",
-                workload=name,
-                size=settings.size,
-                workdir=str(workdir / name / side.label),
-                postgres_url=settings.postgres_url,
-            )
-            group["info"][side.label] = opened
+            replies = []
+            for i in range(settings.replicas):
+                where = workdir / name / side.label / str(i)
+                children[side.label].append(child := Child(side, where))
+                replies.append(
+                    child.ask(
+                        cmd="open",
+                        workload=name,
+                        size=settings.size,
+                        workdir=str(where),
+                        postgres_url=settings.postgres_url,
+                    )
+                )
+            group["info"][side.label] = opened = _merge(replies)
             built = (
-                f"built {opened['saved']:,} checkpoints in {opened['build_seconds']:.1f} s"
+                f"built {opened['saved']:,} checkpoints in "
+                + ", ".join(f"{s:.1f} s" for s in opened["builds"])
                 if opened["saved"]
                 else "ready"
             )
             say(
-                f"{name} {side.label}: {built}"
+                f"{name} {side.label} ({settings.replicas} processes): {built}"
                 + "".join(f"; WRONG ANSWER {op}: {p}" for op, p in opened["problems"].items())
             )
         ops = _measurable(group, sides)
@@ -174,8 +186,9 @@ def run_workload(
         group["failed"] = str(exc)
         say(f"{name}: FAILED: {exc}")
     finally:
-        for child in children.values():
-            child.close()
+        for replicas in children.values():
+            for child in replicas:
+                child.close()
         group["loads"].append(f"end {loadavg()}")
 
 
@@ -183,14 +196,15 @@ def _round(
     r: int,
     plan: dict[str, tuple[int, int]],
     sides: list[Side],
-    children: dict[str, Child],
+    children: dict[str, list[Child]],
     group: dict[str, Any],
     prefix: str,
     say: Callable[[str], None],
 ) -> None:
     """Round ``r``: each op in turn (in an order shuffled per round), in ``chunks``
     of ``reps`` calls that alternate between the sides (A B, B A, A B, ...; which
-    goes first alternates between ops and rounds too). A chunk is a few
+    goes first alternates between ops and rounds too), each chunk on the next of
+    the side's processes (:attr:`Settings.replicas`). A chunk is a few
     milliseconds, so a burst of other work on the machine falls on both sides of
     every op alike; the round's samples of a side are its chunks together."""
     names = list(plan)
@@ -204,13 +218,25 @@ def _round(
             for side in order:
                 if "error" in cell:
                     return
-                reply = children[side.label].ask(cmd="round", reps={op: reps}, seed=r)
+                replicas = children[side.label]
+                child = replicas[(r + c) % len(replicas)]
+                reply = child.ask(cmd="round", reps={op: reps}, seed=r)
                 got[side.label] += reply["samples"].get(op, [])
                 for name, error in reply["errors"].items():
                     group["ops"][name]["error"] = f"{side.label}: {error}"
                     say(f"  {prefix}{name}: ERROR on {side.label}: {error}")
         for label, samples in got.items():
             cell[label].append(samples)
+
+
+def _merge(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's replicas' answers to ``open`` as one: the ops all can run, every
+    wrong answer any of them found."""
+    merged = dict(replies[0])
+    merged["builds"] = [r["build_seconds"] for r in replies]
+    merged["problems"] = {k: v for r in replies for k, v in r["problems"].items()}
+    merged["ops"] = [op for op in replies[0]["ops"] if all(op in r["ops"] for r in replies)]
+    return merged
 
 
 def _measurable(group: dict[str, Any], sides: list[Side]) -> list[str]:
@@ -227,12 +253,16 @@ def _measurable(group: dict[str, Any], sides: list[Side]) -> list[str]:
 
 
 def _calibrate(
-    children: dict[str, Child], ops: list[str], settings: Settings, group: dict[str, Any]
+    children: dict[str, list[Child]],
+    ops: list[str],
+    settings: Settings,
+    group: dict[str, Any],
 ) -> dict[str, tuple[int, int]]:
     """Untimed calls of every op on each side; then each op's calls per chunk and
     chunks per round (:func:`skbench.compare_stats.plan_for`), the same on both."""
     medians: dict[str, list[float]] = {op: [] for op in ops}
-    for child in children.values():
+    for replicas in children.values():
+        child = replicas[0]
         reply = child.ask(cmd="calibrate", seconds=settings.calibrate_seconds)
         for op, samples in reply["samples"].items():
             if op in medians:

@@ -106,7 +106,7 @@ def run_startup(
             if op in problems:
                 cell["error"] = f"wrong answer on {side.label}: {problems[op]}"
                 results.say(f"startup {side.label} {op}: WRONG ANSWER: {problems[op]}")
-    rounds = settings.rounds
+    rounds = settings.startup_rounds or settings.rounds
     results.say(f"startup: {rounds} rounds of both commands on each side, alternating")
     for r in range(rounds):
         order = sides if r % 2 == 0 else sides[::-1]
