@@ -68,8 +68,8 @@ def settings_for(args: argparse.Namespace) -> Settings:
     return Settings(
         size=args.size or (5_000 if args.quick else 10_000),
         rounds=args.rounds or (12 if args.quick else 30),
-        slice_seconds=0.02 if args.quick else 0.06,
-        chunk_seconds=0.01,
+        slice_seconds=0.03 if args.quick else 0.075,
+        chunk_seconds=0.015 if args.quick else 0.025,
         replicas=max(1, args.replicas),
         startup_rounds=6 if args.quick else 0,
         calibrate_seconds=0.1 if args.quick else 0.25,

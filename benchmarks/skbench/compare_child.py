@@ -42,12 +42,6 @@ def _replies() -> TextIO:
     return out
 
 
-async def _timed(op: Op, index: int) -> float:
-    t0 = time.perf_counter_ns()
-    await op(index)
-    return (time.perf_counter_ns() - t0) / 1e9
-
-
 class Child:
     def __init__(self) -> None:
         self.workload: StoreWorkload | CodecWorkload | None = None
@@ -97,18 +91,24 @@ class Child:
         return reply
 
     async def _calls(self, name: str, count: int, until: float | None = None) -> list[float]:
-        op, out = self.ops[name], []
-        for _ in range(count):
-            out.append(await _timed(op, self.index[name]))
-            self.index[name] += 1
+        op, start, out = self.ops[name], self.index[name], []
+        clock = time.perf_counter_ns
+        for k in range(count):
+            t0 = clock()
+            await op(start + k)
+            out.append((clock() - t0) / 1e9)
             if until is not None and time.perf_counter() > until:
                 break
+        self.index[name] = start + len(out)
         return out
 
     async def _run(self, plan: list[tuple[str, int, float | None]]) -> dict[str, Any]:
         samples: dict[str, list[float]] = {}
         errors: dict[str, str] = {}
+        # what the last calls left: collected, and the survivors frozen, so that the
+        # next collection has only the newest objects to look at
         gc.collect()
+        gc.freeze()
         gc.disable()
         try:
             for name, count, seconds in plan:
@@ -149,7 +149,12 @@ async def main(argv: list[str]) -> None:
     out.write(json.dumps({"ready": where, "pid": os.getpid()}) + "\n")
     out.flush()
     child = Child()
-    while line := await asyncio.to_thread(sys.stdin.readline):
+    # commands arrive through the event loop's own poll: one wake-up per command, and
+    # the loop stays free for the store's own callbacks while the other side runs
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
         msg = json.loads(line)
         try:
             reply = await child.handle(msg)

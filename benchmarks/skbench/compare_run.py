@@ -181,6 +181,8 @@ def run_workload(
         say(f"{name}: {settings.rounds} rounds of {len(plan)} ops, sides alternating")
         for r in range(settings.rounds):
             _round(r, plan, sides, children, group, f"{name} ", say)
+            if (r + 1) % 10 == 0 and r + 1 < settings.rounds:
+                say(f"  {name}: {r + 1} rounds done (load {loadavg()})")
         _say_medians(name, group, sides, say)
     except ChildFailed as exc:
         group["failed"] = str(exc)

@@ -124,7 +124,7 @@ class StoreWorkload:
     async def _each_table(self, statement: str) -> None:
         """``statement`` (``{}`` for the name) on each of this store's PostgreSQL
         tables, through asyncpg itself: the store has no public "analyze" or "drop"."""
-        import asyncpg  # type: ignore[import-untyped]
+        import asyncpg  # type: ignore[import-untyped,unused-ignore]
 
         dsn = self.url.replace("postgresql+asyncpg://", "postgresql://", 1)
         conn = await asyncpg.connect(dsn)
