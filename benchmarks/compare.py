@@ -18,6 +18,7 @@ included); ``--docs`` also replaces the section "Before and after the redesign" 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -33,8 +34,8 @@ from skbench.compare_run import CompareResults, Settings, loadavg, run_workload 
 from skbench.compare_source import Side, export, working_tree  # noqa: E402
 from skbench.compare_startup import run_startup  # noqa: E402
 from skbench.machine import describe_machine  # noqa: E402
-from skbench.script import add_output_args, load_raw, write_section  # noqa: E402
-from skbench.source import command  # noqa: E402
+from skbench.script import DOCS, add_output_args, load_raw  # noqa: E402
+from skbench.source import command, splice  # noqa: E402
 
 #: The commit the redesign started from.
 START = "dc54e45"
@@ -71,7 +72,7 @@ def settings_for(args: argparse.Namespace) -> Settings:
         slice_seconds=0.03 if args.quick else 0.075,
         chunk_seconds=0.015 if args.quick else 0.025,
         replicas=max(1, args.replicas),
-        startup_rounds=6 if args.quick else 0,
+        startup_rounds=6 if args.quick else 20,
         calibrate_seconds=0.1 if args.quick else 0.25,
         postgres_url=os.environ.get(POSTGRES_ENV, ""),
         only=only,
@@ -87,7 +88,19 @@ def _side_meta(side: Side) -> dict[str, str | None]:
 
 
 def _write(args: argparse.Namespace, results: CompareResults) -> None:
-    write_section(args, results, render(results), SECTION, results.meta.get("settings", {}))
+    """As :func:`skbench.script.write_section`, but the raw JSON compact: it holds
+    every call's nanoseconds, hundreds of thousands of them."""
+    section = render(results)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(section, encoding="utf-8")
+    raw = {"settings": results.meta.get("settings", {}), **vars(results)}
+    with args.output.with_suffix(".json").open("w", encoding="utf-8") as out:
+        json.dump(raw, out, separators=(",", ":"), default=str)
+    if args.docs:
+        DOCS.write_text(splice(DOCS.read_text(encoding="utf-8"), SECTION, section), "utf-8")
+        results.say(f"spliced the section into {DOCS}")
+    print(section)
+    results.say(f"wrote {args.output} (+ .json)")
 
 
 def rerender(args: argparse.Namespace) -> None:

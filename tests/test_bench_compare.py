@@ -69,9 +69,11 @@ def test_verdict(ratio: float, low: float, p10: float, expected: str) -> None:
 
 def test_plan_gives_slow_ops_one_call_a_chunk_and_fast_ops_many() -> None:
     assert plan_for([0.050, 0.040], slice_seconds=0.06, chunk_seconds=0.01) == (1, 1)
-    reps, chunks = plan_for([10e-6, 12e-6], slice_seconds=0.06, chunk_seconds=0.01)
-    assert reps == round(0.01 / 12e-6)  # sized on the slower side
+    reps, chunks = plan_for([100e-6, 120e-6], slice_seconds=0.06, chunk_seconds=0.01)
+    assert reps == round(0.01 / 120e-6)  # sized on the slower side
     assert chunks == 6
+    assert plan_for([1e-6], 0.06, 0.01) == (200, 8)  # at most 200 calls, 8 chunks
+    assert plan_for([1e-6], 0.06, 0.01, cap=40) == (40, 8)
     assert plan_for([0.0, float("nan")], 0.06, 0.01) == (1, 1)
 
 
@@ -91,7 +93,7 @@ def _results() -> CompareResults:
             "info": {"before": {"saved": 10, "builds": [0.1, 0.2]}},
             "loads": ["start 1.00 1.00 1.00"],
             "ops": {
-                "get_latest": {"before": _rounds(1e-5), "after": _rounds(2e-5), "reps": 5},
+                "get_latest": {"before": _rounds(1e4), "after": _rounds(2e4), "reps": 5},
                 "load by id": {"before": [], "after": [], "error": "wrong answer on after: x"},
             },
         },

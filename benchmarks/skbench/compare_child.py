@@ -11,7 +11,7 @@ line on its real stdout (anything else printed goes to stderr):
   wrong answers found (``problems``, op -> what is wrong);
 - ``{"cmd": "round", "reps": {op: n}, "seed": k}``: ``n`` calls of each op, the
   ops in an order shuffled by ``seed``, the collector off; answers the raw
-  per-call seconds (``samples``, op -> list) and ``errors`` (op -> message);
+  per-call nanoseconds (``samples``, op -> list) and ``errors`` (op -> message);
 - ``{"cmd": "calibrate", "seconds": s}``: calls of each op for up to ``s`` seconds
   (at most 50), answered like a round; the parent sizes the rounds from these;
 - ``{"cmd": "close"}``: close the store, answer, and exit.
@@ -90,20 +90,20 @@ class Child:
             reply["encoded_bytes"] = self.workload.sizes()
         return reply
 
-    async def _calls(self, name: str, count: int, until: float | None = None) -> list[float]:
+    async def _calls(self, name: str, count: int, until: float | None = None) -> list[int]:
         op, start, out = self.ops[name], self.index[name], []
         clock = time.perf_counter_ns
         for k in range(count):
             t0 = clock()
             await op(start + k)
-            out.append((clock() - t0) / 1e9)
+            out.append(clock() - t0)
             if until is not None and time.perf_counter() > until:
                 break
         self.index[name] = start + len(out)
         return out
 
     async def _run(self, plan: list[tuple[str, int, float | None]]) -> dict[str, Any]:
-        samples: dict[str, list[float]] = {}
+        samples: dict[str, list[int]] = {}
         errors: dict[str, str] = {}
         # what the last calls left: collected, and the survivors frozen, so that the
         # next collection has only the newest objects to look at

@@ -31,6 +31,10 @@ TITLES = {
 _ORDER = {"codec": CODEC_OPS, "startup": (HELP, LATEST)}
 
 
+def _seconds(rounds: list[list[int]]) -> list[list[float]]:
+    return [[x / 1e9 for x in r] for r in rounds]
+
+
 def rows(group: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """One row per operation: the two summaries, the ratio and the verdict."""
     order = _ORDER.get(name, STORE_OPS)
@@ -39,7 +43,7 @@ def rows(group: dict[str, Any], name: str) -> list[dict[str, Any]]:
     for op in ops:
         cell = group["ops"][op]
         row: dict[str, Any] = {"op": op, "reps": cell.get("reps")}
-        before, after = cell.get("before", []), cell.get("after", [])
+        before, after = _seconds(cell.get("before", [])), _seconds(cell.get("after", []))
         if "error" in cell:
             row["error"] = cell["error"]
         elif not any(before) or not any(after):
@@ -56,13 +60,13 @@ def _x(value: float) -> str:
     return f"x{value:.2f}"
 
 
-def _table(group: dict[str, Any], name: str) -> list[str]:
+def _table(table: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| operation | before median (p10-p90) | after median (p10-p90) | after/before "
         "(95% bootstrap; p10s; rounds' min-max) | within 10%? |",
         "|---|---|---|---|---|",
     ]
-    for row in rows(group, name):
+    for row in table:
         if "error" in row:
             lines.append(f"| {row['op']} | - | - | - | ERROR: {row['error']} |")
             continue
@@ -135,6 +139,11 @@ def render(results: CompareResults) -> str:
         "over it too; *unclear* when only some are (measure again, on a quieter machine)."
     )
     lines.append("")
+    tables = {
+        name: rows(group, name)
+        for name, group in results.groups.items()
+        if "unavailable" not in group
+    }
     for name, group in results.groups.items():
         lines += [f"### {TITLES.get(name, name)}", ""]
         if "unavailable" in group:
@@ -144,22 +153,24 @@ def render(results: CompareResults) -> str:
         extra = _build_note(group)
         if name == "codec":
             sizes = group["info"].get("before", {}).get("encoded_bytes", {})
-            extra += "; encoded sizes: " + ", ".join(f"{k} {v:,} B" for k, v in sizes.items())
+            extra += "; encoded sizes: " + ", ".join(
+                f"{k} {v:,} B" if isinstance(v, int) else f"{k} {v}" for k, v in sizes.items()
+            )
         if name == "startup":
             extra += "; wall time of the console script, one run per side per round"
         lines += [f"Load averages: {loads}{extra}.", ""]
         if "failed" in group:
             lines += [f"**Failed:** {group['failed']}", ""]
-        lines += _table(group, name)
+        lines += _table(tables[name])
         lines.append("")
-    lines += _summary(results)
+    lines += _summary(tables)
     return "\n".join(lines) + "\n"
 
 
-def _summary(results: CompareResults) -> list[str]:
+def _summary(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     counts: dict[str, list[str]] = {"yes": [], "unclear": [], "NO": [], "error": []}
-    for name, group in results.groups.items():
-        for row in rows(group, name) if "unavailable" not in group else []:
+    for name, table in tables.items():
+        for row in table:
             key = row.get("verdict", "error")
             r = row.get("ratio")
             label = f"{name} {row['op']}" + (f" ({_x(r.ratio)})" if r else "")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -25,8 +26,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from .compare_source import Side
-from .compare_stats import plan_for
+from .compare_stats import MAX_CHUNK, plan_for
+from .compare_workloads import WRITE_OPS
 from .timing import Stat
+
+#: Calls per chunk at most for the ops that add checkpoints (see ``WRITE_OPS``).
+WRITE_CHUNK = 40
 
 __all__ = ["ChildFailed", "CompareResults", "Settings", "loadavg", "run_workload"]
 
@@ -56,7 +61,8 @@ class Settings:
 class CompareResults:
     meta: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
-    #: workload -> {"info": {...}, "ops": {op: {"reps", "before", "after", "error"}}}
+    #: workload -> {"info": {...}, "ops": {op: {"reps", "before", "after", "error"}}};
+    #: "before" and "after" are lists of rounds, each a list of per-call nanoseconds
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     loads: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
@@ -131,8 +137,9 @@ class Child:
             self._log.close()
 
 
-def _median(samples: list[float]) -> float:
-    return Stat.of(samples).median if samples else float("nan")
+def _median(samples: list[int]) -> float:
+    """The median of nanosecond samples, in seconds."""
+    return Stat.of(samples).median / 1e9 if samples else float("nan")
 
 
 def run_workload(
@@ -191,6 +198,8 @@ def run_workload(
         for replicas in children.values():
             for child in replicas:
                 child.close()
+        # the stores' files go now, not all at the end (a file store is ~10^4 files)
+        shutil.rmtree(workdir / name, ignore_errors=True)
         group["loads"].append(f"end {loadavg()}")
 
 
@@ -214,7 +223,7 @@ def _round(
     for k, op in enumerate(names):
         reps, chunks = plan[op]
         cell = group["ops"][op]
-        got: dict[str, list[float]] = {side.label: [] for side in sides}
+        got: dict[str, list[int]] = {side.label: [] for side in sides}
         for c in range(chunks):
             order = sides if (r + k + c) % 2 == 0 else sides[::-1]
             for side in order:
@@ -272,7 +281,13 @@ def _calibrate(
         for op, error in reply["errors"].items():
             group["ops"][op]["error"] = f"{child.side.label}: {error}"
     plan = {
-        op: plan_for(m, settings.slice_seconds, settings.chunk_seconds) for op, m in medians.items()
+        op: plan_for(
+            m,
+            settings.slice_seconds,
+            settings.chunk_seconds,
+            WRITE_CHUNK if op in WRITE_OPS else MAX_CHUNK,
+        )
+        for op, m in medians.items()
     }
     for op, (reps, chunks) in plan.items():
         group["ops"][op]["reps"] = reps * chunks

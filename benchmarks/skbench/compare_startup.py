@@ -120,5 +120,5 @@ def run_startup(
                 if done.returncode != 0:
                     cell["error"] = f"{side.label}: exit status {done.returncode}"
                     continue
-                cell[side.label].append([seconds])
+                cell[side.label].append([round(seconds * 1e9)])
     group["loads"].append(f"end {loadavg()}")

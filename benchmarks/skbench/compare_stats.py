@@ -28,7 +28,7 @@ from .timing import Stat, _quantile
 LIMIT = 1.10
 RESAMPLES = 400
 SEED = 23
-MAX_CHUNK = 1000
+MAX_CHUNK = 200
 MAX_CHUNKS = 8
 #: The bootstrap works on each round cut down to this many quantiles (a round of
 #: a fast op holds hundreds of calls; pure Python must stay quick).
@@ -121,16 +121,18 @@ def verdict(r: Ratio, limit: float = LIMIT) -> str:
     return "unclear"
 
 
-def plan_for(medians: list[float], slice_seconds: float, chunk_seconds: float) -> tuple[int, int]:
+def plan_for(
+    medians: list[float], slice_seconds: float, chunk_seconds: float, cap: int = MAX_CHUNK
+) -> tuple[int, int]:
     """Calls per chunk and chunks per round of one op, the same on both sides.
 
     A chunk is about ``chunk_seconds`` of calls at the slower side's median (1 to
-    :data:`MAX_CHUNK` calls), and a round about ``slice_seconds`` of them (1 to
+    ``cap`` calls), and a round about ``slice_seconds`` of them (1 to
     :data:`MAX_CHUNKS` chunks): a slow op gets one call per chunk and few chunks, a
     fast one many calls per chunk."""
     slowest = max((m for m in medians if m > 0 and math.isfinite(m)), default=0.0)
     if slowest == 0.0:
         return 1, 1
-    reps = max(1, min(MAX_CHUNK, round(chunk_seconds / slowest)))
+    reps = max(1, min(cap, round(chunk_seconds / slowest)))
     chunks = max(1, min(MAX_CHUNKS, round(slice_seconds / (reps * slowest))))
     return reps, chunks
