@@ -17,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -28,7 +29,6 @@ from typing import IO, Any
 from .compare_source import Side
 from .compare_stats import MAX_CHUNK, plan_for
 from .compare_workloads import WRITE_OPS
-from .timing import Stat
 
 #: Calls per chunk at most for the ops that add checkpoints (see ``WRITE_OPS``).
 WRITE_CHUNK = 40
@@ -139,7 +139,7 @@ class Child:
 
 def _median(samples: list[int]) -> float:
     """The median of nanosecond samples, in seconds."""
-    return Stat.of(samples).median / 1e9 if samples else float("nan")
+    return statistics.median(samples) / 1e9 if samples else float("nan")
 
 
 def run_workload(
