@@ -105,7 +105,9 @@ def _write(args: argparse.Namespace, results: CompareResults) -> None:
 
 def rerender(args: argparse.Namespace) -> None:
     results = CompareResults()
-    load_raw(args, results, ("meta", "machine", "groups", "loads", "log"), _command())
+    saved = load_raw(args, results, ("meta", "machine", "groups", "loads", "log"), _command())
+    for group in results.groups.values():
+        group.setdefault("replicas", saved.get("replicas", 1))
     _write(args, results)
 
 

@@ -16,7 +16,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from skbench.compare_report import SECTION, render, rows  # noqa: E402
 from skbench.compare_run import CompareResults  # noqa: E402
-from skbench.compare_stats import Ratio, plan_for, ratio_of, verdict  # noqa: E402
+from skbench.compare_stats import (  # noqa: E402
+    Ratio,
+    by_replica,
+    null_spread,
+    plan_for,
+    ratio_of,
+    verdict,
+)
 
 
 def _rounds(scale: float, n: int = 12) -> list[list[float]]:
@@ -65,6 +72,30 @@ def test_the_bootstrap_works_on_rounds_larger_than_it_keeps() -> None:
 )
 def test_verdict(ratio: float, low: float, p10: float, expected: str) -> None:
     assert verdict(Ratio(ratio, p10, low, 2.0, 0.5, 2.0, 10)) == expected
+
+
+@pytest.mark.parametrize(
+    ("ratio", "low", "null", "expected"),
+    [
+        (1.3, 1.2, 1.02, "NO"),  # two processes of the same code agree: a finding
+        (1.3, 1.2, 1.25, "unclear"),  # they differ as much as the sides do
+        (2.49, 1.20, 1.89, "unclear"),  # a shared disk: the interval is inside A/A
+        (3.0, 2.1, 1.5, "NO"),  # a change far beyond the A/A spread is still called
+    ],
+)
+def test_verdict_against_the_runs_own_null_test(
+    ratio: float, low: float, null: float, expected: str
+) -> None:
+    assert verdict(Ratio(ratio, 1.5, low, 4.0, 0.5, 4.0, 10), null=null) == expected
+
+
+def test_calls_go_back_to_the_process_that_made_them() -> None:
+    # round 0: chunks on processes 0, 1, 0; round 1: on 1, 0, 1 (two calls a chunk)
+    rounds = [[1, 1, 2, 2, 1, 1], [2, 2, 1, 1, 2, 2]]
+    assert by_replica(rounds, per_chunk=2, replicas=2) == [[1] * 6, [2] * 6]
+    before = [[1.0, 1.0, 2.0, 2.0], [2.0, 2.0, 1.0, 1.0]]
+    assert null_spread(before, before, per_chunk=2, replicas=2) == pytest.approx(2.0)
+    assert null_spread(before, before, per_chunk=2, replicas=1) is None
 
 
 def test_plan_gives_slow_ops_one_call_a_chunk_and_fast_ops_many() -> None:

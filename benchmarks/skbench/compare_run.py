@@ -154,6 +154,7 @@ def run_workload(
     """Measure workload ``name`` on both ``sides``; fill ``results.groups[name]``."""
     say = say or results.say
     group: dict[str, Any] = {"info": {}, "ops": {}, "loads": [f"start {loadavg()}"]}
+    group["replicas"] = settings.replicas
     results.groups[name] = group
     children: dict[str, list[Child]] = {side.label: [] for side in sides}
     try:

@@ -12,7 +12,9 @@ medians; its spread comes two ways:
   indices on both sides, keeping the pairs), take the ratio of pooled medians,
   and report the 2.5th and 97.5th percentiles of :data:`RESAMPLES` of them.
 
-:func:`verdict` says whether the ratio is within the issue's limit (x1.10).
+:func:`verdict` says whether the ratio is within the limit (x1.10), and
+:func:`null_spread` how far apart two processes of the *same* side are in the
+same run: the A/A test each run carries, against which a ratio is judged.
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ MAX_CHUNKS = 8
 #: a fast op holds hundreds of calls; pure Python must stay quick).
 KEEP = 25
 
-__all__ = ["LIMIT", "Ratio", "plan_for", "ratio_of", "summary", "verdict"]
+__all__ = [
+    "LIMIT",
+    "Ratio",
+    "by_replica",
+    "null_spread",
+    "plan_for",
+    "ratio_of",
+    "summary",
+    "verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -106,19 +117,55 @@ def ratio_of(
     return Ratio(point, p10, low, high, min(per_round), max(per_round), n)
 
 
-def verdict(r: Ratio, limit: float = LIMIT) -> str:
-    """``yes`` when the ratio is within ``limit``; ``NO`` when it is over and so are
-    the bootstrap's low end and the p10s' ratio; else ``unclear`` (the ratio is
-    over, but noise could explain it: measure again, on a quieter machine).
+def verdict(r: Ratio, limit: float = LIMIT, null: float | None = None) -> str:
+    """``yes`` when the ratio is within ``limit``; ``NO`` when it is beyond what
+    noise explains; else ``unclear`` (measure again, on a quieter machine).
+
+    Beyond noise means all of: the p10s' ratio is over ``limit`` too; the ratio is
+    over ``limit`` times ``null``, the same run's A/A spread (:func:`null_spread`);
+    and the bootstrap's low end is over both ``limit`` and ``null``.
 
     The p10s count because on a loaded machine the slow calls are the ones other
     work delayed, and which side more of those fall on is luck; a change that
-    makes an operation slower moves its fastest calls too."""
+    makes an operation slower moves its fastest calls too. The A/A spread counts
+    because a ratio that two processes of the same code also show is no finding:
+    where they differ by more than ``limit`` (saves that wait on a shared disk),
+    this run cannot resolve ``limit``, and only a larger change is called."""
     if r.ratio <= limit:
         return "yes"
-    if r.low > limit and r.p10 > limit:
+    spread = max(1.0, null or 1.0)
+    if r.p10 > limit and r.ratio > limit * spread and r.low > max(limit, spread):
         return "NO"
     return "unclear"
+
+
+def by_replica(rounds: list[list[float]], per_chunk: int, replicas: int) -> list[list[float]]:
+    """Each process's calls, from rounds laid out as :mod:`skbench.compare_run` runs
+    them: round ``r``'s chunk ``c`` (``per_chunk`` calls) ran on process
+    ``(r + c) % replicas``."""
+    out: list[list[float]] = [[] for _ in range(replicas)]
+    for r, samples in enumerate(rounds):
+        for start in range(0, len(samples), per_chunk):
+            out[(r + start // per_chunk) % replicas] += samples[start : start + per_chunk]
+    return out
+
+
+def null_spread(
+    before: list[list[float]], after: list[list[float]], per_chunk: int, replicas: int
+) -> float | None:
+    """The A/A comparison every run carries: the larger, over both sides, of the
+    ratio between the medians of two processes of the same side (slower over
+    faster, so at least 1). ``None`` with one process per side."""
+    if replicas < 2 or per_chunk < 1:
+        return None
+    worst = 1.0
+    for rounds in (before, after):
+        parts = [p for p in by_replica(rounds, per_chunk, replicas) if p]
+        if len(parts) < 2:
+            return None
+        medians = [statistics.median(p) for p in parts]
+        worst = max(worst, max(medians) / min(medians))
+    return worst
 
 
 def plan_for(
