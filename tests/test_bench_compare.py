@@ -91,8 +91,8 @@ def test_verdict_against_the_runs_own_null_test(
 
 def test_calls_go_back_to_the_process_that_made_them() -> None:
     # round 0: chunks on processes 0, 1, 0; round 1: on 1, 0, 1 (two calls a chunk)
-    rounds = [[1, 1, 2, 2, 1, 1], [2, 2, 1, 1, 2, 2]]
-    assert by_replica(rounds, per_chunk=2, replicas=2) == [[1] * 6, [2] * 6]
+    rounds = [[1.0, 1.0, 2.0, 2.0, 1.0, 1.0], [2.0, 2.0, 1.0, 1.0, 2.0, 2.0]]
+    assert by_replica(rounds, per_chunk=2, replicas=2) == [[1.0] * 6, [2.0] * 6]
     before = [[1.0, 1.0, 2.0, 2.0], [2.0, 2.0, 1.0, 1.0]]
     assert null_spread(before, before, per_chunk=2, replicas=2) == pytest.approx(2.0)
     assert null_spread(before, before, per_chunk=2, replicas=1) is None
