@@ -166,3 +166,13 @@ def test_a_tiny_run_of_head_against_itself(tmp_path: Path) -> None:
     raw = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
     ops = raw["groups"]["memory"]["ops"]
     assert len(ops) == 9 and all(len(cell["after"]) == 2 for cell in ops.values())
+
+
+def test_writes_stay_within_their_budget_a_round() -> None:
+    from skbench.compare_run import WRITE_BUDGET, _within_write_budget
+
+    assert _within_write_budget("save_many(100) (full)", 1, 3) == (1, 1)
+    assert _within_write_budget("save (full)", 5, 3) == (5, 3)  # already within
+    reps, chunks = _within_write_budget("save (fast)", 40, 3)
+    assert reps * chunks <= WRITE_BUDGET and reps == 40
+    assert _within_write_budget("save", 80, 1) == (WRITE_BUDGET, 1)

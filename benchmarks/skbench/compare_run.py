@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -28,10 +27,13 @@ from typing import IO, Any
 
 from .compare_source import Side
 from .compare_stats import MAX_CHUNK, plan_for
-from .compare_workloads import WRITE_OPS
+from .compare_workloads import BATCH, SAVE_MANY, WRITE_OPS
 
-#: Calls per chunk at most for the ops that add checkpoints (see ``WRITE_OPS``).
+#: Calls per chunk at most for the ops that add checkpoints (see ``WRITE_OPS``), and
+#: checkpoints a round at most from each of them: the stores stay near their built
+#: size (a ``save_many`` of 100 then runs once a round).
 WRITE_CHUNK = 40
+WRITE_BUDGET = 60
 
 __all__ = ["ChildFailed", "CompareResults", "Settings", "loadavg", "run_workload"]
 
@@ -199,8 +201,6 @@ def run_workload(
         for replicas in children.values():
             for child in replicas:
                 child.close()
-        # the stores' files go now, not all at the end (a file store is ~10^4 files)
-        shutil.rmtree(workdir / name, ignore_errors=True)
         group["loads"].append(f"end {loadavg()}")
 
 
@@ -290,10 +290,23 @@ def _calibrate(
         )
         for op, m in medians.items()
     }
+    for op in plan.keys() & WRITE_OPS:
+        plan[op] = _within_write_budget(op, *plan[op])
     for op, (reps, chunks) in plan.items():
         group["ops"][op]["reps"] = reps * chunks
         group["ops"][op]["chunks"] = chunks
     return {op: p for op, p in plan.items() if "error" not in group["ops"][op]}
+
+
+def _within_write_budget(op: str, reps: int, chunks: int) -> tuple[int, int]:
+    """At most :data:`WRITE_BUDGET` checkpoints a round from one write op: fewer
+    chunks first, then fewer calls (at least one call a round)."""
+    calls = max(1, WRITE_BUDGET // (BATCH if op == SAVE_MANY else 1))
+    if reps * chunks <= calls:
+        return reps, chunks
+    if reps > calls:
+        return calls, 1
+    return reps, max(1, calls // reps)
 
 
 def _say_medians(
