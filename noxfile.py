@@ -238,3 +238,14 @@ def bench_startup(session: nox.Session) -> None:
     times ``uv run``; ``-- --check`` exits 1 over a target). Run it on an idle machine."""
     _sync(session)
     session.run("python", "benchmarks/startup.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_compare(session: nox.Session) -> None:
+    """Two revisions side by side in one run (``-- --before REV --after REV``, default
+    the redesign's start ``dc54e45`` against HEAD; ``--after-working-tree``): every
+    backend's hot paths, the codec and the command line's start-up, after/before
+    ratios against 10%; ``-- --quick`` for ~2 minutes, ``-- --only sqlite,codec``,
+    ``-- --docs`` also puts the section into docs/benchmarks.md. No peers needed."""
+    _sync(session)
+    session.run("python", "benchmarks/compare.py", *session.posargs)
