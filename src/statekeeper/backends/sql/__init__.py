@@ -1,12 +1,18 @@
 """``sqlite://``, ``postgresql://`` and ``mysql://``: the SQL backend, on SQLAlchemy Core.
 ``docs/sql-backend.md`` documents URLs, options, the schema and migrations.
 
-The modules:
+The SQL core (this package's modules) is every operation, written once; the
+dialect packages :mod:`.postgres` and :mod:`.mysql` (and the SQLite store) hold
+what differs, each with its own options class. Opening a SQLite store imports
+no server dialect: :class:`PostgresCheckpointStore`, :class:`MysqlCheckpointStore`
+and their options are imported from here on first use. The modules:
 
 - :mod:`.store`: :class:`SqlCheckpointStore`; every operation written once, as a
   synchronous function over a ``Session``; opening, ``verify`` and ``repair``.
-- :mod:`.stores`: the per-dialect subclasses (capabilities, runtime, options).
-- :mod:`.options`: :class:`SqlOptions` and the URL schemes and drivers.
+- :mod:`.stores`: :class:`SqliteCheckpointStore` and its options.
+- :mod:`.server_store`: the base of the server dialects' stores.
+- :mod:`.options`: :class:`SqlOptions` (what every dialect takes, and the refusal
+  of another dialect's option) and the URL schemes and drivers.
 - :mod:`.writes`: inserts (``save``, ``save_many``) and the tags and fields rows.
 - :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
   ``verify`` and the rebuilds of ``repair`` (records are the truth).
@@ -15,26 +21,48 @@ The modules:
 - :mod:`.schema_check`: the tables and indexes a schema version needs, checked by
   ``verify`` and recreated by ``repair``.
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
+- :mod:`.compiler`: those statements compiled once for SQLite's ``sqlite3``.
 - :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
   locks, error mapping); statements are built and cached per dialect.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
 - :mod:`.sqlite`: stdlib ``sqlite3`` on one worker thread per connection.
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
-- :mod:`.pg`: PostgreSQL's sequences from transaction ids, its listing horizon, and
-  the hot statements as prepared asyncpg statements.
-- :mod:`.pg_listing`: PostgreSQL's listing pages on that lean path, and the horizon
-  of the store's saves in flight that a listing of every stream stays below.
+- :mod:`.postgres`: PostgreSQL: sequences from transaction ids, the listing
+  horizon, and the hot statements as prepared asyncpg statements.
+- :mod:`.mysql`: MySQL/MariaDB.
 """
 
 from __future__ import annotations
 
-from .store import SqlCheckpointStore, SqlOptions
-from .stores import MysqlCheckpointStore, PostgresCheckpointStore, SqliteCheckpointStore
+import importlib
+from typing import Any
+
+from .options import SqlOptions
+from .store import SqlCheckpointStore
+from .stores import SqliteCheckpointStore, SqliteOptions
 
 __all__ = [
     "MysqlCheckpointStore",
+    "MysqlOptions",
     "PostgresCheckpointStore",
+    "PostgresOptions",
     "SqlCheckpointStore",
     "SqlOptions",
     "SqliteCheckpointStore",
+    "SqliteOptions",
 ]
+
+_SERVER_DIALECTS = {
+    "PostgresCheckpointStore": ".postgres",
+    "PostgresOptions": ".postgres",
+    "MysqlCheckpointStore": ".mysql",
+    "MysqlOptions": ".mysql",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A server dialect's class, imported on first use."""
+    module = _SERVER_DIALECTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from ..._integrity import repair_records
 from ..._paging import INLINE_PAGE_ROWS, PageScan, probe_bound
 from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
+from ..._registry import builtin_class
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import (
@@ -75,7 +76,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     ``SqlCheckpointStore(url, **options)`` returns the dialect's subclass
     (:class:`SqliteCheckpointStore`, :class:`PostgresCheckpointStore` or
-    :class:`MysqlCheckpointStore`), which declares that dialect's capabilities.
+    :class:`MysqlCheckpointStore`, the class the registry names for the URL's
+    scheme), which declares that dialect's capabilities and options.
 
     Strict and tolerant reads are as the base contract says; a row whose record
     cannot be decoded raises :class:`~statekeeper.errors.CheckpointDecodeError`
@@ -122,11 +124,14 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     backend_name: ClassVar[str] = "sql"
 
     def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
-        target: type[SqlCheckpointStore] = cls
+        target: type[BaseCheckpointStore[Any]] = cls
         if cls is SqlCheckpointStore:
-            from .stores import STORE_CLASSES
-
-            target = STORE_CLASSES[family_of(StoreURL.parse(url))]
+            # The dialect's class, by name from the registry (imported on first use,
+            # so a SQLite store imports no server dialect).
+            parsed = StoreURL.parse(url)
+            family_of(parsed)
+            target = builtin_class(parsed.scheme)
+            assert issubclass(target, SqlCheckpointStore)
         return cast(Self, super().__new__(target))
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
@@ -512,7 +517,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         """Meta rows, the tables and indexes the schema version needs, the counter, every
         row's columns, tag rows and fields rows against its record, and orphan index
         rows; reads only, one snapshot per page of rows."""
-        st, where, rt = self._st, self.describe(), self._rt()
+        st, rt = self._st, self._rt()
         problems = [
             Problem(kind="state", location=self.tables.meta.name, reason=f"{damage}; {_REBUILD}")
             for damage in (await self._probe()).damage
@@ -525,9 +530,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         problems += schema
         if torn:
             return problems  # the row checks need every table; repair() recreates them
-        problems += await self._guard(
-            "checking the counter", rt.snapshot(lambda s: integrity.check_counter(s, st, where))
-        )
+        problems += await self._guard("checking the counter", rt.snapshot(self._check_counter))
         for found in await self._pages(rt.snapshot, integrity.check_rows):
             problems += found
         problems += await self._guard(
@@ -564,13 +567,20 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             "deleting orphan index rows",
             self._write(lambda s: (s.run(st.delete_orphan_tags), s.run(st.delete_orphan_fields))),
         )
-        counter = await self._guard(
-            "rebuilding the counter", self._write(lambda s: integrity.rebuild_counter(s, st))
-        )
+        counter = await self._guard("rebuilding the counter", self._write(self._rebuild_counter))
         rebuilt, actions = integrity.repair_summary(meta, rows, orphans, counter, schema)
         return await repair_records(
             self, drop_damaged, rebuilt=rebuilt, actions=actions, drop=self._drop_row
         )
+
+    def _check_counter(self, s: Session) -> list[Problem]:
+        """``verify``: what orders sequences (the counter row; a dialect may have
+        another, see :mod:`.postgres.seq_base`)."""
+        return integrity.check_counter(s, self._st, self.describe())
+
+    def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
+        """``repair``: raise what orders sequences; ``(old, new)`` if it changed."""
+        return integrity.rebuild_counter(s, self._st)
 
     async def _drop_row(self, entry: Skipped) -> bool:
         """Delete a damaged record's row by its sequence (the primary key), not by id:

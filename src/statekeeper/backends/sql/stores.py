@@ -1,56 +1,39 @@
-"""The per-dialect store classes: what each dialect declares and where it runs.
+"""The SQLite store class: what the dialect declares, its options and its runtime.
 
-``SqlCheckpointStore(url)`` returns one of these (see :mod:`.store`); each one
-builds its dialect's runtime (:mod:`.sqlite` or :mod:`.server`) with the store's
-options, ``create`` and ``read_only`` included.
+(PostgreSQL's and MySQL's are in :mod:`.postgres` and :mod:`.mysql`.)
 """
 
 from __future__ import annotations
 
 import weakref
-from datetime import datetime
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
-from ..._paging import probe_bound, probe_query
-from ..._protocol import ScanQuery, StoreIdentity
 from ..._url import StoreURL
-from ...config import Capabilities
+from ...config import Capabilities, StoreOptions
 from ...errors import InvalidOptions
-from ...models import CheckpointHeader, RepairReport, Skipped
-from ...record import NewRecord, StoredRecord
-from . import dialects, pg, pg_listing
-from .dialects import Family, Runtime
+from .dialects import Runtime
 from .options import SqlOptions
-from .schema import filter_params, to_micros
-from .server import SaSession, ServerRuntime, check_driver, server_connect_args, server_url
 from .sqlite import OpenMode, SqliteRuntime, sqlite_path
-from .store import SqlCheckpointStore, scanned_entries
+from .store import SqlCheckpointStore
 
-__all__ = [
-    "STORE_CLASSES",
-    "MysqlCheckpointStore",
-    "PostgresCheckpointStore",
-    "SqliteCheckpointStore",
-]
+__all__ = ["SqliteCheckpointStore", "SqliteOptions"]
 
 
-def _refuse_listing_wait(options: SqlOptions, where: str) -> None:
-    if "listing_wait" in options.model_fields_set:
-        raise InvalidOptions(
-            f"the listing_wait option is PostgreSQL's (its listing horizon); {where} "
-            "listings never wait, so drop it"
-        )
+class SqliteOptions(SqlOptions):
+    """Options of a SQLite store."""
+
+    dialect: ClassVar[str] = "SQLite"
+
+    #: SQLite: run ``get_latest``, ``load``, ``load_many`` of up to 100 ids and
+    #: listed pages of up to 100 items on the event loop's thread, on a connection
+    #: of their own that never waits for a lock (a read that would wait goes to a
+    #: reader thread instead); ``False`` runs them on the reader threads. Saves,
+    #: larger pages and batches, and every other call always run on the store's
+    #: threads.
+    inline_reads: bool = True
 
 
-def _refuse_inline_reads(options: SqlOptions) -> None:
-    if "inline_reads" in options.model_fields_set:
-        raise InvalidOptions(
-            "the inline_reads option is SQLite's (point reads on the event loop's "
-            "thread); a server's reads are network round trips, so drop it"
-        )
-
-
-def _sqlite_mode(options: SqlOptions) -> OpenMode:
+def _sqlite_mode(options: SqliteOptions) -> OpenMode:
     if options.read_only:
         return "ro"
     return "rwc" if options.create else "rw"
@@ -80,13 +63,14 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         atomic_batches=True,
         metadata_filter=True,
     )
+    Options: ClassVar[type[StoreOptions]] = SqliteOptions
     backend_name: ClassVar[str] = "sqlite"
+    options: SqliteOptions
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         super().__init__(url, **options)
         if self.options.db_schema is not None:
             raise InvalidOptions("the schema option is not available on SQLite; use table_prefix")
-        _refuse_listing_wait(self.options, "SQLite")
         self.path = sqlite_path(self.url)
         self._abandon: weakref.finalize[[], SqliteCheckpointStore] | None = None
 
@@ -121,237 +105,3 @@ class SqliteCheckpointStore(SqlCheckpointStore):
             mode=_sqlite_mode(self.options),
             inline_reads=self.options.inline_reads,
         )
-
-
-class _ServerSqlStore(SqlCheckpointStore):
-    """A store on a database server, through a SQLAlchemy async engine."""
-
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=True,
-        cross_process=True,
-        cross_host=True,
-        power_loss_durable=True,
-        ttl=True,
-        raw_access=True,
-        atomic_batches=True,
-        metadata_filter=True,
-    )
-
-    def __init__(self, url: str | StoreURL, **options: Any) -> None:
-        super().__init__(url, **options)
-        self.driver = check_driver(self.url, self.family)
-        _refuse_inline_reads(self.options)
-        if self.family == "mysql":
-            _refuse_listing_wait(self.options, "MySQL/MariaDB")
-
-    def _make_runtime(self) -> Runtime:
-        opts = self.options
-        return ServerRuntime(
-            server_url(self.url, self.family, self.driver),
-            self.family,
-            pool_size=opts.pool_size or 5,
-            echo=opts.echo,
-            connect_args=server_connect_args(
-                self.family,
-                busy_timeout=opts.busy_timeout,
-                fast=opts.durability == "fast",
-                extra=opts.connect_args,
-                read_only=opts.read_only,
-            ),
-            read_only=opts.read_only,
-        )
-
-
-class PostgresCheckpointStore(_ServerSqlStore):
-    """``postgresql://`` (asyncpg): the store to share between hosts.
-
-    ``durability="fast"`` sets ``synchronous_commit=off``. Power-loss durability
-    under ``"full"`` is the server's (``fsync=on``, the default).
-
-    Sequences come from the saving transaction's id, not from a counter row, so
-    saves to different streams never wait on each other; saves to one stream
-    commit in sequence order (a per-stream advisory lock), so its listings page
-    safely as they are. Listings of every stream return only sequences below the
-    oldest transaction id of this store's saves still in flight (the horizon), so a
-    reader paging with cursors never misses a checkpoint committed behind its
-    cursor; transactions of other applications never hold it back. A listing that
-    the store's own saves hold back waits at most ``listing_wait`` for them, then
-    raises :class:`~statekeeper.errors.StoreTimeout` (retryable), never a page that
-    looks complete without them. ``save``, ``save_many``,
-    ``get_latest``, ``load`` and ``list`` run as prepared asyncpg statements
-    (:mod:`.pg`).
-    """
-
-    backend_name: ClassVar[str] = "postgresql"
-
-    def __init__(self, url: str | StoreURL, **options: Any) -> None:
-        super().__init__(url, **options)
-        self._pst = pg.pg_statements(self.tables)
-        self._base = 0
-
-    def _make_runtime(self) -> Runtime:
-        opts = self.options
-        connect_args = server_connect_args(
-            self.family,
-            busy_timeout=opts.busy_timeout,
-            fast=opts.durability == "fast",
-            extra=opts.connect_args,
-            read_only=opts.read_only,
-        )
-        u = self.url
-        size = opts.pool_size or 5
-        asyncpg_args = {
-            "host": u.host,
-            "port": u.port,
-            "user": u.username,
-            "password": u.password,
-            "database": u.path.lstrip("/") or None,
-            "min_size": 1,
-            "max_size": size,
-            **connect_args,
-        }
-        return pg.PgRuntime(
-            server_url(self.url, self.family, self.driver),
-            self.family,
-            pool_size=size,
-            echo=opts.echo,
-            connect_args=connect_args,
-            read_only=opts.read_only,
-            asyncpg_args=asyncpg_args,
-        )
-
-    def _pg(self) -> pg.PgRuntime:
-        rt = self._rt()
-        assert isinstance(rt, pg.PgRuntime)
-        return rt
-
-    async def _open(self) -> StoreIdentity:
-        identity = await super()._open()
-        try:
-            await self._guard("reading the sequence base", self._load_base())
-        except BaseException:
-            await self._stop()
-            raise
-        return identity
-
-    async def _load_base(self) -> None:
-        """Read ``seq_base``; raise it (under the migration lock) where this cluster's
-        transaction ids would not give sequences above every stored one."""
-        raw, top, nxt = await pg.read_state(self._pg(), self._pst)
-        base = pg.parse_base(raw)
-        need = pg.base_needed(top, nxt)
-        if base is not None and base >= need:
-            self._base = base
-            return
-        if self.options.read_only:
-            # Reads only need the horizon; verify() reports the row.
-            self._base = max(base or 0, need)
-            return
-        tables, timeout = self.tables, self.options.busy_timeout
-        self._base = await self._rt().locked_write(
-            lambda s: dialects.migration_lock(s, tables, timeout),
-            lambda s: pg.raise_base(cast(SaSession, s), tables),
-            lambda s: dialects.migration_unlock(s, tables),
-        )
-
-    async def _repair(self, drop_damaged: bool) -> RepairReport:
-        report = await super()._repair(drop_damaged)
-        await self._guard("reading the sequence base", self._load_base())
-        return report
-
-    async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        self._check_meta()
-        call = pg.save(self._pg(), self._pst, [record], self._store_id, self._base)
-        return (await self._guard("saving", call))[0]
-
-    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
-        """One statement: the streams' locks, one transaction id for the batch (so its
-        sequences are consecutive), every row; an id conflict rolls it all back."""
-        self._check_meta()
-        call = pg.save(self._pg(), self._pst, records, self._store_id, self._base)
-        return await self._guard("saving a batch", call)
-
-    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
-        call = self._pg().fetchrow(self._pst.latest, stream, to_micros(now))
-        row = await self._guard("reading the latest checkpoint", call)
-        return None if row is None else self._parse(row[2], row[1], int(row[0]))
-
-    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
-        row = await self._guard("loading", self._pg().fetchrow(self._pst.get, id, to_micros(now)))
-        return None if row is None else self._parse(row[1], id, int(row[0]))
-
-    async def _scan_entries(
-        self, query: ScanQuery, probe: bool
-    ) -> tuple[list[StoredRecord | Skipped], list[StoredRecord | Skipped] | None]:
-        """One keyset scan, one round trip. A page of one stream past a bound also
-        runs, in the same statement, the one-row probe ``list_page`` asks for (as
-        :meth:`SqlCheckpointStore._scan_entries` does; see there); a page of every
-        stream probes with a second statement, which applies the listing horizon."""
-        tags, meta = dict(query.tags), dict(query.metadata)
-        params = filter_params(tags, meta, query.stream)
-        params["now"] = to_micros(query.now)
-        stream, bound, order = query.stream, query.bound, query.order
-        if probe and stream is not None and bound is not None:
-            call = pg_listing.paired_scan_rows(
-                self._pg(),
-                self._st,
-                stream=stream,
-                order=order,
-                bound=bound,
-                limit=query.limit,
-                params=params,
-                ntags=len(tags),
-                nmeta=len(meta),
-            )
-            rows, probe_rows = await self._guard("listing", call)
-            # the statement probed from where list_page would (positions past either
-            # end of the stream all mean the same, so its unclamped bound agrees)
-            return self._entries(rows), self._entries(probe_rows)
-        call_one = pg_listing.scan_rows(
-            self._pg(),
-            self._st,
-            stream=stream,
-            order=order,
-            bound=bound,
-            limit=query.limit,
-            params=params,
-            ntags=len(tags),
-            nmeta=len(meta),
-            base=self._base,
-            wait=self.options.listing_wait,
-        )
-        page = self._entries(await self._guard("listing", call_one))
-        if not probe:
-            return page, None
-        return page, await self._scan(probe_query(query, probe_bound(query, page)))
-
-    def _entries(self, rows: list[tuple[int, str, bytes]]) -> list[StoredRecord | Skipped]:
-        return cast(
-            list[StoredRecord | Skipped],
-            scanned_entries(rows, self._location, self._store_id, None),
-        )
-
-    async def _info(self) -> dict[str, Any]:
-        info = await super()._info()
-        _, _, nxt = await self._guard("reading store info", pg.read_state(self._pg(), self._pst))
-        # Every sequence assigned so far is below this; none at or above it exists yet.
-        info["high_water_mark"] = (nxt + self._base) * pg.SEQ_SLOTS - 1
-        return info
-
-
-class MysqlCheckpointStore(_ServerSqlStore):
-    """``mysql://`` / ``mariadb://`` (aiomysql), InnoDB.
-
-    Durability is the server's (``innodb_flush_log_at_trx_commit=1``, the
-    default); ``durability="fast"`` changes nothing here, since that setting is
-    global.
-    """
-
-    backend_name: ClassVar[str] = "mysql"
-
-
-STORE_CLASSES: dict[Family, type[SqlCheckpointStore]] = {
-    "sqlite": SqliteCheckpointStore,
-    "postgresql": PostgresCheckpointStore,
-    "mysql": MysqlCheckpointStore,
-}

@@ -29,13 +29,6 @@ pytestmark = pytest.mark.asyncio
 STALL_KEY = 7_310_421
 
 
-@pytest.fixture(scope="module")
-def postgres_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("postgres")
-    yield stores
-    stores.drop()
-
-
 @pytest.fixture
 def factory(postgres_stores: ServerStores) -> Iterator[Any]:
     yield from postgres_stores.factory()

@@ -25,8 +25,8 @@ from statekeeper.backends.sql import (
     SqlCheckpointStore,
 )
 from statekeeper.backends.sql import migrations as migrations_module
-from statekeeper.backends.sql import pg as pg_module
 from statekeeper.backends.sql.migrations import MIGRATIONS, Migration
+from statekeeper.backends.sql.postgres.sequences import stream_lock
 from statekeeper.backends.sql.schema import SCHEMA_VERSION
 from statekeeper.backends.sql.server import server_url
 from statekeeper.errors import (
@@ -266,7 +266,7 @@ async def test_a_lock_held_too_long_is_a_store_timeout(engines_closed: Server) -
         async with server.engine().connect() as blocker:
             if server.service == "postgres":
                 # saves to one stream take its advisory lock (statekeeper.backends.sql.pg)
-                keys = {"a": store._pst.store_lock, "b": pg_module.stream_lock("job")}  # type: ignore[attr-defined]
+                keys = {"a": store._pst.store_lock, "b": stream_lock("job")}  # type: ignore[attr-defined]
                 await blocker.execute(sa.text("SELECT pg_advisory_xact_lock(:a, :b)"), keys)
             else:
                 await blocker.execute(sa.text(f"UPDATE {counter} SET hwm = hwm"))  # holds the row
