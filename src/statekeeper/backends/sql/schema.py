@@ -41,7 +41,6 @@ from functools import cache, lru_cache
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
 from sqlalchemy.sql import Executable
 from sqlalchemy.types import TypeDecorator
 
@@ -82,7 +81,7 @@ class _Utf8Binary(TypeDecorator[str]):
     are bound as text (the connection is utf8mb4), which the server converts.
     """
 
-    impl = mysql.VARBINARY
+    impl = sa.VARBINARY
     cache_ok = True
 
     def bind_processor(self, dialect: sa.Dialect) -> None:
@@ -100,8 +99,14 @@ class _Base64Blob(TypeDecorator[bytes]):
     literal PyMySQL itself would send.
     """
 
-    impl = mysql.LONGBLOB
+    impl = sa.LargeBinary
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        # MySQL's own type, imported here: a SQLite store imports no MySQL code
+        from sqlalchemy.dialects.mysql import LONGBLOB
+
+        return dialect.type_descriptor(LONGBLOB())
 
     def bind_expression(self, bindvalue: Any) -> Any:
         return sa.func.from_base64(bindvalue, type_=self)
@@ -150,10 +155,18 @@ class Tables:
         return (self.meta, self.counter, self.checkpoints, self.tags, self.fields)
 
 
-def build_tables(prefix: str, schema: str | None) -> Tables:
-    """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema)."""
+def _only(family: str, **options: Any) -> dict[str, Any]:
+    """The dialect options (``mysql_engine=...``) of ``family`` among ``options``:
+    SQLAlchemy imports the dialect of every option it is given, and a SQLite store
+    imports no server dialect."""
+    return {k: v for k, v in options.items() if k.startswith(f"{family}_")}
+
+
+def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
+    """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema),
+    with the dialect options of ``family``."""
     md = sa.MetaData(schema=schema)
-    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
+    opts = _only(family, mysql_engine="InnoDB", mysql_charset="utf8mb4")
     meta = sa.Table(
         f"{prefix}meta",
         md,
@@ -183,8 +196,11 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
     sa.Index(
         f"{prefix}checkpoints_expires",
         cp.c.expires_at,
-        postgresql_where=cp.c.expires_at.is_not(None),
-        sqlite_where=cp.c.expires_at.is_not(None),
+        **_only(
+            family,
+            postgresql_where=cp.c.expires_at.is_not(None),
+            sqlite_where=cp.c.expires_at.is_not(None),
+        ),
     )
     tags = sa.Table(
         f"{prefix}tags",
@@ -221,7 +237,7 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
         sa.Column("shash", sa.BigInteger(), nullable=False),
         # SQLite: the primary key is the table (no rowid b-tree beside it), one
         # b-tree fewer to write per save
-        sqlite_with_rowid=False,
+        **_only(family, sqlite_with_rowid=False),
         **opts,
     )
     sa.Index(

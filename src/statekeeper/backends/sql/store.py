@@ -654,7 +654,7 @@ def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statem
     """Shared by every store of one dialect with these tables, so statements compile
     once per process and dialect. Keyed by dialect: the dialect-specific statements
     built on first use must not reach a store of another dialect (issue 11)."""
-    return Statements(build_tables(prefix, schema), family), Compiler()
+    return Statements(build_tables(prefix, schema, family), family), Compiler()
 
 
 def scanned_entries(
