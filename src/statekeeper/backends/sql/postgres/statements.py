@@ -189,7 +189,8 @@ def pg_statements(st: Statements) -> PgStatements:
     return PgStatements(
         store_lock=int4(lock_key(tables)[0]),
         save=compile_pg(_save(tables, q)),
-        latest=compile_pg(st.latest),
+        # LIMIT 1 in the text, as a plan cached for the prepared statement should know
+        latest=compile_pg(st.latest.limit(sa.literal_column("1", sa.Integer()))),
         get=compile_pg(st.get),
         read_state=compile_pg(sa.select(base_row, top, nxt)),
         lock_streams=compile_pg(sa.text(f"SELECT {_STREAM_LOCKS}")),
