@@ -52,7 +52,6 @@ __all__ = [
     "rebuild_counter",
     "rebuild_meta",
     "rebuild_rows",
-    "repair_summary",
     "top_sequence",
 ]
 
@@ -453,52 +452,3 @@ def check_orphan_rows(s: Session, st: Statements) -> list[Problem]:
             )
         )
     return problems
-
-
-def repair_summary(
-    meta: list[str],
-    pages: list[dict[str, int]],
-    orphans: tuple[int, int],
-    counter: tuple[int, int] | None,
-    schema: tuple[list[str], list[str]] = ([], []),
-) -> tuple[dict[str, int], list[str]]:
-    """``RepairReport.rebuilt`` and ``actions`` for what the rebuild steps did
-    (``schema``: what :func:`.schema_check.rebuild_schema` recreated and left)."""
-    rebuilt: dict[str, int] = {}
-    done, left = schema
-    actions: list[str] = [*done, *left]
-    if done:
-        rebuilt["schema"] = len(done)
-    columns = sum(p["columns"] for p in pages)
-    tagged = sum(p["tag_rows"] for p in pages)
-    fielded = sum(p["field_rows"] for p in pages)
-    orphan_tags, orphan_fields = orphans
-    if meta:
-        rebuilt["meta_rows"] = len(meta)
-        actions.append(f"rewrote the meta row(s) {', '.join(meta)} from the records")
-    if columns:
-        rebuilt["row_columns"] = columns
-        actions.append(
-            f"rewrote the id/stream/expires_at columns of {columns} row(s) from their records"
-        )
-    if tagged or orphan_tags:
-        rebuilt["tag_rows"] = tagged + orphan_tags
-        actions.append(
-            f"rebuilt the tag rows of {tagged} checkpoint(s) from their records and "
-            f"deleted {orphan_tags} orphan tag row(s)"
-        )
-    if fielded or orphan_fields:
-        rebuilt["field_rows"] = fielded + orphan_fields
-        actions.append(
-            f"rebuilt the fields rows (metadata index) of {fielded} checkpoint(s) from "
-            f"their records and deleted {orphan_fields} orphan fields row(s)"
-        )
-    if counter is not None:
-        rebuilt["counter"] = 1
-        actions.append(
-            f"raised the sequence counter (on PostgreSQL the seq_base offset of transaction "
-            f"ids) from {counter[0]} to {counter[1]}, so new sequences stay above every "
-            "sequence stored; it is never lowered, but the sequences of checkpoints "
-            "deleted above it while it was damaged cannot be known"
-        )
-    return rebuilt, actions

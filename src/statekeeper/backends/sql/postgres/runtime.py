@@ -188,6 +188,12 @@ class PgRuntime(ServerRuntime):
         async with self.connection() as con:
             return await con.fetchrow(stmt.sql, *stmt.args(values))
 
+    async def fetchrow_in_order(self, stmt: PgSql, *args: Any) -> asyncpg.Record | None:
+        """``stmt`` with ``args`` in its parameters' order (a hot path; see
+        :func:`.statements.compile_pg`, ``order``)."""
+        async with self.connection() as con:
+            return await con.fetchrow(stmt.sql, *args)
+
     async def in_transaction(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         async with self.connection() as con, con.transaction():
             return await fn(con)

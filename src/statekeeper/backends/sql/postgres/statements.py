@@ -66,11 +66,17 @@ class PgSql:
         return [values.get(name, default) for name, default in self.binds]
 
 
-def compile_pg(stmt: Executable) -> PgSql:
-    """``stmt`` (Core or ``text()`` with ``:name`` parameters) compiled for asyncpg."""
+def compile_pg(stmt: Executable, order: tuple[str, ...] | None = None) -> PgSql:
+    """``stmt`` (Core or ``text()`` with ``:name`` parameters) compiled for asyncpg.
+
+    ``order``: the parameters' names in ``$n`` order, which the hot paths pass
+    positionally (no mapping per call); checked here, once.
+    """
     compiled = cast(ClauseElement, stmt).compile(dialect=_DIALECT)
     defaults = compiled.params
     names = tuple(getattr(compiled, "positiontup", None) or ())
+    if order is not None and names != order:
+        raise AssertionError(f"parameters {names}, not {order}: {compiled.string}")
     return PgSql(compiled.string, tuple((n, defaults.get(n)) for n in names))
 
 
@@ -158,7 +164,9 @@ class PgStatements:
 
     store_lock: int
     save: PgSql
+    #: ``(stream, now)``, in that order.
     latest: PgSql
+    #: ``(id, now)``, in that order.
     get: PgSql
     #: ``(seq_base row or NULL, max stored seq, next transaction id)``, one snapshot.
     read_state: PgSql
@@ -190,8 +198,10 @@ def pg_statements(st: Statements) -> PgStatements:
         store_lock=int4(lock_key(tables)[0]),
         save=compile_pg(_save(tables, q)),
         # LIMIT 1 in the text, as a plan cached for the prepared statement should know
-        latest=compile_pg(st.latest.limit(sa.literal_column("1", sa.Integer()))),
-        get=compile_pg(st.get),
+        latest=compile_pg(
+            st.latest.limit(sa.literal_column("1", sa.Integer())), order=("stream", "now")
+        ),
+        get=compile_pg(st.get, order=("id", "now")),
         read_state=compile_pg(sa.select(base_row, top, nxt)),
         lock_streams=compile_pg(sa.text(f"SELECT {_STREAM_LOCKS}")),
         ids_taken=compile_pg(

@@ -14,10 +14,10 @@ from ....models import CheckpointHeader, Problem, RepairReport, Skipped
 from ....record import NewRecord, StoredRecord
 from .. import dialects
 from ..dialects import Runtime, Session
+from ..entries import scanned_entries
 from ..schema import filter_params, to_micros
 from ..server import server_url
 from ..server_store import ServerSqlStore
-from ..store import scanned_entries
 from . import listing, seq_base, sequences, statements
 from .options import PostgresOptions
 from .runtime import PgRuntime
@@ -137,12 +137,12 @@ class PostgresCheckpointStore(ServerSqlStore):
         return await self._guard("saving a batch", call)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
-        call = self._pg().fetchrow(self._pst.latest, {"stream": stream, "now": to_micros(now)})
+        call = self._pg().fetchrow_in_order(self._pst.latest, stream, to_micros(now))
         row = await self._guard("reading the latest checkpoint", call)
         return None if row is None else self._parse(row[2], row[1], int(row[0]))
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
-        call = self._pg().fetchrow(self._pst.get, {"id": id, "now": to_micros(now)})
+        call = self._pg().fetchrow_in_order(self._pst.get, id, to_micros(now))
         row = await self._guard("loading", call)
         return None if row is None else self._parse(row[1], id, int(row[0]))
 
