@@ -331,7 +331,7 @@ def _pg_sqlstate(orig: BaseException | None) -> str | None:
 
 
 def _from_asyncpg(exc: BaseException) -> bool:
-    """An asyncpg error, raised on PostgreSQL's lean path (:mod:`.pg`) without SQLAlchemy."""
+    """An asyncpg error, raised on PostgreSQL's lean path (:mod:`.postgres`) without SQLAlchemy."""
     return type(exc).__module__.split(".")[0] == "asyncpg"
 
 

@@ -2,8 +2,9 @@
 
 Every statement the backend runs is built here, once, with SQLAlchemy Core and
 bound parameters (the migrations' DDL is in :mod:`.migrations`); dialect
-differences are confined to column types (below) and to the few statements in
-:mod:`.dialects`.
+differences are confined to column types (below), to the few statements in
+:mod:`.dialects`, and to PostgreSQL's own (:mod:`.postgres.statements`, which
+reuses these where they agree).
 
 Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
@@ -430,7 +431,7 @@ class Statements:
         ``LIMIT`` stops early); the other filters are checked per row through the
         primary key ``(seq, key)`` of the tags or fields table.
 
-        ``horizon`` (PostgreSQL, :mod:`.pg`) keeps only rows below ``hz.h``, a CTE
+        ``horizon`` (PostgreSQL, :mod:`.postgres.statements`) keeps only rows below ``hz.h``, a CTE
         the caller wraps around the statement.
         """
         cp, tags, fields = self.t.checkpoints, self.t.tags, self.t.fields
