@@ -41,11 +41,15 @@ and their options are imported from here on first use. The modules:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import SqlOptions
 from .store import SqlCheckpointStore
 from .stores import SqliteCheckpointStore, SqliteOptions
+
+if TYPE_CHECKING:  # for type checkers and the reference docs; imported on first use
+    from .mysql import MysqlCheckpointStore, MysqlOptions
+    from .postgres import PostgresCheckpointStore, PostgresOptions
 
 __all__ = [
     "MysqlCheckpointStore",

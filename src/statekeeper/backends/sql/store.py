@@ -177,7 +177,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _guard(self, what: str, call: Awaitable[T]) -> T:
         """Await ``call``, turning driver errors into statekeeper errors."""
-        return await guarded(call, what, self.describe(), self.options.busy_timeout)
+        return await guarded(call, what, self.describe, self.options.busy_timeout)
 
     def _upkeep(self) -> Upkeep:
         return Upkeep(self._rt(), self._st, self.describe(), self.options.busy_timeout)

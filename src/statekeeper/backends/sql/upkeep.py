@@ -30,12 +30,16 @@ T = TypeVar("T")
 _REBUILD = "repair() rebuilds the meta table from the records"
 
 
-async def guarded(call: Awaitable[T], what: str, where: str, busy_timeout: float) -> T:
-    """Await ``call``, turning driver errors into statekeeper errors."""
+async def guarded(
+    call: Awaitable[T], what: str, where: str | Callable[[], str], busy_timeout: float
+) -> T:
+    """Await ``call``, turning driver errors into statekeeper errors (``where``, the
+    store's name for them, may be a function: it is only needed for an error)."""
     try:
         return await call
     except BaseException as exc:
-        err = dialects.translate_error(exc, f"{what} on {where}", busy_timeout)
+        place = where if isinstance(where, str) else where()
+        err = dialects.translate_error(exc, f"{what} on {place}", busy_timeout)
         if err is None:
             raise
         raise err from exc
