@@ -47,7 +47,7 @@ from .schema import (
     prefix_bounds,
     to_micros,
 )
-from .upkeep import Upkeep, guarded
+from .upkeep import Upkeep, translated
 
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 
@@ -110,8 +110,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
         target: type[BaseCheckpointStore[Any]] = cls
         if cls is SqlCheckpointStore:
-            # The dialect's class, by name from the registry (imported on first use,
-            # so a SQLite store imports no server dialect).
+            # by name from the registry: a SQLite store imports no server dialect
             parsed = StoreURL.parse(url)
             family_of(parsed)
             target = builtin_class(parsed.scheme)
@@ -177,7 +176,13 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _guard(self, what: str, call: Awaitable[T]) -> T:
         """Await ``call``, turning driver errors into statekeeper errors."""
-        return await guarded(call, what, self.describe, self.options.busy_timeout)
+        try:
+            return await call
+        except BaseException as exc:
+            err = translated(exc, what, self.describe, self.options.busy_timeout)
+            if err is None:
+                raise
+            raise err from exc
 
     def _upkeep(self) -> Upkeep:
         return Upkeep(self._rt(), self._st, self.describe(), self.options.busy_timeout)
@@ -270,12 +275,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await self._guard("loading", self._rt().point_read(op))
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
-        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises.
-
-        Up to :data:`INLINE_PAGE_ROWS` ids are as many lookups of the unique id index
-        as a page is rows: SQLite reads them as it reads a page, without the hop (the
-        LangGraph saver's ``aget_tuple`` is a ``get_latest`` and a ``load_many`` of
-        one id)."""
+        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises. Up to
+        :data:`INLINE_PAGE_ROWS` ids are read as a page is, SQLite without the hop
+        (the LangGraph saver's ``aget_tuple`` is a ``load_many`` of one id)."""
         params = {"ids": ids, "now": to_micros(now)}
 
         def op(s: Session) -> dict[str, StoredRecord]:
@@ -440,12 +442,10 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         )
 
     def _check_counter(self, s: Session) -> list[Problem]:
-        """``verify``: what orders sequences (the counter row; a dialect may have
-        another, see :mod:`.postgres.seq_base`)."""
+        """``verify`` of what orders sequences (PostgreSQL: :mod:`.postgres.seq_base`)."""
         return integrity.check_counter(s, self._st, self.describe())
 
     def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
-        """``repair``: raise what orders sequences; ``(old, new)`` if it changed."""
         return integrity.rebuild_counter(s, self._st)
 
     async def _drop_row(self, entry: Skipped) -> bool:

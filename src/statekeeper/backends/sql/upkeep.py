@@ -23,23 +23,28 @@ from . import dialects, integrity, migrations, schema_check
 from .dialects import Runtime, Session
 from .schema import Statements
 
-__all__ = ["Repaired", "Upkeep", "guarded"]
+__all__ = ["Repaired", "Upkeep", "guarded", "translated"]
 
 T = TypeVar("T")
 
 _REBUILD = "repair() rebuilds the meta table from the records"
 
 
-async def guarded(
-    call: Awaitable[T], what: str, where: str | Callable[[], str], busy_timeout: float
-) -> T:
-    """Await ``call``, turning driver errors into statekeeper errors (``where``, the
-    store's name for them, may be a function: it is only needed for an error)."""
+def translated(
+    exc: BaseException, what: str, where: str | Callable[[], str], busy_timeout: float
+) -> BaseException | None:
+    """The statekeeper error for a driver error ``exc`` (``None``: not a driver error);
+    ``where``, the store's name for it, may be a function: only an error needs it."""
+    place = where if isinstance(where, str) else where()
+    return dialects.translate_error(exc, f"{what} on {place}", busy_timeout)
+
+
+async def guarded(call: Awaitable[T], what: str, where: str, busy_timeout: float) -> T:
+    """Await ``call``, turning driver errors into statekeeper errors."""
     try:
         return await call
     except BaseException as exc:
-        place = where if isinstance(where, str) else where()
-        err = dialects.translate_error(exc, f"{what} on {place}", busy_timeout)
+        err = translated(exc, what, where, busy_timeout)
         if err is None:
             raise
         raise err from exc
