@@ -12,8 +12,9 @@ here, with named parameters, as SQLAlchemy ``text()`` or Core.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, cast
 
@@ -60,9 +61,15 @@ class PgSql:
     sql: str
     #: ``(name, default)`` of ``$1``, ``$2``, ...
     binds: tuple[tuple[str, Any], ...]
+    #: Where no parameter has a default: them all from a mapping in one C call (a
+    #: page's or a save's dozen parameters, on every call).
+    _pick: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
 
     def args(self, values: Mapping[str, Any]) -> list[Any]:
         """The positional arguments for ``values`` (by name; defaults fill the rest)."""
+        if self._pick is not None:
+            got = self._pick(values)
+            return list(got) if len(self.binds) > 1 else [got]
         return [values.get(name, default) for name, default in self.binds]
 
 
@@ -77,7 +84,11 @@ def compile_pg(stmt: Executable, order: tuple[str, ...] | None = None) -> PgSql:
     names = tuple(getattr(compiled, "positiontup", None) or ())
     if order is not None and names != order:
         raise AssertionError(f"parameters {names}, not {order}: {compiled.string}")
-    return PgSql(compiled.string, tuple((n, defaults.get(n)) for n in names))
+    binds = tuple((n, defaults.get(n)) for n in names)
+    pick = None
+    if names and all(default is None for _, default in binds):
+        pick = operator.itemgetter(*names)
+    return PgSql(compiled.string, binds, pick)
 
 
 def _horizon(base_param: str) -> str:
