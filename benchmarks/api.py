@@ -35,7 +35,7 @@ from skbench.timing import Budget  # noqa: E402
 
 #: The measured backends: the last commit to each is named in the report.
 BACKENDS = {
-    "memory": "src/statekeeper/backends/memory.py",
+    "memory": "src/statekeeper/backends/memory",
     "file": "src/statekeeper/backends/file",
     "SQL": "src/statekeeper/backends/sql",
 }

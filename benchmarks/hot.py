@@ -41,11 +41,11 @@ SESSION = "bench_hot"
 PLOT = "hot_group_commit.png"
 #: What the figures depend on: the last commit to each, named in the report.
 PATHS = {
-    "memory": "src/statekeeper/backends/memory.py",
+    "memory": "src/statekeeper/backends/memory",
     "file": "src/statekeeper/backends/file",
     "SQL": "src/statekeeper/backends/sql",
-    "codec": "src/statekeeper/codec.py",
-    "record": "src/statekeeper/record.py",
+    "codec": "src/statekeeper/codec",
+    "record": "src/statekeeper/record",
 }
 
 

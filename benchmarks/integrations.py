@@ -40,7 +40,7 @@ SESSION = "bench_integrations"
 #: What the figures depend on: the last commit to each, named in the report.
 PATHS = {
     "LangGraph saver": "src/statekeeper/integrations/langgraph",
-    "Agent Framework storage": "src/statekeeper/integrations/agent_framework.py",
+    "Agent Framework storage": "src/statekeeper/integrations/agent_framework",
     "SQL backend": "src/statekeeper/backends/sql",
     "file backend": "src/statekeeper/backends/file",
 }
@@ -75,6 +75,10 @@ def settings_for(args: argparse.Namespace) -> Settings:
         maf_sizes=tuple(sorted(int(x) for x in args.maf_sizes.split(","))),
         read_budget=Budget(reps=int(300 * scale), seconds=5.0 * scale, min_reps=5),
         latest_budget=Budget(reps=int(300 * scale), seconds=5.0 * scale, min_reps=5),
+        # the same number of runs for every saver: their threads count in the size
+        graph_budget=Budget(reps=3 if args.quick else 8, seconds=float("inf"), min_reps=1),
+        save_budget=Budget(reps=int(300 * scale), seconds=3.0 * scale, min_reps=20),
+        writes=min(args.size, int(500 * scale)),
         postgres=bool(os.environ.get("STATEKEEPER_TEST_POSTGRES_URL")),
         only=[x.strip().lower() for x in args.only.split(",")] if args.only else [],
     )

@@ -361,7 +361,9 @@ class _Watch:
 @pytest.fixture
 def page(browser: Any, base_url: str) -> Iterator[tuple[Any, _Watch]]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
+    # every wait is for an event (a load, an element); 120 s only fails on a hang, and a
+    # browser on a loaded machine can take longer than Playwright's 30 s default
+    context.set_default_timeout(120_000)
     page = context.new_page()
     try:
         yield page, _Watch(page, base_url)

@@ -34,6 +34,7 @@ from .adapters.base import StoreUnavailable
 from .adapters.langgraph_peers import _libpq_url, graph_put
 from .adapters.statekeeper_stores import POSTGRES_URL, _reachable
 from .api import measure_round_robin
+from .integrations_graph import GRAPH_STEPS, graph_op, writes_op
 from .payload import make_state
 from .timing import Budget, Op, Stat, format_stat
 
@@ -42,13 +43,18 @@ PAGE = 20
 
 # workload names, as the report shows them
 APUT = "aput"
+APUT_WRITES = "aput_writes"
 LATEST = "aget_tuple (latest)"
 BY_ID = "aget_tuple (by id)"
 LIST_ALL = "alist(limit=None)"
+LIST_10 = "alist(limit=10)"
+GRAPH = "100-step graph, ainvoke"
 GET_LATEST = "get_latest"
 
 SK_SQLITE = "StatekeeperSaver, SQLite"
 LG_SQLITE = "AsyncSqliteSaver"
+SK_SQLITE_FAST = 'StatekeeperSaver, SQLite, durability="fast"'
+LG_SQLITE_NORMAL = "AsyncSqliteSaver, synchronous=NORMAL"
 SK_PG = "StatekeeperSaver, PostgreSQL"
 LG_PG = "AsyncPostgresSaver"
 AF_SK_SQLITE = "StatekeeperCheckpointStorage, SQLite"
@@ -72,6 +78,9 @@ class Settings:
     maf_sizes: tuple[int, ...]
     read_budget: Budget
     latest_budget: Budget
+    graph_budget: Budget
+    save_budget: Budget
+    writes: int  # aput_writes calls, each to its own checkpoint
     postgres: bool
     only: list[str] = field(default_factory=list)
 
@@ -129,14 +138,15 @@ def _sqlite_sync(connect: Callable[[], sqlite3.Connection]) -> str:
     return f"journal_mode={mode}, synchronous={_SYNC_NAMES.get(value, value)}"
 
 
-async def open_sk_sqlite(workdir: Path) -> Subject:
+async def open_sk_sqlite(workdir: Path, durability: str = "full") -> Subject:
     import statekeeper
     from statekeeper.integrations.langgraph import StatekeeperSaver
 
-    directory = workdir / "sk-sqlite"
+    name = SK_SQLITE if durability == "full" else SK_SQLITE_FAST
+    directory = workdir / f"sk-sqlite-{durability}"
     directory.mkdir()
     store = statekeeper.open_store(
-        f"sqlite:///{directory / 'sk.db'}", codec="raw", durability="full"
+        f"sqlite:///{directory / 'sk.db'}", codec="raw", durability=durability
     )
     await store.open()
     # the writer connection's settings, read from a connection made the same way
@@ -147,29 +157,45 @@ async def open_sk_sqlite(workdir: Path) -> Subject:
         "per put (the store's own connection settings)",
         "backend": type(store).__name__,
     }
-    return Subject(SK_SQLITE, StatekeeperSaver(store), store.close, directory, facts=facts)
+    return Subject(name, StatekeeperSaver(store), store.close, directory, facts=facts)
 
 
-async def open_lg_sqlite(workdir: Path) -> Subject:
+async def open_sk_sqlite_fast(workdir: Path) -> Subject:
+    return await open_sk_sqlite(workdir, "fast")
+
+
+async def open_lg_sqlite(workdir: Path, synchronous: str | None = None) -> Subject:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    directory = workdir / "lg-sqlite"
+    name = LG_SQLITE if synchronous is None else LG_SQLITE_NORMAL
+    directory = workdir / f"lg-sqlite-{synchronous or 'default'}"
     directory.mkdir()
     stack = AsyncExitStack()
     saver = await stack.enter_async_context(
         AsyncSqliteSaver.from_conn_string(str(directory / "lg.db"))
     )
     await saver.setup()
+    if synchronous is not None:  # on its one connection, which every call uses
+        await saver.conn.execute(f"PRAGMA synchronous={synchronous}")
     async with saver.conn.execute("PRAGMA synchronous") as cur:
         value = (await cur.fetchone())[0]
     async with saver.conn.execute("PRAGMA journal_mode") as cur:
         mode = (await cur.fetchone())[0]
+    how = (
+        "from_conn_string defaults"
+        if synchronous is None
+        else f"from_conn_string, then PRAGMA synchronous={synchronous} on its connection"
+    )
+    origin = " (not set by the saver: SQLite's compiled default)" if synchronous is None else ""
     facts = {
-        "setting": f"from_conn_string defaults: journal_mode={mode}, synchronous="
-        f"{_SYNC_NAMES.get(value, value)} (not set by the saver: SQLite's compiled default), "
-        "one commit per put",
+        "setting": f"{how}: journal_mode={mode}, synchronous="
+        f"{_SYNC_NAMES.get(value, value)}{origin}, one commit per put",
     }
-    return Subject(LG_SQLITE, saver, stack.aclose, directory, facts=facts)
+    return Subject(name, saver, stack.aclose, directory, facts=facts)
+
+
+async def open_lg_sqlite_normal(workdir: Path) -> Subject:
+    return await open_lg_sqlite(workdir, "NORMAL")
 
 
 async def _pg_settings(fetch: Callable[[str], Awaitable[Any]]) -> str:
@@ -324,10 +350,14 @@ def read_ops(subject: Subject, settings: Settings) -> dict[str, Op]:
     async def page(i: int) -> int:
         return len([t async for t in saver.alist(_config(), before=before, limit=PAGE)])
 
+    async def newest(i: int) -> int:
+        return len([t async for t in saver.alist(_config(), limit=10)])
+
     return {
         LATEST: latest,
         BY_ID: by_id,
         LIST_ALL: list_all,
+        LIST_10: newest,
         before_op(settings.before_at): page,
     }
 
@@ -337,7 +367,7 @@ async def check_reads(subject: Subject, settings: Settings, size: int) -> dict[s
     saver, ids = subject.handle, subject.ids
     problems: dict[str, str] = {}
     if len(ids) != size:
-        ops = (LATEST, BY_ID, LIST_ALL, before_op(settings.before_at))
+        ops = (LATEST, BY_ID, LIST_ALL, LIST_10, before_op(settings.before_at))
         return dict.fromkeys(ops, f"{len(ids)} of {size} puts acknowledged")
     got = await saver.aget_tuple(_config())
     if got is None or got.config["configurable"]["checkpoint_id"] != ids[-1]:
@@ -350,6 +380,11 @@ async def check_reads(subject: Subject, settings: Settings, size: int) -> dict[s
     listed = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(_config())]
     if listed != ids[::-1]:
         problems[LIST_ALL] = f"{len(listed)} listed, not the {size} put, newest first"
+    newest = [
+        t.config["configurable"]["checkpoint_id"] async for t in saver.alist(_config(), limit=10)
+    ]
+    if newest != ids[::-1][:10]:
+        problems[LIST_10] = "not the 10 newest, newest first"
     at = settings.before_at - 1
     before = _config(ids[at])
     page = [
@@ -442,6 +477,10 @@ async def run_langgraph(settings: Settings, workdir: Path, results: Results) -> 
     openers: list[tuple[str, Callable[[Path], Awaitable[Subject]]]] = []
     if settings.wants("sqlite"):
         openers += [(SK_SQLITE, open_sk_sqlite), (LG_SQLITE, open_lg_sqlite)]
+        openers += [
+            (SK_SQLITE_FAST, open_sk_sqlite_fast),
+            (LG_SQLITE_NORMAL, open_lg_sqlite_normal),
+        ]
     if settings.wants("postgres"):
         if settings.postgres:
             openers += [(SK_PG, open_sk_pg), (LG_PG, open_lg_pg)]
@@ -464,6 +503,15 @@ async def run_langgraph(settings: Settings, workdir: Path, results: Results) -> 
             {(s.name, APUT): put_op(s, checkpoints) for s in subjects},
             everyone,
         )
+        # pending writes of the first checkpoints, each a task's first writes, as a
+        # graph step makes them (the reads below then return them too)
+        writes = Budget(reps=settings.writes, seconds=float("inf"), min_reps=1)
+        await _measure(
+            results,
+            f"aput_writes x{settings.writes:,}",
+            {(s.name, APUT_WRITES): writes_op(s) for s in subjects},
+            writes,
+        )
         broken = {s.name: await check_reads(s, settings, settings.size) for s in subjects}
         ops: dict[tuple[str, str], Op] = {}
         for subject in subjects:
@@ -475,6 +523,12 @@ async def run_langgraph(settings: Settings, workdir: Path, results: Results) -> 
                 else:
                     ops[(subject.name, op)] = fn
         await _measure(results, "LangGraph reads", ops, settings.read_budget)
+        await _measure(
+            results,
+            f"{GRAPH} ({GRAPH_STEPS} steps, a new thread per run)",
+            {(s.name, GRAPH): graph_op(s) for s in subjects},
+            settings.graph_budget,
+        )
         for subject in subjects:
             if "size_sql" in subject.facts:
                 results.sizes[subject.name] = {"total": await _pg_size(subject.facts["size_sql"])}

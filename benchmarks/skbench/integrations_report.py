@@ -11,17 +11,23 @@ from .integrations import (
     AF_SK_FILE,
     AF_SK_SQLITE,
     APUT,
+    APUT_WRITES,
     BY_ID,
+    GRAPH,
     LATEST,
     LG_PG,
     LG_SQLITE,
+    LG_SQLITE_NORMAL,
+    LIST_10,
     LIST_ALL,
     SK_PG,
     SK_SQLITE,
+    SK_SQLITE_FAST,
     Results,
     before_op,
     latest_at,
 )
+from .integrations_af import FLOOR_FILE, FLOOR_SQLITE, SAVE, SAVE_FAST, SAVE_FULL, WRITE
 from .timing import Stat, format_stat
 
 SECTION = "## Under LangGraph and Agent Framework"
@@ -30,30 +36,53 @@ SIZE = "database size"
 
 @dataclass(frozen=True)
 class Target:
-    """``ours / theirs <= limit`` for one workload (or the size on disk)."""
+    """``ours / theirs <= limit`` for one workload (or the size on disk); ``their_op``
+    when the peer's workload has another name (a floor's write against a save)."""
 
     label: str
     op: str
     ours: str
     theirs: str
     limit: float
+    their_op: str | None = None
+
+
+#: The LangGraph rows, each with its target on SQLite (PostgreSQL: 1.0).
+def _langgraph_rows(before_at: int) -> list[tuple[str, str, float]]:
+    return [
+        (f"`{APUT}`", APUT, 1.0),
+        (f"`{APUT_WRITES}`", APUT_WRITES, 1.0),
+        ("`aget_tuple`, latest", LATEST, 0.5),
+        ("`aget_tuple`, by id", BY_ID, 1.0),
+        (f"`{LIST_ALL}`, whole thread", LIST_ALL, 0.5),
+        (f"`{LIST_10}`", LIST_10, 1.0),
+        (f"`{before_op(before_at)}`", before_op(before_at), 1.0),
+        (f"{GRAPH}, wall time", GRAPH, 1.0),
+        (SIZE, SIZE, 1.0),
+    ]
+
+
+#: (ours, theirs, on PostgreSQL): the LangGraph pairs, each at one durability class.
+PAIRS = [
+    (SK_SQLITE, LG_SQLITE, False),
+    (SK_SQLITE_FAST, LG_SQLITE_NORMAL, False),
+    (SK_PG, LG_PG, True),
+]
 
 
 def targets(before_at: int, maf_size: int) -> list[Target]:
-    out = [
-        Target(f"`{APUT}`", APUT, SK_SQLITE, LG_SQLITE, 1.0),
-        Target("`aget_tuple` (latest)", LATEST, SK_SQLITE, LG_SQLITE, 0.5),
-        Target(f"`{LIST_ALL}`", LIST_ALL, SK_SQLITE, LG_SQLITE, 0.5),
-        Target(f"`{before_op(before_at)}`", before_op(before_at), SK_SQLITE, LG_SQLITE, 1.0),
-        Target(SIZE + " (after WAL checkpoint + truncate)", SIZE, SK_SQLITE, LG_SQLITE, 1.2),
-        Target(f"`{APUT}`", APUT, SK_PG, LG_PG, 1.0),
-        Target("`aget_tuple` (latest)", LATEST, SK_PG, LG_PG, 1.0),
-    ]
+    out = []
+    for ours, theirs, pg in PAIRS:
+        for label, op, limit in _langgraph_rows(before_at):
+            out.append(Target(label, op, ours, theirs, 1.0 if pg else limit))
     for ours in (AF_SK_SQLITE, AF_SK_FILE):
-        for theirs in (AF_FILE, AF_MEMORY):
-            out.append(
-                Target(f"`get_latest` at {maf_size:,}", latest_at(maf_size), ours, theirs, 0.01)
-            )
+        out.append(Target(f"`{SAVE_FAST}`", SAVE_FAST, ours, AF_FILE, 1.0, their_op=SAVE))
+    out.append(Target(f"`{SAVE_FULL}`", SAVE_FULL, AF_SK_FILE, FLOOR_FILE, 1.3, their_op=WRITE))
+    out.append(Target(f"`{SAVE_FULL}`", SAVE_FULL, AF_SK_SQLITE, FLOOR_SQLITE, 1.3, WRITE))
+    for ours in (AF_SK_SQLITE, AF_SK_FILE):
+        out.append(
+            Target(f"`get_latest` at {maf_size:,}", latest_at(maf_size), ours, AF_FILE, 0.01)
+        )
     return out
 
 
@@ -81,13 +110,17 @@ def verdicts(results: Results, before_at: int, maf_size: int) -> list[dict[str, 
             ratio = ours / theirs
             row.update(ratio=ratio, figures=f"{_bytes(ours)} vs {_bytes(theirs)}", p10=None)
         else:
-            num, den = results.stat(target.ours, target.op), results.stat(target.theirs, target.op)
+            num = results.stat(target.ours, target.op)
+            den = results.stat(target.theirs, target.their_op or target.op)
             if num is None or den is None:
                 why = [
-                    results.ops.get(name, {}).get(target.op, {}).get("error")
+                    results.ops.get(name, {}).get(op, {}).get("error")
                     or results.subjects.get(name, {}).get("unavailable")
                     or "not measured"
-                    for name, stat in ((target.ours, num), (target.theirs, den))
+                    for name, op, stat in (
+                        (target.ours, target.op, num),
+                        (target.theirs, target.their_op or target.op, den),
+                    )
                     if stat is None
                 ]
                 row["verdict"] = "not measured: " + "; ".join(why)
@@ -157,19 +190,30 @@ def render(results: Results, before_at: int, size: int, maf_sizes: tuple[int, ..
         "the ids put. The durability each side runs at:"
     )
     lines.append("")
-    for name in (SK_SQLITE, LG_SQLITE, SK_PG, LG_PG):
+    for name in (SK_SQLITE, LG_SQLITE, SK_SQLITE_FAST, LG_SQLITE_NORMAL, SK_PG, LG_PG):
         info = results.subjects.get(name)
         if info is None:
             continue
         text = info.get("unavailable") and f"skipped: {info['unavailable']}"
         lines.append(f"- {name}: {text or info.get('setting')}")
     lines.append("")
+    rows = verdicts(results, before_at, maf_size)
+    met = sum(1 for r in rows if r.get("met"))
+    missing = sum(1 for r in rows if "met" not in r)
     lines += ["### Targets", ""]
+    lines.append(
+        f"{met} of {len(rows)} targets met"
+        + (f", {missing} not measured" if missing else "")
+        + ". LangGraph pairs: each saver against its peer at the same durability class "
+        '(ours `durability="full"` against `synchronous=FULL`, ours `"fast"` against '
+        "`synchronous=NORMAL`, both PostgreSQL savers committing each put)."
+    )
+    lines.append("")
     lines.append(
         "| target | ours vs peer | ratio (p10s) | ours vs peer, median (p10-p90) | verdict |"
     )
     lines.append("|---|---|---|---|---|")
-    for row in verdicts(results, before_at, maf_size):
+    for row in rows:
         target: Target = row["target"]
         pair = f"{target.ours} vs {target.theirs}"
         if "ratio" not in row:
@@ -181,6 +225,7 @@ def render(results: Results, before_at: int, size: int, maf_sizes: tuple[int, ..
         lines.append(f"| {target.label} | {pair} | {ratio} | {row['figures']} | {row['verdict']} |")
     lines.append("")
     lines += _langgraph_table(results, before_at, size)
+    lines += _af_save_table(results)
     lines += _af_table(results, maf_sizes)
     lines += _notes(results, size)
     return "\n".join(lines) + "\n"
@@ -195,8 +240,9 @@ def _cell(results: Results, name: str, op: str) -> str:
 
 
 def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
-    ops = [APUT, LATEST, BY_ID, LIST_ALL, before_op(before_at)]
-    names = [n for n in (SK_SQLITE, LG_SQLITE, SK_PG, LG_PG) if n in results.ops]
+    ops = [APUT, APUT_WRITES, LATEST, BY_ID, LIST_ALL, LIST_10, before_op(before_at), GRAPH]
+    every = (SK_SQLITE, LG_SQLITE, SK_SQLITE_FAST, LG_SQLITE_NORMAL, SK_PG, LG_PG)
+    names = [n for n in every if n in results.ops]
     if not names:
         return []
     out = ["### LangGraph savers, every workload: median (p10-p90) per call", ""]
@@ -209,7 +255,7 @@ def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
         out.append(f"| {name} | " + " | ".join(cells) + f" | {shown} |")
     out.append("")
     files, objects = [], []
-    for name in (SK_SQLITE, LG_SQLITE):
+    for name in (SK_SQLITE, LG_SQLITE, SK_SQLITE_FAST, LG_SQLITE_NORMAL):
         sizes = results.sizes.get(name, {})
         parts = ", ".join(f"{k} {v:,} B" for k, v in sizes.get("files", {}).items())
         if parts:
@@ -226,19 +272,18 @@ def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
             "Sizes: SQLite, every file of the database's directory after `PRAGMA "
             "wal_checkpoint(TRUNCATE)` with both closed (" + "; ".join(files) + "); "
             "PostgreSQL, `pg_total_relation_size` of each side's tables (heap, indexes, "
-            "TOAST), before closing, no target."
+            "TOAST), before closing."
         )
         out.append("")
     per = []
-    for name in (SK_SQLITE, LG_SQLITE, SK_PG, LG_PG):
+    for name in every:
         total = results.sizes.get(name, {}).get("total")
         if total:
             per.append(f"{name} {total / size:,.0f} B")
     if per:
         out.append(
-            f"Bytes per checkpoint ({size:,} in the thread; the target is on SQLite): "
-            + ", ".join(per)
-            + "."
+            f"Bytes per checkpoint ({size:,} in the thread, the first ones with pending "
+            "writes; graph threads included): " + ", ".join(per) + "."
         )
         out.append("")
     if objects:
@@ -249,7 +294,7 @@ def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
         ]
         out += [*objects, ""]
         fills = []
-        for name in (SK_SQLITE, LG_SQLITE):
+        for name in (SK_SQLITE, LG_SQLITE, SK_SQLITE_FAST, LG_SQLITE_NORMAL):
             found = results.sizes.get(name, {}).get("objects", {})
             if found:
                 table, (pages, payload) = max(found.items(), key=lambda kv: kv[1][0])
@@ -258,6 +303,35 @@ def _langgraph_table(results: Results, before_at: int, size: int) -> list[str]:
                     f"checkpoint in {pages / size:,.0f} B of pages ({payload / pages:.0%} full)"
                 )
         out += ["The largest table of each: " + "; ".join(fills) + ".", ""]
+    return out
+
+
+def _af_save_table(results: Results) -> list[str]:
+    cells = [
+        (AF_SK_SQLITE, SAVE_FAST),
+        (AF_SK_SQLITE, SAVE_FULL),
+        (AF_SK_FILE, SAVE_FAST),
+        (AF_SK_FILE, SAVE_FULL),
+        (AF_FILE, SAVE),
+        (FLOOR_FILE, WRITE),
+        (FLOOR_SQLITE, WRITE),
+    ]
+    if not any(results.stat(n, op) for n, op in cells):
+        return []
+    out = ["### Agent Framework: `save`, median (p10-p90) per call", ""]
+    out += ["| who | what | per call |", "|---|---|---|"]
+    for name, op in cells:
+        out.append(f"| {name} | `{op}` | {_cell(results, name, op)} |")
+    out.append("")
+    out.append(
+        "A chain of checkpoints of one workflow (~1 KB state, each naming the previous "
+        "one), made before the timing, saved through each storage in the same interleaved "
+        "rounds as the floors, which write the "
+        f"{results.meta.get('af_record_bytes', '?')} bytes our file store writes for one "
+        "such checkpoint. `FileCheckpointStorage` writes one JSON file per checkpoint "
+        "and does not fsync."
+    )
+    out.append("")
     return out
 
 
@@ -322,9 +396,17 @@ def _notes(results: Results, size: int) -> list[str]:
         "timed call. `AsyncSqliteSaver` runs one `INSERT OR REPLACE` and a commit; "
         "`AsyncPostgresSaver` upserts the channel blob and then the checkpoint row in one "
         "pipeline; `StatekeeperSaver` makes one `store.save` with the checkpoint's id "
-        "(its tags and metadata rows included), an `update` only if the id is already "
-        f"there. The {size:,} puts ran in one process on one event loop, one saver after "
+        "(one row: the LangGraph ids travel in the state's frame, with no tags and no "
+        "indexed metadata), an `update` only if the id is already there. "
+        f"The {size:,} puts ran in one process on one event loop, one saver after "
         "the other in each round.",
+        "- `aput_writes`: `AsyncSqliteSaver` runs one `INSERT OR REPLACE` per write and a "
+        "commit; `AsyncPostgresSaver` upserts the writes' blobs in one pipeline; "
+        "`StatekeeperSaver` makes one `store.save` of the checkpoint's writes record "
+        "(the next task's writes to the same checkpoint are one `update(if_match=)`).",
+        f"- {GRAPH}: LangGraph's runtime calls the saver as a graph run does "
+        "(`aget_tuple` at the start, then `aput_writes` and `aput` per step, at its "
+        "default durability); the wall time of one whole `ainvoke`.",
         "- `aget_tuple` (latest): `AsyncSqliteSaver` runs two statements (the newest "
         "row, then its pending writes) on its one connection; `AsyncPostgresSaver` one "
         "query that joins the channel blobs and aggregates the pending writes; "

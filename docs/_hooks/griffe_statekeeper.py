@@ -56,13 +56,13 @@ REFERENCE_MODULES = (
     "statekeeper.integrations.agent_framework",
 )
 
-_BASE = "statekeeper._protocol.BaseCheckpointStore"
+_BASE = "statekeeper._core.store.BaseCheckpointStore"
 
 #: Classes whose same-named methods have another class's contract: the class that
 #: states it, and how the method relates to it (``None``: the same method, so its
 #: docstring is the source's, copied).
 MIRRORS: dict[str, tuple[str, str | None]] = {
-    "statekeeper._interface.CheckpointStore": (_BASE, None),
+    "statekeeper._core.interface.CheckpointStore": (_BASE, None),
     "statekeeper.sync.SyncCheckpointStore": (_BASE, "Blocking form of"),
     "statekeeper.testing.recording.LoggedStore": (_BASE, "Logs, then calls"),
     "statekeeper.testing.recording.RecordingStore": (_BASE, "Records, then calls"),

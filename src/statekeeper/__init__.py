@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import errors
-    from ._integrity import repair_records
-    from ._protocol import (
-        BaseCheckpointStore,
-        CheckpointStore,
-        ScanQuery,
-        StoreIdentity,
-        StoreInfo,
-        skipped_from,
-    )
+    from ._core.integrity import repair_records
+    from ._core.interface import CheckpointStore, StoreInfo
+    from ._core.primitives import StoreIdentity
+    from ._core.query import ScanQuery
+    from ._core.store import BaseCheckpointStore
+    from ._core.validate import skipped_from
     from ._registry import available_backends, open_store, register_backend
     from ._url import StoreURL
     from .config import Capabilities, StoreOptions
@@ -46,18 +43,13 @@ if TYPE_CHECKING:
 #: ``--help`` do not pay for pydantic and the store machinery they do not touch.
 _LAZY: dict[str, str] = {
     "errors": "",
-    "repair_records": "._integrity",
-    **dict.fromkeys(
-        (
-            "BaseCheckpointStore",
-            "CheckpointStore",
-            "ScanQuery",
-            "StoreIdentity",
-            "StoreInfo",
-            "skipped_from",
-        ),
-        "._protocol",
-    ),
+    "repair_records": "._core.integrity",
+    "BaseCheckpointStore": "._core.store",
+    "CheckpointStore": "._core.interface",
+    "StoreInfo": "._core.interface",
+    "ScanQuery": "._core.query",
+    "StoreIdentity": "._core.primitives",
+    "skipped_from": "._core.validate",
     **dict.fromkeys(("available_backends", "open_store", "register_backend"), "._registry"),
     "StoreURL": "._url",
     "Capabilities": ".config",

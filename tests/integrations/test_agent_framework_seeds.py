@@ -23,6 +23,7 @@ from agent_framework_stores import Backend, backend_fixture  # noqa: F401  (the 
 
 import statekeeper.integrations.agent_framework as adapter
 from statekeeper.errors import CheckpointNotFound
+from statekeeper.integrations.agent_framework import _codec
 
 pytestmark = pytest.mark.asyncio
 
@@ -223,10 +224,10 @@ class Calls:
         self.counts: Counter[str] = Counter()
         for name in ("get_latest", "load", "load_many", "list", "_decode_strict", "_latest"):
             monkeypatch.setattr(store, name, self._wrap(name, getattr(store, name)))
-        monkeypatch.setattr(
-            adapter,
+        monkeypatch.setattr(  # where the storage's codec looks it up
+            _codec,
             "decode_checkpoint_value",
-            self._wrap("framework decode", adapter.decode_checkpoint_value),
+            self._wrap("framework decode", _codec.decode_checkpoint_value),
         )
 
     def _wrap(self, name: str, fn: Any) -> Any:

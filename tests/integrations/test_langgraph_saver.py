@@ -97,10 +97,13 @@ async def test_damaged_checkpoint_is_left_out_of_list_with_a_warning(
 async def test_damaged_state_inside_a_sound_record_is_strict_too() -> None:
     async with saver_on("memory://") as saver:
         await put(saver, "t", checkpoint_id="1")
-        # a record the store reads fine whose LangGraph frame is cut short
-        await saver.store.update(layout.checkpoint_key("t", "", "1"), b"SKLG1C\x00\x00\x00\x04")
-        with pytest.raises(CheckpointDecodeError, match="truncated"):
-            await saver.aget_tuple(generate_config("t"))
+        # a record the store reads fine whose LangGraph frame is cut short (either frame)
+        for frame in (b"SKLG2C", b"SKLG1C"):
+            await saver.store.update(
+                layout.checkpoint_key("t", "", "1"), frame + b"\x00\x00\x00\x04"
+            )
+            with pytest.raises(CheckpointDecodeError, match="truncated"):
+                await saver.aget_tuple(generate_config("t"))
 
 
 async def test_latest_is_the_last_saved_not_the_highest_id() -> None:
@@ -159,16 +162,14 @@ async def test_store_records_are_raw_serde_bytes_with_readable_ids() -> None:
         record = await saver.store.load(layout.checkpoint_key("t", "child:1", "c1"))
         assert record.stream == "langgraph/t/child%3A1/checkpoints"
         assert isinstance(record.state, bytes) and b"base64" not in record.state
-        assert record.metadata["step"] == 3
-        assert record.metadata["langgraph"] == {
-            "thread_id": "t",
-            "checkpoint_ns": "child:1",
-            "checkpoint_id": "c1",
-            "parent_checkpoint_id": None,
-        }
+        # the ids travel in the frame: a save is one row, nothing else to index
+        assert (record.tags, record.metadata) == ({}, {})
+        ids, _, _ = layout.unpack_checkpoint(record.state, record.id, record.metadata)
+        assert ids == layout.Ids("t", "child:1", "c1", None)
         writes = await saver.store.load(layout.writes_key("t", "child:1", "c1"))
         assert writes.stream == "langgraph/t/child%3A1/writes"
         assert writes.parent_id == record.id
+        assert (writes.tags, writes.metadata) == ({}, {})
 
 
 class Spy:
@@ -220,15 +221,30 @@ async def test_no_round_trip_per_checkpoint() -> None:
         assert await saver.aget_tuple(configs[3]) is not None
         assert spy.calls == ["load_many"]
 
+        # a checkpoint's first writes are one save, the next task's one update
+        spy.calls.clear()
+        stored = await put(saver, "t", parent=parent, step=60)
+        await saver.aput_writes(stored, [("ch", 60)], "task-a")
+        await saver.aput_writes(stored, [("ch", 61)], "task-b")
+        assert spy.calls == ["save", "save", "update"]
+
         # time travel: writing to an old checkpoint costs what writing to the newest does
         spy.calls.clear()
         await saver.aput_writes(configs[2], [("late", 1)], "task-late")
-        assert spy.calls == ["load_many", "update"]
+        assert spy.calls == ["update"]
+        # a saver that did not write the record reads it first, and merges
+        other = StatekeeperSaver(saver.store)
+        await other.aput_writes(configs[2], [("later", 2)], "task-later")
+        assert spy.calls == ["update", "save", "load_many", "update"]
+        # and the first saver's remembered etag is stale now: it merges too
+        await saver.aput_writes(configs[2], [("last", 3)], "task-last")
         old = await saver.aget_tuple(configs[2])
         assert old is not None and [w[1] for w in old.pending_writes or []] == [
             "ch",
             "other",
+            "last",  # in LangGraph's order: by task path, task id, index
             "late",
+            "later",
         ]
 
 

@@ -22,7 +22,6 @@ import random
 import re
 import stat
 import sys
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -157,15 +156,16 @@ def _recrc(blob: bytes) -> bytes:
 
 
 def _read_like_a_store(data: bytes, codec: Codec, **expect: Any) -> None:
-    """What every backend does with stored bytes: parse the envelope, decode the state."""
-    started = time.monotonic()
+    """What every backend does with stored bytes: parse the envelope, decode the state.
+
+    Returns or raises :class:`CheckpointDecodeError`; a hang is caught by the test's
+    timeout (pyproject.toml). How long hostile bytes take to read is a measurement for
+    benchmarks/, not an assertion: a loaded machine can miss any bound in seconds."""
     try:
         record = StoredRecord.from_bytes(data, location="fuzz", **expect)
         codec.decode(record.state)
     except CheckpointDecodeError:
         pass
-    elapsed = time.monotonic() - started
-    assert elapsed < 5.0, f"reading {len(data)} hostile bytes took {elapsed:.1f}s"
 
 
 @pytest.fixture
@@ -180,10 +180,8 @@ def test_codec_refuses_hostile_documents(marker: Path) -> None:
     codec = Codec()
     inputs = [*HOSTILE_JSON, *_callable_tags(marker), *_pickles(marker)]
     for data in inputs:
-        started = time.monotonic()
         with pytest.raises(CheckpointDecodeError):
             codec.decode(data)
-        assert time.monotonic() - started < 5.0, data[:60]
     # other serialisers' spellings of "call this" are plain data here, and stay data
     lookalikes = [
         {"py/object": "os.system", "args": [f"touch {marker}"]},

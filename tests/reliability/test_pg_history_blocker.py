@@ -31,18 +31,20 @@ pytestmark = pytest.mark.reliability
 OPEN, CLOSED = 0.6, 0.3
 
 
-async def _other_application(dsn: str, stop: threading.Event) -> int:
-    """Open a transaction with an xid, leave it idle, end it; again until ``stop``.
-    Returns how many times it held one open."""
+async def _other_application(dsn: str, stop: threading.Event, holding: threading.Event) -> int:
+    """Open a transaction with an xid, leave it idle, end it; again until ``stop``, and
+    at least twice however slowly this thread runs. Sets ``holding`` once it first
+    holds one. Returns how many times it held one open."""
     con = await asyncpg.connect(dsn)
     held = 0
     try:
         await con.execute("CREATE TEMP TABLE other_app(x int)")
-        while not stop.is_set():
+        while not (stop.is_set() and held >= 2):
             tr = con.transaction()
             await tr.start()
             await con.execute("INSERT INTO other_app VALUES (1)")
             held += 1
+            holding.set()
             await asyncio.sleep(OPEN)
             await tr.rollback()
             await asyncio.sleep(CLOSED)
@@ -52,9 +54,11 @@ async def _other_application(dsn: str, stop: threading.Event) -> int:
 
 
 async def _every_stream_reader(store: RecordingStore, seed: int, stop: threading.Event) -> int:
+    """Walk every stream until ``stop``, and until one walk got through (a walk held back
+    by saves in flight is retried; once the writers stop, none is)."""
     rng = random.Random(seed)
     walks = 0
-    while not stop.is_set():
+    while not (stop.is_set() and walks >= 1):
         order = "asc" if rng.random() < 0.5 else "desc"
         try:
             # stream None: every stream (recording.walk passes it on to list())
@@ -73,7 +77,7 @@ def test_history_with_another_applications_transaction_open_part_of_the_time(
     dsn = backend.url.split("?", 1)[0].replace("postgresql+asyncpg://", "postgresql://")
     every = tmp_path / "every"
     every.mkdir()
-    stop = threading.Event()
+    stop, holding = threading.Event(), threading.Event()
     side: list[tuple[int, list[int]]] = []
 
     async def alongside() -> None:
@@ -83,7 +87,7 @@ def test_history_with_another_applications_transaction_open_part_of_the_time(
                 _every_stream_reader(RecordingStore(raw, rec), i, stop)
                 for i, rec in enumerate(recorders)
             ]
-            held, *walks = await asyncio.gather(_other_application(dsn, stop), *readers)
+            held, *walks = await asyncio.gather(_other_application(dsn, stop, holding), *readers)
         for rec in recorders:
             rec.close()
         side.append((held, walks))
@@ -91,10 +95,17 @@ def test_history_with_another_applications_transaction_open_part_of_the_time(
     thread = threading.Thread(target=lambda: asyncio.run(alongside()))
     thread.start()
     try:
+        # the history starts once the other application holds its transaction, so the
+        # two overlap however slowly the thread starts (120 s: only a hang guard)
+        for _ in range(1200):
+            if holding.wait(0.1) or not thread.is_alive():
+                break
+        assert holding.is_set(), "the other application never opened its transaction"
         run_history(backend, tmp_path, duration=20.0 if long_run else 4.0)
     finally:
         stop.set()
         thread.join()
+    # the side thread ran until these held, so they fail only if it died
     ((held, walks),) = side
     assert held >= 2, "the other application's transaction was hardly ever open"
     assert all(walks), f"a reader of every stream never finished a walk: {walks}"

@@ -1,6 +1,6 @@
 """PostgreSQL sequences from transaction ids, and the listing horizon (issue 16).
 
-See ``statekeeper.backends.sql.pg``: a save takes ``(xid + seq_base) * 1024`` under
+See ``statekeeper.backends.sql.postgres``: a save takes ``(xid + seq_base) * 1024`` under
 its stream's advisory lock; listings of every stream show only sequences below the
 oldest transaction id of this store's saves still in flight. These tests hold
 locks and transactions open on a second connection to show what that costs and what

@@ -265,7 +265,7 @@ async def test_a_lock_held_too_long_is_a_store_timeout(engines_closed: Server) -
         counter = store.tables.counter.name
         async with server.engine().connect() as blocker:
             if server.service == "postgres":
-                # saves to one stream take its advisory lock (statekeeper.backends.sql.pg)
+                # saves to one stream take its advisory lock (sql.postgres.sequences)
                 keys = {"a": store._pst.store_lock, "b": stream_lock("job")}  # type: ignore[attr-defined]
                 await blocker.execute(sa.text("SELECT pg_advisory_xact_lock(:a, :b)"), keys)
             else:

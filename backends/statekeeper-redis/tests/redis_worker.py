@@ -6,7 +6,9 @@ runs COUNT rounds (fewer if a second line, ``stop``, arrives first) of
 
 - one save of ``{"by": NAME, "i": round}`` to the stream ``shared``, and
 - one compare-and-set increment of checkpoint ``counter`` (load, then
-  ``update(if_match=etag)``, retried on ``PreconditionFailed``),
+  ``update(if_match=etag)``, retried on ``PreconditionFailed``), which also writes
+  ``"raced": True`` into the counter once this worker has lost a race (so that a
+  reader can tell, while the workers run, that the increments really raced),
 
 and prints one JSON line: ``{"seqs": [sequences in the order the saves returned],
 "conflicts": increments that lost the race and were retried}``.
@@ -24,12 +26,15 @@ from statekeeper_redis import RedisCheckpointStore
 from statekeeper.errors import PreconditionFailed
 
 
-async def _increment(store: RedisCheckpointStore, name: str) -> int:
+async def _increment(store: RedisCheckpointStore, name: str, raced: bool) -> int:
     conflicts = 0
     while True:
         cp = await store.load("counter")
+        state = {"n": cp.state["n"] + 1, "by": name}
+        if raced or conflicts or cp.state.get("raced"):
+            state["raced"] = True
         try:
-            await store.update("counter", {"n": cp.state["n"] + 1, "by": name}, if_match=cp.etag)
+            await store.update("counter", state, if_match=cp.etag)
         except PreconditionFailed:
             conflicts += 1
         else:
@@ -52,7 +57,7 @@ async def main(url: str, prefix: str, name: str, count: int) -> None:
                 break
             cp = await store.save("shared", {"by": name, "i": i}, tags={"by": name})
             seqs.append(cp.sequence)
-            conflicts += await _increment(store, name)
+            conflicts += await _increment(store, name, conflicts > 0)
     print(json.dumps({"seqs": seqs, "conflicts": conflicts}), flush=True)
 
 

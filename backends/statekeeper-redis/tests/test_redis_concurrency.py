@@ -30,6 +30,11 @@ from statekeeper.testing.workloads import COUNTER_ID, COUNTER_STREAM
 
 WORKER = str(Path(__file__).with_name("redis_worker.py"))
 WRITERS = 4
+#: Rounds for redis_worker that no test reaches: it runs until told to stop (or until
+#: its stdin closes, if the test dies).
+_UNTIL_STOPPED = 10**7
+#: Rounds of actors the history test runs at most (one is enough on an idle machine).
+_HISTORY_ROUNDS = 10
 
 Maker = Callable[..., RedisCheckpointStore]
 
@@ -64,6 +69,20 @@ async def _result(proc: asyncio.subprocess.Process) -> Any:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
+def _acked(log: Path) -> int:
+    """The writes acknowledged in the write log so far (a torn last line is skipped)."""
+    return sum(1 for op in WriteLog.read(log).ops if op.acked)
+
+
+async def _until(done: Callable[[], bool], what: str) -> None:
+    """Poll ``done`` until it holds; fail after 120 s (a hang, not slowness)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while not done():
+        assert loop.time() < deadline, f"{what} within 120 s"
+        await asyncio.sleep(0.02)
+
+
 async def _workers(url: str, prefix: str, count: int) -> list[asyncio.subprocess.Process]:
     return list(
         await asyncio.gather(
@@ -78,13 +97,18 @@ async def test_writer_processes_commit_in_sequence_order_and_lose_no_cas_update(
 ) -> None:
     """4 processes, each alternating a save to one shared stream and a compare-and-set
     increment of one shared counter (one set of processes for both checks, because
-    starting a process is the slow part)."""
+    starting a process is the slow part).
+
+    The workers run until told to stop, and they are told once the counter says that
+    an increment lost a race and every worker has made ``rounds`` saves: so the race
+    is real and the history long however the machine schedules the processes."""
     rounds = 50
     async with make_store() as reader:
         await reader.save("counters", {"n": 0}, id="counter")
-        procs = await _workers(redis_url, key_prefix, rounds)
+        procs = await _workers(redis_url, key_prefix, _UNTIL_STOPPED)
         await _start(procs)
         snapshots = 0
+        stopped = False
         # While the writers run, every page must show a gap-free run of sequences
         # (the counter holds sequence 1, the saves start at 2; nothing is deleted):
         # seeing n without some committed m < n would mean sequence order differs
@@ -94,19 +118,34 @@ async def test_writer_processes_commit_in_sequence_order_and_lose_no_cas_update(
             seqs = [cp.sequence for cp in page.items]
             assert seqs == list(range(2, len(seqs) + 2)), f"gap in {seqs}"
             snapshots += 1
+            saves = {f"w{i}": 0 for i in range(WRITERS)}
+            for cp in page.items:
+                saves[cp.tags["by"]] += 1  # redis_worker tags each save with its name
+            raced = (await reader.load("counter")).state.get("raced", False)
+            if not stopped and raced and min(saves.values()) >= rounds:
+                await _start(procs, b"stop\n")
+                stopped = True
             await asyncio.sleep(0.02)
         results = [await _result(proc) for proc in procs]
-        total = WRITERS * rounds
+        assert stopped, "the workers stopped before they were told to"
         all_seqs = [seq for result in results for seq in result["seqs"]]
+        total = len(all_seqs)
+        assert total >= WRITERS * rounds
         assert sorted(all_seqs) == list(range(2, total + 2)), "sequences not unique and dense"
         for result in results:
             assert result["seqs"] == sorted(result["seqs"]), "one writer's saves out of order"
+        listed: list[Checkpoint] = []
         page = await reader.list("shared", order="asc", limit=1000)
-        assert [cp.sequence for cp in page.items] == list(range(2, total + 2))
+        listed += page.items
+        while page.next_cursor is not None:
+            page = await reader.list("shared", order="asc", limit=1000, after=page.next_cursor)
+            listed += page.items
+        assert [cp.sequence for cp in listed] == list(range(2, total + 2))
         by_writer: dict[str, list[int]] = {}
-        for cp in page.items:
+        for cp in listed:
             by_writer.setdefault(cp.state["by"], []).append(cp.state["i"])
-        assert by_writer == {f"w{i}": list(range(rounds)) for i in range(WRITERS)}
+        made = {f"w{i}": len(result["seqs"]) for i, result in enumerate(results)}
+        assert by_writer == {name: list(range(n)) for name, n in made.items()}
         latest = await reader.get_latest("shared")
         assert latest is not None and latest.sequence == total + 1
         # compare-and-set: every increment counted once, none lost, and the race was real
@@ -162,40 +201,51 @@ async def test_concurrent_history_of_writer_and_reader_processes_is_consistent(
     url = f"{redis_url}?key_prefix={key_prefix}&allow_unsafe_durability=true"
     async with make_store() as store:
         await store.save(COUNTER_STREAM, {"n": 0}, id=COUNTER_ID)
-        roles = [("writer", i) for i in range(WRITERS)] + [("reader", 0)]
-        paths = [tmp_path / f"{role}{i}.jsonl" for role, i in roles]
-        procs = list(
-            await asyncio.gather(
-                *(
-                    _spawn(
-                        "-m",
-                        "statekeeper.testing.workloads",
-                        "actor",
-                        "--url",
-                        url,
-                        "--role",
-                        role,
-                        "--index",
-                        str(i),
-                        "--history",
-                        str(path),
-                        "--duration",
-                        "2",
-                        "--seed",
-                        "7",
+        paths: list[Path] = []
+        # The actors run for 2 seconds; on a machine too loaded for that to make enough
+        # saves and updates, another round of actors (new names, so new ids) adds to the
+        # same history, until it is big enough: the checks never depend on speed.
+        for r in range(_HISTORY_ROUNDS):
+            roles = [("writer", i + 10 * r) for i in range(WRITERS)] + [("reader", r)]
+            round_paths = [tmp_path / f"{role}{i}.jsonl" for role, i in roles]
+            procs = list(
+                await asyncio.gather(
+                    *(
+                        _spawn(
+                            "-m",
+                            "statekeeper.testing.workloads",
+                            "actor",
+                            "--url",
+                            url,
+                            "--role",
+                            role,
+                            "--index",
+                            str(i),
+                            "--history",
+                            str(path),
+                            "--duration",
+                            "2",
+                            "--seed",
+                            str(7 + r),
+                        )
+                        for (role, i), path in zip(roles, round_paths, strict=True)
                     )
-                    for (role, i), path in zip(roles, paths, strict=True)
                 )
             )
-        )
-        await _start(procs)
-        for proc in procs:
-            _, err = await asyncio.wait_for(proc.communicate(), 120)
-            assert proc.returncode == 0, err.decode()[-2000:]
-        history = History.read(*paths)
+            await _start(procs)
+            for proc in procs:
+                _, err = await asyncio.wait_for(proc.communicate(), 120)
+                assert proc.returncode == 0, err.decode()[-2000:]
+            paths += round_paths
+            history = History.read(*paths)
+            if len(history.of("save")) > 20 and len(history.of("update")) > 5:
+                break
         report = await check_history(store, history)
     assert report.ok
-    assert len(history.of("save")) > 20 and len(history.of("update")) > 5
+    assert len(history.of("save")) > 20 and len(history.of("update")) > 5, (
+        f"{_HISTORY_ROUNDS} rounds of actors made {len(history.of('save'))} saves and "
+        f"{len(history.of('update'))} updates"
+    )
 
 
 @pytest.mark.asyncio
@@ -213,7 +263,9 @@ async def test_killed_writer_process_leaves_every_acknowledged_write(
     )  # fmt: skip
     assert proc.stdout is not None
     assert (await asyncio.wait_for(proc.stdout.readline(), 60)).strip() == b"ready"
-    await asyncio.sleep(0.8)
+    # killed once it has acknowledged more than 10 writes, however slowly it runs (the
+    # writer saves until killed, so it is mid-workload then); 120 s is only a hang guard
+    await _until(lambda: _acked(log) > 10, "the writer acknowledged no 11 writes")
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
     write_log = WriteLog.read(log)
@@ -237,19 +289,26 @@ async def test_save_many_never_interleaves_with_saves_of_writer_processes(
     # so some single save lies between two batches however the machine schedules the
     # processes (CI twice saw every single save finish before the first batch when the
     # writers ran a fixed number of rounds).
-    rounds, width = 5000, 25
+    width = 25
     async with make_store() as store:
         await store.save("counters", {"n": 0}, id="counter")
-        procs = await _workers(redis_url, key_prefix, rounds)
+        procs = await _workers(redis_url, key_prefix, _UNTIL_STOPPED)
         await _start(procs)
         batches: list[list[Checkpoint]] = []
         landed_after_first = 0
-        while len(batches) < 2000 and any(proc.returncode is None for proc in procs):
-            items = [
-                NewCheckpoint(stream=f"b{i % 3}", state={"batch": len(batches), "i": i})
-                for i in range(width)
-            ]
-            batches.append(await store.save_many(items))
+        # 120 s: a guard against writers that never save, not a bound on their speed
+        deadline = asyncio.get_running_loop().time() + 120
+        while asyncio.get_running_loop().time() < deadline and any(
+            proc.returncode is None for proc in procs
+        ):
+            # at most 20 batches until a single save is seen after the first: then
+            # only look, however long the writers take to get there
+            if landed_after_first or len(batches) < 20:
+                items = [
+                    NewCheckpoint(stream=f"b{i % 3}", state={"batch": len(batches), "i": i})
+                    for i in range(width)
+                ]
+                batches.append(await store.save_many(items))
             if landed_after_first and len(batches) > max(landed_after_first, 20):
                 break
             latest = await store.get_latest("shared")
@@ -260,7 +319,7 @@ async def test_save_many_never_interleaves_with_saves_of_writer_processes(
         results = [await _result(proc) for proc in procs]
         singles = sorted(seq for result in results for seq in result["seqs"])
         assert landed_after_first, "no single save landed after the first batch"
-        assert len(singles) < WRITERS * rounds, "the writers ran out of rounds before the stop"
+        assert len(singles) < WRITERS * _UNTIL_STOPPED, "the writers ran out of rounds"
         ranges = []
         for saved in batches:
             seqs = [cp.sequence for cp in saved]
@@ -297,6 +356,8 @@ async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
     async with make_store() as writer, make_store() as reader:
         done = asyncio.Event()
         counts: set[int] = set()
+        looks = 0  # the reader's finished rounds of reads
+        looked = asyncio.Condition()
 
         async def write() -> None:
             try:
@@ -307,6 +368,13 @@ async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
                             for i in range(width)
                         ]
                     )
+                    if k % 10 == 9:
+                        # every 10 batches, wait for a round of reads begun after this
+                        # one, so the reader sees several states however the two
+                        # connections are scheduled (the other reads race the batches)
+                        seen = looks
+                        async with looked:
+                            await looked.wait_for(lambda seen=seen: looks >= seen + 2)
             finally:
                 done.set()
 
@@ -320,6 +388,10 @@ async def test_a_reader_on_another_connection_never_sees_part_of_a_batch(
                 counts.add(len(page.items))
                 got = await reader.load_many([cp.id for cp in page.items[:width]])
                 assert len(got) == min(width, len(page.items))
+                nonlocal looks
+                async with looked:
+                    looks += 1
+                    looked.notify_all()
                 await asyncio.sleep(0)
 
         await asyncio.gather(write(), read())

@@ -63,15 +63,17 @@ def scratch_server(tmp_path: Path) -> Iterator[Callable[[str], str]]:
         )  # fmt: skip
         started.append(proc)
         client = redis.Redis(host="127.0.0.1", port=port)
+        # 60 s: a guard against a server that never starts, not a bound on how fast
+        deadline = time.monotonic() + 60
         try:
-            for _ in range(200):
+            while True:
                 try:
                     if client.ping():
                         break
                 except redis.ConnectionError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        pytest.fail(f"the scratch redis-server on port {port} did not start")
                     time.sleep(0.025)
-            else:
-                pytest.fail(f"the scratch redis-server on port {port} did not start")
         finally:
             client.close()
         return f"redis://127.0.0.1:{port}/0"

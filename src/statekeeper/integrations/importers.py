@@ -25,6 +25,7 @@ thread and namespace is imported in that order, parents before children.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 from collections.abc import Iterable
@@ -85,20 +86,24 @@ async def import_agent_framework(
     """Import every checkpoint of a ``FileCheckpointStorage`` directory into ``target``
     (an open store with ``codec="raw"``).
 
-    Each ``*.json`` file is loaded strictly by the framework's own
-    ``FileCheckpointStorage.load`` under ``allowed_checkpoint_types``; a file that
+    Each ``*.json`` file is read with ``aiofiles`` and decoded strictly, as the
+    framework's own ``FileCheckpointStorage.load`` decodes it (its JSON, then
+    ``decode_checkpoint_value`` under ``allowed_checkpoint_types``, refused in its
+    words); a file that
     does not load, a link, or anything not a regular file is reported. The source
     is only read (a missing directory raises :class:`StoreNotFound`, and is not
     created).
     """
-    from agent_framework import FileCheckpointStorage, WorkflowCheckpointException
+    from agent_framework import WorkflowCheckpointException
 
     from .agent_framework import StatekeeperCheckpointStorage
+    from .agent_framework._codec import CheckpointCodec
 
     root = Path(directory)
     files = await asyncio.to_thread(_checkpoint_files, root)
     allowed = list(allowed_checkpoint_types)
-    source = FileCheckpointStorage(root, allowed_checkpoint_types=allowed)
+    # the encoding FileCheckpointStorage writes is the one our records hold
+    source = CheckpointCodec("af", allowed)
     sink = StatekeeperCheckpointStorage(target, allowed_checkpoint_types=allowed)
     result = ImportResult()
     loaded: list[tuple[str, str, Any]] = []
@@ -108,7 +113,7 @@ async def import_agent_framework(
             result.problem(str(path), "not a regular file (links and devices are not followed)")
             continue
         try:
-            checkpoint = await source.load(path.stem)
+            checkpoint = source.decode_value(_parse(await _read_file(path), path.stem), path.stem)
         except (WorkflowCheckpointException, OSError, ValueError) as exc:
             result.problem(str(path), exc)
             continue
@@ -142,6 +147,32 @@ async def import_agent_framework(
         if advance is not None:
             advance(len(batch))
     return result
+
+
+async def _read_file(path: Path) -> bytes:
+    """A foreign file's bytes, read off the event loop: ``aiofiles`` runs the
+    blocking calls in the loop's executor. A one-off read per file of an import,
+    never a store's hot path (the stores read through their own worker threads)."""
+    import aiofiles  # only when an import reads files
+
+    async with aiofiles.open(path, "rb") as file:
+        return await file.read()
+
+
+def _parse(data: bytes, checkpoint_id: str) -> Any:
+    """A checkpoint file's JSON, refused in ``FileCheckpointStorage.load``'s words."""
+    from agent_framework import WorkflowCheckpointException
+
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint file for {checkpoint_id} is not valid UTF-8 and cannot be loaded."
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise WorkflowCheckpointException(
+            f"Checkpoint file for {checkpoint_id} is not valid JSON and cannot be loaded."
+        ) from exc
 
 
 def _checkpoint_files(root: Path) -> list[tuple[Path, bool]]:

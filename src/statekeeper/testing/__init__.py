@@ -18,6 +18,19 @@ table or key prefix), with fresh data for every test. The kit opens and closes
 stores itself, simulates a restart by calling the factory again, and passes
 options such as ``clock=`` and ``allowed_types=`` through it.
 
+A backend with more than one path to the same answers (reads inline or on a
+worker thread, say) runs the whole kit, the state machine included, over each:
+``option_sets`` names sets of options, and every kit test runs once per set, the
+set passed to ``store_factory`` on every call (under the options the kit passes
+itself) and its name in the test id::
+
+    class TestMyStoreConformance(CheckpointStoreTests):
+        option_sets = {"inline": {"inline_reads": True}, "worker": {"inline_reads": False}}
+
+        @pytest.fixture
+        def store_factory(self, tmp_path):
+            return lambda **options: MyCheckpointStore(tmp_path / "store", **options)
+
 The kit reads the backend's declared :class:`~statekeeper.Capabilities` and skips,
 with a reason, what is not declared: the TTL tests need ``ttl``, the tests that
 ``save_many`` is all or nothing and never seen half done or interleaved need
@@ -64,6 +77,10 @@ if "pytest" in sys.modules:
         "statekeeper.testing._list_tests",
         "statekeeper.testing._batch_tests",
         "statekeeper.testing._filter_tests",
+        "statekeeper.testing._write_tests",
+        "statekeeper.testing._codec_tests",
+        "statekeeper.testing._stateful_tests",
+        "statekeeper.testing._model",
     )
 
 if TYPE_CHECKING:

@@ -10,11 +10,14 @@ from typing import Any, ClassVar, TypeAlias
 
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, settings
 from pydantic import BaseModel
 
-from .._protocol import BaseCheckpointStore, Order
+from .._core.interface import Order
+from .._core.store import BaseCheckpointStore
 from ..models import Checkpoint, Page
 from ..record import StoredRecord
+from .plugin import examples_scale
 
 __all__ = [
     "FakeClock",
@@ -128,9 +131,23 @@ class KitBase:
     state_machine_examples: ClassVar[int] = 25
     #: Steps per state machine example.
     state_machine_steps: ClassVar[int] = 30
+    #: Option sets to run the whole kit under, by name: every test (the state
+    #: machine too) runs once per set, with the name in its test id, and the set is
+    #: passed to ``store_factory`` on every call, under the options the kit passes
+    #: itself. Use it to run the kit over each of a backend's read or write paths,
+    #: e.g. ``{"inline": {"inline_reads": True}, "worker": {"inline_reads": False}}``.
+    #: Empty (the default): every test runs once, with the kit's options only.
+    option_sets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     _kit_factory: StoreFactory
     _kit_opened: list[BaseCheckpointStore]
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Run each test once per :attr:`option_sets` entry (pytest calls this)."""
+        sets = self.option_sets
+        if sets and "kit_options" in metafunc.fixturenames:
+            names = list(sets)
+            metafunc.parametrize("kit_options", [dict(sets[n]) for n in names], ids=names)
 
     @pytest.fixture
     def store_factory(self) -> StoreFactory:
@@ -141,15 +158,52 @@ class KitBase:
             "statekeeper.testing"
         )
 
+    @pytest.fixture
+    def kit_options(self) -> dict[str, Any]:
+        """The options of the :attr:`option_sets` entry this test runs under ({} if none)."""
+        return {}
+
+    @pytest.fixture
+    def kit_factory(self, store_factory: StoreFactory, kit_options: dict[str, Any]) -> StoreFactory:
+        """``store_factory`` with this test's option set (:attr:`option_sets`) added to
+        every call; the kit builds every store through it."""
+        if not kit_options:
+            return store_factory
+
+        def make(**options: Any) -> BaseCheckpointStore:
+            return store_factory(**{**kit_options, **options})
+
+        return make
+
+    def state_machine_settings(self, config: pytest.Config) -> settings:
+        """The Hypothesis settings of the state machine test.
+
+        Built from the size knobs and ``--statekeeper-examples-scale`` on top of the
+        active Hypothesis profile; override to change anything else (a database,
+        phases), starting from ``super().state_machine_settings(config)``.
+        """
+        scale = self.examples_scale * examples_scale(config)
+        return settings(
+            max_examples=max(1, round(self.state_machine_examples * scale)),
+            stateful_step_count=self.state_machine_steps,
+            deadline=None,
+            suppress_health_check=[
+                HealthCheck.too_slow,
+                HealthCheck.data_too_large,
+                HealthCheck.filter_too_much,
+            ],
+        )
+
     @pytest_asyncio.fixture(loop_scope="function")
     async def store(
-        self, store_factory: StoreFactory, request: pytest.FixtureRequest
+        self, kit_factory: StoreFactory, request: pytest.FixtureRequest
     ) -> AsyncIterator[BaseCheckpointStore]:
-        """An opened store from ``store_factory``; it and every store the test opened
-        through :meth:`open_store` or :meth:`reopen` are closed at teardown."""
+        """An opened store from ``store_factory`` (with this test's option set); it and
+        every store the test opened through :meth:`open_store` or :meth:`reopen` are
+        closed at teardown."""
         instance = request.instance
         assert instance is not None, "the conformance kit's tests are methods"
-        instance._kit_factory = store_factory
+        instance._kit_factory = kit_factory
         instance._kit_opened = []
         try:
             yield await instance.open_store()

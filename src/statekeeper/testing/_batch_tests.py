@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from .._protocol import BaseCheckpointStore
+from .._core.store import BaseCheckpointStore
 from ..errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from .._protocol import BaseCheckpointStore, Order
+from .._core.interface import Order
+from .._core.store import BaseCheckpointStore
 from ..backends.memory import MemoryCheckpointStore
 from ..errors import InvalidCursor, InvalidQuery
 from ..models import Checkpoint, Page

@@ -12,12 +12,51 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .._protocol import Order
+from .._core.interface import Order
+from ..models import Checkpoint, Page
+from ._base import assert_same_value
 
-__all__ = ["NEVER_SAVED", "ModelCheckpoint", "Query", "ReferenceModel", "SavedCursor"]
+__all__ = [
+    "NEVER_SAVED",
+    "ModelCheckpoint",
+    "Query",
+    "ReferenceModel",
+    "SavedCursor",
+    "check_checkpoint",
+    "check_page",
+]
 
 #: An id the model offers to every id-taking rule, and that no rule ever saves.
 NEVER_SAVED = "never-saved"
+
+# What the state machine's rules pick from.
+STREAMS = ("job", "job/../other", "ünï")
+CALLER_IDS = ("id-a", "id-b", "id.c")
+TAGSETS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "b"}, {"kind": "a", "x": "1"})
+FILTERS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "a", "x": "1"}, {"x": "1"})
+#: Metadata whose values are equal in Python but of different JSON kinds.
+METADATAS: tuple[dict[str, Any], ...] = (
+    {},
+    {"a": True},
+    {"a": 1},
+    {"a": 1.0},
+    {"a": None},
+    {"a": "1"},
+    {"a": [1]},
+    {"a": 1, "b": False},
+    {"b": 0},
+)
+META_FILTERS: tuple[dict[str, Any], ...] = (
+    {},
+    {"a": True},
+    {"a": 1},
+    {"a": 1.0},
+    {"a": None},
+    {"b": 0},
+    {"b": False},
+    {"a": 1, "b": False},
+)
+ORDERS: tuple[Order, ...] = ("asc", "desc")
 
 
 @dataclasses.dataclass
@@ -119,3 +158,54 @@ class ReferenceModel:
     def newest(self, stream: str) -> ModelCheckpoint | None:
         found = self.candidates(Query(stream, "asc", {}))
         return found[-1] if found else None
+
+
+def check_checkpoint(got: Checkpoint, want: ModelCheckpoint, *, state: bool) -> None:
+    """Assert that the store's ``got`` is the model's ``want`` (the state too, with
+    ``state``; else that no state was decoded)."""
+    assert (got.id, got.stream, got.sequence, got.etag, got.tags, got.metadata) == (
+        want.id,
+        want.stream,
+        want.sequence,
+        want.etag,
+        want.tags,
+        want.metadata,
+    )
+    for key, value in want.metadata.items():
+        assert type(got.metadata[key]) is type(value), f"metadata {key!r} changed kind"
+    if state:
+        assert_same_value(got.state, want.state)
+    else:
+        assert got.state is None
+
+
+def check_page(
+    page: Page,
+    model: ReferenceModel,
+    query: Query,
+    limit: int,
+    after: SavedCursor | None,
+    before: SavedCursor | None,
+    include_state: bool,
+) -> list[SavedCursor]:
+    """Assert that the store's ``page`` of ``query`` is the model's; return the
+    cursors it issued, each with the position the model says it marks."""
+    items, next_pos, prev_pos = model.page(
+        query,
+        limit,
+        after.position if after else None,
+        before.position if before else None,
+    )
+    assert [cp.id for cp in page.items] == [cp.id for cp in items]
+    for got, want in zip(page.items, items, strict=True):
+        check_checkpoint(got, want, state=include_state)
+    assert page.skipped == []
+    assert (page.next_cursor is None) == (next_pos is None), "next_cursor disagrees"
+    assert (page.prev_cursor is None) == (prev_pos is None), "prev_cursor disagrees"
+    assert page.has_more == (page.next_cursor is not None)
+    issued = []
+    if page.next_cursor is not None and next_pos is not None:
+        issued.append(SavedCursor(page.next_cursor, query, next_pos))
+    if page.prev_cursor is not None and prev_pos is not None:
+        issued.append(SavedCursor(page.prev_cursor, query, prev_pos))
+    return issued

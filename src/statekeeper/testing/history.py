@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._protocol import CheckpointStore
+from .._core.interface import CheckpointStore
 from ..errors import CheckpointNotFound, PreconditionFailed
 from ..models import Checkpoint
 from .recording import Event, History, HistoryRecorder, RecordingStore

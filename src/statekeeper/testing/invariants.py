@@ -41,7 +41,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._protocol import CheckpointStore
+from .._core.interface import CheckpointStore
 from ..errors import CheckpointDecodeError, CheckpointNotFound
 from ..models import Checkpoint, Skipped
 from .recording import DEFINITE_ERRORS, LoggedOp, LoggedStore, LogWriter, WriteLog

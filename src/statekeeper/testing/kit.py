@@ -1,8 +1,18 @@
 """The conformance kit: :class:`CheckpointStoreTests`.
 
 Usage, capability skips and the backdoor are described in :mod:`statekeeper.testing`.
-The tests are grouped by contract clause in private modules; this class is the one
-public entry point and the only one a backend's tests subclass.
+The tests are grouped by contract clause in private modules, one class each
+(``CoreTests``, ``WriteTests``, ``ReadTests``, ``ListTests``, ``BatchTests``,
+``FilterTests``, ``CodecTests``, ``StatefulTests``), all on
+:class:`~statekeeper.testing._base.KitBase`, which holds the fixtures, helpers and
+knobs. :class:`CheckpointStoreTests` is the one public entry point and the only
+class a backend's tests subclass.
+
+The groups are not mixed in: :class:`CheckpointStoreTests` subclasses ``KitBase``
+alone and adopts each group's tests and helpers as its own attributes
+(:func:`_adopt`), so a backend's test class inherits through two of the kit's
+classes however many groups there are, and a name defined by two groups is an
+error at import, not a silent override.
 """
 
 from __future__ import annotations
@@ -18,18 +28,32 @@ try:
 except ModuleNotFoundError as exc:
     raise missing_dependency(exc) from exc
 
-from ._base import StoreFactory
+from ._base import KitBase, StoreFactory
 from ._batch_tests import BatchTests
+from ._codec_tests import CodecTests
 from ._core_tests import CoreTests
 from ._filter_tests import FilterTests
 from ._list_tests import ListTests
 from ._read_tests import ReadTests
-from .stateful import StatefulTests
+from ._stateful_tests import StatefulTests
+from ._write_tests import WriteTests
 
 __all__ = ["CheckpointStoreTests", "StoreFactory"]
 
+#: The kit's test groups, in the order their tests are collected.
+GROUPS: tuple[type[KitBase], ...] = (
+    CoreTests,
+    WriteTests,
+    ReadTests,
+    ListTests,
+    BatchTests,
+    FilterTests,
+    CodecTests,
+    StatefulTests,
+)
 
-class CheckpointStoreTests(CoreTests, ReadTests, ListTests, BatchTests, FilterTests, StatefulTests):
+
+class CheckpointStoreTests(KitBase):
     """The statekeeper contract (SPEC S1-S8, S11 as far as the codec goes, S13 and
     S14) as tests.
 
@@ -64,6 +88,37 @@ class CheckpointStoreTests(CoreTests, ReadTests, ListTests, BatchTests, FilterTe
     Size knobs (class attributes): ``state_machine_examples`` (25),
     ``state_machine_steps`` (30) and ``examples_scale`` (1.0, multiplied by
     ``--statekeeper-examples-scale``). Every test carries the ``conformance`` marker.
+
+    To run the whole kit (the state machine too) over each of a backend's paths,
+    name option sets in ``option_sets``; each test then runs once per set, the set
+    passed to ``store_factory`` on every call and its name in the test id::
+
+        class TestMyStoreConformance(CheckpointStoreTests):
+            option_sets = {"inline": {"inline_reads": True}, "worker": {"inline_reads": False}}
     """
 
     pytestmark = [pytest.mark.conformance]
+
+
+def _adopt(suite: type[KitBase], groups: tuple[type[KitBase], ...]) -> None:
+    """Give ``suite`` every test, fixture and helper that ``groups`` define.
+
+    Each group subclasses :class:`KitBase` directly (so its methods are typed
+    against the fixtures and helpers they use) and uses no ``super()``; a name that
+    two groups, or a group and ``KitBase``, define is refused.
+    """
+    owner: dict[str, str] = {}
+    for group in groups:
+        if group.__bases__ != (KitBase,):
+            raise TypeError(f"{group.__name__} must subclass KitBase alone")
+        for name, value in vars(group).items():
+            if name.startswith("__"):
+                continue
+            clash = owner.get(name) or ("KitBase" if name in vars(KitBase) else None)
+            if clash is not None:
+                raise TypeError(f"{name!r} is defined by both {clash} and {group.__name__}")
+            owner[name] = group.__name__
+            setattr(suite, name, value)
+
+
+_adopt(CheckpointStoreTests, GROUPS)

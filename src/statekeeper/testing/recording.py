@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._protocol import CheckpointStore
+from .._core.interface import CheckpointStore
 from ..errors import (
     CheckpointEncodeError,
     CheckpointNotFound,

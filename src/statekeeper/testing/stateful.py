@@ -14,7 +14,7 @@ Each example starts by emptying the store the factory gives (``store_factory``
 returns the same data on every call), so the model and the store start equal.
 
 Use :func:`build_state_machine` to bind a ``store_factory``; the conformance kit
-runs it as ``test_state_machine_matches_reference_model``.
+runs it as ``test_state_machine_matches_reference_model`` (``_stateful_tests.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from collections.abc import Coroutine
 from typing import Any, ClassVar, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -32,48 +31,33 @@ from hypothesis.stateful import (
     initialize,
     multiple,
     rule,
-    run_state_machine_as_test,
 )
 
-from .._protocol import BaseCheckpointStore, Order
+from .._core.interface import Order
+from .._core.store import BaseCheckpointStore
 from ..errors import CheckpointNotFound, PreconditionFailed
 from ..models import Checkpoint, NewCheckpoint, Page
-from ._base import KitBase, StoreFactory, assert_same_value
-from ._model import ModelCheckpoint, Query, ReferenceModel, SavedCursor
-from .plugin import examples_scale
+from ._base import StoreFactory
+from ._model import (
+    CALLER_IDS,
+    FILTERS,
+    META_FILTERS,
+    METADATAS,
+    ORDERS,
+    STREAMS,
+    TAGSETS,
+    ModelCheckpoint,
+    Query,
+    ReferenceModel,
+    SavedCursor,
+    check_checkpoint,
+    check_page,
+)
 from .strategies import states
 
 __all__ = ["CheckpointStoreStateMachine", "ReferenceModel", "build_state_machine"]
 
 T = TypeVar("T")
-
-STREAMS = ("job", "job/../other", "ünï")
-CALLER_IDS = ("id-a", "id-b", "id.c")
-TAGSETS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "b"}, {"kind": "a", "x": "1"})
-FILTERS: tuple[dict[str, str], ...] = ({}, {"kind": "a"}, {"kind": "a", "x": "1"}, {"x": "1"})
-#: Metadata whose values are equal in Python but of different JSON kinds.
-METADATAS: tuple[dict[str, Any], ...] = (
-    {},
-    {"a": True},
-    {"a": 1},
-    {"a": 1.0},
-    {"a": None},
-    {"a": "1"},
-    {"a": [1]},
-    {"a": 1, "b": False},
-    {"b": 0},
-)
-META_FILTERS: tuple[dict[str, Any], ...] = (
-    {},
-    {"a": True},
-    {"a": 1},
-    {"a": 1.0},
-    {"a": None},
-    {"b": 0},
-    {"b": False},
-    {"a": 1, "b": False},
-)
-ORDERS: tuple[Order, ...] = ("asc", "desc")
 
 
 class CheckpointStoreStateMachine(RuleBasedStateMachine):
@@ -138,22 +122,6 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             return current.etag
         return "stale-etag"
 
-    def _check_checkpoint(self, got: Checkpoint, want: ModelCheckpoint, *, state: bool) -> None:
-        assert (got.id, got.stream, got.sequence, got.etag, got.tags, got.metadata) == (
-            want.id,
-            want.stream,
-            want.sequence,
-            want.etag,
-            want.tags,
-            want.metadata,
-        )
-        for key, value in want.metadata.items():
-            assert type(got.metadata[key]) is type(value), f"metadata {key!r} changed kind"
-        if state:
-            assert_same_value(got.state, want.state)
-        else:
-            assert got.state is None
-
     def _assert_nothing_new(self) -> None:
         """The newest checkpoint of the store is still the model's newest."""
         top = self.run(self.store.list(None, limit=1, include_state=False))
@@ -183,25 +151,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
                 include_state=include_state,
             )
         )
-        items, next_pos, prev_pos = self.model.page(
-            query,
-            limit,
-            after.position if after else None,
-            before.position if before else None,
-        )
-        assert [cp.id for cp in page.items] == [cp.id for cp in items]
-        for got, want in zip(page.items, items, strict=True):
-            self._check_checkpoint(got, want, state=include_state)
-        assert page.skipped == []
-        assert (page.next_cursor is None) == (next_pos is None), "next_cursor disagrees"
-        assert (page.prev_cursor is None) == (prev_pos is None), "prev_cursor disagrees"
-        assert page.has_more == (page.next_cursor is not None)
-        issued = []
-        if page.next_cursor is not None and next_pos is not None:
-            issued.append(SavedCursor(page.next_cursor, query, next_pos))
-        if page.prev_cursor is not None and prev_pos is not None:
-            issued.append(SavedCursor(page.prev_cursor, query, prev_pos))
-        return page, issued
+        return page, check_page(page, self.model, query, limit, after, before, include_state)
 
     # -- rules ------------------------------------------------------------------------
 
@@ -357,7 +307,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
                 current.tags = dict(tags)
             if metadata is not None:
                 current.metadata = dict(metadata)
-            self._check_checkpoint(cp, current, state=True)
+            check_checkpoint(cp, current, state=True)
 
     @rule(data=st.data(), mode=st.sampled_from(["none", "current", "stale"]))
     def delete(self, data: st.DataObject, mode: str) -> None:
@@ -402,7 +352,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             assert got is None, f"get_latest({stream!r}) returned {got!r} for an empty stream"
         else:
             assert got is not None, f"get_latest({stream!r}) returned None"
-            self._check_checkpoint(got, want, state=True)
+            check_checkpoint(got, want, state=True)
 
     @rule(data=st.data())
     def load(self, data: st.DataObject) -> None:
@@ -412,7 +362,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             with pytest.raises(CheckpointNotFound):
                 self.run(self.store.load(cid))
         else:
-            self._check_checkpoint(self.run(self.store.load(cid)), want, state=True)
+            check_checkpoint(self.run(self.store.load(cid)), want, state=True)
 
     @rule(data=st.data(), include_state=st.booleans())
     def load_many(self, data: st.DataObject, include_state: bool) -> None:
@@ -421,7 +371,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         expected = [cid for cid in dict.fromkeys(wanted) if cid in self.model.live]
         assert list(got) == expected, "load_many: live ids in the order asked, once each"
         for cid in expected:
-            self._check_checkpoint(got[cid], self.model.live[cid], state=include_state)
+            check_checkpoint(got[cid], self.model.live[cid], state=include_state)
         if not include_state:
             for cid in expected:
                 header = self.run(self.store.load(cid, include_state=False))
@@ -546,34 +496,3 @@ def build_state_machine(store_factory: StoreFactory) -> type[CheckpointStoreStat
         (CheckpointStoreStateMachine,),
         {"store_factory": staticmethod(store_factory)},
     )
-
-
-class StatefulTests(KitBase):
-    def state_machine_settings(self, config: pytest.Config) -> settings:
-        """The Hypothesis settings of the state machine test.
-
-        Built from the size knobs and ``--statekeeper-examples-scale`` on top of the
-        active Hypothesis profile; override to change anything else (a database,
-        phases), starting from ``super().state_machine_settings(config)``.
-        """
-        scale = self.examples_scale * examples_scale(config)
-        return settings(
-            max_examples=max(1, round(self.state_machine_examples * scale)),
-            stateful_step_count=self.state_machine_steps,
-            deadline=None,
-            suppress_health_check=[
-                HealthCheck.too_slow,
-                HealthCheck.data_too_large,
-                HealthCheck.filter_too_much,
-            ],
-        )
-
-    def test_state_machine_matches_reference_model(
-        self, store_factory: StoreFactory, request: pytest.FixtureRequest
-    ) -> None:
-        """Random programs of saves, updates, deletes, prunes, listings with cursors and
-        reopens leave the store and the reference model in agreement."""
-        run_state_machine_as_test(
-            build_state_machine(store_factory),
-            settings=self.state_machine_settings(request.config),
-        )

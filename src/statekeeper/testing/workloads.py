@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import open_store
-from .._protocol import BaseCheckpointStore
+from .._core.store import BaseCheckpointStore
 from .._registry import register_backend
 from ..errors import CheckpointNotFound, PreconditionFailed, StatekeeperError
 from .recording import HistoryRecorder, LoggedStore, LogWriter, RecordingStore

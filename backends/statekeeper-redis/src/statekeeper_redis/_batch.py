@@ -1,6 +1,8 @@
 """Saves and batches of the Redis backend (SPEC S13): one script call each.
 
-``save`` and ``save_many`` share one script (``_lua.INSERT``), which checks every
+``save`` and ``save_many`` share one script (``_lua.INSERT``), run by
+:class:`Inserter`, the part of a store that owns its saves (the guess of the
+high-water mark, and the lock its tasks take turns on). The script checks every
 id, the key types, the high-water mark and the entries an expired id leaves
 behind before it writes anything, then writes every record and index entry and
 raises the mark once. Redis runs a script without interleaving any other
@@ -8,30 +10,39 @@ command, so no reader sees part of a batch and no concurrent save takes a
 sequence between its items; with AOF, a script's writes reach the log as one
 transaction, so a crash keeps all of them or none.
 
-``load_many`` and ``delete_many`` are one script each over every id; stream
-names by prefix are filtered on the server (``SSCAN MATCH``).
+``load_many``, ``delete`` and ``delete_many`` are one script each over every id;
+stream names by prefix are filtered on the server (``SSCAN MATCH``). Each function
+takes the store's :class:`~._link.RedisLink` and what else it reads, never the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 import uuid
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
 
 from statekeeper import CheckpointHeader
 from statekeeper.errors import ConcurrentModificationError, PreconditionFailed, StoreFormatError
 from statekeeper.record import NewRecord, StoredRecord
 
 from ._audit import index_json, us
+from ._link import RedisLink, text
 from ._lua import TURN_MILLISECONDS
 
-if TYPE_CHECKING:
-    from ._store import RedisCheckpointStore
-
-__all__ = ["MAX_ATTEMPTS", "delete_many", "get_many", "insert", "stream_names"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "Inserter",
+    "delete_many",
+    "delete_one",
+    "expiry",
+    "get_many",
+    "stream_names",
+]
 
 # Races lost before a save or update gives up with ConcurrentModificationError;
 # every lost race means another writer committed, so this is not reached in practice.
@@ -44,79 +55,107 @@ _STREAM_BATCH = 500
 _GLOB = re.compile(r"([\\*?\[\]])")
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+def expiry(expires_at: datetime | None, now: datetime) -> tuple[str, str]:
+    """(expires_at in µs, milliseconds for PEXPIRE) or ('', '') without a TTL.
+
+    The key's own expiry is relative, so an injected clock that is off from the
+    server's does not make Redis drop a record the store still considers live.
+    """
+    if expires_at is None:
+        return "", ""
+    millis = max(1, math.ceil((expires_at - now) / timedelta(milliseconds=1)))
+    return str(us(expires_at)), str(millis)
 
 
-async def insert(store: RedisCheckpointStore, records: list[NewRecord]) -> list[CheckpointHeader]:
-    """Insert ``records`` with consecutive sequences, all or none, in one script call
-    (one more per sequence race lost to another writer).
+class Inserter:
+    """The saves of one store instance: its guess of the high-water mark, and the
+    lock that makes its tasks take turns (they would only lose sequence races to
+    each other).
 
-    A writer that has lost :data:`_CLAIM_AFTER` races asks for the turn (see
-    ``_lua.INSERT``), so a batch is not starved by other clients' single saves: once
-    it holds the turn, other inserts wait for it (they get 'busy', and back off), and
-    its next try wins."""
-    # one writer per store instance at a time: tasks of one process would only
-    # lose sequence races to each other
-    async with store._insert_lock:
-        first = store._hwm + 1
-        token = ""
-        busy = 0
-        waited_since: float | None = None
-        for attempt in range(MAX_ATTEMPTS):
-            now = store.now()
-            # the envelope carries its sequence under its checksum: seal at the
-            # sequences the script is expected to grant, reseal if it refuses them
-            sealed = [record.seal(first + i) for i, record in enumerate(records)]
-            args: list[Any] = []
-            for record, stored in zip(records, sealed, strict=True):
-                exp, millis = store._expiry(stored.header.expires_at, now)
-                args += [
-                    record.id,
-                    stored.to_bytes(store.store_id),
-                    record.stream,
-                    index_json(record.stream, record.tags),
-                    exp,
-                    millis,
-                    record.etag,
-                ]
-            reply = await store._call("INSERT", us(now), first, token, *args)
-            status = reply[0]
-            if status == b"ok":
-                store._hwm = max(store._hwm, first + len(records) - 1)
-                return [stored.header for stored in sealed]
-            if status == b"busy":
-                # another writer holds the turn for at most TURN_MILLISECONDS
-                loop = asyncio.get_running_loop()
-                if waited_since is None:
-                    waited_since = loop.time()
-                elif loop.time() - waited_since > 2 * TURN_MILLISECONDS / 1000:
-                    break
-                busy += 1
-                await asyncio.sleep(random.uniform(0, min(0.02, 0.0002 * 2**busy)))
-                continue
-            waited_since = None
-            if status != b"seq":
-                _refuse(store, reply)
-            store._hwm = int(reply[1])
-            first = store._hwm + 1
-            if attempt + 1 >= _CLAIM_AFTER and not token:
-                token = uuid.uuid4().hex
-            if attempt >= 4:
-                await asyncio.sleep(random.uniform(0, min(0.02, 0.0005 * 2 ** (attempt - 4))))
-    raise ConcurrentModificationError(
-        f"save to {store.describe()} lost the race for the next sequence "
-        f"{MAX_ATTEMPTS} times (or waited over {2 * TURN_MILLISECONDS} ms for another "
-        "writer's turn); retry"
-    )
+    ``clock`` is the store's clock, read once per attempt.
+    """
+
+    def __init__(self, link: RedisLink, clock: Callable[[], datetime]) -> None:
+        self._link = link
+        self._clock = clock
+        #: the last sequence this instance saw; the insert script checks it
+        self.hwm = 0
+        self._lock = asyncio.Lock()
+
+    def reset(self, hwm: int) -> None:
+        """On open: the mark read from the meta hash, and a lock of the running loop."""
+        self.hwm = hwm
+        self._lock = asyncio.Lock()
+
+    async def insert(self, records: list[NewRecord], store_id: str) -> list[CheckpointHeader]:
+        """Insert ``records`` with consecutive sequences, all or none, in one script
+        call (one more per sequence race lost to another writer).
+
+        A writer that has lost :data:`_CLAIM_AFTER` races asks for the turn (see
+        ``_lua.INSERT``), so a batch is not starved by other clients' single saves:
+        once it holds the turn, other inserts wait for it (they get 'busy', and back
+        off), and its next try wins."""
+        link = self._link
+        async with self._lock:
+            first = self.hwm + 1
+            token = ""
+            busy = 0
+            waited_since: float | None = None
+            for attempt in range(MAX_ATTEMPTS):
+                now = self._clock()
+                # the envelope carries its sequence under its checksum: seal at the
+                # sequences the script is expected to grant, reseal if it refuses them
+                sealed = [record.seal(first + i) for i, record in enumerate(records)]
+                args: list[Any] = []
+                for record, stored in zip(records, sealed, strict=True):
+                    exp, millis = expiry(stored.header.expires_at, now)
+                    args += [
+                        record.id,
+                        stored.to_bytes(store_id),
+                        record.stream,
+                        index_json(record.stream, record.tags),
+                        exp,
+                        millis,
+                        record.etag,
+                    ]
+                reply = await link.call("INSERT", us(now), first, token, *args)
+                status = reply[0]
+                if status == b"ok":
+                    self.hwm = max(self.hwm, first + len(records) - 1)
+                    return [stored.header for stored in sealed]
+                if status == b"busy":
+                    # another writer holds the turn for at most TURN_MILLISECONDS
+                    loop = asyncio.get_running_loop()
+                    if waited_since is None:
+                        waited_since = loop.time()
+                    elif loop.time() - waited_since > 2 * TURN_MILLISECONDS / 1000:
+                        break
+                    busy += 1
+                    await asyncio.sleep(random.uniform(0, min(0.02, 0.0002 * 2**busy)))
+                    continue
+                waited_since = None
+                if status != b"seq":
+                    _refuse(link, reply)
+                self.hwm = int(reply[1])
+                first = self.hwm + 1
+                if attempt + 1 >= _CLAIM_AFTER and not token:
+                    token = uuid.uuid4().hex
+                if attempt >= 4:
+                    pause = min(0.02, 0.0005 * 2 ** (attempt - 4))
+                    await asyncio.sleep(random.uniform(0, pause))
+        raise ConcurrentModificationError(
+            f"save to {link.where} lost the race for the next sequence "
+            f"{MAX_ATTEMPTS} times (or waited over {2 * TURN_MILLISECONDS} ms for another "
+            "writer's turn); retry"
+        )
 
 
-def _refuse(store: RedisCheckpointStore, reply: list[Any]) -> NoReturn:
+def _refuse(link: RedisLink, reply: list[Any]) -> NoReturn:
     """Raise for an INSERT reply other than 'ok' or 'seq' (nothing was written)."""
     status = reply[0]
     if status in (b"exists", b"lost"):
         raise PreconditionFailed(
-            f"checkpoint id {_text(reply[1])!r} already exists in {store.describe()}"
+            f"checkpoint id {text(reply[1])!r} already exists in {link.where}"
             + (
                 " (its record key is missing: a damaged checkpoint, which "
                 "delete() or repair(drop_damaged=True) removes)"
@@ -126,47 +165,59 @@ def _refuse(store: RedisCheckpointStore, reply: list[Any]) -> NoReturn:
         )
     if status == b"nometa":
         raise StoreFormatError(
-            f"{store.describe()}: {store._meta_key} disappeared while the store "
+            f"{link.where}: {link.meta_key} disappeared while the store "
             "was open (was the store deleted?); reopen it, which rebuilds it "
             "from the records if any are left"
         )
     if status == b"badhwm":
         said = f"{reply[1]!r}" if reply[1] else "missing"
-        raise store._damaged(
-            f"the sequence counter (field hwm of {store._meta_key}) is {said}, "
-            f"but sequence {_text(reply[2])} is in use, so a save could reuse "
+        raise link.damaged(
+            f"the sequence counter (field hwm of {link.meta_key}) is {said}, "
+            f"but sequence {text(reply[2])} is in use, so a save could reuse "
             "a sequence"
         )
-    store._check_status(reply)
+    link.check_status(reply)
     raise AssertionError(f"unexpected reply of the INSERT script: {reply!r}")
 
 
+async def delete_one(link: RedisLink, id: str, now: datetime, if_match: str | None) -> bool:
+    """Delete the live or lost checkpoint ``id`` (if its etag is ``if_match``, when
+    given): one script call. ``True`` if it was there."""
+    reply = await link.call("DELETE", id, us(now), if_match or "")
+    if reply[0] == b"etag":
+        raise PreconditionFailed(
+            f"checkpoint {id!r} has etag {text(reply[1]) if reply[1] else None!r}, not {if_match!r}"
+        )
+    link.check_status(reply, id)
+    return bool(reply[0] == b"ok")
+
+
 async def get_many(
-    store: RedisCheckpointStore, ids: list[str], now: datetime
+    link: RedisLink, ids: list[str], now: datetime, store_id: str
 ) -> dict[str, StoredRecord]:
     """The live records among ``ids``: one script call. Strict like ``_get``: a
     record that cannot be read, or a lost one (indexed, key missing), raises."""
-    reply = await store._call("GET_MANY", us(now), *ids)
+    reply = await link.call("GET_MANY", us(now), *ids)
     found: dict[str, StoredRecord] = {}
     for id, at in zip(ids, range(0, len(reply), 3), strict=True):
         status, score, blob = reply[at : at + 3]
         sequence = None if score is None else int(score)
         if status == b"lost":
-            raise store._lost(id, sequence)
+            raise link.lost(id, sequence)
         if status == b"live":
-            found[id] = store._parse(id, sequence, blob)
+            found[id] = link.parse(id, sequence, blob, store_id)
     return found
 
 
-async def delete_many(store: RedisCheckpointStore, ids: list[str], now: datetime) -> int:
+async def delete_many(link: RedisLink, ids: list[str], now: datetime) -> int:
     """Delete the live or lost checkpoints among ``ids``: one script call, and none
     deleted if one of them cannot be unlinked (damaged index entries)."""
-    reply = await store._call("DELETE_MANY", us(now), *ids)
-    store._check_status(reply)
+    reply = await link.call("DELETE_MANY", us(now), *ids)
+    link.check_status(reply)
     return int(reply[1])
 
 
-async def stream_names(store: RedisCheckpointStore, now: datetime, prefix: str) -> list[str]:
+async def stream_names(link: RedisLink, now: datetime, prefix: str) -> list[str]:
     """Names of the live streams that start with ``prefix`` ("" for all).
 
     ``P n`` is a set, so the server filters it by a glob (``SSCAN MATCH``) with
@@ -178,35 +229,35 @@ async def stream_names(store: RedisCheckpointStore, now: datetime, prefix: str) 
     cursor: int = 0
     seen = False
     while True:
-        cursor, batch = await store._guard(
-            store.client.sscan(store.key_prefix + "n", cursor, match=match, count=_STREAM_BATCH)
+        cursor, batch = await link.guard(
+            link.client.sscan(link.prefix + "n", cursor, match=match, count=_STREAM_BATCH)
         )
         if batch:
             seen = True
-            names.update(await _live_streams(store, now, batch))
+            names.update(await _live_streams(link, now, batch))
         if not cursor:
             break
     if not seen:
         # nothing named: only the checks (an empty name set is no proof of no streams)
-        await _live_streams(store, now, [])
+        await _live_streams(link, now, [])
     # the glob is exact already; this only keeps a server's glob quirk from mattering
     return [name for name in names if name.startswith(prefix)]
 
 
-async def _live_streams(store: RedisCheckpointStore, now: datetime, batch: list[Any]) -> list[str]:
+async def _live_streams(link: RedisLink, now: datetime, batch: list[Any]) -> list[str]:
     """Which of ``batch`` have a live or lost checkpoint; raises for damaged indexes."""
-    live = await store._call("LIVE_STREAMS", us(now), *batch)
-    store._check_status(live)
+    live = await link.call("LIVE_STREAMS", us(now), *batch)
+    link.check_status(live)
     if live[0] == b"noindex":
-        raise store._damaged(
-            f"the index {store.key_prefix}s:{_text(live[1])} is missing although "
-            f"{store.key_prefix}n names the stream"
+        raise link.damaged(
+            f"the index {link.prefix}s:{text(live[1])} is missing although "
+            f"{link.prefix}n names the stream"
         )
     if live[0] == b"nonames":
         # every indexed checkpoint has a stream, and P h tracks every stream
-        raise store._damaged(
-            f"the stream-name set {store.key_prefix}n is empty although "
-            f"{store.key_prefix}all indexes checkpoints, or names fewer or more streams "
-            f"than the store tracks ({store.key_prefix}h)"
+        raise link.damaged(
+            f"the stream-name set {link.prefix}n is empty although "
+            f"{link.prefix}all indexes checkpoints, or names fewer or more streams "
+            f"than the store tracks ({link.prefix}h)"
         )
-    return [_text(name) for name in live[1:]]
+    return [text(name) for name in live[1:]]

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from statekeeper import StoreIdentity
 from statekeeper.errors import StoreFormatError, StoreNotFound
 
 from ._audit import walk
+from ._link import RedisLink, text
 from ._prelude import PRELUDE
 
-if TYPE_CHECKING:
-    from ._store import RedisCheckpointStore
-
-__all__ = ["FORMAT_VERSION", "SCRIPTS", "open_meta", "restore_meta"]
+__all__ = ["FORMAT_VERSION", "SCRIPTS", "OpenedMeta", "open_meta", "restore_meta"]
 
 #: The key-layout version written to ``{prefix}:meta`` (see ``_lua``).
 FORMAT_VERSION = 2
@@ -92,38 +91,47 @@ return 1
 SCRIPTS = {"INIT": INIT, "RESTORE_META": RESTORE_META, "TRACK_ALL": TRACK_ALL}
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+@dataclass(frozen=True)
+class OpenedMeta:
+    """What opening the meta hash found."""
+
+    identity: StoreIdentity
+    #: the high-water mark (0 if unreadable: only the first save's guess, which the
+    #: insert script checks)
+    hwm: int
+    #: what rebuilding a lost meta hash did (for the next repair report), if it had to
+    rebuilt: str | None
 
 
-async def open_meta(store: RedisCheckpointStore) -> tuple[StoreIdentity, int]:
-    """The identity of the store at ``store``'s prefix, and its high-water mark
-    (0 if unreadable: only the first save's guess, which the insert script checks)."""
-    where = f"{store.describe()} (key {store.key_prefix}meta)"
-    reply = await _init(store, create=False)
+async def open_meta(link: RedisLink, *, create: bool, read_only: bool) -> OpenedMeta:
+    """The identity and high-water mark of the store at ``link``'s prefix, created
+    if there is none and ``create``; upgraded, or rebuilt if lost, unless ``read_only``."""
+    where = f"{link.where} (key {link.meta_key})"
+    rebuilt: str | None = None
+    reply = await _init(link, create=False)
     if reply[0] == b"missing":
-        orphaned = await _has_keys(store)
-        if not orphaned and not store.options.create:
+        orphaned = await _has_keys(link)
+        if not orphaned and not create:
             raise StoreNotFound(
-                f"there is no statekeeper store at {store.describe()}: no key "
-                f"{store.key_prefix}meta and no other key under its prefix (create=False, "
+                f"there is no statekeeper store at {link.where}: no key "
+                f"{link.meta_key} and no other key under its prefix (create=False, "
                 "so nothing was created); check the URL and key_prefix"
             )
         if not orphaned:
-            reply = await _init(store, create=True)
+            reply = await _init(link, create=True)
     if reply[0] in (b"missing", b"orphaned"):
         # keys of the store exist but its meta hash is gone: never a fresh store
-        if store.options.read_only:
+        if read_only:
             raise StoreFormatError(
                 f"{where} is missing although the store has other keys, so its store "
                 "id and sequence counter are lost; open it without read_only (for "
                 "example `statekeeper repair URL`) to rebuild them from the records"
             )
-        store._meta_rebuilt = await restore_meta(store)
-        reply = await _init(store, create=False)
+        rebuilt = await restore_meta(link)
+        reply = await _init(link, create=False)
     if reply[0] == b"wrongtype":
         raise StoreFormatError(
-            f"{where} holds a Redis {_text(reply[1])}, not a statekeeper store; "
+            f"{where} holds a Redis {text(reply[1])}, not a statekeeper store; "
             "choose another key_prefix"
         )
     if reply[0] != b"ok":
@@ -135,7 +143,7 @@ async def open_meta(store: RedisCheckpointStore) -> tuple[StoreIdentity, int]:
         )
     try:
         version = int(fmt)
-        key = bytes.fromhex(_text(cursor_key))
+        key = bytes.fromhex(text(cursor_key))
     except (TypeError, ValueError) as exc:
         raise StoreFormatError(f"{where} has a malformed meta hash: {exc}") from None
     if version > FORMAT_VERSION:
@@ -145,16 +153,16 @@ async def open_meta(store: RedisCheckpointStore) -> tuple[StoreIdentity, int]:
         )
     if version < _UPGRADABLE:
         raise StoreFormatError(f"{where} has an unknown key-layout format {version}")
-    if version < FORMAT_VERSION and not store.options.read_only:
+    if version < FORMAT_VERSION and not read_only:
         # a read-only open reads a format-1 store as it is (without the tracking checks)
-        store._check_status(await store._call("TRACK_ALL", version, FORMAT_VERSION))
+        link.check_status(await link.call("TRACK_ALL", version, FORMAT_VERSION))
         version = FORMAT_VERSION
     guess = int(hwm) if hwm is not None and _DIGITS.fullmatch(hwm) else 0
-    return StoreIdentity(_text(store_id), key, version), guess
+    return OpenedMeta(StoreIdentity(text(store_id), key, version), guess, rebuilt)
 
 
-async def _init(store: RedisCheckpointStore, *, create: bool) -> Any:
-    return await store._call(
+async def _init(link: RedisLink, *, create: bool) -> Any:
+    return await link.call(
         "INIT",
         KIND,
         FORMAT_VERSION,
@@ -164,14 +172,14 @@ async def _init(store: RedisCheckpointStore, *, create: bool) -> Any:
     )
 
 
-async def _has_keys(store: RedisCheckpointStore) -> bool:
+async def _has_keys(link: RedisLink) -> bool:
     """Whether any key exists under the prefix (SCAN: O(database) when none does)."""
-    async for _ in store.client.scan_iter(match=store.key_prefix + "*", count=1000):
+    async for _ in link.client.scan_iter(match=link.prefix + "*", count=1000):
         return True
     return False
 
 
-async def restore_meta(store: RedisCheckpointStore) -> str:
+async def restore_meta(link: RedisLink) -> str:
     """Recreate a lost meta hash from the records (on a writable open); say what it did.
 
     The store id is the one the records carry; the high-water mark is the highest
@@ -179,7 +187,7 @@ async def restore_meta(store: RedisCheckpointStore) -> str:
     with the counter and may be assigned again); the cursor key is new, so cursors
     issued before are refused as foreign (``InvalidCursor``), never misread.
     """
-    audit = await store._guard(walk(store.client, store.key_prefix, None, store.describe()))
+    audit = await link.guard(walk(link.client, link.prefix, None, link.where))
     if audit.store_ids:
         store_id, count = audit.store_ids.most_common(1)[0]
         source = f"store id {store_id} from {count} readable record(s)"
@@ -187,11 +195,11 @@ async def restore_meta(store: RedisCheckpointStore) -> str:
         store_id = secrets.token_hex(16)
         source = "a new store id (no record was readable; they stay damaged)"
     top = audit.top
-    await store._call(
+    await link.call(
         "RESTORE_META", KIND, FORMAT_VERSION, store_id, secrets.token_hex(32), top, audit.records()
     )
     return (
-        f"rebuilt the lost meta hash {store.key_prefix}meta on open: {source}, "
+        f"rebuilt the lost meta hash {link.meta_key} on open: {source}, "
         f"high-water mark {top} (the highest sequence found), and a new cursor key "
         "(cursors issued before are refused)"
     )

@@ -9,16 +9,17 @@ undone; an id that changed is left for the next repair.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
 
-from statekeeper import Problem, RepairReport, VerifyReport, repair_records
+from statekeeper import BaseCheckpointStore, Problem, RepairReport, VerifyReport, repair_records
 
 from . import _tracking
 from ._audit import Audit, Fix, walk
+from ._batch import Inserter, delete_one
+from ._link import RedisLink
 from ._prelude import PRELUDE
-
-if TYPE_CHECKING:
-    from ._store import RedisCheckpointStore
 
 __all__ = ["SCRIPTS", "problems", "repair", "verify_by_walk"]
 
@@ -126,10 +127,8 @@ def _family(suffix: str) -> str:
     return _FAMILY.get(suffix, suffix)
 
 
-async def _walk(store: RedisCheckpointStore) -> Audit:
-    return await store._guard(
-        walk(store.client, store.key_prefix, store.store_id, store.describe())
-    )
+async def _walk(link: RedisLink, store_id: str | None) -> Audit:
+    return await link.guard(walk(link.client, link.prefix, store_id, link.where))
 
 
 def _streams(audit: Audit, fixes: list[Fix]) -> list[str]:
@@ -141,7 +140,7 @@ def _streams(audit: Audit, fixes: list[Fix]) -> list[str]:
     return sorted(streams)
 
 
-async def problems(store: RedisCheckpointStore) -> list[Problem]:
+async def problems(link: RedisLink, store_id: str, clock: Callable[[], datetime]) -> list[Problem]:
     """Every problem the walk of the keys finds (reads only).
 
     The walk reads the index keys before the records, so a save or delete that
@@ -149,28 +148,30 @@ async def problems(store: RedisCheckpointStore) -> list[Problem]:
     problems that a second walk finds again are reported: a writer would have to
     race both walks the same way. The tracking is read atomically (``_tracking.problems``).
     """
-    audit = await _walk(store)
-    found, _fixes = audit.assess(store.now())
-    found += await _tracking.problems(store, audit, _streams(audit, []))
+    audit = await _walk(link, store_id)
+    found, _fixes = audit.assess(clock())
+    found += await _tracking.problems(link, audit, _streams(audit, []))
     if not found:
         return found
-    again_audit = await _walk(store)
-    again, _fixes = again_audit.assess(store.now())
-    again += await _tracking.problems(store, again_audit, _streams(again_audit, []))
+    again_audit = await _walk(link, store_id)
+    again, _fixes = again_audit.assess(clock())
+    again += await _tracking.problems(link, again_audit, _streams(again_audit, []))
     confirmed = {(p.kind, p.id or p.location) for p in again}
     return [p for p in found if (p.kind, p.id or p.location) in confirmed]
 
 
-async def verify_by_walk(store: RedisCheckpointStore, refusal: str) -> VerifyReport:
+async def verify_by_walk(
+    link: RedisLink, store_id: str, clock: Callable[[], datetime], refusal: str
+) -> VerifyReport:
     """The report when the read paths refuse to answer: the walk's findings alone.
 
     Incomplete, since states were not decoded through the store's codec; it has
     problems anyway.
     """
-    audit = await _walk(store)
-    found, _fixes = audit.assess(store.now())
-    found += await _tracking.problems(store, audit, _streams(audit, []))
-    first = Problem(kind="index", location=store.describe(), reason=refusal)
+    audit = await _walk(link, store_id)
+    found, _fixes = audit.assess(clock())
+    found += await _tracking.problems(link, audit, _streams(audit, []))
+    first = Problem(kind="index", location=link.where, reason=refusal)
     return VerifyReport(
         records=audit.records(),
         streams=len(audit.names | audit.stream_keys),
@@ -180,23 +181,35 @@ async def verify_by_walk(store: RedisCheckpointStore, refusal: str) -> VerifyRep
     )
 
 
-async def repair(store: RedisCheckpointStore, drop_damaged: bool) -> RepairReport:
-    audit = await _walk(store)
+async def repair(
+    link: RedisLink,
+    store: BaseCheckpointStore[Any],
+    inserter: Inserter,
+    drop_damaged: bool,
+    *,
+    meta_rebuilt: str | None,
+) -> RepairReport:
+    """Rebuild every derived key of ``store`` (whose link is ``link`` and whose saves
+    are ``inserter``'s) from its records; ``meta_rebuilt`` is what its open did to a
+    lost meta hash, if anything.
+
+    ``store`` is used through statekeeper's public API only: its id, its clock, and
+    :func:`statekeeper.repair_records`, which walks its records."""
+    audit = await _walk(link, store.store_id)
     found, fixes = audit.assess(store.now())
     rebuilt: dict[str, int] = {}
     actions: list[str] = []
-    if store._meta_rebuilt is not None:
-        actions.append(store._meta_rebuilt)
+    if meta_rebuilt is not None:
+        actions.append(meta_rebuilt)
         rebuilt["meta"] = 1
-        store._meta_rebuilt = None
     replaced = 0
     for suffix, _has, wants in audit.wrongtype:
         if suffix != "meta":
-            replaced += int(await store._call("DROP_WRONGTYPE", suffix, wants))
+            replaced += int(await link.call("DROP_WRONGTYPE", suffix, wants))
     if replaced:
         rebuilt["wrong_type_keys"] = replaced
         actions.append(f"replaced {replaced} key(s) of the wrong Redis type with rebuilt ones")
-    applied, changed = await _apply(store, fixes, rebuilt)
+    applied, changed = await _apply(link, fixes, rebuilt)
     if applied:
         actions.append(f"rebuilt the index entries of {applied} checkpoint(s) from their records")
     if changed:
@@ -206,20 +219,20 @@ async def repair(store: RedisCheckpointStore, drop_damaged: bool) -> RepairRepor
         )
     streams = _streams(audit, fixes)
     if streams:
-        names = int(await store._call("FIX_NAMES", *streams))
+        names = int(await link.call("FIX_NAMES", *streams))
         if names:
             rebuilt["names"] = names
             actions.append(f"corrected {names} entry(ies) of the stream-name set")
     if not changed:
         # only once every index is rebuilt: tracking a half-repaired index would hide it
-        tracking = await _tracking.rebuild(store, streams)
+        tracking = await _tracking.rebuild(link, streams)
         if tracking:
             rebuilt["tracking"] = tracking
             actions.append(
-                f"reset {tracking} tracking entry(ies) (the size of {store.key_prefix}all in "
-                f"{store.key_prefix}meta, streams in {store.key_prefix}h) to the rebuilt indexes"
+                f"reset {tracking} tracking entry(ies) (the size of {link.prefix}all in "
+                f"{link.meta_key}, streams in {link.prefix}h) to the rebuilt indexes"
             )
-    old, new = await store._call("SET_HWM", audit.top)
+    old, new = await link.call("SET_HWM", audit.top)
     if old != new:
         rebuilt["high_water_mark"] = 1
         said = old.decode("utf-8", "replace") if old else "missing"
@@ -227,26 +240,24 @@ async def repair(store: RedisCheckpointStore, drop_damaged: bool) -> RepairRepor
             f"set the high-water mark to {int(new)}, the highest sequence in the store "
             f"(it was {said!r})"
         )
-        store._hwm = int(new)
+        inserter.hwm = int(new)
     report = await repair_records(store, drop_damaged, rebuilt=rebuilt, actions=actions)
-    return await _unplaced(store, audit, report, found, drop_damaged)
+    return await _unplaced(link, store.now, audit, report, found, drop_damaged)
 
 
-async def _apply(
-    store: RedisCheckpointStore, fixes: list[Fix], rebuilt: dict[str, int]
-) -> tuple[int, int]:
+async def _apply(link: RedisLink, fixes: list[Fix], rebuilt: dict[str, int]) -> tuple[int, int]:
     """Run the guarded edits; count them by key family. Returns (applied, changed)."""
     applied = changed = 0
-    script = store._scripts["APPLY"]
+    script = link.script("APPLY")
     for i in range(0, len(fixes), _APPLY_BATCH):
         batch = fixes[i : i + _APPLY_BATCH]
-        pipe = store.client.pipeline(transaction=False)
+        pipe = link.client.pipeline(transaction=False)
         for fix in batch:
-            args: list[Any] = [store.key_prefix, fix.id, fix.guard, fix.witness]
+            args: list[Any] = [link.prefix, fix.id, fix.guard, fix.witness]
             for edit in fix.edits:
                 args.extend(edit)
-            await script(keys=[store._meta_key], args=args, client=pipe)
-        results = await store._guard(pipe.execute())
+            await script(keys=[link.meta_key], args=args, client=pipe)
+        results = await link.guard(pipe.execute())
         for fix, ok in zip(batch, results, strict=True):
             if not ok:
                 changed += 1
@@ -259,7 +270,8 @@ async def _apply(
 
 
 async def _unplaced(
-    store: RedisCheckpointStore,
+    link: RedisLink,
+    clock: Callable[[], datetime],
     audit: Audit,
     report: RepairReport,
     found: list[Problem],
@@ -287,11 +299,11 @@ async def _unplaced(
     fragments: list[Fix] = []
     for problem in unplaced:
         if problem.id is not None:
-            await store._delete(problem.id, if_match=None, now=store.now())
+            await delete_one(link, problem.id, clock(), None)
             # its tag entries, which no id-hash entry pointed at
             edits = Audit.drop_fragments(problem.id, audit.known(problem.id))
             fragments.append(Fix(problem.id, "absent", "", edits))
-    await _apply(store, fragments, {})
+    await _apply(link, fragments, {})
     return report.model_copy(
         update={
             "dropped": [*report.dropped, *unplaced],

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import math
 import re
-from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
 from pydantic import Field
-from redis.commands.core import AsyncScript
 
 from statekeeper import (
     BaseCheckpointStore,
@@ -29,19 +26,18 @@ from statekeeper import (
     skipped_from,
 )
 from statekeeper.errors import (
-    BackendError,
     CheckpointDecodeError,
     CheckpointNotFound,
     ConcurrentModificationError,
     InvalidURL,
     PreconditionFailed,
-    StoreTimeout,
 )
 from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
 from . import _batch, _lua, _meta, _repair, _tracking
 from ._audit import DamagedStoreError, index_json, us
-from ._batch import MAX_ATTEMPTS
+from ._batch import MAX_ATTEMPTS, Inserter, expiry
+from ._link import RedisLink, text
 from ._meta import FORMAT_VERSION
 from ._server import PERSISTENCE_SETTINGS, ServerPersistence
 
@@ -49,8 +45,6 @@ __all__ = ["FORMAT_VERSION", "RedisCheckpointStore", "RedisOptions"]
 
 _DIGITS = re.compile(rb"[0-9]+")
 _PURGE_BATCH = 500
-
-T = TypeVar("T")
 
 
 class RedisOptions(StoreOptions):
@@ -67,13 +61,6 @@ class RedisOptions(StoreOptions):
     socket_timeout: float = Field(default=30.0, gt=0)
     #: Upper bound of the connection pool (``None``: redis-py's default).
     max_connections: int | None = Field(default=None, ge=1)
-
-
-_us = us
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
@@ -171,11 +158,10 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         self.db = int(path) if path else 0
         opts = self.redis_options
         self._prefix = f"{{{opts.key_prefix}}}:"
-        self._meta_key = self._prefix + "meta"
-        self._client: aioredis.Redis | None = None
-        self._scripts: dict[str, AsyncScript] = {}
-        self._hwm = 0
-        self._insert_lock = asyncio.Lock()
+        #: the client, the scripts, and what their replies mean
+        self._link = RedisLink(self._prefix, self.describe(), opts.socket_timeout)
+        #: the saves: the high-water mark's guess, and the lock tasks take turns on
+        self._inserter = Inserter(self._link, self.now)
         self.server: ServerPersistence | None = None
         # what an open that had to rebuild the meta hash did, for the next repair report
         self._meta_rebuilt: str | None = None
@@ -196,9 +182,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
     @property
     def client(self) -> aioredis.Redis:
         """The open ``redis.asyncio.Redis`` client (for tools and tests)."""
-        if self._client is None:
-            raise BackendError(f"{self.describe()} is not open")
-        return self._client
+        return self._link.client
 
     def describe(self) -> str:
         return self.url.with_(query={"key_prefix": self.redis_options.key_prefix}).render()
@@ -219,29 +203,33 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             max_connections=opts.max_connections,
             decode_responses=False,
         )
+        link = self._link
         try:
-            self.server = await self._guard(self._read_persistence(client))
+            self.server = await link.guard(self._read_persistence(client))
             # a read-only store cannot lose a write, so it opens on any server
             if not opts.allow_unsafe_durability and not self.options.read_only:
                 refusal = self.server.refuse(self.describe(), self.options.durability)
                 if refusal is not None:
                     raise refusal
-            sources = {**_lua.SCRIPTS, **_meta.SCRIPTS, **_repair.SCRIPTS, **_tracking.SCRIPTS}
-            self._scripts = {
-                name: client.register_script(source) for name, source in sources.items()
-            }
-            await self._guard(self._load_scripts(client))
-            self._client = client
-            identity = await self._init_meta()
+            link.register(
+                client, {**_lua.SCRIPTS, **_meta.SCRIPTS, **_repair.SCRIPTS, **_tracking.SCRIPTS}
+            )
+            await link.load_scripts(client)
+            link.attach(client)
+            opened = await _meta.open_meta(
+                link, create=self.options.create, read_only=self.options.read_only
+            )
         except BaseException:
-            self._client = None
+            link.detach()
             await client.aclose()
             raise
-        self._insert_lock = asyncio.Lock()
-        return identity
+        if opened.rebuilt is not None:
+            self._meta_rebuilt = opened.rebuilt
+        self._inserter.reset(opened.hwm)
+        return opened.identity
 
     async def _close(self) -> None:
-        client, self._client = self._client, None
+        client = self._link.detach()
         if client is not None:
             await client.aclose()
 
@@ -252,117 +240,19 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 reply = await client.config_get(name)
                 for key, value in reply.items():
                     if key is not None and value is not None:
-                        config[_text(key)] = _text(value)
+                        config[text(key)] = text(value)
         except rex.ResponseError as exc:
             return ServerPersistence.unknown(f"CONFIG GET failed: {exc}")
         return ServerPersistence.from_config(config)
 
-    async def _load_scripts(self, client: aioredis.Redis) -> None:
-        # preloaded so that steady-state calls are one EVALSHA, never EVALSHA+LOAD+EVALSHA
-        pipe = client.pipeline(transaction=False)
-        for script in self._scripts.values():
-            pipe.script_load(script.script)
-        await pipe.execute()
-
-    async def _init_meta(self) -> StoreIdentity:
-        identity, self._hwm = await _meta.open_meta(self)
-        return identity
-
-    # -- plumbing ------------------------------------------------------------------------
-
-    async def _guard(self, call: Awaitable[T]) -> T:
-        """Await ``call``, turning driver errors into statekeeper errors."""
-        try:
-            return await call
-        except rex.TimeoutError as exc:
-            raise StoreTimeout(
-                f"{self.describe()} did not answer within {self.redis_options.socket_timeout}s",
-                orig=exc,
-            ) from exc
-        except rex.ResponseError as exc:
-            if "WRONGTYPE" not in str(exc):
-                raise BackendError(f"{self.describe()} failed: {exc}", orig=exc) from exc
-            raise self._damaged(
-                "a key of the store holds the wrong Redis type (overwritten by another "
-                f"program?): {exc}"
-            ) from exc
-        except rex.RedisError as exc:
-            raise BackendError(f"{self.describe()} failed: {exc}", orig=exc) from exc
-
-    async def _call(self, script: str, *args: Any) -> Any:
-        """Run one of the ``_lua`` scripts (one EVALSHA round trip)."""
-        run = self._scripts[script]
-        return await self._guard(run(keys=[self._meta_key], args=[self._prefix, *args]))
-
-    def _damaged(self, what: str) -> DamagedStoreError:
-        return DamagedStoreError(
-            f"{self.describe()}: {what}. Nothing was written. verify() lists the damage; "
-            "repair() (statekeeper repair URL) rebuilds the store's indexes and counter "
-            "from its records"
-        )
-
-    def _check_status(self, reply: Any, id: str | None = None) -> None:
-        """Raise for the damage statuses the scripts share (a refusal is a list)."""
-        if not isinstance(reply, list):
-            return
-        status = reply[0]
-        if status == b"wrongtype":
-            raise self._damaged(f"the key {_text(reply[1])} holds the wrong Redis type")
-        if status == b"noidx":
-            whose = f"checkpoint {_text(reply[1])!r}" if len(reply) > 1 else f"{id!r}"
-            raise self._damaged(
-                f"the id-hash entry ({self._prefix}i) of {whose} is missing or malformed, "
-                "so its stream and tag index entries cannot be found to remove them"
-            )
-        if status == b"untracked":
-            raise self._damaged(self._untracked(*(_text(part) for part in reply[1:4])))
-
-    def _untracked(self, suffix: str, tracked: str, found: str) -> str:
-        """What an {'untracked', key, tracked, found} refusal of a script means."""
-        return _tracking.reason(self, suffix, tracked, found)
-
-    def _lost(self, id: str, sequence: int | None) -> CheckpointDecodeError:
-        return CheckpointDecodeError(
-            "the record key is missing although the store's indexes hold this checkpoint "
-            "and it has not expired (deleted outside statekeeper, or evicted by Redis "
-            "under maxmemory); it stays reported until delete() or "
-            "repair(drop_damaged=True) removes it",
-            id=id,
-            location=self._location(id),
-            sequence=sequence,
-        )
-
-    def _location(self, id: str) -> str:
-        return f"{self.describe()} key {self._prefix}r:{id}"
-
-    def _parse(self, id: str, sequence: int | None, blob: bytes) -> StoredRecord:
-        return StoredRecord.from_bytes(
-            blob,
-            location=self._location(id),
-            expect_store_id=self.store_id,
-            expect_id=id,
-            expect_sequence=sequence,
-        )
-
-    def _expiry(self, expires_at: datetime | None, now: datetime) -> tuple[str, str]:
-        """(expires_at in µs, milliseconds for PEXPIRE) or ('', '') without a TTL.
-
-        The key's own expiry is relative, so an injected clock that is off from the
-        server's does not make Redis drop a record the store still considers live.
-        """
-        if expires_at is None:
-            return "", ""
-        millis = max(1, math.ceil((expires_at - now) / timedelta(milliseconds=1)))
-        return str(_us(expires_at)), str(millis)
-
     # -- primitives ------------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        return (await _batch.insert(self, [record]))[0]
+        return (await self._inserter.insert([record], self.store_id))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """One script call: all or none, consecutive sequences, invisible until whole."""
-        return await _batch.insert(self, records)
+        return await self._inserter.insert(records, self.store_id)
 
     async def _update(
         self,
@@ -380,16 +270,16 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             if current is None:
                 raise CheckpointNotFound(id)
             if read_etag is None:
-                raise self._damaged(f"the etag entry ({self._prefix}e) of {id!r} is missing")
-            seen = _text(read_etag)
+                raise self._link.damaged(f"the etag entry ({self._prefix}e) of {id!r} is missing")
+            seen = text(read_etag)
             if if_match is not None and seen != if_match:
                 raise PreconditionFailed(f"checkpoint {id!r} has etag {seen!r}, not {if_match!r}")
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
-            exp, millis = self._expiry(new.header.expires_at, now)
-            result = await self._call(
+            exp, millis = expiry(new.header.expires_at, now)
+            result = await self._link.call(
                 "UPDATE",
                 id,
-                _us(now),
+                us(now),
                 seen,
                 if_match or "",
                 new.to_bytes(self.store_id),
@@ -408,11 +298,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 raise CheckpointNotFound(id)
             if status == b"etag":
                 raise PreconditionFailed(
-                    f"checkpoint {id!r} has etag {_text(result[1])!r}, not {if_match!r}"
+                    f"checkpoint {id!r} has etag {text(result[1])!r}, not {if_match!r}"
                 )
             if status == b"noetag":
-                raise self._damaged(f"the etag entry ({self._prefix}e) of {id!r} is missing")
-            self._check_status(result, id)
+                raise self._link.damaged(f"the etag entry ({self._prefix}e) of {id!r} is missing")
+            self._link.check_status(result, id)
             # b"conflict": another writer updated it since we read it; read again
         raise ConcurrentModificationError(
             f"update of {id!r} in {self.describe()} kept losing to concurrent writers; retry"
@@ -420,15 +310,16 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
 
     async def _read(self, id: str, now: datetime) -> tuple[StoredRecord | None, bytes | None]:
         """The live record of ``id`` and its etag entry; raises for a damaged or lost one."""
-        reply = await self._call("GET", id, _us(now))
+        reply = await self._link.call("GET", id, us(now))
         if reply is None:
             return None, None
         if reply[0] == b"lost":
-            raise self._lost(id, None if reply[1] is None else int(reply[1]))
+            raise self._link.lost(id, None if reply[1] is None else int(reply[1]))
         _status, blob, score, etag = reply
         # a record missing from P all is still read (by its own sequence): records
         # are the truth, and verify() reports the index
-        return self._parse(id, None if score is None else int(score), blob), etag
+        sequence = None if score is None else int(score)
+        return self._link.parse(id, sequence, blob, self.store_id), etag
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         return (await self._read(id, now))[0]
@@ -438,32 +329,32 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         bound = "" if query.bound is None else str(query.bound)
         tag_args = [part for pair in sorted(query.tags.items()) for part in pair]
         while True:
-            reply = await self._call(
+            reply = await self._link.call(
                 "SCAN",
                 query.order,
                 bound,
                 query.limit - len(out),
-                _us(query.now),
+                us(query.now),
                 self.scan_budget,
                 query.stream or "",
                 *tag_args,
             )
-            self._check_status(reply)
+            self._link.check_status(reply)
             if reply[0] == 2:
-                raise self._damaged(
+                raise self._link.damaged(
                     f"the index {self._prefix}s:{query.stream} of stream {query.stream!r} is "
                     f"missing although {self._prefix}n names the stream"
                     if query.stream
                     else f"the global index {self._prefix}all is missing although "
                     f"{self._prefix}n names streams"
                 )
-            exhausted, bound = reply[0], _text(reply[1])
+            exhausted, bound = reply[0], text(reply[1])
             for i in range(2, len(reply), 3):
-                rid, seq, blob = _text(reply[i]), int(reply[i + 1]), reply[i + 2]
+                rid, seq, blob = text(reply[i]), int(reply[i + 1]), reply[i + 2]
                 try:
                     if blob is None:
-                        raise self._lost(rid, seq)
-                    out.append(self._parse(rid, seq, blob))
+                        raise self._link.lost(rid, seq)
+                    out.append(self._link.parse(rid, seq, blob, self.store_id))
                 except CheckpointDecodeError as exc:
                     out.append(skipped_from(exc, rid, seq))
             if exhausted or len(out) >= query.limit:
@@ -484,52 +375,45 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         return top
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
-        reply = await self._call("DELETE", id, _us(now), if_match or "")
-        if reply[0] == b"etag":
-            raise PreconditionFailed(
-                f"checkpoint {id!r} has etag {_text(reply[1]) if reply[1] else None!r}, "
-                f"not {if_match!r}"
-            )
-        self._check_status(reply, id)
-        return bool(reply[0] == b"ok")
+        return await _batch.delete_one(self._link, id, now, if_match)
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         """One script call for every id; strict like :meth:`_get`."""
-        return await _batch.get_many(self, ids, now)
+        return await _batch.get_many(self._link, ids, now, self.store_id)
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
         """One script call; deletes none if one id's index entries are damaged."""
-        return await _batch.delete_many(self, ids, now)
+        return await _batch.delete_many(self._link, ids, now)
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
-        reply = await self._call("DELETE_STREAM", stream, _us(now))
-        self._check_status(reply)
+        reply = await self._link.call("DELETE_STREAM", stream, us(now))
+        self._link.check_status(reply)
         return int(reply)
 
     async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        reply = await self._call("PRUNE", stream, keep_last, _us(now))
-        self._check_status(reply)
+        reply = await self._link.call("PRUNE", stream, keep_last, us(now))
+        self._link.check_status(reply)
         return int(reply)
 
     async def _purge_expired(self, now: datetime) -> int:
         removed = 0
         while True:
-            reply = await self._call("PURGE", _us(now), _PURGE_BATCH)
-            self._check_status(reply)
+            reply = await self._link.call("PURGE", us(now), _PURGE_BATCH)
+            self._link.check_status(reply)
             n = int(reply)
             removed += n
             if n < _PURGE_BATCH:
                 return removed
 
     async def _list_streams(self, now: datetime) -> list[str]:
-        return await _batch.stream_names(self, now, "")
+        return await _batch.stream_names(self._link, now, "")
 
     async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
         """Filtered on the server (``SSCAN MATCH``): O(stream names), not O(matches)."""
-        return await _batch.stream_names(self, now, prefix)
+        return await _batch.stream_names(self._link, now, prefix)
 
     async def _info(self) -> dict[str, Any]:
-        checkpoints, streams, hwm, expiring = await self._call("INFO")
+        checkpoints, streams, hwm, expiring = await self._link.call("INFO")
         server = self.server
         # the class declares power_loss_durable; say whether this server backs it
         problems = server.problems(self.options.durability) if server else ["not checked"]
@@ -563,11 +447,11 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         try:
             return await super().verify(progress=progress)
         except DamagedStoreError as exc:
-            return await _repair.verify_by_walk(self, str(exc))
+            return await _repair.verify_by_walk(self._link, self.store_id, self.now, str(exc))
 
     async def _verify(self) -> list[Problem]:
         """Every derived key checked against the records (a read-only walk)."""
-        return await _repair.problems(self)
+        return await _repair.problems(self._link, self.store_id, self.now)
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
         """Rebuild every derived key from the records; keep damaged checkpoints.
@@ -578,18 +462,21 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         record is unchanged since it was read, so concurrent writers are never
         undone; the high-water mark is raised to the highest sequence found.
         """
-        return await _repair.repair(self, drop_damaged)
+        rebuilt, self._meta_rebuilt = self._meta_rebuilt, None
+        return await _repair.repair(
+            self._link, self, self._inserter, drop_damaged, meta_rebuilt=rebuilt
+        )
 
     # -- backdoor (conformance kit) --------------------------------------------------------
 
     async def backdoor_read_raw(self, id: str) -> bytes:
-        blob = await self._guard(self.client.get(f"{self._prefix}r:{id}"))
+        blob = await self._link.guard(self.client.get(f"{self._prefix}r:{id}"))
         if blob is None:
             raise CheckpointNotFound(id)
         return blob.encode() if isinstance(blob, str) else bytes(blob)
 
     async def backdoor_write_raw(self, id: str, data: bytes) -> None:
-        written = await self._guard(
+        written = await self._link.guard(
             self.client.set(f"{self._prefix}r:{id}", bytes(data), xx=True, keepttl=True)
         )
         if not written:

@@ -3,23 +3,20 @@
 The scripts keep the size of ``P all`` (field ``count`` of ``P meta``) and each
 stream's newest sequence and size (``P h``), and compare them with the indexes
 before they read or write those (the Lua half is in ``_prelude``). This module
-is the client half: what a refusal means, what ``verify()`` reports, and what
-``repair()`` resets once the indexes are rebuilt from the records.
+is the client half: what ``verify()`` reports, and what ``repair()`` resets once
+the indexes are rebuilt from the records (what a refusal means is
+``_link.untracked_reason``, since every read path can meet one).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from statekeeper import Problem
 
 from ._audit import Audit
+from ._link import RedisLink, untracked_reason
 from ._prelude import PRELUDE
 
-if TYPE_CHECKING:
-    from ._store import RedisCheckpointStore
-
-__all__ = ["SCRIPTS", "problems", "reason", "rebuild"]
+__all__ = ["SCRIPTS", "problems", "rebuild"]
 
 _BATCH = 200
 
@@ -68,34 +65,7 @@ return changed
 SCRIPTS = {"FIX_TRACKING": FIX_TRACKING, "READ_TRACKING": READ_TRACKING}
 
 
-def reason(store: RedisCheckpointStore, suffix: str, tracked: str, found: str) -> str:
-    """What it means that the index ``P <suffix>`` holds ``found`` (its size, or for a
-    stream's zset ``"<newest> <size>"``) while the store tracks ``tracked``."""
-    key = store.key_prefix + suffix
-    if suffix == "all":
-        said = f"{tracked} entries" if tracked else "no count (field count is missing)"
-        return (
-            f"the global index {key} holds {found} entries, but the store's meta hash "
-            f"({store.key_prefix + 'meta'}, field count) says {said}: index entries or the whole "
-            "key were deleted (by an operator or by Redis eviction) or added outside "
-            "statekeeper, so a listing could leave out acknowledged checkpoints"
-        )
-
-    def held(summary: str) -> str:
-        if not summary:
-            return "no entries"
-        top, n = summary.split(" ", 1) if " " in summary else (summary, "?")
-        return f"{n} entries up to sequence {top}"
-
-    return (
-        f"the index {key} of stream {suffix[2:]!r} holds {held(found)}, but the "
-        f"store tracks {held(tracked)} for it ({store.key_prefix}h): entries were removed "
-        "or re-scored, or the key deleted (by an operator or by Redis eviction), so "
-        "get_latest could answer an older checkpoint and a listing could leave one out"
-    )
-
-
-async def problems(store: RedisCheckpointStore, audit: Audit, streams: list[str]) -> list[Problem]:
+async def problems(link: RedisLink, audit: Audit, streams: list[str]) -> list[Problem]:
     """Where the tracking (``count`` in the meta hash, ``P h``) and the indexes disagree.
 
     Each batch of streams is read in one script, so a concurrent write cannot make
@@ -103,26 +73,26 @@ async def problems(store: RedisCheckpointStore, audit: Audit, streams: list[str]
     """
     found: list[Problem] = []
     for i in range(0, max(len(streams), 1), _BATCH):
-        reply = await store._call("READ_TRACKING", *streams[i : i + _BATCH])
+        reply = await link.call("READ_TRACKING", *streams[i : i + _BATCH])
         if not reply:
             return found  # no tracking (format 1, read-only), or a key of the wrong type
         said, held = (part.decode() for part in reply[:2])
         if i == 0 and said != held:
-            found.append(
-                audit.index_problem(store.key_prefix + "all", reason(store, "all", said, held))
-            )
+            why = untracked_reason(link.prefix, "all", said, held)
+            found.append(audit.index_problem(link.prefix + "all", why))
         for at in range(2, len(reply), 3):
             name, said, held = (part.decode("utf-8", "replace") for part in reply[at : at + 3])
             if said != held:
-                key = f"{store.key_prefix}s:{name}"
-                found.append(audit.index_problem(key, reason(store, f"s:{name}", said, held)))
+                key = f"{link.prefix}s:{name}"
+                why = untracked_reason(link.prefix, f"s:{name}", said, held)
+                found.append(audit.index_problem(key, why))
     return found
 
 
-async def rebuild(store: RedisCheckpointStore, streams: list[str]) -> int:
+async def rebuild(link: RedisLink, streams: list[str]) -> int:
     """Reset the tracking of ``streams`` and of ``P all`` to the indexes as they are
     (once repair has rebuilt them); returns how many entries changed."""
     changed = 0
     for i in range(0, max(len(streams), 1), _BATCH):
-        changed += int(await store._call("FIX_TRACKING", *streams[i : i + _BATCH]))
+        changed += int(await link.call("FIX_TRACKING", *streams[i : i + _BATCH]))
     return changed

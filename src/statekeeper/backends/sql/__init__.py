@@ -2,8 +2,8 @@
 ``docs/sql-backend.md`` documents URLs, options, the schema and migrations.
 
 The SQL core (this package's modules) is every operation, written once; the
-dialect packages :mod:`.postgres` and :mod:`.mysql` (and the SQLite store) hold
-what differs, each with its own options class. Opening a SQLite store imports
+dialect packages :mod:`.sqlite`, :mod:`.postgres` and :mod:`.mysql` hold what
+differs, each with its own options class. Opening a SQLite store imports
 no server dialect: :class:`PostgresCheckpointStore`, :class:`MysqlCheckpointStore`
 and their options are imported from here on first use. The modules:
 
@@ -11,7 +11,6 @@ and their options are imported from here on first use. The modules:
   synchronous function over a ``Session``, and where it runs.
 - :mod:`.upkeep`: opening (the meta probe, migrations), ``verify`` and ``repair``
   of one store's tables.
-- :mod:`.stores`: :class:`SqliteCheckpointStore` and its options.
 - :mod:`.server_store`: the base of the server dialects' stores.
 - :mod:`.options`: :class:`SqlOptions` (what every dialect takes, and the refusal
   of another dialect's option) and the URL schemes and drivers.
@@ -31,7 +30,8 @@ and their options are imported from here on first use. The modules:
 - :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
   locks, error mapping); statements are built and cached per dialect.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
-- :mod:`.sqlite`: stdlib ``sqlite3`` on one worker thread per connection.
+- :mod:`.sqlite`: SQLite: :class:`SqliteCheckpointStore`, its options, and stdlib
+  ``sqlite3`` on worker threads of its own.
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
 - :mod:`.postgres`: PostgreSQL: sequences from transaction ids, the listing
   horizon, and the hot statements as prepared asyncpg statements.
@@ -44,8 +44,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .options import SqlOptions
+from .sqlite import SqliteCheckpointStore, SqliteOptions
 from .store import SqlCheckpointStore
-from .stores import SqliteCheckpointStore, SqliteOptions
 
 if TYPE_CHECKING:  # for type checkers and the reference docs; imported on first use
     from .mysql import MysqlCheckpointStore, MysqlOptions

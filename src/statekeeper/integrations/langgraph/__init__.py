@@ -7,11 +7,23 @@
     async with StatekeeperSaver.from_conn_string("sqlite:///graph.db") as saver:
         graph = builder.compile(checkpointer=saver)
 
-The modules: :mod:`._saver` (the saver), :mod:`._open` (``from_conn_string`` and
-a saver opened from a URL), :mod:`._layout` (streams, ids, tags and the record
-frames), :mod:`._listing` (``list``), :mod:`._filters` (how ``filter=`` matches
-nested metadata), :mod:`._threads` (thread copy, delete and prune) and
-:mod:`._bridge` (running calls on the store's event loop).
+The modules, each taking what it uses (the store, the saver's serde), never the
+saver itself:
+
+- :mod:`._saver`: the saver, LangGraph's sync and async methods;
+- :mod:`._open`: ``from_conn_string``, the store opened and closed around a saver;
+- :mod:`._bridge`: running calls on the store's event loop from any loop or thread;
+- :mod:`._layout`: streams, store ids and the record frames (the LangGraph ids
+  travel in the frame: a record has no tags and no store metadata), and the
+  first layout, still read;
+- :mod:`._records`: the serde applied to records, checkpoint and metadata
+  decoded apart so a listing matches a filter before it decodes a checkpoint;
+- :mod:`._listing`: ``list``, a query planned once and read page by page;
+- :mod:`._merge`: a thread's namespaces (streams) listed as one, by sequence;
+- :mod:`._filters`: how ``filter=`` matches metadata, nested keys included;
+- :mod:`._writes`: ``put_writes``, one writes record per checkpoint, merged by
+  etag compare-and-set;
+- :mod:`._threads`: the upsert, and thread delete, delete for runs, copy, prune.
 
 See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
 changes against LangGraph's own savers (strict latest, sequence order).

@@ -15,10 +15,14 @@ idioms, each as the saver that defines it answers it:
 - **A scalar** matches an equal value, and ``None`` matches a missing key too, as
   ``InMemorySaver`` and ``SqliteSaver`` (``IS NULL``) answer.
 
-Only top-level scalar keys without a dot are matched in the store
-(:func:`._layout.split_filter`); every other key is matched here, on the decoded
-metadata of each checkpoint of the listing. Nothing is ever dropped for being
-unanswerable: every filter is answered, in the store or here.
+- **A top-level scalar key without a dot** (:func:`._layout.split_filter`) is
+  compared by JSON kind, as the store compares metadata: ``True`` does not match
+  ``1``, ``1`` does not match ``1.0``.
+
+Every filter is matched here, on the decoded LangGraph metadata of each
+checkpoint of the listing (its checkpoint is decoded only if it matches), as
+LangGraph's SQL savers match it on each row of the thread. Nothing is ever
+dropped for being unanswerable.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ from collections.abc import Mapping
 from typing import Any
 
 _MISSING = object()
+
+
+def matches_strict(metadata: Mapping[str, Any], query: Mapping[str, Any]) -> bool:
+    """Whether every ``key: scalar`` of ``query`` is in ``metadata`` with the same
+    JSON kind and value (``bool``, ``int``, ``float`` and ``str`` are four kinds)."""
+    for key, want in query.items():
+        found = metadata.get(key, _MISSING)
+        if type(found) is not type(want) or found != want:
+            return False
+    return True
 
 
 def matches(metadata: Mapping[str, Any], query: Mapping[str, Any]) -> bool:

@@ -15,11 +15,16 @@ than 200 characters is ``#`` plus its SHA-256 instead; ``quote`` never emits
 Ids. A LangGraph checkpoint id is unique only per (thread, namespace), and
 ``copy_thread`` keeps it, so the store id is a hash of all three:
 ``lg-<sha256>`` for the checkpoint, ``lgw-<same>`` for the record that holds its
-pending writes. The original ids stay readable in the record's metadata under
-the reserved key ``"langgraph"``.
+pending writes.
 
 Records. States are ``codec="raw"`` bytes in a small length-prefixed frame whose
-fields are the saver's own ``serde.dumps_typed`` output: no JSON, no base64.
+fields are the saver's own ``serde.dumps_typed`` output: no JSON, no base64. A
+checkpoint frame (``SKLG2C``) starts with the LangGraph ids (thread, namespace,
+checkpoint, parent), so a record carries no tags and no store metadata: a save is
+one row, with nothing to index but its id and stream. Records written before
+(``SKLG1C`` frames, ids in the store metadata under ``"langgraph"``, two tags and
+indexed copies of LangGraph's scalar metadata) are read the same way; a record
+put again is rewritten in the current layout.
 """
 
 from __future__ import annotations
@@ -30,25 +35,25 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
 from statekeeper.errors import CheckpointDecodeError
 
-#: The metadata key (and tag key) this integration reserves for its own bookkeeping.
+#: The metadata key under which records written before the ``SKLG2C`` frame keep
+#: their LangGraph ids (read, never written).
 RESERVED = "langgraph"
-#: Tag values that tell checkpoint records from write records in store-wide listings.
-KIND_CHECKPOINT = "checkpoint"
-KIND_WRITES = "writes"
-#: The tag that names a record's thread (so a thread's namespaces list together).
-THREAD_TAG = "langgraph.thread"
+#: The prefix of every stream this integration writes.
+ROOT = RESERVED + "/"
+CHECKPOINTS_SUFFIX = "/checkpoints"
 
 _PART_MAX = 200
-_TAG_MAX = 1000
 _FILTER_KEY_MAX = 128
 _FILTER_STR_MAX = 1024
 _INT_BOUND = 2**63
-_CHECKPOINT_MAGIC = b"SKLG1C"
+_CHECKPOINT_MAGIC = b"SKLG2C"
+_CHECKPOINT_MAGIC_1 = b"SKLG1C"  # ids in the store metadata (read only)
 _WRITES_MAGIC = b"SKLG1W"
 _LEN = struct.Struct(">I")
 
@@ -56,6 +61,13 @@ _LEN = struct.Struct(">I")
 def _digest(*parts: str) -> str:
     # JSON of the list is an unambiguous encoding of the parts (no separator games)
     return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def _key_digest(thread_id: str, ns: str, checkpoint_id: str) -> str:
+    # a put names its parent, which the put before it named as itself, and
+    # put_writes names the checkpoint just put: most keys are asked for twice
+    return _digest(thread_id, ns, checkpoint_id)[:48]
 
 
 def _part(text: str) -> str:
@@ -70,34 +82,38 @@ def thread_prefix(thread_id: str) -> str:
     return f"{RESERVED}/{_part(thread_id)}/"
 
 
+@lru_cache(maxsize=1024)
+def _streams_prefix(thread_id: str, ns: str) -> str:
+    # every call of a graph step names the same (thread, namespace)
+    return f"{thread_prefix(thread_id)}{_part(ns)}/"
+
+
 def checkpoint_stream(thread_id: str, ns: str) -> str:
-    return f"{thread_prefix(thread_id)}{_part(ns)}/checkpoints"
+    return _streams_prefix(thread_id, ns) + "checkpoints"
 
 
 def writes_stream(thread_id: str, ns: str) -> str:
-    return f"{thread_prefix(thread_id)}{_part(ns)}/writes"
+    return _streams_prefix(thread_id, ns) + "writes"
 
 
 def checkpoint_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
     """The store id of LangGraph checkpoint ``checkpoint_id`` of (thread, ns)."""
-    return "lg-" + _digest(thread_id, ns, checkpoint_id)[:48]
+    return "lg-" + _key_digest(thread_id, ns, checkpoint_id)
 
 
 def writes_key(thread_id: str, ns: str, checkpoint_id: str) -> str:
     """The store id of the record holding that checkpoint's pending writes."""
-    return "lgw-" + _digest(thread_id, ns, checkpoint_id)[:48]
+    return "lgw-" + _key_digest(thread_id, ns, checkpoint_id)
 
 
-def thread_tag(thread_id: str) -> str:
-    """The ``langgraph.thread`` tag value: ``=thread`` when it fits, else ``#sha256``."""
-    if len(thread_id) <= _TAG_MAX and "\x00" not in thread_id and _utf8_ok(thread_id):
-        return "=" + thread_id
-    return "#" + _digest(thread_id)
+def writes_key_of(checkpoint_record_id: str) -> str:
+    """The writes record's id of the checkpoint record ``lg-<hash>``: ``lgw-<hash>``."""
+    return "lgw-" + checkpoint_record_id.removeprefix("lg-")
 
 
-def checkpoint_tags(thread_id: str) -> dict[str, str]:
-    """The tags of a checkpoint record (kind and thread, for store-wide listings)."""
-    return {RESERVED: KIND_CHECKPOINT, THREAD_TAG: thread_tag(thread_id)}
+def is_checkpoint_stream(stream: str) -> bool:
+    """Whether ``stream`` is the checkpoints stream of some (thread, namespace)."""
+    return stream.startswith(ROOT) and stream.endswith(CHECKPOINTS_SUFFIX)
 
 
 def _utf8_ok(text: str) -> bool:
@@ -116,6 +132,18 @@ class Ids:
     checkpoint_ns: str
     checkpoint_id: str
     parent_checkpoint_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A checkpoint record with its ids and LangGraph metadata decoded, its
+    checkpoint still the serde's ``(type, bytes)``."""
+
+    record_id: str
+    sequence: int
+    ids: Ids
+    checkpoint: tuple[str, bytes]
+    metadata: Any
 
 
 def ids_from_metadata(metadata: Mapping[str, Any], record_id: str) -> Ids:
@@ -138,20 +166,12 @@ def ids_from_metadata(metadata: Mapping[str, Any], record_id: str) -> Ids:
         ) from None
 
 
-def own_metadata(ids: Ids) -> dict[str, Any]:
-    return {
-        "thread_id": ids.thread_id,
-        "checkpoint_ns": ids.checkpoint_ns,
-        "checkpoint_id": ids.checkpoint_id,
-        "parent_checkpoint_id": ids.parent_checkpoint_id,
-    }
-
-
-# -- metadata: what the store can filter on -------------------------------------------
+# -- metadata filters ----------------------------------------------------------------
 
 
 def filterable(key: object, value: object) -> bool:
-    """Whether ``{key: value}`` can be both stored and matched by the store's filter."""
+    """Whether ``{key: value}`` is a scalar the saver compares by JSON kind, as the
+    store's own metadata filter does (``True`` is not ``1``, ``1`` is not ``1.0``)."""
     if not isinstance(key, str) or key == RESERVED or not key or "\x00" in key:
         return False
     if len(key) > _FILTER_KEY_MAX or not _utf8_ok(key):
@@ -167,30 +187,22 @@ def filterable(key: object, value: object) -> bool:
     return False
 
 
-def store_metadata(ids: Ids, lg_metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """The store metadata of a checkpoint: LangGraph's scalar top-level keys as they
-    are (so ``list(filter=)`` runs in the store) plus the reserved ids. The complete
-    LangGraph metadata travels in the state, through the saver's serde."""
-    out: dict[str, Any] = {k: v for k, v in lg_metadata.items() if filterable(k, v)}
-    out[RESERVED] = own_metadata(ids)
-    return out
-
-
 def split_filter(
     query: Mapping[str, Any] | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(for the store, checked here)``. ``None`` stays here: LangGraph's filter
-    matches a missing key with ``None``, the store's only a stored ``null``. So does
-    a dotted key, which is also a path into nested metadata (:mod:`._filters`)."""
-    pushed: dict[str, Any] = {}
-    local: dict[str, Any] = {}
+    """``(compared by JSON kind, matched by :mod:`._filters`)``: top-level scalar
+    keys without a dot are compared as the store compares metadata; ``None``
+    (which also matches a missing key), dotted paths, objects and arrays are
+    matched as LangGraph's savers match them."""
+    strict: dict[str, Any] = {}
+    loose: dict[str, Any] = {}
     for key, value in (query or {}).items():
         dotted = isinstance(key, str) and "." in key
-        if value is not None and not dotted and filterable(key, value) and len(pushed) < 16:
-            pushed[key] = value
+        if value is not None and not dotted and filterable(key, value):
+            strict[key] = value
         else:
-            local[key] = value
-    return pushed, local
+            loose[key] = value
+    return strict, loose
 
 
 # -- frames -----------------------------------------------------------------------------
@@ -210,41 +222,79 @@ def _unpack(magic: bytes, data: object, record_id: str) -> list[bytes]:
             f"not a LangGraph record: its state is {type(data).__name__}, not raw bytes",
             id=record_id,
         )
-    view = memoryview(data)
-    if bytes(view[: len(magic)]) != magic:
+    if not data.startswith(magic):
         raise CheckpointDecodeError("not a LangGraph record (bad frame header)", id=record_id)
+    end = len(data)
+    unpack = _LEN.unpack_from
     try:
         pos = len(magic)
-        (count,) = _LEN.unpack_from(view, pos)
-        pos += _LEN.size
+        (count,) = unpack(data, pos)
+        pos += 4
         fields = []
         for _ in range(count):
-            (size,) = _LEN.unpack_from(view, pos)
-            pos += _LEN.size
-            if pos + size > len(view):
+            (size,) = unpack(data, pos)
+            pos += 4
+            if pos + size > end:
                 raise struct.error("field runs past the end")
-            fields.append(bytes(view[pos : pos + size]))
+            fields.append(data[pos : pos + size])
             pos += size
     except struct.error as exc:
         raise CheckpointDecodeError(f"truncated LangGraph record: {exc}", id=record_id) from None
-    if pos != len(view):
+    if pos != end:
         raise CheckpointDecodeError("trailing bytes after a LangGraph record", id=record_id)
     return fields
 
 
-def pack_checkpoint(checkpoint: tuple[str, bytes], metadata: tuple[str, bytes]) -> bytes:
+def _text(value: str) -> bytes:
+    return value.encode("utf-8", "surrogatepass")
+
+
+def pack_checkpoint(ids: Ids, checkpoint: tuple[str, bytes], metadata: tuple[str, bytes]) -> bytes:
+    """The state of a checkpoint record: its ids, then the serde's checkpoint and
+    metadata. A parent of ``None`` is stored as no field bytes (LangGraph never
+    names an empty parent id: a falsy one means none)."""
     return _pack(
         _CHECKPOINT_MAGIC,
-        [checkpoint[0].encode(), checkpoint[1], metadata[0].encode(), metadata[1]],
+        [
+            _text(ids.thread_id),
+            _text(ids.checkpoint_ns),
+            _text(ids.checkpoint_id),
+            _text(ids.parent_checkpoint_id or ""),
+            checkpoint[0].encode(),
+            checkpoint[1],
+            metadata[0].encode(),
+            metadata[1],
+        ],
     )
 
 
-def unpack_checkpoint(data: object, record_id: str) -> tuple[tuple[str, bytes], tuple[str, bytes]]:
-    fields = _unpack(_CHECKPOINT_MAGIC, data, record_id)
-    if len(fields) != 4:
-        raise CheckpointDecodeError("a LangGraph checkpoint record has 4 fields", id=record_id)
+Serialized = tuple[str, bytes]
+
+
+def unpack_checkpoint(
+    data: object, record_id: str, metadata: Mapping[str, Any]
+) -> tuple[Ids, Serialized, Serialized]:
+    """``(ids, checkpoint, metadata)`` of a checkpoint record of either frame
+    (``metadata``: the record's store metadata, where ``SKLG1C`` records keep the ids)."""
+    if isinstance(data, bytes) and data.startswith(_CHECKPOINT_MAGIC_1):
+        fields = _unpack(_CHECKPOINT_MAGIC_1, data, record_id)
+        if len(fields) != 4:
+            raise CheckpointDecodeError("a LangGraph checkpoint record has 4 fields", id=record_id)
+        ids = ids_from_metadata(metadata, record_id)
+    else:
+        fields = _unpack(_CHECKPOINT_MAGIC, data, record_id)
+        if len(fields) != 8:
+            raise CheckpointDecodeError("a LangGraph checkpoint record has 8 fields", id=record_id)
+        try:
+            thread, ns, checkpoint_id, parent = (
+                f.decode("utf-8", "surrogatepass") for f in fields[:4]
+            )
+        except UnicodeDecodeError:
+            raise CheckpointDecodeError("undecodable LangGraph ids", id=record_id) from None
+        ids = Ids(thread, ns, checkpoint_id, parent or None)
+        fields = fields[4:]
     try:
-        return (fields[0].decode(), fields[1]), (fields[2].decode(), fields[3])
+        return ids, (fields[0].decode(), fields[1]), (fields[2].decode(), fields[3])
     except UnicodeDecodeError:
         raise CheckpointDecodeError("undecodable serde type name", id=record_id) from None
 
@@ -268,10 +318,10 @@ def pack_writes(writes: list[Write]) -> bytes:
     fields: list[bytes] = []
     for w in writes:
         fields += [
-            w.task_id.encode("utf-8", "surrogatepass"),
+            _text(w.task_id),
             str(w.idx).encode(),
-            w.channel.encode("utf-8", "surrogatepass"),
-            w.task_path.encode("utf-8", "surrogatepass"),
+            _text(w.channel),
+            _text(w.task_path),
             w.value[0].encode(),
             w.value[1],
         ]

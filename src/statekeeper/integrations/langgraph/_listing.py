@@ -1,49 +1,59 @@
 """``list()`` of ``StatekeeperSaver``: a query planned once, then read page by page.
 
 :func:`plan` turns LangGraph's ``config``, ``filter``, ``before`` and ``limit``
-into a store query (the filter split into what the store matches and what is
-checked here, ``before=`` resolved to a cursor or a sequence); :func:`next_page`
-reads one page of it, with every pending-writes record of the page in one
-``load_many``. Unreadable checkpoints are left out and logged (tolerant listing).
+into a store query: one stream (a thread and namespace), every checkpoints
+stream of a thread merged by sequence (:class:`._merge.Merge`, a thread without a
+namespace), or every stream of the store (no config); ``before=`` resolved to a
+cursor or a sequence. :func:`next_page` reads one page of it, matches the filter
+on the decoded LangGraph metadata, and reads every pending-writes record of the
+page in one ``load_many``. Unreadable checkpoints are left out and logged
+(tolerant listing).
+
+It takes what it uses explicitly: the store, the saver's
+:class:`._records.Records` and its ``get_tuple``, never the saver itself.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-)
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, get_checkpoint_id
 
 from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound
+from statekeeper.models import Checkpoint as StoredCheckpoint
+from statekeeper.models import Skipped
 
 from . import _layout as lay
-from ._filters import matches
+from ._filters import matches, matches_strict
+from ._merge import Merge
+from ._records import Records
 
 if TYPE_CHECKING:
-    from ._saver import StatekeeperSaver
+    from statekeeper._protocol import BaseCheckpointStore
 
 logger = logging.getLogger("statekeeper.integrations.langgraph")
 
 _PAGE = 250
 
 
+#: ``get_tuple`` of the saver, for a listing of one checkpoint id.
+GetTuple = Callable[[RunnableConfig], Awaitable[CheckpointTuple | None]]
+
+
 @dataclass
 class Query:
-    """One ``list()`` in progress: the store query plus what is checked here."""
+    """One ``list()`` in progress: the store query plus the filter matched here."""
 
     stream: str | None
-    tags: dict[str, str] | None
-    pushed: dict[str, Any]
-    local: dict[str, Any]
+    strict: dict[str, Any]
+    loose: dict[str, Any]
     remaining: int | None
+    merge: Merge | None = None  # every namespace of a thread
     single: tuple[str, str, str] | None = None  # (thread, ns, checkpoint_id)
     cursor: str | None = None
     before_sequence: int | None = None
@@ -51,35 +61,38 @@ class Query:
     done: bool = False
     skipped: builtins.list[str] = field(default_factory=builtins.list)
 
+    @property
+    def filtered(self) -> bool:
+        return bool(self.strict or self.loose)
+
 
 async def plan(
-    saver: StatekeeperSaver,
+    store: BaseCheckpointStore[Any],
     config: RunnableConfig | None,
     filter: dict[str, Any] | None,
     before: RunnableConfig | None,
     limit: int | None,
 ) -> Query:
-    pushed, local = lay.split_filter(filter)
+    strict, loose = lay.split_filter(filter)
     thread: str | None = None
     ns: str | None = None
-    if config is None:
-        stream, tags = None, {lay.RESERVED: lay.KIND_CHECKPOINT}
-    else:
+    stream: str | None = None
+    if config is not None:
         conf = config["configurable"]
         thread = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns")
-        if ns is None:  # every namespace of the thread
-            stream = None
-            tags = {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(thread)}
-        else:
-            stream, tags = lay.checkpoint_stream(thread, ns), None
-    query = Query(stream, tags, pushed, local, limit)
+        if ns is not None:
+            stream = lay.checkpoint_stream(thread, ns)
+    query = Query(stream, strict, loose, limit)
     if limit is not None and limit <= 0:
         query.done = True
         return query
     if config is not None and (checkpoint_id := get_checkpoint_id(config)):
         assert thread is not None
         query.single = (thread, ns or "", checkpoint_id)
+    elif thread is not None and ns is None:
+        names = await store.list_streams(prefix=lay.thread_prefix(thread))
+        query.merge = Merge(store, [s for s in names if lay.is_checkpoint_stream(s)], "desc")
     before_id = get_checkpoint_id(before) if before else None
     if before_id and before is not None:
         bconf = before["configurable"]
@@ -92,11 +105,9 @@ async def plan(
                 raise CheckpointNotFound(before_id)
             if stream is not None and query.single is None and (bthread, bns) == (thread, ns):
                 # the position of `before` in this very listing: one lookup, any depth
-                query.cursor = await saver.store.cursor_at(
-                    key, order="desc", tags=tags, metadata=pushed or None
-                )
+                query.cursor = await store.cursor_at(key, order="desc")
             else:
-                header = await saver.store.load(key, include_state=False)
+                header = await store.load(key, include_state=False)
                 query.before_sequence = header.sequence
         except CheckpointNotFound:
             # not stored (deleted, or never here): LangGraph's own rule, id order
@@ -104,71 +115,98 @@ async def plan(
     return query
 
 
-async def next_page(saver: StatekeeperSaver, query: Query) -> builtins.list[CheckpointTuple]:
+async def next_page(
+    store: BaseCheckpointStore[Any], codec: Records, get_tuple: GetTuple, query: Query
+) -> builtins.list[CheckpointTuple]:
     if query.done:
         return []
     if query.single is not None:
         query.done = True
-        return await _single(saver, query)
+        return await _single(store, get_tuple, query)
     size = _PAGE
-    if query.remaining is not None and not query.local and query.before_sequence is None:
+    if query.remaining is not None and not query.filtered and query.before_sequence is None:
         size = max(1, min(query.remaining, 1000)) if query.before_id is None else _PAGE
-    page = await saver.store.list(
-        query.stream,
-        limit=size,
-        after=query.cursor,
-        tags=query.tags,
-        metadata=query.pushed or None,
-    )
-    for skipped in page.skipped:
-        logger.warning(
-            "LangGraph list() left out an unreadable checkpoint %s (%s): %s",
-            skipped.id,
-            skipped.location,
-            skipped.reason,
-        )
-    query.cursor = page.next_cursor
-    if page.next_cursor is None:
-        query.done = True
-    kept: builtins.list[tuple[lay.Ids, Checkpoint, CheckpointMetadata]] = []
-    for item in page.items:
+    items = await _read(store, query, size)
+    kept: builtins.list[tuple[lay.Decoded, Checkpoint]] = []
+    for item in items:
         if query.before_sequence is not None and item.sequence >= query.before_sequence:
             continue
         try:
-            ids, checkpoint, metadata = saver._decode(item)
+            decoded = codec.decode_metadata(item)
+            if query.before_id is not None and decoded.ids.checkpoint_id >= query.before_id:
+                continue
+            if not (
+                matches_strict(decoded.metadata, query.strict)
+                and matches(decoded.metadata, query.loose)
+            ):
+                continue
+            # the checkpoint itself is decoded only once its metadata matched
+            kept.append((decoded, codec.decode_checkpoint(decoded)))
         except CheckpointDecodeError as exc:
             logger.warning("LangGraph list() left out an unreadable checkpoint: %s", exc)
             continue
-        if query.before_id is not None and ids.checkpoint_id >= query.before_id:
-            continue
-        if not matches(metadata, query.local):
-            continue
-        kept.append((ids, checkpoint, metadata))
         if query.remaining is not None:
             query.remaining -= 1
             if query.remaining <= 0:
                 query.done = True
                 break
-    return await _with_writes(saver, kept)
+    return await _with_writes(store, codec, kept)
+
+
+async def _read(
+    store: BaseCheckpointStore[Any], query: Query, size: int
+) -> builtins.list[StoredCheckpoint]:
+    """The next ``size`` records of the listing, newest first; sets ``query.done``."""
+    if query.merge is not None:
+        items, skipped = await query.merge.take(size)
+        _log_skipped(skipped)
+        query.done = query.done or query.merge.done
+        return items
+    page = await store.list(query.stream, limit=size, after=query.cursor)
+    query.cursor = page.next_cursor
+    if page.next_cursor is None:
+        query.done = True
+    if query.stream is not None:
+        _log_skipped(page.skipped)
+        return builtins.list(page.items)
+    # every stream of the store: only LangGraph's checkpoints are listed
+    _log_skipped([s for s in page.skipped if (s.id or "").startswith("lg-")])
+    return [item for item in page.items if lay.is_checkpoint_stream(item.stream)]
+
+
+def _log_skipped(skipped: Sequence[Skipped]) -> None:
+    for one in skipped:
+        logger.warning(
+            "LangGraph list() left out an unreadable checkpoint %s (%s): %s",
+            one.id,
+            one.location,
+            one.reason,
+        )
 
 
 async def _with_writes(
-    saver: StatekeeperSaver, kept: builtins.list[tuple[lay.Ids, Checkpoint, CheckpointMetadata]]
+    store: BaseCheckpointStore[Any],
+    codec: Records,
+    kept: builtins.list[tuple[lay.Decoded, Checkpoint]],
 ) -> builtins.list[CheckpointTuple]:
     if not kept:
         return []
-    keys = [lay.writes_key(i.thread_id, i.checkpoint_ns, i.checkpoint_id) for i, _, _ in kept]
-    writes = await saver.store.load_many(keys)  # the whole page's writes: one round trip
+    keys = [
+        lay.writes_key(d.ids.thread_id, d.ids.checkpoint_ns, d.ids.checkpoint_id) for d, _ in kept
+    ]
+    writes = await store.load_many(keys)  # the whole page's writes: one round trip
     return [
-        saver._tuple(ids, ck, md, writes.get(key))
-        for (ids, ck, md), key in zip(kept, keys, strict=True)
+        codec.tuple(d.ids, checkpoint, d.metadata, writes.get(key))
+        for (d, checkpoint), key in zip(kept, keys, strict=True)
     ]
 
 
-async def _single(saver: StatekeeperSaver, query: Query) -> builtins.list[CheckpointTuple]:
+async def _single(
+    store: BaseCheckpointStore[Any], get_tuple: GetTuple, query: Query
+) -> builtins.list[CheckpointTuple]:
     assert query.single is not None
     thread, ns, checkpoint_id = query.single
-    found = await saver._get_tuple(
+    found = await get_tuple(
         {
             "configurable": {
                 "thread_id": thread,
@@ -177,13 +215,15 @@ async def _single(saver: StatekeeperSaver, query: Query) -> builtins.list[Checkp
             }
         }
     )
-    if found is None or not matches(found.metadata, {**query.pushed, **query.local}):
+    if found is None:
+        return []
+    if not (matches_strict(found.metadata, query.strict) and matches(found.metadata, query.loose)):
         return []
     if query.before_id is not None and checkpoint_id >= query.before_id:
         return []
     if query.before_sequence is not None:
         key = lay.checkpoint_key(thread, ns, checkpoint_id)
-        header = await saver.store.load(key, include_state=False)
+        header = await store.load(key, include_state=False)
         if header.sequence >= query.before_sequence:
             return []
     return [found]

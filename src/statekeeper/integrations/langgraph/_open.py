@@ -13,23 +13,26 @@ AsyncSqliteSaver.from_conn_string(...)``). :class:`SaverContext` is both, so one
   from any loop.
 
 The store is always opened with ``codec="raw"`` (LangGraph's serializer makes the
-bytes), so passing another codec is refused before anything is opened.
+bytes), so passing another codec is refused before anything is opened. The saver
+is made by the factory the saver class passes in, so this module does not import
+the saver.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from statekeeper.errors import InvalidOptions
 
 if TYPE_CHECKING:
-    from langgraph.checkpoint.serde.base import SerializerProtocol
-
     from statekeeper._protocol import BaseCheckpointStore
     from statekeeper.sync import SyncCheckpointStore
 
-    from ._saver import StatekeeperSaver
+S = TypeVar("S")
+#: Makes the saver over an opened store (async, or the blocking facade).
+SaverFactory = Callable[["BaseCheckpointStore[Any] | SyncCheckpointStore"], S]
 
 
 def raw_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -52,31 +55,26 @@ def open_sync(url: str, options: dict[str, Any]) -> SyncCheckpointStore:
     return facade
 
 
-class SaverContext:
+class SaverContext(Generic[S]):
     """What ``StatekeeperSaver.from_conn_string`` returns: a context manager, sync
-    and async, that opens the store, yields a saver over it and closes the store on
-    exit, whether the block raised or not. Each ``with`` opens a store of its own;
-    the object may be entered once at a time."""
+    and async, that opens the store, yields a saver over it (``make(store)``) and
+    closes the store on exit, whether the block raised or not. Each ``with`` opens a
+    store of its own; the object may be entered once at a time."""
 
-    def __init__(self, url: str, serde: SerializerProtocol | None, options: dict[str, Any]) -> None:
+    def __init__(self, url: str, make: SaverFactory[S], options: dict[str, Any]) -> None:
         if not isinstance(url, str):
             raise TypeError(f"from_conn_string takes a store URL, got {url!r}")
         self._url = url
-        self._serde = serde
+        self._saver = make
         self._options = raw_options(options)
         self._store: BaseCheckpointStore[Any] | None = None
         self._facade: SyncCheckpointStore | None = None
-
-    def _saver(self, store: BaseCheckpointStore[Any] | SyncCheckpointStore) -> StatekeeperSaver:
-        from ._saver import StatekeeperSaver
-
-        return StatekeeperSaver(store, serde=self._serde)
 
     def _busy(self) -> None:
         if self._store is not None or self._facade is not None:
             raise RuntimeError("this from_conn_string context is already entered")
 
-    async def __aenter__(self) -> StatekeeperSaver:
+    async def __aenter__(self) -> S:
         from statekeeper import open_store
 
         self._busy()
@@ -100,7 +98,7 @@ class SaverContext:
         if store is not None:
             await store.close()
 
-    def __enter__(self) -> StatekeeperSaver:
+    def __enter__(self) -> S:
         self._busy()
         facade = open_sync(self._url, self._options)
         try:

@@ -7,11 +7,10 @@ import builtins
 import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -19,31 +18,26 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     get_checkpoint_id,
     get_checkpoint_metadata,
-    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper.errors import (
     CheckpointDecodeError,
-    CheckpointNotFound,
     InvalidOptions,
-    PreconditionFailed,
     StoreClosed,
 )
-from statekeeper.models import Checkpoint as StoredCheckpoint
-from statekeeper.models import NewCheckpoint
 
 from . import _layout as lay
 from . import _listing, _open, _threads
 from ._bridge import LoopBridge
+from ._records import Records
+from ._writes import PendingWrites
 
 if TYPE_CHECKING:
     from statekeeper._protocol import BaseCheckpointStore
     from statekeeper.sync import SyncCheckpointStore
 
 __all__ = ["StatekeeperSaver"]
-
-_CAS_ATTEMPTS = 50
 
 
 class StatekeeperSaver(BaseCheckpointSaver[str]):
@@ -138,11 +132,13 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self.store: BaseCheckpointStore[Any] = store
         self._bridge = LoopBridge(loop, thread)
         self._locks: dict[str, asyncio.Lock] = {}
+        self._codec = Records(self.serde)
+        self._writes = PendingWrites(store)
 
     @classmethod
     def from_conn_string(
         cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any
-    ) -> _open.SaverContext:
+    ) -> _open.SaverContext[Self]:
         """A saver over the store at ``url``, as a context manager, sync or async.
 
         ``async with StatekeeperSaver.from_conn_string("sqlite:///graph.db") as
@@ -155,7 +151,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         (:class:`~statekeeper.errors.InvalidOptions`), and so is an option the
         backend does not know, before anything is opened or created.
         """
-        return _open.SaverContext(url, serde, options)
+        return _open.SaverContext(url, lambda store: cls(store, serde=serde), options)
 
     def close(self) -> None:
         """Close the store this saver opened from a URL (``StatekeeperSaver(url)``).
@@ -227,22 +223,22 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread, in every namespace."""
-        await self._bridge.call(_threads.delete_thread(self, str(thread_id)))
+        await self._bridge.call(_threads.delete_thread(self.store, str(thread_id)))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
-        await self._bridge.call(_threads.delete_for_runs(self, run_ids))
+        await self._bridge.call(_threads.delete_for_runs(self.store, self._records, run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another, ids and order kept."""
         await self._bridge.call(
-            _threads.copy_thread(self, str(source_thread_id), str(target_thread_id))
+            _threads.copy_thread(self.store, str(source_thread_id), str(target_thread_id))
         )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep the newest checkpoint (by sequence) of each namespace
         and its writes; ``"delete"``: delete the threads."""
-        await self._bridge.call(_threads.prune(self, thread_ids, strategy))
+        await self._bridge.call(_threads.prune(self.store, thread_ids, strategy))
 
     # -- sync API -------------------------------------------------------------------
 
@@ -285,69 +281,36 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Blocking :meth:`adelete_thread`."""
-        self._bridge.call_sync(_threads.delete_thread(self, str(thread_id)))
+        self._bridge.call_sync(_threads.delete_thread(self.store, str(thread_id)))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Blocking :meth:`adelete_for_runs`."""
-        self._bridge.call_sync(_threads.delete_for_runs(self, run_ids))
+        self._bridge.call_sync(_threads.delete_for_runs(self.store, self._records, run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Blocking :meth:`acopy_thread`."""
         self._bridge.call_sync(
-            _threads.copy_thread(self, str(source_thread_id), str(target_thread_id))
+            _threads.copy_thread(self.store, str(source_thread_id), str(target_thread_id))
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Blocking :meth:`aprune`."""
-        self._bridge.call_sync(_threads.prune(self, thread_ids, strategy))
+        self._bridge.call_sync(_threads.prune(self.store, thread_ids, strategy))
 
     # -- reading --------------------------------------------------------------------
 
-    def _decode(self, record: StoredCheckpoint) -> tuple[lay.Ids, Checkpoint, CheckpointMetadata]:
-        ids = lay.ids_from_metadata(record.metadata, record.id)
-        ck, md = lay.unpack_checkpoint(record.state, record.id)
-        try:
-            checkpoint = self.serde.loads_typed(ck)
-            metadata = self.serde.loads_typed(md)
-        except Exception as exc:  # the serde raises whatever its format raises
-            raise CheckpointDecodeError(
-                f"LangGraph's serializer cannot decode it: {type(exc).__name__}: {exc}",
-                id=record.id,
-                sequence=record.sequence,
-            ) from exc
-        return ids, cast(Checkpoint, checkpoint), cast(CheckpointMetadata, metadata)
-
-    def _tuple(
-        self,
-        ids: lay.Ids,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        writes: StoredCheckpoint | None,
-    ) -> CheckpointTuple:
-        pending: builtins.list[tuple[str, str, Any]] = []
-        if writes is not None:
-            stored = lay.unpack_writes(writes.state, writes.id)
-            stored.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
-            try:
-                pending = [(w.task_id, w.channel, self.serde.loads_typed(w.value)) for w in stored]
-            except Exception as exc:
-                raise CheckpointDecodeError(
-                    f"LangGraph's serializer cannot decode a pending write: {exc}",
-                    id=writes.id,
-                ) from exc
-        base = {"thread_id": ids.thread_id, "checkpoint_ns": ids.checkpoint_ns}
-        parent = ids.parent_checkpoint_id
-        return CheckpointTuple(
-            config={"configurable": {**base, "checkpoint_id": ids.checkpoint_id}},
-            checkpoint=checkpoint,
-            metadata=metadata,
-            parent_config=({"configurable": {**base, "checkpoint_id": parent}} if parent else None),
-            pending_writes=pending,
-        )
+    @property
+    def _records(self) -> Records:
+        # made per use: LangGraph lets ``serde`` be replaced after construction
+        records = self._codec
+        if records.serde is not self.serde:
+            records = self._codec = Records(self.serde)
+        return records
 
     async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread, ns = _thread_ns(config)
         checkpoint_id = get_checkpoint_id(config)
+        records = self._records
         if checkpoint_id:
             key = lay.checkpoint_key(thread, ns, checkpoint_id)
             wkey = lay.writes_key(thread, ns, checkpoint_id)
@@ -355,12 +318,12 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             record = found.get(key)
             if record is None:
                 return None
-            return self._tuple(*self._decode(record), found.get(wkey))
+            return records.tuple(*records.decode(record), found.get(wkey))
         try:
             record = await self.store.get_latest(lay.checkpoint_stream(thread, ns))
             if record is None:
                 return None
-            ids, checkpoint, metadata = self._decode(record)
+            ids, checkpoint, metadata = records.decode(record)
         except CheckpointDecodeError as exc:
             raise CheckpointDecodeError(
                 f"{exc.reason} (the newest checkpoint of thread {thread!r}, namespace "
@@ -372,10 +335,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             ) from exc
         wkey = lay.writes_key(thread, ns, ids.checkpoint_id)
         writes = (await self.store.load_many([wkey])).get(wkey)
-        return self._tuple(ids, checkpoint, metadata, writes)
+        return records.tuple(ids, checkpoint, metadata, writes)
 
-    # list() lives in _listing; these two are the saver's handles on it, which
-    # _threads.delete_for_runs uses too
     async def _plan(
         self,
         config: RunnableConfig | None,
@@ -383,10 +344,10 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> _listing.Query:
-        return await _listing.plan(self, config, filter, before, limit)
+        return await _listing.plan(self.store, config, filter, before, limit)
 
     async def _page(self, query: _listing.Query) -> builtins.list[CheckpointTuple]:
-        return await _listing.next_page(self, query)
+        return await _listing.next_page(self.store, self._records, self._get_tuple, query)
 
     # -- writing --------------------------------------------------------------------
 
@@ -394,28 +355,17 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
     ) -> RunnableConfig:
         thread, ns = _thread_ns(config)
-        parent = config["configurable"].get("checkpoint_id")
-        ids = lay.Ids(thread, ns, checkpoint["id"], parent or None)
-        stored = dict(checkpoint)
-        versions = checkpoint["channel_versions"]
-        # like InMemorySaver: only channels that have a version are part of the state
-        stored["channel_values"] = {
-            k: v for k, v in checkpoint["channel_values"].items() if k in versions
-        }
-        full_metadata = get_checkpoint_metadata(config, metadata)
-        state = lay.pack_checkpoint(
-            self.serde.dumps_typed(stored), self.serde.dumps_typed(full_metadata)
+        parent = config["configurable"].get("checkpoint_id") or None
+        ids = lay.Ids(thread, ns, checkpoint["id"], parent)
+        state = self._records.checkpoint_state(
+            ids, checkpoint, get_checkpoint_metadata(config, metadata)
         )
-        key = lay.checkpoint_key(thread, ns, ids.checkpoint_id)
-        await self._upsert(
-            NewCheckpoint(
-                stream=lay.checkpoint_stream(thread, ns),
-                state=state,
-                tags=lay.checkpoint_tags(thread),
-                metadata=lay.store_metadata(ids, full_metadata),
-                parent_id=lay.checkpoint_key(thread, ns, parent) if parent else None,
-                id=key,
-            )
+        await _threads.upsert(
+            self.store,
+            lay.checkpoint_stream(thread, ns),
+            state,
+            lay.checkpoint_key(thread, ns, parent) if parent else None,
+            lay.checkpoint_key(thread, ns, ids.checkpoint_id),
         )
         return {
             "configurable": {
@@ -424,28 +374,6 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
                 "checkpoint_id": ids.checkpoint_id,
             }
         }
-
-    async def _upsert(self, item: NewCheckpoint) -> None:
-        """Save ``item``, or replace the state, tags and metadata of its live id."""
-        assert item.id is not None
-        try:
-            await self.store.save(
-                item.stream,
-                item.state,
-                tags=item.tags,
-                metadata=item.metadata,
-                parent_id=item.parent_id,
-                id=item.id,
-            )
-        except PreconditionFailed:
-            # LangGraph's savers upsert: a checkpoint id put again replaces the old one
-            await self.store.update(
-                item.id,
-                item.state,
-                tags=item.tags,
-                metadata=item.metadata,
-                parent_id=item.parent_id,
-            )
 
     async def _put_writes(
         self,
@@ -456,58 +384,22 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
     ) -> None:
         thread, ns = _thread_ns(config)
         checkpoint_id = config["configurable"]["checkpoint_id"]
-        new = [
-            lay.Write(
-                task_id=task_id,
-                idx=WRITES_IDX_MAP.get(channel, idx),
-                channel=channel,
-                task_path=task_path,
-                value=self.serde.dumps_typed(value),
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
+        new = self._records.writes(writes, task_id, task_path)
         if not new:
             return
-        ids = lay.Ids(thread, ns, checkpoint_id, None)
         key = lay.writes_key(thread, ns, checkpoint_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         try:
             async with lock:  # tasks of one super-step write to one record: queue them here
-                await self._merge_writes(key, ids, new)
+                await self._writes.merge(
+                    key,
+                    lay.writes_stream(thread, ns),
+                    lay.checkpoint_key(thread, ns, checkpoint_id),
+                    new,
+                )
         finally:
             if not lock.locked() and self._locks.get(key) is lock:
                 del self._locks[key]
-
-    async def _merge_writes(self, key: str, ids: lay.Ids, new: builtins.list[lay.Write]) -> None:
-        for _ in range(_CAS_ATTEMPTS):
-            current = (await self.store.load_many([key])).get(key)
-            if current is None:
-                try:
-                    await self.store.save(
-                        lay.writes_stream(ids.thread_id, ids.checkpoint_ns),
-                        lay.pack_writes(lay.merge_writes([], new) or []),
-                        tags={lay.RESERVED: lay.KIND_WRITES},
-                        metadata={lay.RESERVED: lay.own_metadata(ids)},
-                        parent_id=lay.checkpoint_key(
-                            ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id
-                        ),
-                        id=key,
-                    )
-                    return
-                except PreconditionFailed:
-                    continue  # another writer created it first: merge into theirs
-            merged = lay.merge_writes(lay.unpack_writes(current.state, key), new)
-            if merged is None:
-                return
-            try:
-                await self.store.update(key, lay.pack_writes(merged), if_match=current.etag)
-                return
-            except (PreconditionFailed, CheckpointNotFound):
-                continue  # changed or deleted under us: read again
-        raise PreconditionFailed(
-            f"put_writes lost {_CAS_ATTEMPTS} compare-and-set races on {key!r}; "
-            "too many concurrent writers to one checkpoint"
-        )
 
 
 def _thread_ns(config: RunnableConfig) -> tuple[str, str]:

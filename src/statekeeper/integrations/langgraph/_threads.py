@@ -1,88 +1,103 @@
-"""Whole-thread operations of ``StatekeeperSaver``: delete, delete for runs, copy, prune.
+"""Whole-thread operations of ``StatekeeperSaver``: delete, delete for runs, copy,
+prune, and the upsert that ``put`` and ``copy_thread`` share.
 
-Each works from the store's indexes (``list_streams(prefix=)``, tag and metadata
-filters) in pages of at most 1000 records, never one call per checkpoint.
+Each works from the store's streams (``list_streams(prefix=)``, a listing per
+stream) in pages of at most 1000 records, never one call per checkpoint. Each
+takes the store, never the saver.
 """
 
 from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from statekeeper.errors import CheckpointDecodeError, PreconditionFailed
 from statekeeper.models import NewCheckpoint
 
 from . import _layout as lay
+from ._filters import matches, matches_strict
+from ._merge import Merge
+from ._records import Records
 
 if TYPE_CHECKING:
-    from ._saver import StatekeeperSaver
+    from statekeeper._protocol import BaseCheckpointStore
 
 _BATCH = 500  # a copy batch holds a checkpoint and its writes record: <= 1000 items
 
 
-async def delete_thread(saver: StatekeeperSaver, thread_id: str) -> None:
-    for stream in await saver.store.list_streams(prefix=lay.thread_prefix(thread_id)):
-        await saver.store.delete_stream(stream)
+async def upsert(
+    store: BaseCheckpointStore[Any], stream: str, state: bytes, parent_id: str | None, id: str
+) -> None:
+    """Save a record under ``id``, or replace the state (and parent) of the live one.
+
+    LangGraph's savers upsert: a checkpoint id put again replaces the old one,
+    keeping its position. The replaced record loses any tags and store metadata
+    (records of the layout before ``SKLG2C`` had them)."""
+    try:
+        await store.save(stream, state, parent_id=parent_id, id=id)
+    except PreconditionFailed:
+        await store.update(id, state, tags={}, metadata={}, parent_id=parent_id)
 
 
-async def delete_for_runs(saver: StatekeeperSaver, run_ids: Sequence[str]) -> None:
+async def delete_thread(store: BaseCheckpointStore[Any], thread_id: str) -> None:
+    for stream in await store.list_streams(prefix=lay.thread_prefix(thread_id)):
+        await store.delete_stream(stream)
+
+
+async def delete_for_runs(
+    store: BaseCheckpointStore[Any], records: Records, run_ids: Sequence[str]
+) -> None:
+    """Every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its
+    writes: one pass over the store's checkpoints, matching as ``list(filter=)``
+    matches ``{"run_id": ...}``."""
+    wanted = [lay.split_filter({"run_id": run_id}) for run_id in run_ids]
+    if not wanted:
+        return
     doomed: builtins.list[str] = []
-    for run_id in run_ids:
-        query = await saver._plan(None, {"run_id": run_id}, None, None)
-        if query.local:  # not a value the store filters on: decode and compare here
-            while not query.done:
-                for tup in await saver._page(query):
-                    conf = tup.config["configurable"]
-                    doomed += keys(conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"])
-            continue
-        cursor = None
-        while True:
-            page = await saver.store.list(
-                None,
-                limit=1000,
-                after=cursor,
-                tags=query.tags,
-                metadata=query.pushed,
-                include_state=False,
-            )
-            for item in page.items:
-                ids = lay.ids_from_metadata(item.metadata, item.id)
-                doomed += keys(ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-    for i in range(0, len(doomed), 1000):
-        await saver.store.delete_many(doomed[i : i + 1000])
-
-
-async def copy_thread(saver: StatekeeperSaver, source: str, target: str) -> None:
-    tags = {lay.RESERVED: lay.KIND_CHECKPOINT, lay.THREAD_TAG: lay.thread_tag(source)}
     cursor = None
     while True:
-        # every namespace at once, ascending: the copy keeps the sequence order
-        page = await saver.store.list(None, limit=_BATCH, order="asc", after=cursor, tags=tags)
-        if page.skipped:
-            first = page.skipped[0]
+        page = await store.list(None, limit=1000, after=cursor)
+        for item in page.items:
+            if not lay.is_checkpoint_stream(item.stream):
+                continue
+            try:
+                metadata = records.decode_metadata(item).metadata
+            except CheckpointDecodeError:
+                continue  # unreadable: not known to be of these runs
+            if any(matches_strict(metadata, s) and matches(metadata, lo) for s, lo in wanted):
+                doomed += [item.id, lay.writes_key_of(item.id)]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    for i in range(0, len(doomed), 1000):
+        await store.delete_many(doomed[i : i + 1000])
+
+
+async def copy_thread(store: BaseCheckpointStore[Any], source: str, target: str) -> None:
+    names = await store.list_streams(prefix=lay.thread_prefix(source))
+    # every namespace at once, ascending: the copy keeps the sequence order
+    merge = Merge(store, [s for s in names if lay.is_checkpoint_stream(s)], "asc", page=_BATCH)
+    while not merge.done:
+        items, skipped = await merge.take(_BATCH)
+        if skipped:
+            first = skipped[0]
             raise CheckpointDecodeError(
                 f"copy_thread({source!r}) stopped: {first.reason}; nothing past it was copied",
                 id=first.id,
                 location=first.location,
             )
-        sources = [lay.ids_from_metadata(item.metadata, item.id) for item in page.items]
-        wkeys = [lay.writes_key(s.thread_id, s.checkpoint_ns, s.checkpoint_id) for s in sources]
-        writes = await saver.store.load_many(wkeys) if wkeys else {}
+        wkeys = [lay.writes_key_of(item.id) for item in items]
+        writes = await store.load_many(wkeys) if wkeys else {}
         batch: builtins.list[NewCheckpoint] = []
-        for item, src, wkey in zip(page.items, sources, wkeys, strict=True):
+        for item, wkey in zip(items, wkeys, strict=True):
+            src, checkpoint, metadata = lay.unpack_checkpoint(item.state, item.id, item.metadata)
             ns, cid, parent = src.checkpoint_ns, src.checkpoint_id, src.parent_checkpoint_id
             ids = lay.Ids(target, ns, cid, parent)
-            metadata = {k: v for k, v in item.metadata.items() if k != lay.RESERVED}
             batch.append(
                 NewCheckpoint(
                     stream=lay.checkpoint_stream(target, ns),
-                    state=item.state,
-                    tags=lay.checkpoint_tags(target),
-                    metadata={**metadata, lay.RESERVED: lay.own_metadata(ids)},
+                    state=lay.pack_checkpoint(ids, checkpoint, metadata),
                     parent_id=lay.checkpoint_key(target, ns, parent) if parent else None,
                     id=lay.checkpoint_key(target, ns, cid),
                 )
@@ -92,65 +107,51 @@ async def copy_thread(saver: StatekeeperSaver, source: str, target: str) -> None
                     NewCheckpoint(
                         stream=lay.writes_stream(target, ns),
                         state=w.state,
-                        tags={lay.RESERVED: lay.KIND_WRITES},
-                        metadata={lay.RESERVED: lay.own_metadata(ids)},
                         parent_id=lay.checkpoint_key(target, ns, cid),
                         id=lay.writes_key(target, ns, cid),
                     )
                 )
         if batch:
             try:
-                await saver.store.save_many(batch)
+                await store.save_many(batch)
             except PreconditionFailed:
                 for one in batch:  # the target already had some: replace them
-                    await saver._upsert(one)
-        cursor = page.next_cursor
-        if cursor is None:
-            return
+                    assert one.id is not None and isinstance(one.state, bytes)
+                    await upsert(store, one.stream, one.state, one.parent_id, one.id)
 
 
-async def prune(saver: StatekeeperSaver, thread_ids: Sequence[str], strategy: str) -> None:
+async def prune(store: BaseCheckpointStore[Any], thread_ids: Sequence[str], strategy: str) -> None:
     if strategy not in ("keep_latest", "delete"):
         raise ValueError(f"strategy must be 'keep_latest' or 'delete', got {strategy!r}")
     for thread_id in thread_ids:
-        streams = await saver.store.list_streams(prefix=lay.thread_prefix(str(thread_id)))
+        streams = await store.list_streams(prefix=lay.thread_prefix(str(thread_id)))
         if strategy == "delete":
             for stream in streams:
-                await saver.store.delete_stream(stream)
+                await store.delete_stream(stream)
             continue
         for stream in streams:
-            if stream.endswith("/checkpoints"):
-                await keep_latest(saver, stream, stream[: -len("checkpoints")] + "writes")
+            if stream.endswith(lay.CHECKPOINTS_SUFFIX):
+                await keep_latest(store, stream, stream[: -len("checkpoints")] + "writes")
 
 
-async def keep_latest(saver: StatekeeperSaver, stream: str, wstream: str) -> None:
-    await saver.store.prune(stream, keep_last=1)
-    newest = await saver.store.list(stream, limit=1, include_state=False)
+async def keep_latest(store: BaseCheckpointStore[Any], stream: str, wstream: str) -> None:
+    await store.prune(stream, keep_last=1)
+    newest = await store.list(stream, limit=1, include_state=False)
     if newest.skipped:
         raise CheckpointDecodeError(
             f"prune kept the newest checkpoint of {stream!r} but cannot read it: "
             f"{newest.skipped[0].reason}",
             id=newest.skipped[0].id,
         )
-    keep = None
-    if newest.items:
-        ids = lay.ids_from_metadata(newest.items[0].metadata, newest.items[0].id)
-        keep = lay.writes_key(ids.thread_id, ids.checkpoint_ns, ids.checkpoint_id)
+    keep = lay.writes_key_of(newest.items[0].id) if newest.items else None
     doomed: builtins.list[str] = []
     cursor = None
     while True:
-        page = await saver.store.list(wstream, limit=1000, after=cursor, include_state=False)
+        page = await store.list(wstream, limit=1000, after=cursor, include_state=False)
         doomed += [item.id for item in page.items if item.id != keep]
         doomed += [s.id for s in page.skipped if s.id is not None and s.id != keep]
         cursor = page.next_cursor
         if cursor is None:
             break
     for i in range(0, len(doomed), 1000):
-        await saver.store.delete_many(doomed[i : i + 1000])
-
-
-def keys(thread: str, ns: str, checkpoint_id: str) -> builtins.list[str]:
-    return [
-        lay.checkpoint_key(thread, ns, checkpoint_id),
-        lay.writes_key(thread, ns, checkpoint_id),
-    ]
+        await store.delete_many(doomed[i : i + 1000])

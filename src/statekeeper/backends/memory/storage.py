@@ -1,0 +1,220 @@
+"""The data of an in-memory store: :class:`MemoryStorage` and its entries.
+
+One :class:`Entry` per checkpoint (its index fields and envelope bytes, built on
+first use when a save left them pending), the maps by id, by sequence and by
+stream, and the store's lock. The store (``store.py``) holds one and reads and
+writes it under that lock.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from statekeeper import Problem
+from statekeeper.record import NewRecord, StoredRecord
+
+# private, for speed: see the package docstring
+from ...models import trusted_header
+from ...record import trusted_stored_record
+
+__all__ = ["Entry", "MemoryStorage", "fresh", "json_copy", "remove_sorted"]
+
+
+class Entry:
+    """One checkpoint: its index fields and its envelope bytes.
+
+    ``blob`` is built on first use when the save left it pending (see
+    :meth:`~.store.MemoryCheckpointStore._insert_locked`): the same bytes, from the same
+    values, that the save would have built. Every reader holds the store's lock.
+    """
+
+    __slots__ = (
+        "_blob",
+        "_pending",
+        "_store_id",
+        "expires_at",
+        "parsed",
+        "sequence",
+        "stream",
+        "tags",
+    )
+
+    def __init__(
+        self,
+        sequence: int,
+        stream: str,
+        blob: bytes | None,
+        tags: dict[str, str],
+        expires_at: datetime | None,
+        parsed: tuple[bytes | None, StoredRecord] | None = None,
+        pending: NewRecord | None = None,
+        store_id: str = "",
+    ) -> None:
+        self.sequence = sequence
+        self.stream = stream
+        self._blob = blob
+        #: the record ``blob`` is built from (with ``store_id``), until it is built
+        self._pending = pending
+        self._store_id = store_id
+        #: the store's own copy (the tag filter reads it): no caller holds it
+        self.tags = tags
+        self.expires_at = expires_at
+        #: ``blob`` parsed and verified once (see ``_parse``), with the very bytes it
+        #: came from (``None``: the pending envelope): it is reused only while
+        #: ``blob`` is still those bytes
+        self.parsed = parsed
+
+    @property
+    def blob(self) -> bytes:
+        blob = self._blob
+        if blob is None:
+            stored = self._pending_record()
+            assert stored is not None
+            blob = self._blob = stored.to_bytes(self._store_id)
+            self._pending = None
+        return blob
+
+    @blob.setter
+    def blob(self, value: bytes) -> None:
+        self._blob = value
+        self._pending = None
+
+    def _pending_record(self) -> StoredRecord | None:
+        """The record a pending envelope is built from (``None`` when none is pending).
+
+        The values the save saw: the entry's own tags, and the metadata that made
+        the save leave the envelope pending (none: see ``_insert_locked``). This is
+        what ``record.seal`` builds with those two fields (``dataclasses.replace``
+        would cost more than the envelope).
+        """
+        record = self._pending
+        if record is None:
+            return None
+        header = trusted_header(
+            {
+                "id": record.id,
+                "stream": record.stream,
+                "sequence": self.sequence,
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "etag": record.etag,
+                "parent_id": record.parent_id,
+                "tags": self.tags,
+                "metadata": {},
+                "expires_at": record.expires_at,
+            }
+        )
+        return StoredRecord(header=header, state=record.state, codec=record.codec, ttl=record.ttl)
+
+    def read_pending(self) -> StoredRecord | None:
+        """What parsing the pending envelope would give, without building it, or
+        ``None`` when nothing is pending or the parse could differ.
+
+        Every field round-trips through the envelope unchanged (strings without
+        surrogates, ints, a float TTL, str tags, no metadata) except the timestamps:
+        those are taken as they are only when each is an exact ``datetime`` in
+        ``timezone.utc`` with ``fold`` 0 (the default clock's), which ``isoformat``
+        and ``fromisoformat`` give back equal, in the same ``timezone.utc``. Any
+        other clock (a ``ZoneInfo``, a naive time) is read from the bytes.
+        """
+        record = self._pending
+        if record is None:
+            return None
+        for stamp in (record.created_at, record.updated_at, record.expires_at):
+            if stamp is not None and (
+                type(stamp) is not datetime or stamp.tzinfo is not UTC or stamp.fold
+            ):
+                return None
+        return self._pending_record()
+
+    @property
+    def location(self) -> str:
+        """Where the entry is, for problems and decode errors."""
+        return f"memory:seq={self.sequence}"
+
+    def live(self, now: datetime) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a parsed JSON value (containers new, scalars shared: immutable)."""
+    t = type(value)
+    if t is dict:
+        if _SCALARS.issuperset(map(type, value.values())):
+            return value.copy()
+        return {k: json_copy(v) for k, v in value.items()}
+    if t is list:
+        if _SCALARS.issuperset(map(type, value)):
+            return value.copy()
+        return [json_copy(v) for v in value]
+    return value
+
+
+def fresh(record: StoredRecord) -> StoredRecord:
+    """``record`` with a header of its own: the caller may mutate tags and metadata."""
+    values = record.header.__dict__.copy()
+    values["tags"] = values["tags"].copy()
+    values["metadata"] = json_copy(values["metadata"])
+    return trusted_stored_record(trusted_header(values), record.state, record.codec, record.ttl)
+
+
+@dataclass
+class MemoryStorage:
+    """The data of one in-memory store. Share it between instances to simulate reopen."""
+
+    store_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    cursor_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    high_water_mark: int = 0
+    by_id: dict[str, Entry] = field(default_factory=dict)
+    by_seq: dict[int, str] = field(default_factory=dict)
+    all_seqs: list[int] = field(default_factory=list)
+    stream_seqs: dict[str, list[int]] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def problems(self) -> list[Problem]:
+        """Where the id map, the sequence map and the sorted lists disagree
+        (``MemoryCheckpointStore._verify``)."""
+        data = self
+        problems: list[Problem] = []
+        with data.lock:
+            by_stream = {s: set(seqs) for s, seqs in data.stream_seqs.items()}
+            for id, entry in data.by_id.items():
+                if (
+                    data.by_seq.get(entry.sequence) != id
+                    or entry.sequence not in by_stream.get(entry.stream, ())
+                    or entry.sequence > data.high_water_mark
+                ):
+                    problems.append(
+                        Problem(
+                            kind="index",
+                            location=entry.location,
+                            reason="the in-memory maps disagree about this checkpoint",
+                            id=id,
+                            sequence=entry.sequence,
+                            stream=entry.stream,
+                        )
+                    )
+            if len(data.all_seqs) != len(data.by_id):
+                problems.append(
+                    Problem(
+                        kind="index",
+                        location="memory://",
+                        reason=f"{len(data.all_seqs)} sequences are listed for "
+                        f"{len(data.by_id)} checkpoints",
+                    )
+                )
+        return problems
+
+
+def remove_sorted(seqs: list[int], value: int) -> None:
+    i = bisect_left(seqs, value)
+    if i < len(seqs) and seqs[i] == value:
+        del seqs[i]

@@ -1,0 +1,372 @@
+"""``MemoryCheckpointStore``: the primitives over a :class:`~.storage.MemoryStorage`.
+
+What it imports and why, and what each operation costs, is in the package
+docstring (:mod:`statekeeper.backends.memory`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, ClassVar
+
+from statekeeper import (
+    BaseCheckpointStore,
+    Capabilities,
+    CheckpointHeader,
+    Problem,
+    ScanQuery,
+    Skipped,
+    StoreIdentity,
+    skipped_from,
+)
+from statekeeper.errors import (
+    CheckpointDecodeError,
+    CheckpointNotFound,
+    PreconditionFailed,
+    StoreNotFound,
+)
+from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+
+# private, for speed: see the package docstring
+from ...models import trusted_header
+from .storage import Entry, MemoryStorage, fresh, remove_sorted
+
+__all__ = ["MemoryCheckpointStore"]
+
+
+class MemoryCheckpointStore(BaseCheckpointStore):
+    """A :class:`~statekeeper.CheckpointStore` held in process memory.
+
+    Not durable and not shared across processes (see :attr:`capabilities`). All
+    operations are atomic with respect to each other, across tasks and threads.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=False,
+        cross_process=False,
+        power_loss_durable=False,
+        ttl=True,
+        raw_access=True,
+        atomic_batches=True,
+    )
+    backend_name: ClassVar[str] = "memory"
+
+    def __init__(self, *, storage: MemoryStorage | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        #: ``memory://`` with ``create=False`` names no existing store unless a
+        #: ``storage=`` of an earlier store is passed.
+        self._exists = storage is not None
+        self.storage = storage if storage is not None else MemoryStorage()
+
+    async def _open(self) -> StoreIdentity:
+        if not self._exists and not self.options.create:
+            raise StoreNotFound(
+                "memory:// with create=False names no existing store; pass the storage= "
+                "of an earlier store to reopen it"
+            )
+        self._exists = True
+        return StoreIdentity(self.storage.store_id, self.storage.cursor_key, 1)
+
+    async def _verify(self) -> list[Problem]:
+        """Check that the id map, the sequence map and the sorted lists agree."""
+        return self.storage.problems()
+
+    async def _close(self) -> None:
+        return None
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _location(self, entry: Entry) -> str:
+        return entry.location
+
+    def _parse(self, id: str, entry: Entry) -> StoredRecord:
+        """The verified record of ``entry``'s bytes (call with the lock held).
+
+        The bytes are parsed and verified through the envelope once, as any backend
+        reads them, and the result is kept beside them; a pending envelope is not
+        built for this when its values are known to round-trip (see
+        :meth:`Entry.read_pending`). It is reused only while the entry holds those
+        very bytes, or still none (an update or a backdoor write replaces them),
+        and every read gets a header of its own, so what a caller does with a
+        returned checkpoint never reaches the store. States are decoded per read.
+        """
+        blob = entry._blob  # None while the envelope is pending
+        parsed = entry.parsed
+        if parsed is None or parsed[0] is not blob:
+            record = None if blob is not None else entry.read_pending()
+            if record is None:
+                blob = entry.blob
+                record = self._read(id, entry)
+            entry.parsed = parsed = (blob, record)
+        try:
+            return fresh(parsed[1])
+        except RecursionError:  # metadata nested too deep to copy: a parse of its own
+            return self._read(id, entry)
+
+    def _read(self, id: str, entry: Entry) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            entry.blob,
+            location=self._location(entry),
+            expect_store_id=self.storage.store_id,
+            expect_id=id,
+            expect_sequence=entry.sequence,
+        )
+
+    def _live_entry(self, id: str, now: datetime) -> Entry | None:
+        entry = self.storage.by_id.get(id)
+        return entry if entry is not None and entry.live(now) else None
+
+    def _unlink(self, id: str, entry: Entry) -> None:
+        data = self.storage
+        del data.by_id[id]
+        del data.by_seq[entry.sequence]
+        remove_sorted(data.all_seqs, entry.sequence)
+        seqs = data.stream_seqs[entry.stream]
+        remove_sorted(seqs, entry.sequence)
+        if not seqs:
+            del data.stream_seqs[entry.stream]
+
+    # -- primitives ------------------------------------------------------------------
+
+    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        data = self.storage
+        with data.lock:
+            # _check_free, inline: one call less on every save
+            existing = data.by_id.get(record.id)
+            if existing is not None and existing.live(record.now):
+                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+            return self._insert_locked(record)
+
+    async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        # one hold of the lock: consecutive sequences, and no reader sees half
+        with self.storage.lock:
+            for record in records:
+                self._check_free(record)
+            return [self._insert_locked(record) for record in records]
+
+    def _check_free(self, record: NewRecord) -> None:
+        existing = self.storage.by_id.get(record.id)
+        if existing is not None and existing.live(record.now):
+            raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+
+    def _insert_locked(self, record: NewRecord) -> CheckpointHeader:
+        """Insert ``record`` at the next sequence; the caller holds the lock.
+
+        Without metadata the envelope is left pending and built on first use (a
+        read, ``backdoor_read_raw``): it would be built from the same immutable
+        values and the entry's own tags, so the bytes are the same, and with no
+        metadata nothing in it can fail to encode. With metadata it is built now,
+        so an error raises here, and the caller's later changes to the metadata it
+        passed never reach the store.
+        """
+        data = self.storage
+        by_id = data.by_id
+        rid = record.id
+        existing = by_id.get(rid)
+        if existing is not None:  # expired: _check_free let it through
+            self._unlink(rid, existing)
+        seq = data.high_water_mark + 1
+        stream = record.stream
+        if record.metadata:
+            blob = record.seal(seq).to_bytes(data.store_id)
+            entry = Entry(seq, stream, blob, record.tags.copy(), record.expires_at)
+        else:
+            entry = Entry(
+                seq,
+                stream,
+                None,
+                record.tags.copy(),
+                record.expires_at,
+                None,
+                record,
+                data.store_id,
+            )
+        data.high_water_mark = seq
+        by_id[rid] = entry
+        data.by_seq[seq] = rid
+        data.all_seqs.append(seq)
+        seqs = data.stream_seqs.get(stream)
+        if seqs is None:
+            data.stream_seqs[stream] = [seq]
+        else:
+            seqs.append(seq)
+        return trusted_header(
+            {
+                "id": rid,
+                "stream": stream,
+                "sequence": seq,
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "etag": record.etag,
+                "parent_id": record.parent_id,
+                "tags": record.tags,
+                "metadata": record.metadata,
+                "expires_at": record.expires_at,
+            }
+        )
+
+    async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
+        with self.storage.lock:
+            found = {id: self._live_entry(id, now) for id in ids}
+            return {id: self._parse(id, e) for id, e in found.items() if e is not None}
+
+    async def _delete_many(self, ids: list[str], now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            removed = 0
+            for id in ids:
+                entry = self._live_entry(id, now)
+                if entry is not None:
+                    self._unlink(id, entry)
+                    removed += 1
+            return removed
+
+    async def _update(
+        self,
+        id: str,
+        *,
+        state: bytes,
+        if_match: str | None,
+        now: datetime,
+        etag: str,
+        edits: RecordEdits | None = None,
+        codec: str | None = None,
+    ) -> CheckpointHeader:
+        data = self.storage
+        with data.lock:
+            entry = self._live_entry(id, now)
+            if entry is None:
+                raise CheckpointNotFound(id)
+            current = self._parse(id, entry)
+            if if_match is not None and current.header.etag != if_match:
+                raise PreconditionFailed(
+                    f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
+                )
+            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
+            entry.blob = new.to_bytes(data.store_id)
+            entry.expires_at = new.header.expires_at
+            entry.tags = dict(new.header.tags)
+            return new.header
+
+    async def _get(self, id: str, now: datetime) -> StoredRecord | None:
+        with self.storage.lock:
+            entry = self._live_entry(id, now)
+            return None if entry is None else self._parse(id, entry)
+
+    def _iter(self, query: ScanQuery) -> Iterator[tuple[str, Entry]]:
+        data = self.storage
+        seqs = data.all_seqs if query.stream is None else data.stream_seqs.get(query.stream, [])
+        if query.order == "asc":
+            start = 0 if query.bound is None else bisect_right(seqs, query.bound)
+            indices: range = range(start, len(seqs))
+        else:
+            stop = len(seqs) if query.bound is None else bisect_left(seqs, query.bound)
+            indices = range(stop - 1, -1, -1)
+        for i in indices:
+            rid = data.by_seq[seqs[i]]
+            yield rid, data.by_id[rid]
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        out: list[StoredRecord | Skipped] = []
+        with self.storage.lock:
+            for rid, entry in self._iter(query):
+                if not entry.live(query.now):
+                    continue
+                if query.tags and any(entry.tags.get(k) != v for k, v in query.tags.items()):
+                    continue
+                try:
+                    out.append(self._parse(rid, entry))
+                except CheckpointDecodeError as exc:
+                    out.append(skipped_from(exc, rid, entry.sequence))
+                if len(out) >= query.limit:
+                    break
+        return out
+
+    async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
+        with self.storage.lock:
+            for rid, entry in self._iter(ScanQuery(stream, "desc", None, 1, {}, now)):
+                if entry.live(now):
+                    return self._parse(rid, entry)
+        return None
+
+    async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
+        data = self.storage
+        with data.lock:
+            entry = self._live_entry(id, now)
+            if entry is None:
+                return False
+            if if_match is not None:
+                current = self._parse(id, entry)
+                if current.header.etag != if_match:
+                    raise PreconditionFailed(
+                        f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
+                    )
+            self._unlink(id, entry)
+            return True
+
+    async def _delete_stream(self, stream: str, now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            seqs = list(data.stream_seqs.get(stream, []))
+            removed = 0
+            for seq in seqs:
+                rid = data.by_seq[seq]
+                entry = data.by_id[rid]
+                removed += entry.live(now)
+                self._unlink(rid, entry)
+            return removed
+
+    async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            seqs = data.stream_seqs.get(stream, [])
+            live = [s for s in seqs if data.by_id[data.by_seq[s]].live(now)]
+            doomed = live[: max(len(live) - keep_last, 0)]
+            for seq in doomed:
+                rid = data.by_seq[seq]
+                self._unlink(rid, data.by_id[rid])
+            return len(doomed)
+
+    async def _purge_expired(self, now: datetime) -> int:
+        data = self.storage
+        with data.lock:
+            doomed = [(rid, e) for rid, e in data.by_id.items() if not e.live(now)]
+            for rid, entry in doomed:
+                self._unlink(rid, entry)
+            return len(doomed)
+
+    async def _list_streams(self, now: datetime) -> list[str]:
+        data = self.storage
+        with data.lock:
+            return [
+                name
+                for name, seqs in data.stream_seqs.items()
+                if any(data.by_id[data.by_seq[s]].live(now) for s in reversed(seqs))
+            ]
+
+    async def _info(self) -> dict[str, Any]:
+        data = self.storage
+        with data.lock:
+            return {
+                "checkpoints": len(data.by_id),
+                "streams": len(data.stream_seqs),
+                "high_water_mark": data.high_water_mark,
+            }
+
+    # -- backdoor --------------------------------------------------------------------
+
+    async def backdoor_read_raw(self, id: str) -> bytes:
+        with self.storage.lock:
+            entry = self.storage.by_id.get(id)
+            if entry is None:
+                raise CheckpointNotFound(id)
+            return entry.blob
+
+    async def backdoor_write_raw(self, id: str, data: bytes) -> None:
+        with self.storage.lock:
+            entry = self.storage.by_id.get(id)
+            if entry is None:
+                raise CheckpointNotFound(id)
+            entry.blob = bytes(data)

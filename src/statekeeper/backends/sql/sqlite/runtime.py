@@ -1,0 +1,291 @@
+"""SQLite execution: one worker thread per connection, one thread hop per operation,
+group commit on the writer, and bounded reads on the event loop's thread.
+
+Why not SQLAlchemy's ``sqlite+aiosqlite`` engine: aiosqlite already runs each
+connection on its own thread, but the async adapter awaits that thread once per
+cursor call (create, execute, fetch, close, commit), so a ``get_latest`` costs
+five hops and about 0.5-0.9 ms on a 2-core box, most of it in thread handoffs.
+Here a whole operation (the transaction, every statement, decoding the rows) runs
+as one function on the connection's own thread, and the event loop waits for it
+once. The statements are the same SQLAlchemy Core objects the other dialects
+execute, compiled once for SQLite and run through the stdlib ``sqlite3`` driver
+(which is also what aiosqlite wraps).
+
+Writes go through the one writer thread, several per transaction (SPEC S15, see
+:class:`~.workers.SqliteWriter`).
+
+Connections never cross threads (``check_same_thread`` stays on) and never cross
+``fork``: a child process that uses a store opened by its parent gets fresh
+threads and connections and leaves the parent's alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from ...._runtime.inline import HOP, Budget, try_inline
+from ...._runtime.worker import pick
+from ..compiler import Compiler
+from .connect import BUSY_CODES, Connector, OpenMode, error_code, prepare_file, with_busy_timeout
+from .session import SqliteSession
+from .workers import SqliteWorker, SqliteWriter
+
+__all__ = ["SqliteRuntime"]
+
+T = TypeVar("T")
+
+#: Connections abandoned by ``fork``: kept referenced so that the child never
+#: finalises (closes) a connection that belongs to its parent's threads.
+_FORK_ORPHANS: list[object] = []
+#: SQLITE_INTERRUPT: a read on the event loop's thread ran over its budget.
+_INTERRUPT = 9
+#: The budget of one read on the event loop's thread (point_read), in SQLite
+#: virtual-machine operations, counted in steps of _INLINE_STEP: a listed page of
+#: 101 rows takes about 1,500, a lookup a few dozen, and 6,000 expired rows (not yet
+#: purged) to walk past about 42,000 (4 ms here). A read that would take more is
+#: interrupted and runs on a reader thread instead: no read keeps the loop for
+#: more than about 2 ms of SQLite's work.
+_INLINE_OPS = 20_000
+_INLINE_STEP = 1_000
+
+
+def _would_block(exc: Exception) -> bool:
+    """A point read's error that means: run it on a reader thread instead."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = error_code(exc)
+    return code in BUSY_CODES or code == _INTERRUPT
+
+
+class SqliteRuntime:
+    """The connections of one SQLite store: one writer thread, up to ``readers`` reader threads.
+
+    All writes of this process go through the single writer connection, so they
+    queue here instead of spinning in SQLite's busy handler, and the ones that
+    queue up while a COMMIT is being synced share the next transaction (group
+    commit, :class:`~.workers.SqliteWriter`); writers in other processes are waited
+    for up to ``busy_timeout``. Reads use the reader
+    connections (started on demand) and, in WAL mode, never wait for writers.
+
+    Every connection opens the file through a ``file:`` URI with ``mode``: ``rwc``
+    may create it, ``rw`` never creates it, and ``ro`` opens it read-only (and
+    ``query_only``); a ``ro`` runtime never starts its writer thread.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        compiler: Compiler,
+        synchronous: str,
+        busy_timeout: float,
+        readers: int,
+        echo: bool,
+        mode: OpenMode = "rwc",
+        inline_reads: bool = True,
+    ) -> None:
+        self.path = path
+        self.mode: OpenMode = mode
+        self.compiler = compiler
+        self._connector = Connector(
+            path, mode=mode, synchronous=synchronous, busy_timeout=busy_timeout, echo=echo
+        )
+        #: A new connection with this store's settings (see :meth:`.Connector.connect`).
+        self.connect = self._connector.connect
+        self._busy_timeout = busy_timeout
+        self._max_readers = readers
+        self._pid = os.getpid()
+        self._writer: SqliteWriter | None = None
+        self._readers: list[SqliteWorker] = []
+        self._inline_reads = inline_reads
+        # the point-read connection of the thread that first made one (the event
+        # loop's), with that thread's id; see point_read
+        self._inline: tuple[int, SqliteSession] | None = None
+        self._budget = Budget(_INLINE_OPS, _INLINE_STEP)  # of the running point read
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        if self.mode == "ro":
+            raise AssertionError("a read-only SQLite runtime has no writer")
+        # The writer waits for the write lock in begin_immediate, not in SQLite's
+        # busy handler (see there); other statements of its own have no lock to wait for.
+        return self.connect(wait=False)
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            # Forked: the parent's threads do not exist here, and its connections
+            # must be neither used nor closed by this process.
+            _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
+            if self._inline is not None:
+                _FORK_ORPHANS.append(self._inline)
+            self._writer, self._readers, self._pid = None, [], os.getpid()
+            self._inline = None
+
+    def _writer_worker(self) -> SqliteWriter:
+        self._check_fork()
+        if self._writer is None:
+            self._writer = SqliteWriter(
+                self._connect_writer,
+                "statekeeper-sqlite-writer",
+                compiler=self.compiler,
+                busy_timeout=self._busy_timeout,
+            )
+        return self._writer
+
+    def _reader_worker(self) -> SqliteWorker:
+        self._check_fork()
+        return pick(self._readers, self._max_readers, self._new_reader)
+
+    def _new_reader(self, n: int) -> SqliteWorker:
+        return SqliteWorker(self.connect, f"statekeeper-sqlite-reader-{n}", self.compiler)
+
+    async def write(self, fn: Callable[[SqliteSession], T]) -> T:
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction on the writer thread.
+
+        The transaction may be shared with other queued writes (group commit, see
+        :class:`~.workers.SqliteWriter`): ``fn`` then runs inside its own savepoint, so it commits
+        or fails as if alone, and this returns only after the shared COMMIT, that
+        is once ``fn``'s writes are as durable as ``synchronous`` makes them.
+        """
+        return await self._writer_worker().run(fn)
+
+    async def locked_write(
+        self,
+        lock: Callable[[SqliteSession], None],
+        fn: Callable[[SqliteSession], T],
+        unlock: Callable[[SqliteSession], None],
+    ) -> T:
+        """``fn`` in a write transaction: BEGIN IMMEDIATE is the lock SQLite needs."""
+        return await self.write(fn)
+
+    async def read(self, fn: Callable[[SqliteSession], T]) -> T:
+        """Run ``fn`` on an idle reader thread (autocommit: each statement is a snapshot)."""
+        return await self._reader_worker().run(fn)
+
+    async def point_read(self, fn: Callable[[SqliteSession], T]) -> T:
+        """Run ``fn``, a bounded indexed read (``get_latest``, ``load``, a
+        ``load_many`` of at most ``INLINE_PAGE_ROWS`` ids, or a listed page of at
+        most ``INLINE_PAGE_ROWS`` rows and its one-row probe), right here on the
+        calling thread when SQLite can answer without waiting, else as :meth:`read`
+        does.
+
+        A round trip to a reader thread costs more than such a read (two thread
+        wake-ups, 25-50 µs here, against about 20 µs for a lookup and its decode; a
+        listed page paid about 3.5 µs an item for the hop, a quarter of its time), so
+        these reads run on the event loop's thread, on a connection of their own (made
+        on first use) with ``busy_timeout = 0``: SQLite never makes them wait for a
+        lock. When it would have to (a WAL-index rebuild after another process
+        crashed, or a checkpoint that resets the WAL), it says busy at once and the
+        whole of ``fn`` runs again on a reader thread, which waits as every read does
+        (``fn`` only reads, so running it again is safe). So does a read that runs
+        over :data:`_INLINE_OPS` SQLite operations (a page past thousands of expired
+        rows not yet purged): SQLite interrupts it, so no read keeps the loop for
+        more than about 2 ms of SQLite's work. What such a read can block the loop on is
+        reading the pages of one index range, which the OS usually has cached. Like
+        every read, each statement is in autocommit: one snapshot of what
+        was committed when it started. ``inline_reads=False`` (an option of the
+        SQLite store) sends every read to the reader threads.
+        """
+        session = self._inline_session()
+        if session is not None:
+            got = try_inline(fn, session, _would_block, self._budget)
+            if got is not HOP:
+                return got
+            # SQLite would have to wait, or the read is longer than the loop
+            # should be kept: a reader thread does it, without the loop
+        return await self.read(fn)
+
+    def _inline_session(self) -> SqliteSession | None:
+        """The point-read session of this thread, or ``None`` to use the readers."""
+        self._check_fork()
+        if self._inline is None:
+            if not self._inline_reads:
+                return None
+            # one thread only (checked below), but closed by close() wherever it runs
+            conn = self.connect(wait=False, check_same_thread=False)
+            conn.set_progress_handler(self._budget.spend, _INLINE_STEP)
+            self._inline = (threading.get_ident(), SqliteSession(conn, self.compiler))
+        owner, session = self._inline
+        return session if owner == threading.get_ident() else None
+
+    async def snapshot(self, fn: Callable[[SqliteSession], T]) -> T:
+        """Run ``fn`` in one read transaction on a reader thread: one WAL snapshot."""
+        compiler = self.compiler
+
+        def body(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN")
+            try:
+                return fn(SqliteSession(conn, compiler))
+            finally:
+                conn.execute("ROLLBACK")
+
+        return await self._reader_worker().call(body)
+
+    async def start(self) -> None:
+        """Check that the file can be opened; create nothing unless ``mode`` is ``rwc``."""
+        # Reads the header: a file that is not a database fails here (SQLITE_NOTADB).
+        await self._reader_worker().call(lambda conn: conn.execute("PRAGMA schema_version"))
+
+    async def prepare(self) -> None:
+        """Make the file ready for writing: incremental auto-vacuum (new files) and WAL."""
+        ms = round(self._busy_timeout * 1000)
+        await self._writer_worker().call(lambda conn: with_busy_timeout(conn, ms, prepare_file))
+
+    async def reclaim(self) -> None:
+        def vacuum(conn: sqlite3.Connection) -> None:
+            # Frees pages only in files created with auto_vacuum=INCREMENTAL (new
+            # stores are); elsewhere freed pages are reused by later saves.
+            # executescript steps the pragma to the end; execute() frees one page.
+            conn.executescript("PRAGMA incremental_vacuum")
+
+        ms = round(self._busy_timeout * 1000)
+        await self._writer_worker().call(lambda conn: with_busy_timeout(conn, ms, vacuum))
+
+    def abandon(self) -> None:
+        """What :meth:`close` does, for a store collected unclosed (its finalizer,
+        which may run on any thread, awaits nothing and must not block): the
+        point-read connection closes here, each reader thread closes its connection
+        after the calls queued before, and the writer's closes last, after the
+        readers' threads ended, so that the WAL is checkpointed into the file as
+        :meth:`close` leaves it. The threads then end. In a forked child, nothing of
+        the parent's is touched. A closed runtime has nothing left to abandon."""
+        writer, readers, inline = self._detach()
+        if inline is not None:
+            with contextlib.suppress(sqlite3.Error):
+                inline.close()
+        threads = [reader.abandon() for reader in readers]
+        if writer is not None:
+            writer.abandon(threads)
+
+    def _detach(self) -> tuple[SqliteWriter | None, list[SqliteWorker], sqlite3.Connection | None]:
+        """Take the writer, the readers and the point-read connection out of this
+        runtime, for :meth:`close` or :meth:`abandon` to close. In a forked child
+        there are none to take: the parent's are orphaned (see :meth:`_check_fork`)."""
+        self._check_fork()
+        writer, readers = self._writer, self._readers
+        inline, self._inline = self._inline, None
+        self._writer, self._readers = None, []
+        return writer, readers, None if inline is None else inline[1].conn
+
+    async def close(self) -> None:
+        """Close every connection, the writer's last.
+
+        The last connection to close checkpoints the WAL into the database file and
+        removes it, so that after ``close()`` the file alone holds every save (what
+        a user copying ``store.db`` expects). SQLite only does that when the closing
+        connection can tell it is the last one; two connections closing at the same
+        moment each see the other and both skip it (closing them all at once left
+        the saves in the ``-wal`` file in 35 of 200 closes). So the readers and the
+        point-read connection close first, and the writer alone after them.
+        """
+        writer, readers, inline = self._detach()  # a forked child: nothing to close
+        if inline is not None:
+            inline.close()
+        await asyncio.gather(*(w.close() for w in readers))
+        if writer is not None:
+            await writer.close()

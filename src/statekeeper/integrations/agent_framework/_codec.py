@@ -1,0 +1,170 @@
+"""Agent Framework checkpoints as store records: where they go, and their bytes.
+
+:class:`CheckpointCodec` maps a workflow name to a stream (``"<namespace>:<name>"``)
+and a checkpoint id to a store id (``"<namespace>:<id>"``); a name or an id that
+does not fit the store's rules is hashed (stream ``"<namespace>#<sha256>"``, id
+``"<namespace>.<sha256>"``). It encodes a checkpoint exactly as the framework's own
+``FileCheckpointStorage`` does (``encode_checkpoint_value`` of
+``WorkflowCheckpoint.to_dict()``, as JSON, stored verbatim with ``codec="raw"``),
+refusing what it could not decode back under the storage's allowlist, and decodes
+records back, checking that a record is the checkpoint asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Final
+
+from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+
+# The encoder FileCheckpointStorage uses is not re-exported by agent_framework; using
+# it (not a copy) is what keeps our records in the framework's own format and its
+# allowlist policy. The extra pins agent-framework-core <2.
+from agent_framework._workflows._checkpoint_encoding import (
+    decode_checkpoint_value,
+    encode_checkpoint_value,
+)
+
+from ..._validate import ID_PATTERN, MAX_STREAM_LEN
+from ...models import CheckpointHeader, NewCheckpoint
+
+#: ``metadata["format"]`` of every record this adapter writes: the framework's JSON.
+FORMAT: Final = "agent-framework/json"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _fits_stream(name: str) -> bool:
+    if "\x00" in name or len(name) > MAX_STREAM_LEN:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class CheckpointCodec:
+    """The mapping and encoding of one storage (its ``namespace`` and allowlist)."""
+
+    def __init__(self, namespace: str, allowed_types: Iterable[str] | None) -> None:
+        self.namespace = namespace
+        self._allowed_types: frozenset[str] = frozenset(allowed_types or ())
+
+    def stream_for(self, workflow_name: str) -> str:
+        """The store stream holding the checkpoints of ``workflow_name``."""
+        if not isinstance(workflow_name, str):
+            raise WorkflowCheckpointException(
+                f"workflow_name must be a string, got {workflow_name!r}"
+            )
+        direct = f"{self.namespace}:{workflow_name}"
+        return direct if _fits_stream(direct) else f"{self.namespace}#{_sha256(workflow_name)}"
+
+    def store_id_for(self, checkpoint_id: str) -> str:
+        """The store id of ``checkpoint_id``: ``<namespace>:<id>`` when that is a valid
+        store id, else ``<namespace>.<sha256 of the id>`` (the two never collide)."""
+        if not isinstance(checkpoint_id, str):
+            raise WorkflowCheckpointException(
+                f"checkpoint_id must be a string, got {checkpoint_id!r}"
+            )
+        direct = f"{self.namespace}:{checkpoint_id}"
+        if ID_PATTERN.fullmatch(direct):
+            return direct
+        return f"{self.namespace}.{_sha256(checkpoint_id)}"
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def encode(self, checkpoint: WorkflowCheckpoint) -> NewCheckpoint:
+        """The store record of ``checkpoint``: the framework's JSON encoding as bytes.
+
+        Raises ``WorkflowCheckpointException`` for a checkpoint that could not be
+        loaded back under this storage's allowlist (checked by decoding the bytes).
+        """
+        if not isinstance(checkpoint, WorkflowCheckpoint):
+            raise WorkflowCheckpointException(
+                f"expected a WorkflowCheckpoint, got {type(checkpoint).__name__}"
+            )
+        cid = checkpoint.checkpoint_id
+        try:
+            encoded = encode_checkpoint_value(checkpoint.to_dict())
+            data = json.dumps(encoded, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            # Symmetry: refuse now what load would refuse later (nothing is written).
+            self.decode(data, cid)
+        except WorkflowCheckpointException as exc:
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} cannot be restored under this storage's allowed "
+                f"types; refusing to save it: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} cannot be encoded; refusing to save it: {exc}"
+            ) from exc
+        previous = checkpoint.previous_checkpoint_id
+        return NewCheckpoint(
+            stream=self.stream_for(checkpoint.workflow_name),
+            state=data,
+            id=self.store_id_for(cid),
+            parent_id=None if previous is None else self.store_id_for(previous),
+            metadata={
+                "format": FORMAT,
+                "checkpoint_id": cid,
+                "workflow_name": checkpoint.workflow_name,
+                "timestamp": checkpoint.timestamp,
+                "previous_checkpoint_id": previous,
+                "iteration_count": checkpoint.iteration_count,
+            },
+        )
+
+    def decode(self, data: object, cid: str) -> WorkflowCheckpoint:
+        """Bytes as stored -> a fresh ``WorkflowCheckpoint`` (strict)."""
+        if not isinstance(data, bytes):
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} is not an Agent Framework checkpoint "
+                f"(its state is {type(data).__name__}, not bytes)"
+            )
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} is not valid UTF-8 JSON and cannot be loaded: {exc}"
+            ) from exc
+        return self.decode_value(value, cid)
+
+    def decode_value(self, value: object, cid: str) -> WorkflowCheckpoint:
+        """The framework's JSON value, parsed -> a fresh ``WorkflowCheckpoint`` (strict)."""
+        if not isinstance(value, dict):
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} is not a JSON object and cannot be loaded"
+            )
+        try:
+            decoded = decode_checkpoint_value(value, allowed_types=self._allowed_types)
+        except RecursionError as exc:
+            raise WorkflowCheckpointException(
+                f"checkpoint {cid!r} is nested too deeply to decode"
+            ) from exc
+        if not isinstance(decoded, dict):
+            raise WorkflowCheckpointException(f"checkpoint {cid!r} did not decode to a mapping")
+        return WorkflowCheckpoint.from_dict(decoded)
+
+    def checked(
+        self, header: CheckpointHeader, state: object, cid: str | None
+    ) -> WorkflowCheckpoint:
+        """Decode a record read by store id, checking it is the checkpoint asked for."""
+        meta = header.metadata
+        expected = meta.get("checkpoint_id") if cid is None else cid
+        if meta.get("format") != FORMAT or meta.get("checkpoint_id") != expected:
+            raise WorkflowCheckpointException(
+                f"store record {header.id!r} is not the Agent Framework checkpoint "
+                f"{expected!r} (metadata {meta!r})"
+            )
+        checkpoint = self.decode(state, str(expected))
+        if checkpoint.checkpoint_id != expected:
+            raise WorkflowCheckpointException(
+                f"store record {header.id!r} holds checkpoint {checkpoint.checkpoint_id!r}, "
+                f"not {expected!r}"
+            )
+        return checkpoint
