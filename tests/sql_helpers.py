@@ -167,7 +167,7 @@ class Target:
 
 def sql_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     """The body of a ``target`` fixture parametrized over ``sqlite``, ``postgres`` and
-    ``mysql``; the test module defines ``postgres_stores`` and ``mysql_stores``."""
+    ``mysql``; ``postgres_stores`` and ``mysql_stores`` are fixtures (tests/sql/conftest.py)."""
     if request.param == "sqlite":
         yield Target("sqlite", f"sqlite:///{tmp_path / 'store.db'}", "statekeeper_")
         return

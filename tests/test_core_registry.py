@@ -14,6 +14,16 @@ def test_builtin_schemes_are_available_lazily() -> None:
     assert backends["memory"] == "statekeeper.backends.memory:MemoryCheckpointStore"
 
 
+def test_each_sql_scheme_names_its_dialects_class() -> None:
+    """Opening one dialect imports that dialect's package only."""
+    backends = sk.available_backends()
+    assert backends["sqlite"] == "statekeeper.backends.sql:SqliteCheckpointStore"
+    postgres = "statekeeper.backends.sql.postgres:PostgresCheckpointStore"
+    assert backends["postgresql"] == backends["postgres"] == postgres
+    mysql = "statekeeper.backends.sql.mysql:MysqlCheckpointStore"
+    assert backends["mysql"] == backends["mariadb"] == mysql
+
+
 def test_unknown_scheme_lists_installed_schemes_and_a_hint() -> None:
     with pytest.raises(BackendNotFound) as info:
         sk.open_store("nosuch://x")

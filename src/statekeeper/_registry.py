@@ -20,15 +20,18 @@ __all__ = ["ENTRY_POINT_GROUP", "available_backends", "open_store", "register_ba
 ENTRY_POINT_GROUP = "statekeeper.backends"
 ENV_URL = "STATEKEEPER_URL"
 
-_SQL = "statekeeper.backends.sql:SqlCheckpointStore"
+_POSTGRES = "statekeeper.backends.sql.postgres:PostgresCheckpointStore"
+_MYSQL = "statekeeper.backends.sql.mysql:MysqlCheckpointStore"
+#: Each scheme's own class: the SQL schemes name their dialect's store, so opening
+#: one imports that dialect and no other.
 _BUILTIN: dict[str, str] = {
     "memory": "statekeeper.backends.memory:MemoryCheckpointStore",
     "file": "statekeeper.backends.file:FileCheckpointStore",
-    "sqlite": _SQL,
-    "postgresql": _SQL,
-    "postgres": _SQL,
-    "mysql": _SQL,
-    "mariadb": _SQL,
+    "sqlite": "statekeeper.backends.sql:SqliteCheckpointStore",
+    "postgresql": _POSTGRES,
+    "postgres": _POSTGRES,
+    "mysql": _MYSQL,
+    "mariadb": _MYSQL,
 }
 _HINTS: dict[str, str] = {
     "postgresql": "pip install 'statekeeper[postgres]'",
@@ -93,6 +96,16 @@ def _load(target: str, scheme: str) -> type[BaseCheckpointStore]:
     if not (isinstance(obj, type) and issubclass(obj, BaseCheckpointStore)):
         raise BackendNotFound(f"{target} (for {scheme!r}) is not a BaseCheckpointStore subclass")
     return obj
+
+
+def builtin_class(scheme: str) -> type[BaseCheckpointStore]:
+    """The built-in backend class for ``scheme``, whatever is registered for it
+    (``SqlCheckpointStore(url)`` returns its dialect's class through this)."""
+    scheme = scheme.lower()
+    target = _BUILTIN.get(scheme)
+    if target is None:
+        raise BackendNotFound(f"statekeeper has no built-in backend for scheme {scheme!r}")
+    return _load(target, scheme)
 
 
 def backend_class(scheme: str) -> type[BaseCheckpointStore]:

@@ -349,10 +349,11 @@ def restore() -> None:
 
         dialects.next_sequence = _ORIGINAL.pop("next_sequence")
     if "pg_statements" in _ORIGINAL:
-        from statekeeper.backends.sql import pg
+        from statekeeper.backends.sql.postgres import statements
 
-        pg.pg_statements = _ORIGINAL.pop("pg_statements")
-        pg._horizon = _ORIGINAL.pop("pg_horizon")
+        statements.pg_statements = _ORIGINAL.pop("pg_statements")
+        statements._horizon = _ORIGINAL.pop("pg_horizon")
+        statements.scan_sql.cache_clear()
 
 
 # -- mutants of the SQL backend (installed in a workload child with --setup) -------------
@@ -382,25 +383,26 @@ def pg_unordered_sequences() -> None:
     already saw (what a bare SERIAL does too)."""
     import dataclasses
 
-    from statekeeper.backends.sql import pg
+    from statekeeper.backends.sql.postgres import statements
 
-    original = pg.pg_statements
+    original = statements.pg_statements
     _ORIGINAL.setdefault("pg_statements", original)
-    _ORIGINAL.setdefault("pg_horizon", pg._horizon)
-    lock = "count(pg_advisory_xact_lock($1::int4, k))"
+    _ORIGINAL.setdefault("pg_horizon", statements._horizon)
+    lock = "count(pg_advisory_xact_lock(CAST($1 AS int4), k))"
     slow_x = (
-        "x AS (SELECT q.s0 FROM (SELECT (pg_current_xact_id()::text::bigint + $3::bigint) "
-        "* 1024 AS s0 FROM lk) q, LATERAL (SELECT pg_sleep(CASE WHEN (q.s0 / 1024) % 2 = 1 "
-        "THEN 0.3 ELSE 0 END)) z),"
+        "x AS (SELECT q.s0 FROM (SELECT (pg_current_xact_id()::text::bigint + CAST($3 AS "
+        "bigint)) * 1024 AS s0 FROM lk) q, LATERAL (SELECT pg_sleep(CASE WHEN (q.s0 / 1024) "
+        "% 2 = 1 THEN 0.3 ELSE 0 END)) z),"
     )
 
-    def pg_statements(tables: Any) -> Any:
-        st = original(tables)
-        head, rest = st.save.split("x AS (", 1)
+    def pg_statements(st: Any) -> Any:
+        pst = original(st)
+        head, rest = pst.save.sql.split("x AS (", 1)
         rest = rest.split("\n", 1)[1]
         assert lock in head
-        save = head.replace(lock, "count(k) + 0 * $1::int4") + slow_x + "\n" + rest
-        return dataclasses.replace(st, save=save)
+        sql = head.replace(lock, "count(k) + 0 * CAST($1 AS int4)") + slow_x + "\n" + rest
+        return dataclasses.replace(pst, save=dataclasses.replace(pst.save, sql=sql))
 
-    pg.pg_statements = pg_statements  # type: ignore[assignment]
-    pg._horizon = lambda base_param: f"(9223372036854775807 + 0 * {base_param})"
+    statements.pg_statements = pg_statements  # type: ignore[assignment]
+    statements._horizon = lambda base_param: f"(9223372036854775807 + 0 * {base_param})"
+    statements.scan_sql.cache_clear()

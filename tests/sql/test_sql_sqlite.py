@@ -919,11 +919,6 @@ _SERVER_ONLY = (
 )
 
 
-@pytest.mark.xfail(
-    reason="the SQL core imports them (sql/integrity.py imports pg.py, sql/__init__.py "
-    "stores.py): to be fixed there, not in sqlite/; drop this mark once it passes",
-    strict=False,
-)
 def test_an_sqlite_store_imports_no_server_code(db: Path) -> None:
     """Opening, saving and reading an SQLite store imports nothing of PostgreSQL's or
     MySQL's: neither their drivers nor statekeeper's server runtime."""

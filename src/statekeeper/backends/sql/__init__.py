@@ -1,13 +1,22 @@
 """``sqlite://``, ``postgresql://`` and ``mysql://``: the SQL backend, on SQLAlchemy Core.
 ``docs/sql-backend.md`` documents URLs, options, the schema and migrations.
 
-The modules:
+The SQL core (this package's modules) is every operation, written once; the
+dialect packages :mod:`.sqlite`, :mod:`.postgres` and :mod:`.mysql` hold what
+differs, each with its own options class. Opening a SQLite store imports
+no server dialect: :class:`PostgresCheckpointStore`, :class:`MysqlCheckpointStore`
+and their options are imported from here on first use. The modules:
 
 - :mod:`.store`: :class:`SqlCheckpointStore`; every operation written once, as a
-  synchronous function over a ``Session``; opening, ``verify`` and ``repair``.
-- :mod:`.stores`: the per-dialect subclasses (capabilities, runtime, options).
-- :mod:`.options`: :class:`SqlOptions` and the URL schemes and drivers.
+  synchronous function over a ``Session``, and where it runs.
+- :mod:`.upkeep`: opening (the meta probe, migrations), ``verify`` and ``repair``
+  of one store's tables.
+- :mod:`.server_store`: the base of the server dialects' stores.
+- :mod:`.options`: :class:`SqlOptions` (what every dialect takes, and the refusal
+  of another dialect's option) and the URL schemes and drivers.
 - :mod:`.writes`: inserts (``save``, ``save_many``) and the tags and fields rows.
+- :mod:`.updates`: ``update``, ``delete``, ``delete_stream``, ``prune``, ``purge``.
+- :mod:`.entries`: scanned rows read back into a listing's entries.
 - :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
   ``verify`` and the rebuilds of ``repair`` (records are the truth).
 - :mod:`.store_ids`: the store id the records carry, which decides over a damaged
@@ -15,27 +24,55 @@ The modules:
 - :mod:`.schema_check`: the tables and indexes a schema version needs, checked by
   ``verify`` and recreated by ``repair``.
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
+- :mod:`.values`: the values the tables hold (expiry, hashes, index keys, filter
+  parameters, prefix bounds).
+- :mod:`.compiler`: those statements compiled once for SQLite's ``sqlite3``.
 - :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
   locks, error mapping); statements are built and cached per dialect.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
-- :mod:`.sqlite`: stdlib ``sqlite3`` on one worker thread per connection.
+- :mod:`.sqlite`: SQLite: :class:`SqliteCheckpointStore`, its options, and stdlib
+  ``sqlite3`` on worker threads of its own.
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
-- :mod:`.pg`: PostgreSQL's sequences from transaction ids, its listing horizon, and
-  the hot statements as prepared asyncpg statements.
-- :mod:`.pg_listing`: PostgreSQL's listing pages on that lean path, and the horizon
-  of the store's saves in flight that a listing of every stream stays below.
+- :mod:`.postgres`: PostgreSQL: sequences from transaction ids, the listing
+  horizon, and the hot statements as prepared asyncpg statements.
+- :mod:`.mysql`: MySQL/MariaDB.
 """
 
 from __future__ import annotations
 
-from .sqlite import SqliteCheckpointStore
-from .store import SqlCheckpointStore, SqlOptions
-from .stores import MysqlCheckpointStore, PostgresCheckpointStore
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .options import SqlOptions
+from .sqlite import SqliteCheckpointStore, SqliteOptions
+from .store import SqlCheckpointStore
+
+if TYPE_CHECKING:  # for type checkers and the reference docs; imported on first use
+    from .mysql import MysqlCheckpointStore, MysqlOptions
+    from .postgres import PostgresCheckpointStore, PostgresOptions
 
 __all__ = [
     "MysqlCheckpointStore",
+    "MysqlOptions",
     "PostgresCheckpointStore",
+    "PostgresOptions",
     "SqlCheckpointStore",
     "SqlOptions",
     "SqliteCheckpointStore",
+    "SqliteOptions",
 ]
+
+_SERVER_DIALECTS = {
+    "PostgresCheckpointStore": ".postgres",
+    "PostgresOptions": ".postgres",
+    "MysqlCheckpointStore": ".mysql",
+    "MysqlOptions": ".mysql",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A server dialect's class, imported on first use."""
+    module = _SERVER_DIALECTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

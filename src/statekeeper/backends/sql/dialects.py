@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql import Executable
 
@@ -188,8 +187,13 @@ def _insert_or_skip(st: Statements, family: Family) -> Executable:
     stmt = st.dialect_cache.get(key)
     if stmt is None:
         cp = st.t.checkpoints
-        make = postgresql.insert if family == "postgresql" else sqlite_dialect.insert
-        stmt = make(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
+        if family == "postgresql":
+            # here, not at the top: a SQLite store imports no PostgreSQL code
+            from sqlalchemy.dialects import postgresql
+
+            stmt = postgresql.insert(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
+        else:
+            stmt = sqlite_dialect.insert(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
         st.dialect_cache[key] = stmt
     return stmt
 
@@ -327,7 +331,7 @@ def _pg_sqlstate(orig: BaseException | None) -> str | None:
 
 
 def _from_asyncpg(exc: BaseException) -> bool:
-    """An asyncpg error, raised on PostgreSQL's lean path (:mod:`.pg`) without SQLAlchemy."""
+    """An asyncpg error, raised on PostgreSQL's lean path (:mod:`.postgres`) without SQLAlchemy."""
     return type(exc).__module__.split(".")[0] == "asyncpg"
 
 

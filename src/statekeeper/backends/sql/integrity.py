@@ -27,18 +27,15 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
-
-import sqlalchemy as sa
+from typing import Any, Protocol, TypeVar
 
 from ...errors import CheckpointDecodeError, StoreFormatError
 from ...models import Problem
 from ...record import StoredRecord
-from . import dialects, pg, writes
+from . import dialects, writes
 from .dialects import Session
 from .migrations import read_meta, tables_version
 from .schema import Statements, expires_micros, field_rows, tag_rows
-from .server import SaSession
 from .store_ids import STORE_ID as _STORE_ID
 from .store_ids import store_id_on_record
 
@@ -55,7 +52,7 @@ __all__ = [
     "rebuild_counter",
     "rebuild_meta",
     "rebuild_rows",
-    "repair_summary",
+    "top_sequence",
 ]
 
 #: Checkpoint rows per verify or repair step (one snapshot or transaction each).
@@ -195,7 +192,7 @@ def counter_value(row: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _top(s: Session, st: Statements) -> int:
+def top_sequence(s: Session, st: Statements) -> int:
     """The highest sequence any table still holds (index rows outlive a lost row)."""
     tops = [s.first(stmt) for stmt in (st.max_seq, st.max_tag_seq, st.max_field_seq)]
     return max(int(row[0]) if row is not None else 0 for row in tops)
@@ -204,15 +201,12 @@ def _top(s: Session, st: Statements) -> int:
 def check_counter(s: Session, st: Statements, where: str) -> list[Problem]:
     """The counter row: present, an integer, and not below any stored sequence.
 
-    PostgreSQL takes sequences from transaction ids (:mod:`.pg`): there the
-    ``seq_base`` meta row is checked instead, present, an integer, and high enough
-    that ``(next transaction id + base) * 1024`` is above every stored sequence.
+    PostgreSQL takes sequences from transaction ids: its store checks its
+    ``seq_base`` meta row instead (:mod:`.postgres.seq_base`).
     """
-    if s.family == "postgresql":
-        return _check_base(s, st)
     location = f"{st.t.counter.name}[name=sequence]"
     row = s.first(st.read_hwm)
-    top = _top(s, st)
+    top = top_sequence(s, st)
     hwm = counter_value(row)
     if row is None:
         reason = "the sequence counter row is missing"
@@ -236,12 +230,10 @@ def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
 
     Never lowers it: the counter may rightly be above every stored sequence (the
     newest checkpoints were deleted), and those sequences must not come back.
-    PostgreSQL: raises the ``seq_base`` meta row instead (``(old, new)`` base).
+    PostgreSQL: its store raises the ``seq_base`` meta row instead.
     """
-    if s.family == "postgresql":
-        return _rebuild_base(s, st)
     row = s.first(st.read_hwm)
-    top = _top(s, st)
+    top = top_sequence(s, st)
     hwm = counter_value(row)
     if row is None:
         s.run(st.insert_hwm, {"new_hwm": top})
@@ -252,31 +244,6 @@ def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
         s.run(st.set_hwm, {"new_hwm": top})
         return (hwm or 0, top)
     return None
-
-
-def _base_state(s: Session, st: Statements) -> tuple[str | None, int | None, int, int]:
-    meta = st.t.meta
-    row = s.first(sa.select(meta.c.value).where(meta.c.name == pg.BASE_ROW))
-    raw = None if row is None else str(row[0])
-    nxt = s.first(sa.text("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
-    assert nxt is not None
-    return raw, pg.parse_base(raw), _top(s, st), int(nxt[0])
-
-
-def _check_base(s: Session, st: Statements) -> list[Problem]:
-    raw, base, top, nxt = _base_state(s, st)
-    need = pg.base_needed(top, nxt)
-    if base is not None and base >= need:
-        return []
-    location = f"{st.t.meta.name}[name={pg.BASE_ROW}]"
-    return [Problem(kind="state", location=location, reason=pg.base_problem(raw, base, need))]
-
-
-def _rebuild_base(s: Session, st: Statements) -> tuple[int, int] | None:
-    raw, base, top, nxt = _base_state(s, st)
-    if raw is not None and base is not None and base >= pg.base_needed(top, nxt):
-        return None
-    return (base or 0, pg.raise_base(cast(SaSession, s), st.t))
 
 
 # -- checkpoint rows and their tag rows ---------------------------------------------------
@@ -485,52 +452,3 @@ def check_orphan_rows(s: Session, st: Statements) -> list[Problem]:
             )
         )
     return problems
-
-
-def repair_summary(
-    meta: list[str],
-    pages: list[dict[str, int]],
-    orphans: tuple[int, int],
-    counter: tuple[int, int] | None,
-    schema: tuple[list[str], list[str]] = ([], []),
-) -> tuple[dict[str, int], list[str]]:
-    """``RepairReport.rebuilt`` and ``actions`` for what the rebuild steps did
-    (``schema``: what :func:`.schema_check.rebuild_schema` recreated and left)."""
-    rebuilt: dict[str, int] = {}
-    done, left = schema
-    actions: list[str] = [*done, *left]
-    if done:
-        rebuilt["schema"] = len(done)
-    columns = sum(p["columns"] for p in pages)
-    tagged = sum(p["tag_rows"] for p in pages)
-    fielded = sum(p["field_rows"] for p in pages)
-    orphan_tags, orphan_fields = orphans
-    if meta:
-        rebuilt["meta_rows"] = len(meta)
-        actions.append(f"rewrote the meta row(s) {', '.join(meta)} from the records")
-    if columns:
-        rebuilt["row_columns"] = columns
-        actions.append(
-            f"rewrote the id/stream/expires_at columns of {columns} row(s) from their records"
-        )
-    if tagged or orphan_tags:
-        rebuilt["tag_rows"] = tagged + orphan_tags
-        actions.append(
-            f"rebuilt the tag rows of {tagged} checkpoint(s) from their records and "
-            f"deleted {orphan_tags} orphan tag row(s)"
-        )
-    if fielded or orphan_fields:
-        rebuilt["field_rows"] = fielded + orphan_fields
-        actions.append(
-            f"rebuilt the fields rows (metadata index) of {fielded} checkpoint(s) from "
-            f"their records and deleted {orphan_fields} orphan fields row(s)"
-        )
-    if counter is not None:
-        rebuilt["counter"] = 1
-        actions.append(
-            f"raised the sequence counter (on PostgreSQL the seq_base offset of transaction "
-            f"ids) from {counter[0]} to {counter[1]}, so new sequences stay above every "
-            "sequence stored; it is never lowered, but the sequences of checkpoints "
-            "deleted above it while it was damaged cannot be known"
-        )
-    return rebuilt, actions

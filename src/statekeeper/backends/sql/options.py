@@ -1,18 +1,24 @@
 """The SQL backend's options and URL schemes: :class:`SqlOptions` and which dialect
-family (and driver) a URL names."""
+family (and driver) a URL names.
+
+:class:`SqlOptions` holds what every SQL dialect takes; each dialect's store has
+its own subclass for what only it takes (``SqliteOptions``, ``PostgresOptions``,
+``MysqlOptions``, in the dialect packages). An option of another dialect is
+refused by the type, naming the dialect that has it (:data:`DIALECT_OPTIONS`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..._url import StoreURL
 from ...config import StoreOptions
 from ...errors import InvalidURL
 from .dialects import Family
 
-__all__ = ["SqlOptions", "family_of"]
+__all__ = ["DIALECT_OPTIONS", "SqlOptions", "family_of"]
 
 _IDENT = r"^[a-z_][a-z0-9_]{0,39}$"
 _FAMILIES: dict[str, Family] = {
@@ -29,12 +35,44 @@ _DRIVERS: dict[Family, tuple[str, ...]] = {
 }
 
 
+#: The options only one dialect declares: ``name -> (the dialect, what the option
+#: is for there, why the others have none)``; ``{where}`` is the dialect refusing it.
+#: A test holds this table to the dialects' options classes.
+DIALECT_OPTIONS: dict[str, tuple[str, str, str]] = {
+    "listing_wait": ("PostgreSQL", "its listing horizon", "{where} listings never wait"),
+    "inline_reads": (
+        "SQLite",
+        "point reads on the event loop's thread",
+        "a server's reads are network round trips",
+    ),
+}
+
+
 class SqlOptions(StoreOptions):
     """Options of the SQL backend (plus those every backend takes).
 
     Given as keywords or URL query parameters, e.g.
-    ``sqlite:///state.db?busy_timeout=10&table_prefix=jobs_``.
+    ``sqlite:///state.db?busy_timeout=10&table_prefix=jobs_``. Each dialect's
+    store takes a subclass, which adds what only that dialect has.
     """
+
+    #: The dialect whose options these are, as messages name it.
+    dialect: ClassVar[str] = "SQL"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_other_dialects_options(cls, values: Any) -> Any:
+        """An option another dialect declares is refused naming that dialect."""
+        if isinstance(values, dict):
+            for name in values:
+                owner = DIALECT_OPTIONS.get(name)
+                if owner is not None and name not in cls.model_fields:
+                    dialect, purpose, why = owner
+                    raise ValueError(
+                        f"the {name} option is {dialect}'s ({purpose}); "
+                        f"{why.format(where=cls.dialect)}, so drop it"
+                    )
+        return values
 
     #: Prefix of this store's table and index names; two stores with different
     #: prefixes share one database without seeing each other.
@@ -49,21 +87,6 @@ class SqlOptions(StoreOptions):
     #: Connections: SQLite reader threads (default 2; plus one writer), or the
     #: server connection pool size (default 5, overflow as much again).
     pool_size: int | None = Field(default=None, ge=1, le=64)
-    #: PostgreSQL: seconds a listing of every stream (``list(None, ...)``) waits, at
-    #: most, for this store's saves still in flight below a committed save it would
-    #: show (the listing horizon, ``docs/sql-backend.md``); if they are still in
-    #: flight then, it raises :class:`~statekeeper.errors.StoreTimeout` (retryable)
-    #: rather than return a page that would look complete without them (``0``:
-    #: raise at once). Transactions of other applications never make it wait.
-    #: Listings of one stream, ``get_latest`` and ``load`` never wait.
-    listing_wait: float = Field(default=0.1, ge=0, le=60)
-    #: SQLite: run ``get_latest``, ``load``, ``load_many`` of up to 100 ids and
-    #: listed pages of up to 100 items on the event loop's thread, on a connection
-    #: of their own that never waits for a lock (a read that would wait goes to a
-    #: reader thread instead); ``False`` runs them on the reader threads. Saves,
-    #: larger pages and batches, and every other call always run on the store's
-    #: threads.
-    inline_reads: bool = True
     #: Log every SQL statement (logger ``sqlalchemy.engine`` / ``statekeeper.sql``).
     echo: bool = False
     #: Extra keyword arguments for the driver's ``connect()`` (e.g. ``ssl``);

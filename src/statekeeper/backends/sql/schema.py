@@ -2,8 +2,9 @@
 
 Every statement the backend runs is built here, once, with SQLAlchemy Core and
 bound parameters (the migrations' DDL is in :mod:`.migrations`); dialect
-differences are confined to column types (below) and to the few statements in
-:mod:`.dialects`.
+differences are confined to column types (below), to the few statements in
+:mod:`.dialects`, and to PostgreSQL's own (:mod:`.postgres.statements`, which
+reuses these where they agree).
 
 Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
@@ -27,25 +28,36 @@ size limit; ``shash`` is a 64-bit hash of the stream, so that a tag-filtered pag
 one stream is an index range too. Both are only index keys: every query rechecks
 the full ``value`` and ``stream``, so a hash collision costs a row visit, never a
 wrong answer. The fields table indexes metadata the same way, with the JSON kind
-of each value (:func:`field_value`), so that ``True`` never matches ``1``.
+of each value (:func:`.values.field_value`), so that ``True`` never matches ``1``.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
 from sqlalchemy.sql import Executable
 from sqlalchemy.types import TypeDecorator
 
-from ..._validate import scalar_kind
+# The values the tables hold, re-exported: the backend's modules import them from here.
+from .values import (
+    FIELD_KEY_MAX,
+    FIELD_VALUE_MAX,
+    VKEY_INLINE,
+    expires_micros,
+    field_rows,
+    field_value,
+    filter_params,
+    prefix_bounds,
+    stream_hash,
+    tag_rows,
+    to_micros,
+    value_key,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -56,21 +68,15 @@ __all__ = [
     "field_rows",
     "field_value",
     "filter_params",
+    "prefix_bounds",
     "stream_hash",
     "tag_rows",
     "to_micros",
+    "value_key",
 ]
 
 #: The schema version this code writes. A store with a higher version is refused.
 SCHEMA_VERSION = 2
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
-#: Tag values up to this many characters are their own index key.
-_VKEY_INLINE = 64
-#: The longest metadata key and string value a filter may name (``_validate``).
-_FIELD_KEY_MAX = 128
-_FIELD_VALUE_MAX = 1024
 
 
 class _Utf8Binary(TypeDecorator[str]):
@@ -82,7 +88,7 @@ class _Utf8Binary(TypeDecorator[str]):
     are bound as text (the connection is utf8mb4), which the server converts.
     """
 
-    impl = mysql.VARBINARY
+    impl = sa.VARBINARY
     cache_ok = True
 
     def bind_processor(self, dialect: sa.Dialect) -> None:
@@ -100,8 +106,14 @@ class _Base64Blob(TypeDecorator[bytes]):
     literal PyMySQL itself would send.
     """
 
-    impl = mysql.LONGBLOB
+    impl = sa.LargeBinary
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        # MySQL's own type, imported here: a SQLite store imports no MySQL code
+        from sqlalchemy.dialects.mysql import LONGBLOB
+
+        return dialect.type_descriptor(LONGBLOB())
 
     def bind_expression(self, bindvalue: Any) -> Any:
         return sa.func.from_base64(bindvalue, type_=self)
@@ -150,10 +162,18 @@ class Tables:
         return (self.meta, self.counter, self.checkpoints, self.tags, self.fields)
 
 
-def build_tables(prefix: str, schema: str | None) -> Tables:
-    """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema)."""
+def _only(family: str, **options: Any) -> dict[str, Any]:
+    """The dialect options (``mysql_engine=...``) of ``family`` among ``options``:
+    SQLAlchemy imports the dialect of every option it is given, and a SQLite store
+    imports no server dialect."""
+    return {k: v for k, v in options.items() if k.startswith(f"{family}_")}
+
+
+def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
+    """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema),
+    with the dialect options of ``family``."""
     md = sa.MetaData(schema=schema)
-    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
+    opts = _only(family, mysql_engine="InnoDB", mysql_charset="utf8mb4")
     meta = sa.Table(
         f"{prefix}meta",
         md,
@@ -183,8 +203,11 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
     sa.Index(
         f"{prefix}checkpoints_expires",
         cp.c.expires_at,
-        postgresql_where=cp.c.expires_at.is_not(None),
-        sqlite_where=cp.c.expires_at.is_not(None),
+        **_only(
+            family,
+            postgresql_where=cp.c.expires_at.is_not(None),
+            sqlite_where=cp.c.expires_at.is_not(None),
+        ),
     )
     tags = sa.Table(
         f"{prefix}tags",
@@ -197,7 +220,7 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
             autoincrement=False,
         ),
         sa.Column("key", _text(128), primary_key=True),
-        sa.Column("vkey", _text(_VKEY_INLINE), nullable=False),
+        sa.Column("vkey", _text(VKEY_INLINE), nullable=False),
         sa.Column("value", _text(1024), nullable=False),
         sa.Column("shash", sa.BigInteger(), nullable=False),
         **opts,
@@ -214,14 +237,14 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
             primary_key=True,
             autoincrement=False,
         ),
-        sa.Column("key", _text(_FIELD_KEY_MAX), primary_key=True),
+        sa.Column("key", _text(FIELD_KEY_MAX), primary_key=True),
         sa.Column("kind", _text(8), nullable=False),
-        sa.Column("vkey", _text(_VKEY_INLINE), nullable=False),
-        sa.Column("value", _text(_FIELD_VALUE_MAX), nullable=False),
+        sa.Column("vkey", _text(VKEY_INLINE), nullable=False),
+        sa.Column("value", _text(FIELD_VALUE_MAX), nullable=False),
         sa.Column("shash", sa.BigInteger(), nullable=False),
         # SQLite: the primary key is the table (no rowid b-tree beside it), one
         # b-tree fewer to write per save
-        sqlite_with_rowid=False,
+        **_only(family, sqlite_with_rowid=False),
         **opts,
     )
     sa.Index(
@@ -238,120 +261,6 @@ def build_tables(prefix: str, schema: str | None) -> Tables:
     )
     cp.indexes.discard(pg_stream_c)
     return Tables(md, meta, counter, cp, tags, fields, pg_stream_c)
-
-
-# -- values -------------------------------------------------------------------------
-
-
-def to_micros(moment: datetime) -> int:
-    """``moment`` as integer microseconds since the Unix epoch (exact)."""
-    return (moment - _EPOCH) // _US
-
-
-def expires_micros(moment: datetime | None) -> int | None:
-    return None if moment is None else to_micros(moment)
-
-
-@lru_cache(maxsize=4096)  # saves to one stream come in runs; a hash is ~1 us
-def stream_hash(stream: str) -> int:
-    """A stable signed 64-bit hash of a stream name (an index key, never trusted alone)."""
-    digest = hashlib.blake2b(stream.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def value_key(value: str) -> str:
-    if len(value) <= _VKEY_INLINE:
-        return value
-    # 64 hex digits: the same width as the longest inline key.
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
-
-
-def tag_rows(seq: int, stream: str, tags: dict[str, str]) -> list[dict[str, Any]]:
-    """The rows of the tags table for one checkpoint."""
-    shash = stream_hash(stream)
-    return [
-        {"seq": seq, "key": k, "vkey": value_key(v), "value": v, "shash": shash}
-        for k, v in tags.items()
-    ]
-
-
-def field_value(value: object) -> tuple[str, str] | None:
-    """``(kind, text)`` of a metadata value as the fields table holds it, or ``None``
-    for a value no filter can ask for (not a scalar, or a string over 1024
-    characters or with NUL, which ``list(metadata=)`` refuses).
-
-    ``text`` is one canonical spelling per value of its kind, so that equal values
-    of one kind have equal text and unequal ones never do: ``repr`` for floats
-    (with ``-0.0`` spelled as ``0.0``, which it equals), decimal for ints (hashed
-    when longer than the column), ``true``/``false``, ``""`` for null.
-    """
-    if type(value) is str:  # the common case first: this runs per key per save
-        if len(value) > _FIELD_VALUE_MAX or "\x00" in value:
-            return None
-        return "str", value
-    kind = scalar_kind(value)
-    if kind is None:
-        return None
-    if kind == "int":
-        text = str(value)
-        if len(text) > _FIELD_VALUE_MAX:
-            # "sha256:" never starts a decimal, so no int spells another's hash
-            text = "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
-        return kind, text
-    if kind == "float":
-        assert isinstance(value, float)
-        return kind, repr(value + 0.0)  # -0.0 + 0.0 is 0.0
-    if kind == "bool":
-        return kind, "true" if value else "false"
-    return kind, ""
-
-
-def field_rows(seq: int, stream: str, metadata: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of the fields table for one checkpoint: its filterable metadata."""
-    shash = stream_hash(stream)
-    rows = []
-    for key, value in metadata.items():
-        if not key or len(key) > _FIELD_KEY_MAX or "\x00" in key:
-            continue  # no filter can name this key
-        kv = field_value(value)
-        if kv is not None:
-            kind, text = kv
-            vkey = text if len(text) <= _VKEY_INLINE else value_key(text)
-            rows.append(
-                {"seq": seq, "key": key, "kind": kind, "vkey": vkey, "value": text, "shash": shash}
-            )
-    return rows
-
-
-def filter_params(
-    tags: dict[str, str], metadata: Mapping[str, Any], stream: str | None
-) -> dict[str, Any]:
-    """Bound parameters for a filtered scan (see :meth:`Statements.scan`)."""
-    params: dict[str, Any] = {}
-    for i, (k, v) in enumerate(tags.items()):
-        params[f"k{i}"] = k
-        params[f"vk{i}"] = value_key(v)
-        params[f"v{i}"] = v
-    for i, (k, value) in enumerate(metadata.items()):
-        kv = field_value(value)
-        assert kv is not None, "check_metadata_filter admits scalars only"
-        params[f"mk{i}"], params[f"mt{i}"], params[f"mv{i}"] = k, kv[0], kv[1]
-        params[f"mvk{i}"] = value_key(kv[1])
-    if stream is not None and (tags or metadata):
-        params["shash"] = stream_hash(stream)
-    return params
-
-
-def prefix_bounds(prefix: str) -> tuple[str, str | None]:
-    """``[lo, hi)``: the names that start with ``prefix``, in code point order (which
-    is UTF-8 byte order), ``hi`` ``None`` when nothing sorts after them all."""
-    chars = list(prefix)
-    while chars:
-        last = ord(chars.pop())
-        if last < 0x10FFFF:
-            nxt = last + 1 if last + 1 != 0xD800 else 0xE000  # no surrogate is a name
-            return prefix, "".join(chars) + chr(nxt)
-    return prefix, None
 
 
 # -- statements -----------------------------------------------------------------------
@@ -522,7 +431,7 @@ class Statements:
         ``LIMIT`` stops early); the other filters are checked per row through the
         primary key ``(seq, key)`` of the tags or fields table.
 
-        ``horizon`` (PostgreSQL, :mod:`.pg`) keeps only rows below ``hz.h``, a CTE
+        ``horizon`` (PostgreSQL, :mod:`.postgres.statements`) keeps only rows below ``hz.h``, a CTE
         the caller wraps around the statement.
         """
         cp, tags, fields = self.t.checkpoints, self.t.tags, self.t.fields

@@ -1,25 +1,16 @@
-"""``sqlite://``, ``postgresql://`` and ``mysql://``: the SQL backend, on SQLAlchemy Core.
+"""The SQL backend's store: :class:`SqlCheckpointStore`, every operation written once.
 
-One :class:`SqlCheckpointStore` serves the three dialects. Every operation is
-written once, as a synchronous function over a :class:`~.dialects.Session`;
-the dialect decides where it runs:
-
-- SQLite: on the connection's own worker thread, one thread hop per operation
-  (:mod:`.schema` statements compiled for SQLite, stdlib ``sqlite3``);
-- PostgreSQL (asyncpg) and MySQL/MariaDB (aiomysql): inside
-  ``AsyncConnection.run_sync`` of a SQLAlchemy async engine.
-
-Ordering (S10): on SQLite and MySQL every save takes its sequence from a per-store
-counter row in the same transaction, so the row lock orders commits by sequence; on
-PostgreSQL from its transaction id, with a per-stream lock and a listing horizon
-(:mod:`.pg`). See
-``docs/sql-backend.md`` for URLs, options, the schema, migrations and tuning.
+Each operation is a synchronous function over a :class:`~.dialects.Session`; the
+dialect's runtime decides where it runs (SQLite: on its threads or inline,
+:mod:`.sqlite`; PostgreSQL and MySQL/MariaDB: ``run_sync`` of a SQLAlchemy async
+engine, :mod:`.server`). Ordering (S10): sequences come from a counter row that
+each saving transaction locks, on PostgreSQL from its transaction id
+(:mod:`.postgres`). ``docs/sql-backend.md`` has URLs, options, schema and tuning.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import lru_cache, partial
 from typing import Any, ClassVar, Literal, Self, TypeVar, cast
@@ -28,46 +19,40 @@ import sqlalchemy as sa
 
 from ..._integrity import repair_records
 from ..._paging import INLINE_PAGE_ROWS, PageScan, probe_bound
-from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity, skipped_from
+from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
+from ..._registry import builtin_class
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import (
-    CheckpointDecodeError,
     CheckpointNotFound,
-    ConcurrentModificationError,
-    PreconditionFailed,
     StoreClosed,
     StoreFormatError,
-    StoreNotFound,
 )
-from ...models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
+from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import (
     NewRecord,
     RecordEdits,
-    StateDecoder,
     StoredRecord,
-    read_checkpoint,
     read_record,
 )
-from . import dialects, integrity, migrations, schema_check, writes
+from . import integrity, migrations, updates, writes
 from .compiler import Compiler
 from .dialects import Family, Runtime, Session
+from .entries import scanned_entries
 from .options import SqlOptions, family_of
 from .schema import (
     Statements,
     build_tables,
-    expires_micros,
     filter_params,
     prefix_bounds,
     to_micros,
 )
+from .upkeep import Upkeep, translated
 
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
-
-_REBUILD = "repair() rebuilds the meta table from the records"
 
 
 class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
@@ -75,7 +60,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     ``SqlCheckpointStore(url, **options)`` returns the dialect's subclass
     (:class:`SqliteCheckpointStore`, :class:`PostgresCheckpointStore` or
-    :class:`MysqlCheckpointStore`), which declares that dialect's capabilities.
+    :class:`MysqlCheckpointStore`, the class the registry names for the URL's
+    scheme), which declares that dialect's capabilities and options.
 
     Strict and tolerant reads are as the base contract says; a row whose record
     cannot be decoded raises :class:`~statekeeper.errors.CheckpointDecodeError`
@@ -122,11 +108,13 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     backend_name: ClassVar[str] = "sql"
 
     def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
-        target: type[SqlCheckpointStore] = cls
+        target: type[BaseCheckpointStore[Any]] = cls
         if cls is SqlCheckpointStore:
-            from .stores import STORE_CLASSES
-
-            target = STORE_CLASSES[family_of(StoreURL.parse(url))]
+            # by name from the registry: a SQLite store imports no server dialect
+            parsed = StoreURL.parse(url)
+            family_of(parsed)
+            target = builtin_class(parsed.scheme)
+            assert issubclass(target, SqlCheckpointStore)
         return cast(Self, super().__new__(target))
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
@@ -191,12 +179,13 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         try:
             return await call
         except BaseException as exc:
-            err = dialects.translate_error(
-                exc, f"{what} on {self.describe()}", self.options.busy_timeout
-            )
+            err = translated(exc, what, self.describe, self.options.busy_timeout)
             if err is None:
                 raise
             raise err from exc
+
+    def _upkeep(self) -> Upkeep:
+        return Upkeep(self._rt(), self._st, self.describe(), self.options.busy_timeout)
 
     # -- open, migrations ----------------------------------------------------------
 
@@ -208,65 +197,17 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             await self._stop()
             raise
 
-    async def _probe(self, attempts: int = 5) -> integrity.MetaProbe:
-        where = self.describe()
-        probe = self._read(lambda s: integrity.probe_meta(s, self._st, where))
-        try:
-            return await self._guard("reading the meta table", probe)
-        except ConcurrentModificationError:
-            # MySQL: another process created a table after this read's snapshot
-            # began (its creation is committing meanwhile); a new snapshot sees it.
-            if attempts <= 1:
-                raise
-            await asyncio.sleep(0.05)
-            return await self._probe(attempts - 1)
-
     async def _open_tables(self) -> StoreIdentity:
-        opts, where = self.options, self.describe()
-        latest = migrations.MIGRATIONS[-1].version
-        probe = await self._probe()
-        if probe.absent is not None and not opts.create:
-            raise StoreNotFound(
-                f"there is no statekeeper store at {where}: {probe.absent}. Nothing was "
-                "created (create=False or read_only=True); check the URL and table_prefix"
-            )
-        if not opts.read_only:
-            await self._guard("preparing the database", self._rt().prepare())
-        version = probe.version
-        if probe.absent is not None or (version is not None and version < latest):
-            if opts.read_only:
-                raise StoreFormatError(
-                    f"{where} has schema version {version}, older than the version {latest} "
-                    "this statekeeper reads; open it once without read_only=True to "
-                    "migrate it, or read it with the statekeeper version that wrote it"
-                )
-            for migration in migrations.MIGRATIONS:
-                if migration.version > (version or 0):
-                    await self._migrate(migration)
-            probe = await self._probe()
-            version = probe.version
-        assert version is not None
-        if version > latest:
-            raise StoreFormatError(
-                f"{where} has schema version {version}, but this statekeeper "
-                f"reads versions up to {latest}; upgrade statekeeper"
-            )
+        opts = self.options
+        probe, version = await self._upkeep().open_tables(
+            create=opts.create, read_only=opts.read_only
+        )
         self._store_id = probe.store_id
         self._meta_damage = probe.damage
         return StoreIdentity(probe.store_id, probe.cursor_key, version)
 
     async def _close(self) -> None:
         await self._stop()
-
-    async def _migrate(self, migration: migrations.Migration) -> None:
-        what = f"migrating to schema version {migration.version}"
-        tables, timeout, where = self.tables, self.options.busy_timeout, self.describe()
-        call = self._rt().locked_write(
-            lambda s: dialects.migration_lock(s, tables, timeout),
-            lambda s: migrations.apply_migration(s, self._st, migration, where),
-            lambda s: dialects.migration_unlock(s, tables),
-        )
-        await self._guard(what, call)
 
     def _check_meta(self) -> None:
         """Refuse to write records while the meta table is damaged (see ``_open``)."""
@@ -311,32 +252,20 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         codec: str | None = None,
     ) -> CheckpointHeader:
         self._check_meta()
-
-        def op(s: Session) -> CheckpointHeader:
-            seq, current = self._locked_live(s, id, now)
-            _check_etag(current, if_match)
-            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
-            params = {
-                "at_seq": seq,
-                "new_record": new.to_bytes(self._store_id),
-                "new_expires_at": expires_micros(new.header.expires_at),
-            }
-            s.run(self._st.set_record, params)
-            if edits is not None:
-                # filters read the tags and fields tables: they change in the same
-                # transaction as the record
-                tags, fields = edits.tags is not None, edits.metadata is not None
-                writes.reindex(s, self._st, new, tags=tags, fields=fields)
-            return new.header
-
+        op = partial(
+            updates.update,
+            st=self._st,
+            parse=self._parse,
+            store_id=self._store_id,
+            id=id,
+            state=state,
+            if_match=if_match,
+            now=now,
+            etag=etag,
+            edits=edits,
+            codec=codec,
+        )
         return await self._guard("updating", self._write(op))
-
-    def _locked_live(self, s: Session, id: str, now: datetime) -> tuple[int, StoredRecord]:
-        """The live record ``id``, row-locked for the rest of the transaction."""
-        row = s.first(self._st.get_for_update, {"id": id})
-        if row is None or (row[2] is not None and row[2] <= to_micros(now)):
-            raise CheckpointNotFound(id)
-        return int(row[0]), self._parse(row[1], id, int(row[0]))
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
@@ -346,12 +275,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await self._guard("loading", self._rt().point_read(op))
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
-        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises.
-
-        Up to :data:`INLINE_PAGE_ROWS` ids are as many lookups of the unique id index
-        as a page is rows: SQLite reads them as it reads a page, without the hop (the
-        LangGraph saver's ``aget_tuple`` is a ``get_latest`` and a ``load_many`` of
-        one id)."""
+        """One statement, ``WHERE id IN (...) AND live``; a damaged record raises. Up to
+        :data:`INLINE_PAGE_ROWS` ids are read as a page is, SQLite without the hop
+        (the LangGraph saver's ``aget_tuple`` is a ``load_many`` of one id)."""
         params = {"ids": ids, "now": to_micros(now)}
 
         def op(s: Session) -> dict[str, StoredRecord]:
@@ -427,43 +353,23 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await self._guard("reading the latest checkpoint", self._rt().point_read(op))
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
-        def op(s: Session) -> bool:
-            if if_match is None:
-                return s.run(self._st.delete_live_id, {"id": id, "now": to_micros(now)}) > 0
-            try:
-                seq, current = self._locked_live(s, id, now)
-            except CheckpointNotFound:
-                return False
-            _check_etag(current, if_match)
-            return s.run(self._st.delete_seq, {"seq": seq}) > 0
-
+        op = partial(
+            updates.delete, st=self._st, parse=self._parse, id=id, if_match=if_match, now=now
+        )
         return await self._guard("deleting", self._write(op))
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
-        def op(s: Session) -> int:
-            live = s.run(self._st.delete_stream_live, {"stream": stream, "now": to_micros(now)})
-            s.run(self._st.delete_stream_all, {"stream": stream})
-            return live
-
+        op = partial(updates.delete_stream, st=self._st, stream=stream, now=now)
         return await self._guard("deleting a stream", self._write(op))
 
     async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        def op(s: Session) -> int:
-            base = {"stream": stream, "now": to_micros(now)}
-            if keep_last == 0:
-                return s.run(self._st.delete_stream_live, base)
-            row = s.first(self._st.prune_cutoff, {**base, "skip": keep_last - 1})
-            if row is None:
-                return 0
-            return s.run(self._st.prune_below, {**base, "cutoff": row[0]})
-
+        op = partial(updates.prune, st=self._st, stream=stream, keep_last=keep_last, now=now)
         return await self._guard("pruning", self._write(op))
 
     async def _purge_expired(self, now: datetime) -> int:
-        def op(s: Session) -> int:
-            return s.run(self._st.purge, {"now": to_micros(now)})
-
-        removed = await self._guard("purging", self._write(op))
+        removed = await self._guard(
+            "purging", self._write(partial(updates.purge, st=self._st, now=now))
+        )
         if removed:
             await self._guard("reclaiming space", self._rt().reclaim())
         return removed
@@ -509,94 +415,41 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     # -- verify and repair ---------------------------------------------------------------
 
     async def _verify(self) -> list[Problem]:
-        """Meta rows, the tables and indexes the schema version needs, the counter, every
-        row's columns, tag rows and fields rows against its record, and orphan index
-        rows; reads only, one snapshot per page of rows."""
-        st, where, rt = self._st, self.describe(), self._rt()
-        problems = [
-            Problem(kind="state", location=self.tables.meta.name, reason=f"{damage}; {_REBUILD}")
-            for damage in (await self._probe()).damage
-        ]
+        """Meta rows, tables and indexes, the counter, every row against its record, and
+        orphan index rows; reads only (:meth:`.upkeep.Upkeep.verify`)."""
         version = self._require_open().format_version or migrations.MIGRATIONS[-1].version
-        schema, torn = await self._guard(
-            "checking the tables",
-            rt.snapshot(lambda s: schema_check.check_schema(s, st, version)),
+        return await self._upkeep().verify(
+            version, self._check_counter, self._store_id, self._location
         )
-        problems += schema
-        if torn:
-            return problems  # the row checks need every table; repair() recreates them
-        problems += await self._guard(
-            "checking the counter", rt.snapshot(lambda s: integrity.check_counter(s, st, where))
-        )
-        for found in await self._pages(rt.snapshot, integrity.check_rows):
-            problems += found
-        problems += await self._guard(
-            "checking index rows", rt.snapshot(lambda s: integrity.check_orphan_rows(s, st))
-        )
-        return problems
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
-        """Recreate lost tables and indexes (:mod:`.schema_check`), rebuild the meta rows,
-        row columns, tag and fields rows and the counter from the records (each page of
-        rows in its own transaction, its rows locked), then deal with the damaged
-        records."""
-        st, tables, timeout = self._st, self.tables, self.options.busy_timeout
-        version = self._require_open().format_version or migrations.MIGRATIONS[-1].version
-        schema = await self._guard(
-            "rebuilding the tables",
-            self._rt().locked_write(
-                lambda s: dialects.migration_lock(s, tables, timeout),
-                lambda s: schema_check.rebuild_schema(s, st, version),
-                lambda s: dialects.migration_unlock(s, tables),
-            ),
-        )
-        probe = await self._probe()
-        if probe.damage:
-            # Persist the identity this store was opened with (and reads use).
-            identity = self._require_open()
-            probe.store_id, probe.cursor_key = identity.store_id, identity.cursor_key
-        meta = await self._guard(
-            "rebuilding the meta table", self._write(lambda s: integrity.rebuild_meta(s, st, probe))
+        """Recreate lost tables and indexes, rebuild the meta rows, row columns, tag and
+        fields rows and the counter from the records (:meth:`.upkeep.Upkeep.repair`),
+        then deal with the damaged records."""
+        identity = self._require_open()
+        version = identity.format_version or migrations.MIGRATIONS[-1].version
+        done = await self._upkeep().repair(
+            version,
+            (identity.store_id, identity.cursor_key),
+            self._rebuild_counter,
+            self._store_id,
+            self._location,
         )
         self._meta_damage = []
-        rows = await self._pages(self._write, integrity.rebuild_rows)
-        orphans = await self._guard(
-            "deleting orphan index rows",
-            self._write(lambda s: (s.run(st.delete_orphan_tags), s.run(st.delete_orphan_fields))),
-        )
-        counter = await self._guard(
-            "rebuilding the counter", self._write(lambda s: integrity.rebuild_counter(s, st))
-        )
-        rebuilt, actions = integrity.repair_summary(meta, rows, orphans, counter, schema)
+        rebuilt, actions = done.summary()
         return await repair_records(
             self, drop_damaged, rebuilt=rebuilt, actions=actions, drop=self._drop_row
         )
 
-    async def _drop_row(self, entry: Skipped) -> bool:
-        """Delete a damaged record's row by its sequence (the primary key), not by id:
-        with the unique index on id lost, an intact row may share the id."""
-        seq = entry.sequence
-        if seq is None:
-            return False
-        op = self._write(lambda s: s.run(self._st.delete_seq, {"seq": seq}) > 0)
-        await self._guard("dropping a damaged row", op)
-        return True
+    def _check_counter(self, s: Session) -> list[Problem]:
+        """``verify`` of what orders sequences (PostgreSQL: :mod:`.postgres.seq_base`)."""
+        return integrity.check_counter(s, self._st, self.describe())
 
-    async def _pages(
-        self,
-        run: Callable[[Callable[[Session], tuple[T, int | None]]], Awaitable[tuple[T, int | None]]],
-        step: integrity.PageStep[T],
-    ) -> list[T]:
-        """``step`` over every page of checkpoint rows, each page in its own ``run``."""
-        st, store_id, out = self._st, self._store_id, []
-        after: int | None = 0
-        while after is not None:
-            result, after = await self._guard(
-                "walking the checkpoint rows",
-                run(partial(step, st=st, after=after, store_id=store_id, locate=self._location)),
-            )
-            out.append(result)
-        return out
+    def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
+        return integrity.rebuild_counter(s, self._st)
+
+    async def _drop_row(self, entry: Skipped) -> bool:
+        return await self._upkeep().drop_row(entry.sequence)
 
     # -- backdoor and maintenance ------------------------------------------------------
 
@@ -644,38 +497,4 @@ def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statem
     """Shared by every store of one dialect with these tables, so statements compile
     once per process and dialect. Keyed by dialect: the dialect-specific statements
     built on first use must not reach a store of another dialect (issue 11)."""
-    return Statements(build_tables(prefix, schema), family), Compiler()
-
-
-def scanned_entries(
-    rows: Iterable[Sequence[Any]],
-    location_of: Callable[[int], str],
-    store_id: str | None,
-    decoders: Mapping[str, StateDecoder] | None,
-) -> list[StoredRecord | Checkpoint | Skipped]:
-    """The entries of scanned ``(seq, id, record)`` rows: each record read
-    (:func:`~statekeeper.record.read_record`), or with ``decoders`` read and its
-    state decoded where it decodes (:func:`~statekeeper.record.read_checkpoint`);
-    a record that cannot be read is a :class:`Skipped` entry."""
-    out: list[StoredRecord | Checkpoint | Skipped] = []
-    append = out.append
-    for seq, rid, blob in rows:
-        try:
-            if decoders is not None:
-                got: StoredRecord | Checkpoint = read_checkpoint(
-                    blob, location_of, store_id=store_id, id=rid, sequence=seq, decoders=decoders
-                )
-            else:
-                got = read_record(blob, location_of, store_id=store_id, id=rid, sequence=seq)
-        except CheckpointDecodeError as exc:
-            append(skipped_from(exc, rid, seq))
-        else:
-            append(got)
-    return out
-
-
-def _check_etag(current: StoredRecord, if_match: str | None) -> None:
-    if if_match is not None and current.header.etag != if_match:
-        raise PreconditionFailed(
-            f"checkpoint {current.id!r} has etag {current.header.etag!r}, not {if_match!r}"
-        )
+    return Statements(build_tables(prefix, schema, family), family), Compiler()

@@ -4,6 +4,7 @@ that belong to another dialect, naming the dialect that has them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import ClassVar
 
 from ...._url import StoreURL
 from ....errors import InvalidOptions, InvalidURL
@@ -20,6 +21,9 @@ class SqliteOptions(SqlOptions):
     ``connect_args`` (PostgreSQL's and MySQL's) and ``listing_wait``
     (PostgreSQL's) are refused with the name of the dialect that has them.
     """
+
+    #: The dialect, as the shared options' refusal of another dialect's option names it.
+    dialect: ClassVar[str] = "SQLite"
 
     #: Run ``get_latest``, ``load``, ``load_many`` of up to 100 ids and listed pages
     #: of up to 100 items on the event loop's thread, on a connection of their own

@@ -11,36 +11,16 @@ variables are set); the verify command exits 1 and names the damage.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from cli_helpers import run_cli
-from sql_helpers import ServerStores, Target, sql_target
-from statekeeper.backends.sql import SqlCheckpointStore
-from statekeeper.errors import BackendError
 from test_sql_damage import assert_remembered, populate
 
-
-@pytest.fixture(scope="module")
-def postgres_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("postgres")
-    yield stores
-    stores.drop()
-
-
-@pytest.fixture(scope="module")
-def mysql_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("mysql")
-    yield stores
-    stores.drop()
-
-
-@pytest.fixture(params=["sqlite", "postgres", "mysql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    yield from sql_target(request, tmp_path)
+from cli_helpers import run_cli
+from sql_helpers import Target
+from statekeeper.backends.sql import SqlCheckpointStore
+from statekeeper.errors import BackendError
 
 
 @dataclass(frozen=True)

@@ -13,37 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import statekeeper as sk
-from sql_helpers import ServerStores, Target, finish_children, sql_target, start_children
+from sql_helpers import Target, finish_children, start_children
 from statekeeper.backends.sql import SqlCheckpointStore
 from statekeeper.backends.sql.compiler import _expand as expand_in_lists
 from statekeeper.errors import InvalidQuery, PreconditionFailed, StoreFormatError
 from statekeeper.record import StoredRecord
-
-
-@pytest.fixture(scope="module")
-def postgres_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("postgres")
-    yield stores
-    stores.drop()
-
-
-@pytest.fixture(scope="module")
-def mysql_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("mysql")
-    yield stores
-    stores.drop()
-
-
-@pytest.fixture(params=["sqlite", "postgres", "mysql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    yield from sql_target(request, tmp_path)
 
 
 def _names(store: SqlCheckpointStore) -> dict[str, str]:

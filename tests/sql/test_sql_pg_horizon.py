@@ -1,7 +1,7 @@
 """PostgreSQL: what holds back a listing of every stream, and what it says when held.
 
 A listing of every stream (``list(None, ...)``) shows only sequences below a
-horizon (``statekeeper.backends.sql.pg``). Only this store's saves still in flight
+horizon (``statekeeper.backends.sql.postgres``). Only this store's saves still in flight
 may hold it back: a transaction of another application, however long, never does.
 When the store's own saves hold it for longer than ``listing_wait``, the listing
 raises a retryable :class:`StoreTimeout`; it never returns a short page that looks
@@ -27,13 +27,6 @@ pytestmark = pytest.mark.asyncio
 
 #: The first key of the advisory locks held-up saves wait on (see `Stall`).
 STALL_KEY = 7_310_421
-
-
-@pytest.fixture(scope="module")
-def postgres_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("postgres")
-    yield stores
-    stores.drop()
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """PostgreSQL sequences from transaction ids, and the listing horizon (issue 16).
 
-See ``statekeeper.backends.sql.pg``: a save takes ``(xid + seq_base) * 1024`` under
+See ``statekeeper.backends.sql.postgres``: a save takes ``(xid + seq_base) * 1024`` under
 its stream's advisory lock; listings of every stream show only sequences below the
 oldest transaction id of this store's saves still in flight. These tests hold
 locks and transactions open on a second connection to show what that costs and what
@@ -21,17 +21,11 @@ import pytest_asyncio
 import statekeeper as sk
 from sql_helpers import ServerStores
 from statekeeper.backends.sql import PostgresCheckpointStore, SqlCheckpointStore
-from statekeeper.backends.sql import pg as pg_module
+from statekeeper.backends.sql.postgres import runtime as pg_runtime
+from statekeeper.backends.sql.postgres import sequences, statements
 from statekeeper.errors import BackendError, InvalidOptions, StoreTimeout
 
 WAIT = 0.2  # listing_wait of these stores
-
-
-@pytest.fixture(scope="module")
-def postgres_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("postgres")
-    yield stores
-    stores.drop()
 
 
 @pytest.fixture
@@ -61,7 +55,7 @@ async def test_saves_to_other_streams_never_wait_for_a_stream_lock(
     save that waited gets a sequence above everything committed meanwhile."""
     async with factory() as store:
         await store.save("a", 0)
-        keys = (_pg(store)._pst.store_lock, pg_module.stream_lock("a"))
+        keys = (_pg(store)._pst.store_lock, sequences.stream_lock("a"))
         held = other.transaction()
         await held.start()
         try:
@@ -85,7 +79,7 @@ async def test_a_store_restored_into_a_cluster_with_lower_ids_raises_its_base(
         table, meta = store.tables.checkpoints.name, store.tables.meta.name
     # As if restored from a cluster whose transaction ids are far ahead of ours.
     nxt = await other.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
-    huge = (nxt + 10**9) * pg_module.SEQ_SLOTS + 5
+    huge = (nxt + 10**9) * statements.SEQ_SLOTS + 5
     await other.execute(f"UPDATE {table} SET seq = $1 WHERE id = $2", huge, cp.id)
     async with factory(read_only=True) as ro:
         report = await ro.verify()
@@ -136,7 +130,7 @@ def test_listing_wait_is_an_option_of_postgresql_only(url: str) -> None:
 async def test_no_free_connection_in_time_is_a_store_timeout(
     factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(pg_module, "ACQUIRE_TIMEOUT", 0.2)
+    monkeypatch.setattr(pg_runtime, "ACQUIRE_TIMEOUT", 0.2)
     async with factory(pool_size=1) as store:
         cp = await store.save("s", 1)
         async with _pg(store)._pg().connection():  # the only connection, held
@@ -262,7 +256,7 @@ async def test_a_cancelled_call_never_leaves_its_connection_to_the_next(
     share a pool of two."""
     async with factory(pool_size=1) as store:
         first = await store.save("s", "first")
-        keys = (_pg(store)._pst.store_lock, pg_module.stream_lock("s"))
+        keys = (_pg(store)._pst.store_lock, sequences.stream_lock("s"))
         held = other.transaction()
         await held.start()
         try:

@@ -16,14 +16,13 @@ and (when their URL variables are set) PostgreSQL and MariaDB/MySQL:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sql_helpers import ServerStores, Target, sql_target
+from sql_helpers import Target
 from statekeeper import Checkpoint
 from statekeeper.backends.sql import SqlCheckpointStore
 from statekeeper.backends.sql.schema import stream_hash
@@ -34,26 +33,6 @@ from statekeeper.errors import (
     StoreFormatError,
 )
 from statekeeper.record import StoredRecord
-
-
-@pytest.fixture(scope="module")
-def postgres_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("postgres")
-    yield stores
-    stores.drop()
-
-
-@pytest.fixture(scope="module")
-def mysql_stores() -> Iterator[ServerStores]:
-    stores = ServerStores("mysql")
-    yield stores
-    stores.drop()
-
-
-@pytest.fixture(params=["sqlite", "postgres", "mysql"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    yield from sql_target(request, tmp_path)
-
 
 # -- the store before damage -------------------------------------------------------------
 

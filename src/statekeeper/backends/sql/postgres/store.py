@@ -1,94 +1,31 @@
-"""The per-dialect store classes: what each dialect declares and where it runs.
-
-``SqlCheckpointStore(url)`` returns one of these (see :mod:`.store`); each one
-builds its dialect's runtime (:mod:`.sqlite` or :mod:`.server`) with the store's
-options, ``create`` and ``read_only`` included.
-"""
+"""The PostgreSQL store class: the SQL core's operations, with sequences from
+transaction ids and the lean path for the hot operations."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
-from ..._paging import probe_bound, probe_query
-from ..._protocol import ScanQuery, StoreIdentity
-from ..._url import StoreURL
-from ...config import Capabilities
-from ...errors import InvalidOptions
-from ...models import CheckpointHeader, RepairReport, Skipped
-from ...record import NewRecord, StoredRecord
-from . import dialects, pg, pg_listing
-from .dialects import Family, Runtime
-from .options import SqlOptions
-from .schema import filter_params, to_micros
-from .server import SaSession, ServerRuntime, check_driver, server_connect_args, server_url
-from .sqlite import SqliteCheckpointStore
-from .store import SqlCheckpointStore, scanned_entries
+from ...._paging import probe_bound, probe_query
+from ...._protocol import ScanQuery, StoreIdentity
+from ...._url import StoreURL
+from ....config import StoreOptions
+from ....models import CheckpointHeader, Problem, RepairReport, Skipped
+from ....record import NewRecord, StoredRecord
+from .. import dialects
+from ..dialects import Runtime, Session
+from ..entries import scanned_entries
+from ..schema import filter_params, to_micros
+from ..server import server_url
+from ..server_store import ServerSqlStore
+from . import listing, seq_base, sequences, statements
+from .options import PostgresOptions
+from .runtime import PgRuntime
 
-__all__ = [
-    "STORE_CLASSES",
-    "MysqlCheckpointStore",
-    "PostgresCheckpointStore",
-    "SqliteCheckpointStore",
-]
+__all__ = ["PostgresCheckpointStore"]
 
 
-def _refuse_listing_wait(options: SqlOptions, where: str) -> None:
-    if "listing_wait" in options.model_fields_set:
-        raise InvalidOptions(
-            f"the listing_wait option is PostgreSQL's (its listing horizon); {where} "
-            "listings never wait, so drop it"
-        )
-
-
-def _refuse_inline_reads(options: SqlOptions) -> None:
-    if "inline_reads" in options.model_fields_set:
-        raise InvalidOptions(
-            "the inline_reads option is SQLite's (point reads on the event loop's "
-            "thread); a server's reads are network round trips, so drop it"
-        )
-
-
-class _ServerSqlStore(SqlCheckpointStore):
-    """A store on a database server, through a SQLAlchemy async engine."""
-
-    capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=True,
-        cross_process=True,
-        cross_host=True,
-        power_loss_durable=True,
-        ttl=True,
-        raw_access=True,
-        atomic_batches=True,
-        metadata_filter=True,
-    )
-
-    def __init__(self, url: str | StoreURL, **options: Any) -> None:
-        super().__init__(url, **options)
-        self.driver = check_driver(self.url, self.family)
-        _refuse_inline_reads(self.options)
-        if self.family == "mysql":
-            _refuse_listing_wait(self.options, "MySQL/MariaDB")
-
-    def _make_runtime(self) -> Runtime:
-        opts = self.options
-        return ServerRuntime(
-            server_url(self.url, self.family, self.driver),
-            self.family,
-            pool_size=opts.pool_size or 5,
-            echo=opts.echo,
-            connect_args=server_connect_args(
-                self.family,
-                busy_timeout=opts.busy_timeout,
-                fast=opts.durability == "fast",
-                extra=opts.connect_args,
-                read_only=opts.read_only,
-            ),
-            read_only=opts.read_only,
-        )
-
-
-class PostgresCheckpointStore(_ServerSqlStore):
+class PostgresCheckpointStore(ServerSqlStore):
     """``postgresql://`` (asyncpg): the store to share between hosts.
 
     ``durability="fast"`` sets ``synchronous_commit=off``. Power-loss durability
@@ -105,25 +42,21 @@ class PostgresCheckpointStore(_ServerSqlStore):
     raises :class:`~statekeeper.errors.StoreTimeout` (retryable), never a page that
     looks complete without them. ``save``, ``save_many``,
     ``get_latest``, ``load`` and ``list`` run as prepared asyncpg statements
-    (:mod:`.pg`).
+    (:mod:`.statements`, :mod:`.sequences`).
     """
 
+    Options: ClassVar[type[StoreOptions]] = PostgresOptions
     backend_name: ClassVar[str] = "postgresql"
+    options: PostgresOptions
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         super().__init__(url, **options)
-        self._pst = pg.pg_statements(self.tables)
+        self._pst = statements.pg_statements(self._st)
         self._base = 0
 
     def _make_runtime(self) -> Runtime:
         opts = self.options
-        connect_args = server_connect_args(
-            self.family,
-            busy_timeout=opts.busy_timeout,
-            fast=opts.durability == "fast",
-            extra=opts.connect_args,
-            read_only=opts.read_only,
-        )
+        connect_args = self._connect_args()
         u = self.url
         size = opts.pool_size or 5
         asyncpg_args = {
@@ -136,7 +69,7 @@ class PostgresCheckpointStore(_ServerSqlStore):
             "max_size": size,
             **connect_args,
         }
-        return pg.PgRuntime(
+        return PgRuntime(
             server_url(self.url, self.family, self.driver),
             self.family,
             pool_size=size,
@@ -146,9 +79,9 @@ class PostgresCheckpointStore(_ServerSqlStore):
             asyncpg_args=asyncpg_args,
         )
 
-    def _pg(self) -> pg.PgRuntime:
+    def _pg(self) -> PgRuntime:
         rt = self._rt()
-        assert isinstance(rt, pg.PgRuntime)
+        assert isinstance(rt, PgRuntime)
         return rt
 
     async def _open(self) -> StoreIdentity:
@@ -163,9 +96,9 @@ class PostgresCheckpointStore(_ServerSqlStore):
     async def _load_base(self) -> None:
         """Read ``seq_base``; raise it (under the migration lock) where this cluster's
         transaction ids would not give sequences above every stored one."""
-        raw, top, nxt = await pg.read_state(self._pg(), self._pst)
-        base = pg.parse_base(raw)
-        need = pg.base_needed(top, nxt)
+        raw, top, nxt = await sequences.read_state(self._pg(), self._pst)
+        base = seq_base.parse_base(raw)
+        need = seq_base.base_needed(top, nxt)
         if base is not None and base >= need:
             self._base = base
             return
@@ -176,9 +109,15 @@ class PostgresCheckpointStore(_ServerSqlStore):
         tables, timeout = self.tables, self.options.busy_timeout
         self._base = await self._rt().locked_write(
             lambda s: dialects.migration_lock(s, tables, timeout),
-            lambda s: pg.raise_base(cast(SaSession, s), tables),
+            lambda s: seq_base.raise_base(s, tables),
             lambda s: dialects.migration_unlock(s, tables),
         )
+
+    def _check_counter(self, s: Session) -> list[Problem]:
+        return seq_base.check_base(s, self._st)
+
+    def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
+        return seq_base.rebuild_base(s, self._st)
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
         report = await super()._repair(drop_damaged)
@@ -187,23 +126,24 @@ class PostgresCheckpointStore(_ServerSqlStore):
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
-        call = pg.save(self._pg(), self._pst, [record], self._store_id, self._base)
+        call = sequences.save(self._pg(), self._pst, [record], self._store_id, self._base)
         return (await self._guard("saving", call))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """One statement: the streams' locks, one transaction id for the batch (so its
         sequences are consecutive), every row; an id conflict rolls it all back."""
         self._check_meta()
-        call = pg.save(self._pg(), self._pst, records, self._store_id, self._base)
+        call = sequences.save(self._pg(), self._pst, records, self._store_id, self._base)
         return await self._guard("saving a batch", call)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
-        call = self._pg().fetchrow(self._pst.latest, stream, to_micros(now))
+        call = self._pg().fetchrow_in_order(self._pst.latest, stream, to_micros(now))
         row = await self._guard("reading the latest checkpoint", call)
         return None if row is None else self._parse(row[2], row[1], int(row[0]))
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
-        row = await self._guard("loading", self._pg().fetchrow(self._pst.get, id, to_micros(now)))
+        call = self._pg().fetchrow_in_order(self._pst.get, id, to_micros(now))
+        row = await self._guard("loading", call)
         return None if row is None else self._parse(row[1], id, int(row[0]))
 
     async def _scan_entries(
@@ -218,7 +158,7 @@ class PostgresCheckpointStore(_ServerSqlStore):
         params["now"] = to_micros(query.now)
         stream, bound, order = query.stream, query.bound, query.order
         if probe and stream is not None and bound is not None:
-            call = pg_listing.paired_scan_rows(
+            call = listing.paired_scan_rows(
                 self._pg(),
                 self._st,
                 stream=stream,
@@ -233,9 +173,10 @@ class PostgresCheckpointStore(_ServerSqlStore):
             # the statement probed from where list_page would (positions past either
             # end of the stream all mean the same, so its unclamped bound agrees)
             return self._entries(rows), self._entries(probe_rows)
-        call_one = pg_listing.scan_rows(
+        call_one = listing.scan_rows(
             self._pg(),
             self._st,
+            self._pst,
             stream=stream,
             order=order,
             bound=bound,
@@ -259,25 +200,8 @@ class PostgresCheckpointStore(_ServerSqlStore):
 
     async def _info(self) -> dict[str, Any]:
         info = await super()._info()
-        _, _, nxt = await self._guard("reading store info", pg.read_state(self._pg(), self._pst))
+        call = sequences.read_state(self._pg(), self._pst)
+        _, _, nxt = await self._guard("reading store info", call)
         # Every sequence assigned so far is below this; none at or above it exists yet.
-        info["high_water_mark"] = (nxt + self._base) * pg.SEQ_SLOTS - 1
+        info["high_water_mark"] = (nxt + self._base) * statements.SEQ_SLOTS - 1
         return info
-
-
-class MysqlCheckpointStore(_ServerSqlStore):
-    """``mysql://`` / ``mariadb://`` (aiomysql), InnoDB.
-
-    Durability is the server's (``innodb_flush_log_at_trx_commit=1``, the
-    default); ``durability="fast"`` changes nothing here, since that setting is
-    global.
-    """
-
-    backend_name: ClassVar[str] = "mysql"
-
-
-STORE_CLASSES: dict[Family, type[SqlCheckpointStore]] = {
-    "sqlite": SqliteCheckpointStore,
-    "postgresql": PostgresCheckpointStore,
-    "mysql": MysqlCheckpointStore,
-}

@@ -1,0 +1,207 @@
+"""PostgreSQL's runtime: the SQLAlchemy engine of :mod:`..server` for schema,
+migrations, verify and repair, plus raw asyncpg connections for the lean path.
+
+The lean path's statements (:mod:`.statements`) run as prepared statements that
+asyncpg caches per connection, on connections of a small pool of the runtime's
+own (:class:`Connections`), through asyncpg's public API only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import asyncpg  # type: ignore[import-untyped]
+
+from ....errors import BackendError, StatekeeperError, StoreTimeout
+from ..server import ServerRuntime
+from .statements import PgSql
+
+__all__ = ["ACQUIRE_TIMEOUT", "CANCEL_WAIT", "Connections", "PgRuntime"]
+
+T = TypeVar("T")
+
+#: Seconds to wait for a free pooled connection (SQLAlchemy's default pool_timeout).
+ACQUIRE_TIMEOUT = 30.0
+#: Seconds to wait for the server to cancel the statement of a cancelled call.
+CANCEL_WAIT = 10.0
+#: Pools inherited through ``fork`` (see :meth:`PgRuntime.pool`).
+_FORKED_POOLS: list[Any] = []
+
+
+class Connections:
+    """A small pool of asyncpg connections, cheaper per checkout than ``asyncpg.Pool``
+    (no task, no timeout context per acquire and release: those were a third of the
+    client's CPU for one ``get_latest``).
+
+    Up to ``size`` connections, opened on demand, the most recently used first. A
+    connection comes back idle unless its user was interrupted (cancelled) or failed
+    other than by a database error, or it is still in a transaction; then it is
+    closed, never reused in an unknown state.
+    """
+
+    def __init__(self, connect_args: Mapping[str, Any], size: int) -> None:
+        self._args = dict(connect_args)
+        self._size = size
+        self._idle: list[asyncpg.Connection] = []
+        self._open = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+
+    async def acquire(self, within: float) -> asyncpg.Connection:
+        """A connection; :class:`TimeoutError` if none is free ``within`` seconds."""
+        deadline = time.monotonic() + within
+        while True:
+            if self._closed:
+                raise BackendError("the store's connections are closed")
+            while self._idle:
+                con = self._idle.pop()
+                if not con.is_closed():
+                    return con
+                self._open -= 1
+            if self._open < self._size:
+                self._open += 1
+                try:
+                    return await asyncpg.connect(**self._args)
+                except BaseException:
+                    self._open -= 1
+                    self._wake()
+                    raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(left):
+                    await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # pass the wake-up on to the next waiter
+                raise
+            finally:
+                if not waiter.done():
+                    self._waiters.remove(waiter)
+
+    async def release(self, con: asyncpg.Connection, error: BaseException | None) -> None:
+        reusable = error is None or isinstance(error, asyncpg.PostgresError | StatekeeperError)
+        if reusable and not self._closed and not con.is_closed() and not con.is_in_transaction():
+            self._idle.append(con)
+            self._wake()
+            return
+        try:
+            # Cancelled mid-statement: asyncpg is sending the server a cancel request.
+            # A graceful close waits for it (and cancels a statement still running)
+            # before it says goodbye, or the statement would run on (a save waiting
+            # for its stream's lock would land after all): closing the socket alone
+            # does not stop a backend that is not reading it.
+            await asyncio.shield(con.close(timeout=CANCEL_WAIT))
+        except (Exception, asyncio.CancelledError):
+            pass  # the caller raises its own error; the connection goes regardless
+        finally:
+            self._open -= 1
+            con.terminate()
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        for con in idle:
+            try:
+                await con.close(timeout=5)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+                con.terminate()
+        self._wake()
+
+
+class PgRuntime(ServerRuntime):
+    """:class:`ServerRuntime` plus asyncpg connections for the lean path."""
+
+    def __init__(self, *args: Any, asyncpg_args: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        connect_args = dict(asyncpg_args)
+        connect_args.pop("min_size", None)
+        self._size = int(connect_args.pop("max_size", 5))
+        self._asyncpg_args = connect_args
+        self._pool: Connections | None = None
+        self._pool_pid = os.getpid()
+
+    async def start(self) -> None:
+        await super().start()
+        # Connect now, so that a wrong URL fails the open, not the first save.
+        async with self.connection() as con:
+            version = con.get_server_version()
+        if version.major < 13:
+            raise BackendError(
+                f"PostgreSQL {version.major}.{version.minor} is too old: statekeeper needs "
+                "PostgreSQL 13 or later (pg_current_xact_id, pg_current_snapshot)"
+            )
+
+    def pool(self) -> Connections:
+        if self._pool is not None and self._pool_pid != os.getpid():
+            # Forked: the sockets are the parent's; forget them unclosed, and keep them
+            # from the garbage collector, whose finaliser would abort them noisily.
+            _FORKED_POOLS.append(self._pool)
+            self._pool = None
+        if self._pool is None:
+            self._pool_pid = os.getpid()
+            self._pool = Connections(self._asyncpg_args, self._size)
+        return self._pool
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection; :class:`StoreTimeout` if none frees up in time (as
+        SQLAlchemy's pool does for the other operations)."""
+        pool = self.pool()
+        try:
+            con = await pool.acquire(ACQUIRE_TIMEOUT)
+        except TimeoutError as exc:
+            raise StoreTimeout(
+                f"no database connection became free within {ACQUIRE_TIMEOUT:g}s; raise pool_size",
+                orig=exc,
+            ) from exc
+        try:
+            yield con
+        except BaseException as exc:
+            await pool.release(con, exc)
+            raise
+        await pool.release(con, None)
+
+    async def fetch(self, stmt: PgSql, values: Mapping[str, Any]) -> list[asyncpg.Record]:
+        async with self.connection() as con:
+            return list(await con.fetch(stmt.sql, *stmt.args(values)))
+
+    async def fetchrow(self, stmt: PgSql, values: Mapping[str, Any]) -> asyncpg.Record | None:
+        async with self.connection() as con:
+            return await con.fetchrow(stmt.sql, *stmt.args(values))
+
+    async def fetchrow_in_order(self, stmt: PgSql, *args: Any) -> asyncpg.Record | None:
+        """``stmt`` with ``args`` in its parameters' order (a hot path; see
+        :func:`.statements.compile_pg`, ``order``)."""
+        async with self.connection() as con:
+            return await con.fetchrow(stmt.sql, *args)
+
+    async def in_transaction(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async with self.connection() as con, con.transaction():
+            return await fn(con)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        try:
+            if pool is not None and self._pool_pid == os.getpid():
+                await pool.close()
+        finally:
+            await super().close()

@@ -1,0 +1,54 @@
+"""The base of the stores on a database server (PostgreSQL, MySQL/MariaDB): their
+capabilities, the driver check and the SQLAlchemy runtime of :mod:`.server`."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..._url import StoreURL
+from ...config import Capabilities
+from .dialects import Runtime
+from .server import ServerRuntime, check_driver, server_connect_args, server_url
+from .store import SqlCheckpointStore
+
+__all__ = ["ServerSqlStore"]
+
+
+class ServerSqlStore(SqlCheckpointStore):
+    """A store on a database server, through a SQLAlchemy async engine."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True,
+        cross_process=True,
+        cross_host=True,
+        power_loss_durable=True,
+        ttl=True,
+        raw_access=True,
+        atomic_batches=True,
+        metadata_filter=True,
+    )
+
+    def __init__(self, url: str | StoreURL, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.driver = check_driver(self.url, self.family)
+
+    def _connect_args(self) -> dict[str, Any]:
+        opts = self.options
+        return server_connect_args(
+            self.family,
+            busy_timeout=opts.busy_timeout,
+            fast=opts.durability == "fast",
+            extra=opts.connect_args,
+            read_only=opts.read_only,
+        )
+
+    def _make_runtime(self) -> Runtime:
+        opts = self.options
+        return ServerRuntime(
+            server_url(self.url, self.family, self.driver),
+            self.family,
+            pool_size=opts.pool_size or 5,
+            echo=opts.echo,
+            connect_args=self._connect_args(),
+            read_only=opts.read_only,
+        )
