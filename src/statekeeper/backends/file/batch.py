@@ -38,12 +38,14 @@ from datetime import datetime
 from ...errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
+    ConcurrentModificationError,
     PreconditionFailed,
     StatekeeperError,
 )
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import format as fmt
+from .budget import WORKER, Budget
 from .core import RecordProblem, Txn
 from .engine import EngineWrites
 from .index import IdTable, IndexDamaged
@@ -60,9 +62,6 @@ _MAX_JOURNAL_NAMES = 1200
 
 class FileEngine(EngineWrites):
     """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
-
-    #: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``; set by the store.
-    batch_sync = "auto"
 
     # -- save_many ------------------------------------------------------------------------
 
@@ -468,24 +467,32 @@ class FileEngine(EngineWrites):
 
     # -- load_many ------------------------------------------------------------------------
 
-    def get_many(self, cids: list[str], now: datetime) -> dict[str, StoredRecord]:
+    def get_many(
+        self, cids: list[str], now: datetime, budget: Budget = WORKER
+    ) -> dict[str, StoredRecord]:
         """The live records among ``cids``: one ``state`` read, one open of the id
-        table for every probe; strict like :meth:`get` (a damaged one raises)."""
-        state = self.heal()
-        cap = fmt.visible_cap(state)
-        if not self._records_only(state):
-            try:
-                with self._ids_for_read() as table:
-                    found = {}
-                    for cid in cids:
-                        record = self._get_indexed(cid, now, cap, table)
-                        if record is not None:
-                            found[cid] = record
-                    return found
-            except IndexDamaged:
-                pass
-        s = self.survey_upto(state)
-        return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
+        table for every probe; strict like :meth:`get` (a damaged one raises).
+        Inline it blocks where :meth:`get` would."""
+        try:
+            state = self.heal(budget)
+            cap = fmt.visible_cap(state)
+            if not self._records_only(state):
+                try:
+                    with self._ids_for(budget) as table:
+                        found = {}
+                        for cid in cids:
+                            record = self._get_indexed(cid, now, cap, budget, table)
+                            if record is not None:
+                                found[cid] = record
+                        return found
+                except IndexDamaged:
+                    pass
+            budget.block()
+            s = self.survey_upto(state)
+            return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
+        except ConcurrentModificationError:
+            budget.block()
+            raise
 
 
 def _chunks(

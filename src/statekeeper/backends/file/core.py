@@ -12,14 +12,13 @@ import stat
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
-from ...models import Checkpoint
-from ...record import StateDecoder, StoredRecord, read_checkpoint, read_record
+from ...record import StoredRecord, read_record
 from . import format as fmt
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
@@ -40,6 +39,9 @@ _KINDS = {
     stat.S_IFLNK: "a symbolic link",
 }
 
+
+#: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``.
+BatchSync = Literal["auto", "syncfs", "fsync"]
 
 _INDEXES_KEPT = 128
 _BUCKETS_KEPT = 4
@@ -87,6 +89,7 @@ class EngineCore:
         lock_timeout: float,
         max_record_bytes: int,
         sync_interval: int,
+        batch_sync: BatchSync = "auto",
         create: bool = True,
         read_only: bool = False,
     ) -> None:
@@ -101,6 +104,8 @@ class EngineCore:
         self.lock_timeout = lock_timeout
         self.max_record_bytes = max_record_bytes
         self.sync_interval = sync_interval
+        #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
+        self.batch_sync: BatchSync = batch_sync
         self.store_id = ""
         self._fds: dict[str, int] = {}
         self._mutex = threading.Lock()
@@ -318,30 +323,6 @@ class EngineCore:
         if data is None:
             return None
         return self.decode(data, seq, cid), data
-
-    def load_entry(
-        self,
-        seq: int,
-        cid: str,
-        dirs: dict[int, int] | None,
-        limit: int | None,
-        decoders: Mapping[str, StateDecoder],
-    ) -> tuple[StoredRecord | Checkpoint, bytes] | None:
-        """:meth:`load_record`, with the record's state decoded where it decodes: the
-        checkpoint then (:func:`~statekeeper.record.read_checkpoint`), else the
-        record, for the caller to decode as usual (a listed page's path)."""
-        data = self._record_bytes(seq, cid, dirs, limit)
-        if data is None:
-            return None
-        entry = read_checkpoint(
-            data,
-            lambda n: self.where(self.record_path(n, cid)),
-            store_id=self.store_id,
-            id=cid,
-            sequence=seq,
-            decoders=decoders,
-        )
-        return entry, data
 
     def _record_bytes(
         self, seq: int, cid: str, dirs: dict[int, int] | None, limit: int | None

@@ -24,6 +24,7 @@ from ...errors import (
 from ...models import CheckpointHeader
 from ...record import NewRecord, RecordEdits, StoredRecord
 from . import format as fmt
+from .budget import WORKER, Budget
 from .core import Txn
 from .index import IdTable, IndexDamaged
 from .opening import OpeningMixin
@@ -46,46 +47,29 @@ class EngineWrites(OpeningMixin):
 
     # -- save ---------------------------------------------------------------------------
 
-    def insert(self, record: NewRecord) -> CheckpointHeader:
-        with self.writing() as tx:
-            header = self._insert(tx, record, nowait=False)
-        assert header is not None
-        return header
+    def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
+        """Save ``record`` at the next sequence.
 
-    def insert_nowait(self, record: NewRecord) -> CheckpointHeader | None:
-        """:meth:`insert`, for a store without ``durable`` (``durability="fast"``), or
-        ``None`` at once with nothing written wherever :meth:`insert` could wait or
-        sync: the lock is taken (by a thread or a process), the state file is
+        Inline (a store without ``durable``, ``durability="fast"``, on its event
+        loop's thread), it blocks before anything is written wherever it could wait
+        or sync: the lock is taken (by a thread or a process), the state file is
         unreadable or torn, a crashed writer's journal needs finishing, the id table
-        needs growing, or the sync mark is due (it fsyncs). What it does is page-cache
-        work only, so a caller may run it on its event loop's thread instead of a
-        worker's (saving the hop) and fall back to :meth:`insert` in a worker when it
-        gets ``None``."""
+        needs growing, or the sync mark is due (it fsyncs). What it does inline is
+        page-cache work only, as a bare write and rename."""
         if self.durable:
-            return None
-        with self.locked(wait=False) as got:
-            if not got:
-                return None
-            state = self.read_state()
-            if state is None or state.torn:
-                return None  # a rebuild or a scan of the records first
-            tx = self._txn(state)  # read under the lock just now: not read twice
-            journal = tx.state.journal
-            if journal is not None and not self._insert_done(tx, journal):
-                return None
-            if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
-                return None
-            return self._insert(tx, record, nowait=True)
+            budget.block()
+        with self.writing(budget) as tx:
+            return self._insert(tx, record, budget)
 
-    def _insert(self, tx: Txn, record: NewRecord, *, nowait: bool) -> CheckpointHeader | None:
-        """The body of :meth:`insert`, under the lock (``nowait``: see
-        :meth:`insert_nowait`)."""
+    def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
+        """The body of :meth:`insert`, under the lock."""
+        if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
+            budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
         ids = self.open_ids(write=True)
         try:
             if tx.state.ids_used + 1 > ids.capacity // 2:
-                if nowait:
-                    return None
+                budget.block()
                 ids.close()
                 ids = self._rebuild_ids(tx)
             live, free, fresh = ids.probe(key)

@@ -17,6 +17,7 @@ from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt
+from .budget import WORKER
 from .core import RecordProblem
 from .index import IndexDamaged
 from .reads import ReadsMixin, wanted
@@ -172,7 +173,7 @@ class ListingMixin(ReadsMixin):
         pass over the file names that skips only those that cannot match."""
         state = self.read_state()
         cap = fmt.visible_cap(state)
-        if self._records_only(state) or (state is not None and self._index_missing(state)):
+        if self._records_only(state) or (state is not None and self._index_missing(state, WORKER)):
             return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
         now_us = fmt.to_micros(now)
         names: list[str] = []
@@ -194,7 +195,7 @@ class ListingMixin(ReadsMixin):
         if self._records_only(state):
             return {**view_info(self.survey()), **extra, "degraded": self.degraded or "state"}
         assert state is not None
-        if self._index_missing(state):
+        if self._index_missing(state, WORKER):
             return {**view_info(self.survey()), **extra, "degraded": "a stream index is missing"}
         streams = checkpoints = 0
         try:

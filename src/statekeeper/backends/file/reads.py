@@ -5,25 +5,40 @@ index slots that carry a CRC, so a reader sees every file either before or after
 change. Where a reader's two looks disagree (a slot said live, its record is gone)
 it looks again; if the disagreement persists across a few tries it is damage,
 reported as such, never papered over with an older checkpoint.
+
+Each read is one function that takes a :class:`~.budget.Budget`: the store runs it
+on the event loop's thread first, and again in the worker where it says it would
+block (see :mod:`.budget`). Inline, the descriptors come from this thread's kept
+ones (:class:`_Kept`, one ``lstat`` per file); in the worker, from fresh opens.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final, Literal, overload
+from typing import Any, Literal
 
 from ..._protocol import ScanQuery, skipped_from
 from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
-from ...models import Checkpoint, Skipped
-from ...record import StateDecoder, StoredRecord
+from ...models import Skipped
+from ...record import StoredRecord
 from . import format as fmt
+from .budget import (
+    INLINE_DELETED,
+    INLINE_EXTRA_RECORDS,
+    INLINE_EXTRA_SLOTS,
+    INLINE_RECORD_BYTES,
+    INLINE_TAIL_RECORDS,
+    INLINE_TAIL_SLOTS,
+    WORKER,
+    Budget,
+    WouldBlock,
+)
 from .core import EngineCore, RecordProblem, Txn
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import read_exact
@@ -31,66 +46,33 @@ from .orphans import OrphanKey, merge_orphans, orphans_key
 from .survey import Survey, take_survey
 from .view import orphan_error, view_get, view_latest, view_scan
 
-__all__ = ["HOP", "Hop", "ReadsMixin"]
+__all__ = ["Entry", "ProbeOf", "ReadsMixin"]
 
 #: How many times a read that a concurrent writer disturbed is retried.
 READ_RETRIES = 8
-#: The most index slots and record files a point read looks at on the event loop's
-#: thread (see :meth:`ReadsMixin.latest_nowait`) before it leaves the rest to the
-#: worker: a tail of expired checkpoints is walked there, not on the loop.
-_NOWAIT_SLOTS = 16
-_NOWAIT_RECORDS = 2
 #: The most slots a page scan reads at once at first: a page of up to this many
 #: candidates (``list`` asks one more than its limit) reads the slots it needs in one
 #: ``pread`` of up to 64 KiB, when nothing is filtered out.
 _PAGE_SLOTS = 256
-#: What a page scan on the event loop's thread (:meth:`ReadsMixin.scan_nowait`) may
-#: pass over beyond the page itself before it leaves the page to the worker: index
-#: slots that are deleted, expired or past the cap, and records it reads but does
-#: not list (expired, or without the tags asked for). A sparse tag filter or a long
-#: run of deleted checkpoints is walked in the worker, not on the loop.
-_NOWAIT_EXTRA_SLOTS = 64
-_NOWAIT_EXTRA_RECORDS = 16
-#: Deleted entries of an id :meth:`ReadsMixin.get_nowait` checks (one ``lstat`` each).
-_NOWAIT_DELETED = 4
-#: The largest record file read on the event loop's thread: a bigger one is read in
-#: the worker, so a cold read of a large file never stalls the loop.
-NOWAIT_RECORD_BYTES = 1 << 20
 
-
-#: What a scan gives: records, skipped entries and, on a listed page's scan (with
-#: decoders), checkpoints already decoded.
-Entry = StoredRecord | Checkpoint | Skipped
+#: What a scan gives: records and skipped entries.
+Entry = StoredRecord | Skipped
 #: The probe a page scan runs after the page (see :func:`statekeeper._paging.probe_query`).
 ProbeOf = Callable[[list[Entry]], ScanQuery]
-#: A store's state codecs by name (what a listed page's records are decoded with).
-Decoders = Mapping[str, StateDecoder]
+#: A page and, when asked, its probe's entries.
+PageEntries = tuple[list[Entry], list[Entry] | None]
 
-
-class Hop(enum.Enum):
-    """The answer of a ``*_nowait`` read that leaves the call to the worker thread."""
-
-    HOP = "hop"
-
-
-#: Returned by :meth:`ReadsMixin.latest_nowait` and :meth:`ReadsMixin.get_nowait`:
-#: run the normal read (:meth:`ReadsMixin.latest`, :meth:`ReadsMixin.get`) in a worker.
-HOP: Final = Hop.HOP
-
-
-#: Stream indexes and bucket directories a thread's point reads keep open.
+#: Stream indexes and bucket directories a thread's inline reads keep open.
 _KEPT_INDEXES = 32
 _KEPT_BUCKETS = 4
 
 
 class _Kept:
-    """The descriptors one thread's point reads and pages
-    (:meth:`ReadsMixin.latest_nowait`, :meth:`ReadsMixin.get_nowait`,
-    :meth:`ReadsMixin.scan_nowait`) keep between calls, so that a read costs one
-    ``lstat`` per file instead of an open, an ``fstat`` and a close. Each is used
-    only after that ``lstat`` shows the same file (device and inode, a regular file
-    with one link, or a directory) under its name: a file replaced by rename is
-    opened afresh, exactly as a fresh open would find it."""
+    """The descriptors one thread's inline reads keep between calls, so that a
+    read costs one ``lstat`` per file instead of an open, an ``fstat`` and a close.
+    Each is used only after that ``lstat`` shows the same file (device and inode,
+    a regular file with one link, or a directory) under its name: a file replaced
+    by rename is opened afresh, exactly as a fresh open would find it."""
 
     __slots__ = ("buckets", "ids", "indexes")
 
@@ -115,21 +97,17 @@ class _Retry(Exception):
     """A concurrent writer changed what this read was looking at."""
 
 
-class _NoWait(Exception):
-    """A scan on the event loop's thread met what only the worker decides."""
-
-
 class ReadsMixin(EngineCore):
-    """Strict ``latest``/``get``, tolerant ``scan``, and the listings."""
+    """Strict ``latest``/``get``, tolerant page scans."""
 
     #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state`` counts.
     _streams_seen: tuple[int, int] | None = None
 
-    def recover_pending(self) -> Txn:
+    def recover_pending(self, budget: Budget = WORKER) -> Txn:
         """Finish a crashed writer's journal (the engine implements it)."""
         raise NotImplementedError
 
-    def heal(self) -> fmt.State | None:
+    def heal(self, budget: Budget = WORKER) -> fmt.State | None:
         """If a writer died mid-operation and nobody holds the lock now, finish its
         work before reading, so no reader sees a half-done delete or update for long.
         Returns the state (``None``: unreadable, so the reads go to the records).
@@ -138,13 +116,24 @@ class ReadsMixin(EngineCore):
         (see ``_insert_done``), and a save that died before its index entries is one
         nobody was told about, which strict reads do not show anyway. A read-only
         store heals nothing. A torn read of ``state`` is usually a writer's write
-        in flight, so it is read again (a few times) before it is believed."""
+        in flight, so it is read again (a few times) before it is believed.
+
+        Inline, it blocks for a thread holding the write lock (its descriptors are
+        the writer's cached ones), a torn state, and any journal but a completed
+        save's: each is the worker's to decide."""
+        if self._holding():
+            budget.block()
         state = self.read_state()
         for _ in range(3):
             if state is None or not state.torn:
                 break
+            budget.block()
             state = self.read_state()
-        if self.read_only or state is None or state.journal is None or state.journal.op == "insert":
+        journal = state.journal if state is not None else None
+        if journal is None or journal.op == "insert":
+            return state
+        budget.block()
+        if self.read_only:
             return state
         with self.locked(wait=False) as got:
             if got:
@@ -152,13 +141,14 @@ class ReadsMixin(EngineCore):
                 return self.read_state()
         return state
 
-    def _index_missing(self, state: fmt.State) -> bool:
+    def _index_missing(self, state: fmt.State, budget: Budget) -> bool:
         """Whether a stream index file went missing: fewer index files than ``state``
         counts. Costs one ``fstat`` unless ``streams/`` changed since it last held
-        them all (then one listing)."""
+        them all (then one listing, which blocks)."""
         seen = self._streams_unchanged(state)
         if seen is True:
             return False
+        budget.block()
         missing = len(self.index_files()) < (state.streams or 0)
         if not missing:
             self._streams_seen = seen
@@ -180,7 +170,12 @@ class ReadsMixin(EngineCore):
         return state is None or self.degraded is not None
 
     def _with_orphans(
-        self, page: list[Entry], q: ScanQuery, state: fmt.State | None, cap: int | None
+        self,
+        page: list[Entry],
+        q: ScanQuery,
+        state: fmt.State | None,
+        cap: int | None,
+        budget: Budget,
     ) -> list[Entry]:
         """``page``, a scan of ``q`` from its stream index, with the damaged records
         of unknown stream in its range (see :mod:`.orphans`): those ``get_latest``
@@ -188,6 +183,7 @@ class ReadsMixin(EngineCore):
         key = orphans_key(state)
         if key is None:
             return page
+        budget.block()
         assert q.stream is not None
         stream = q.stream
 
@@ -242,25 +238,39 @@ class ReadsMixin(EngineCore):
 
     # -- strict reads -------------------------------------------------------------------
 
-    def latest(self, stream: str, now: datetime) -> StoredRecord | None:
+    def latest(self, stream: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
         """The live record of ``stream`` with the highest sequence, read from the
         tail of the stream index: no other record is decoded, whatever the size of
-        the stream or the store. Without a usable index, from the records."""
-        state = self.heal()
-        cap = fmt.visible_cap(state)
-        if self._records_only(state):
-            return view_latest(self.survey_upto(state), stream, now)
-        assert state is not None
+        the stream or the store. Without a usable index, from the records.
+
+        Inline it reads the state, the tail of the stream index and the newest live
+        record file (a few ``pread``, ``open`` and ``fstat`` calls on the page
+        cache) and blocks wherever it would do more: a survey of the records, an
+        orphan newer than the answer, a record missing, damaged or of another
+        stream (the worker re-looks, then raises), or more than a few expired
+        checkpoints at the tail."""
         try:
-            got = self._latest_indexed(stream, now, cap)
-        except IndexDamaged:
-            return view_latest(self.survey_upto(state), stream, now)
-        if got is None and self._index_missing(state):
-            return view_latest(self.survey_upto(state), stream, now)
-        orphan = state.orphan
-        if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
-            return self._past_orphan(orphan, stream, now, got)
-        return got
+            state = self.heal(budget)
+            cap = fmt.visible_cap(state)
+            if self._records_only(state):
+                budget.block()
+                return view_latest(self.survey_upto(state), stream, now)
+            assert state is not None
+            try:
+                got = self._latest_indexed(stream, now, cap, budget)
+            except IndexDamaged:
+                budget.block()
+                return view_latest(self.survey_upto(state), stream, now)
+            if got is None and self._index_missing(state, budget):
+                return view_latest(self.survey_upto(state), stream, now)
+            orphan = state.orphan
+            if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
+                budget.block()
+                return self._past_orphan(orphan, stream, now, got)
+            return got
+        except ConcurrentModificationError:
+            budget.block()
+            raise
 
     def _past_orphan(
         self, orphan: tuple[int, str], stream: str, now: datetime, got: StoredRecord | None
@@ -276,31 +286,27 @@ class ReadsMixin(EngineCore):
             return found[0]
         return got
 
-    def _latest_indexed(self, stream: str, now: datetime, cap: int | None) -> StoredRecord | None:
+    def _latest_indexed(
+        self, stream: str, now: datetime, cap: int | None, budget: Budget
+    ) -> StoredRecord | None:
         sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
         for _ in range(READ_RETRIES):
-            idx = self._index_for_read(sfile)
+            idx = self._index_for(sfile, budget)
             if idx is None:
                 return None
+            dirs: dict[int, int] = {}
             try:
                 with idx:
-                    return self._latest_in(idx, stream, now, now_us, cap)
+                    return self._latest_walk(idx, stream, now, now_us, dirs, cap, budget)
             except _Retry:
                 continue
+            finally:
+                self.close_dirs(dirs)
         raise ConcurrentModificationError(
             f"get_latest({stream!r}) was disturbed by concurrent writers {READ_RETRIES} times "
             f"in a row in the file store at {self.root}; retry"
         )
-
-    def _latest_in(
-        self, idx: StreamIndex, stream: str, now: datetime, now_us: int, cap: int | None
-    ) -> StoredRecord | None:
-        dirs: dict[int, int] = {}
-        try:
-            return self._latest_walk(idx, stream, now, now_us, dirs, cap)
-        finally:
-            self.close_dirs(dirs)
 
     def _latest_walk(
         self,
@@ -310,12 +316,20 @@ class ReadsMixin(EngineCore):
         now_us: int,
         dirs: dict[int, int],
         cap: int | None,
+        budget: Budget,
     ) -> StoredRecord | None:
-        for pos, slot in idx.walk(idx.count - 1, -1):
+        loaded = 0
+        for seen, (pos, slot) in enumerate(idx.walk(idx.count - 1, -1)):
+            if seen >= INLINE_TAIL_SLOTS:
+                budget.block()
             if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
                 continue
-            got = self.load_record(slot.seq, slot.cid, dirs)
+            loaded += 1
+            if loaded > INLINE_TAIL_RECORDS:
+                budget.block()
+            got = self._load(slot.seq, slot.cid, dirs, budget)
             if got is None:
+                budget.block()
                 if self._slot_changed(idx, pos, slot):
                     raise _Retry
                 raise self.decode_error(
@@ -326,6 +340,7 @@ class ReadsMixin(EngineCore):
                 )
             record = got[0]
             if record.stream != stream:
+                budget.block()
                 raise self.decode_error(
                     f"the record belongs to stream {record.stream!r}", slot.seq, slot.cid
                 )
@@ -333,54 +348,68 @@ class ReadsMixin(EngineCore):
                 return record
         return None
 
-    def get(self, cid: str, now: datetime) -> StoredRecord | None:
+    def get(self, cid: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
         """The live record ``cid`` via the id table; ``None`` if missing or expired.
-        Without a usable id table, from the records."""
-        state = self.heal()
-        cap = fmt.visible_cap(state)
-        if self._records_only(state):
-            return view_get(self.survey_upto(state), cid, now)
+        Without a usable id table, from the records.
+
+        Inline it reads the state, probes the id table and reads the record file its
+        entry names; it answers "no such id" only when the probe met no other id's
+        entry and each deleted entry of this id is confirmed gone by one ``lstat``,
+        and blocks for anything else (see :meth:`_get_indexed`)."""
         try:
-            return self._get_indexed(cid, now, cap)
-        except IndexDamaged:
-            return view_get(self.survey_upto(state), cid, now)
+            state = self.heal(budget)
+            cap = fmt.visible_cap(state)
+            if self._records_only(state):
+                budget.block()
+                return view_get(self.survey_upto(state), cid, now)
+            try:
+                return self._get_indexed(cid, now, cap, budget)
+            except IndexDamaged:
+                budget.block()
+                return view_get(self.survey_upto(state), cid, now)
+        except ConcurrentModificationError:
+            budget.block()
+            raise
 
     def _get_indexed(
-        self, cid: str, now: datetime, cap: int | None, table: IdTable | None = None
+        self, cid: str, now: datetime, cap: int | None, budget: Budget, table: IdTable | None = None
     ) -> StoredRecord | None:
         """Through the id table (``table``, if the caller has it open). Raises
         :class:`IndexDamaged` (so the caller asks the records) when the table says
         something the record files contradict. A record above ``cap`` is not
         shown (see :func:`.format.visible_cap`); an entry above it is still
         checked against the record files, since a damaged entry can say any
-        sequence."""
+        sequence. Inline, an entry above ``cap`` or a record that is not there
+        blocks (the worker looks again)."""
         key = fmt.id_key(cid)
         for attempt in range(READ_RETRIES):
             if table is not None and attempt == 0:
                 candidates, deleted, others = table.lookup_checked(key)
             else:
-                with self._ids_for_read() as ids:
+                with self._ids_for(budget) as ids:
                     candidates, deleted, others = ids.lookup_checked(key)
             missing: list[int] = []
             hidden = False
             for seq in candidates:
                 if cap is not None and seq > cap:
+                    budget.block()
                     if self._record_exists(seq, cid):
                         hidden = True  # saved after this read began, or a batch in flight
                     else:
                         missing.append(seq)
                     continue
-                got = self.load_record(seq, cid)
+                got = self._load(seq, cid, None, budget)
                 if got is None:
+                    budget.block()
                     missing.append(seq)
                     continue
                 record = got[0]
                 return None if record.is_expired(now) else record
             if not missing:
                 if not hidden:
-                    self._confirm_absent(cid, deleted, others)
+                    self._confirm_absent(cid, deleted, others, budget)
                 return None
-            with self._ids_for_read() as ids:
+            with self._ids_for(budget) as ids:
                 again, _, _ = ids.lookup_checked(key)
             if again != candidates:
                 continue
@@ -404,11 +433,16 @@ class ReadsMixin(EngineCore):
             f"in the file store at {self.root}; retry"
         )
 
-    def _confirm_absent(self, cid: str, deleted: list[int], others: list[tuple[int, int]]) -> None:
+    def _confirm_absent(
+        self, cid: str, deleted: list[int], others: list[tuple[int, int]], budget: Budget
+    ) -> None:
         """Before answering "no such id": the entries on its probe must agree with
         the record files (id-table slots have no checksum). Raises
-        :class:`IndexDamaged` if one does not. Costs a directory listing per other
-        entry, and only on this path."""
+        :class:`IndexDamaged` if one does not. Costs an ``lstat`` per deleted entry
+        and a directory listing per other entry (which blocks), and only on this
+        path."""
+        if others or len(deleted) > INLINE_DELETED:
+            budget.block()
         if any(self._record_exists(seq, cid) for seq in deleted):
             raise IndexDamaged(f"{fmt.IDS_NAME} marks {cid!r} deleted; its record exists")
         for key, seq in others:
@@ -441,7 +475,7 @@ class ReadsMixin(EngineCore):
 
     def read_raw(self, cid: str) -> bytes:
         """The stored bytes of ``cid``, unverified (the conformance kit's backdoor)."""
-        with self._ids_for_read() as ids:
+        with self.open_ids() as ids:
             candidates = [seq for _, seq in ids.lookup(fmt.id_key(cid))]
         for seq in candidates:
             bucket = self.bucket(seq)
@@ -486,7 +520,7 @@ class ReadsMixin(EngineCore):
             return None
 
     def _index_kept(self, sfile: str) -> StreamIndex | None:
-        """:meth:`_index_for_read` through this thread's kept descriptors: ``None`` if
+        """:meth:`~.core.EngineCore.open_index` through this thread's kept descriptors: ``None`` if
         there is no such index; raises :class:`IndexDamaged` as the open does."""
         kept = self._kept()
         streams = self.fd("streams")
@@ -501,7 +535,7 @@ class ReadsMixin(EngineCore):
             self.io.close(idx.fd)
         if st is None:
             return None
-        idx = self._index_for_read(sfile)
+        idx = self.open_index(sfile)
         if idx is None:
             return None
         idx.keep = True
@@ -570,200 +604,48 @@ class ReadsMixin(EngineCore):
             self.io.close(old)
         return fd
 
-    # -- point reads that never wait (for the event loop's thread) ---------------------
+    # -- descriptors and records, by budget ----------------------------------------------
 
-    def _state_nowait(self) -> fmt.State | None:
-        """The state, if a point read may go ahead without the worker: readable, not
-        torn (:meth:`heal` would read it again), no journal that :meth:`heal` could
-        finish under the lock or that hides a batch (only a completed save's entry,
-        which every save leaves), and indexes this open trusts. ``None``: take the hop.
-        Also ``None`` for a thread that holds the write lock (its descriptors are the
-        writer's cached ones; the loop's thread never holds it between calls)."""
-        if self._holding():
-            return None
-        state = self.read_state()
-        if state is None or state.torn or self.degraded is not None:
-            return None
-        journal = state.journal
-        if journal is not None and journal.op != "insert":
-            return None
-        return state
+    def _index_for(self, sfile: str, budget: Budget) -> StreamIndex | None:
+        """The stream index ``sfile`` for a read (``None`` if there is none): inline
+        through this thread's kept descriptors, in the worker a fresh open. Raises
+        :class:`IndexDamaged`, which sends the read to the records."""
+        if budget.inline:
+            return self._index_kept(sfile)
+        return self.open_index(sfile)
 
-    def latest_nowait(self, stream: str, now: datetime) -> StoredRecord | Hop | None:
-        """:meth:`latest`, when it is the cheap indexed read, else :data:`HOP` at once.
+    def _ids_for(self, budget: Budget) -> IdTable:
+        """The id table for a read, as :meth:`_index_for` opens an index."""
+        if budget.inline:
+            return self._ids_kept()
+        return self.open_ids()
 
-        It runs on the caller's thread (the event loop's) and reads the state, the
-        tail of the stream index and the newest live record file: a few ``pread``,
-        ``open`` and ``fstat`` calls on the page cache, with no lock, no sleep and no
-        retry. Wherever :meth:`latest` would do more, it answers :data:`HOP` and the
-        caller runs :meth:`latest` in a worker, which decides: a torn or unreadable
-        state, a journal :meth:`heal` may finish, a degraded open, a damaged or
-        missing index (a survey of the records), an orphan newer than the answer, a
-        record that is missing, damaged or of another stream (the worker re-looks,
-        then raises the same error it always raises), a concurrent writer in the way,
-        or more than a few expired checkpoints at the tail. So its answers are
-        exactly :meth:`latest`'s, and it never raises
-        :class:`~statekeeper.errors.CheckpointDecodeError` itself; OS errors
-        propagate as they would from :meth:`latest`."""
-        state = self._state_nowait()
-        if state is None:
-            return HOP
-        cap = fmt.visible_cap(state)
-        try:
-            idx = self._index_kept(fmt.stream_file_name(stream))
-            if idx is None:
-                got: StoredRecord | Hop | None = None
-            else:
-                got = self._latest_nowait_in(idx, stream, now, cap)
-        except (IndexDamaged, ConcurrentModificationError):
-            return HOP
-        if got is HOP:
-            return HOP
-        if got is None and self._streams_unchanged(state) is not True:
-            return HOP  # a missing index: the worker lists streams/ (and surveys)
-        orphan = state.orphan
-        if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
-            return HOP
-        return got
-
-    def _latest_nowait_in(
-        self, idx: StreamIndex, stream: str, now: datetime, cap: int | None
-    ) -> StoredRecord | Hop | None:
-        """:meth:`_latest_walk` that stops with :data:`HOP` wherever that one would
-        re-look, raise, or keep walking for long."""
-        now_us = fmt.to_micros(now)
-        loaded = 0
-        for seen, (_, slot) in enumerate(idx.walk(idx.count - 1, -1)):
-            if seen >= _NOWAIT_SLOTS:
-                return HOP
-            if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
-                continue
-            loaded += 1
-            if loaded > _NOWAIT_RECORDS:
-                return HOP
-            got = self._load_nowait(slot.seq, slot.cid)
-            if got is None or got[0].stream != stream:
-                return HOP
-            if not got[0].is_expired(now):
-                return got[0]
-        return None
-
-    @overload
-    def _load_nowait(
-        self, seq: int, cid: str, seen: dict[int, int] | None = None, decoders: None = None
-    ) -> tuple[StoredRecord, bytes] | None: ...
-    @overload
-    def _load_nowait(
-        self, seq: int, cid: str, seen: dict[int, int] | None, decoders: Decoders
-    ) -> tuple[StoredRecord | Checkpoint, bytes] | None: ...
-    def _load_nowait(
-        self,
-        seq: int,
-        cid: str,
-        seen: dict[int, int] | None = None,
-        decoders: Decoders | None = None,
-    ) -> tuple[StoredRecord | Checkpoint, bytes] | None:
-        """:meth:`load_record` of a record file that is there, readable and at most
-        :data:`NOWAIT_RECORD_BYTES` long (its ``fstat`` tells, before any read);
-        ``None`` for anything else (missing, damaged, large, not a plain file), which
-        the worker reads instead and reports as it always does. With ``decoders``,
-        :meth:`load_entry` instead (the state decoded where it decodes).
-
-        ``seen`` (one page scan's, which visits buckets in order) holds the kept
-        bucket this scan last checked by ``lstat``, used again without one. Keeping
-        another bucket may close a kept one, so ``seen`` then forgets the rest."""
+    def _load(
+        self, seq: int, cid: str, dirs: dict[int, int] | None, budget: Budget
+    ) -> tuple[StoredRecord, bytes] | None:
+        """:meth:`~.core.EngineCore.load_record` for a read. Inline: through this
+        thread's kept bucket descriptors (``budget.seen`` holds the one this call
+        last checked by ``lstat``, used again without one), at most
+        :data:`~.budget.INLINE_RECORD_BYTES`, and a record that cannot be read (an
+        OS error, damage, too large) blocks; the worker reads it and reports it as
+        it always does. ``None``: the record file (or its bucket) is not there."""
+        if not budget.inline:
+            return self.load_record(seq, cid, dirs)
         try:
             number = fmt.bucket_of(seq)
-            bucket = seen.get(number) if seen is not None else None
+            seen = budget.seen
+            bucket = seen.get(number)
             if bucket is None:
                 bucket = self._bucket_kept(seq)
                 if bucket is None:
                     return None
-                if seen is not None:
-                    seen.clear()
-                    seen[number] = bucket
+                # keeping another bucket may close a kept one: forget the others
+                seen.clear()
+                seen[number] = bucket
             # the kept descriptor, handed over as load_record's own: not closed by it
-            dirs = {number: bucket}
-            if decoders is not None:
-                return self.load_entry(seq, cid, dirs, NOWAIT_RECORD_BYTES, decoders)
-            return self.load_record(seq, cid, dirs, NOWAIT_RECORD_BYTES)
+            return self.load_record(seq, cid, {number: bucket}, INLINE_RECORD_BYTES)
         except (OSError, IndexDamaged, CheckpointDecodeError):
-            return None
-
-    def get_nowait(self, cid: str, now: datetime) -> StoredRecord | Hop | None:
-        """:meth:`get`, when it is the cheap indexed read, else :data:`HOP` at once.
-
-        Like :meth:`latest_nowait`: it reads the state, probes the id table and
-        reads the record file its entry names, and answers "no such id" only when
-        the probe met no other id's entry and each deleted entry of this id is
-        confirmed gone by one ``lstat``. Anything else (an entry above the reader's
-        cap, a record missing, damaged or unreadable, other entries to check against
-        their record files, a damaged or missing id table, and every case
-        :meth:`_state_nowait` refuses) is :data:`HOP`, and :meth:`get` in a worker
-        decides, as it always has."""
-        state = self._state_nowait()
-        if state is None:
-            return HOP
-        cap = fmt.visible_cap(state)
-        try:
-            candidates, deleted, others = self._ids_kept().lookup_checked(fmt.id_key(cid))
-            for seq in candidates:
-                if cap is not None and seq > cap:
-                    return HOP
-                got = self._load_nowait(seq, cid)
-                if got is None:
-                    return HOP
-                return None if got[0].is_expired(now) else got[0]
-            if others or len(deleted) > _NOWAIT_DELETED:
-                return HOP
-            if any(self._record_exists(seq, cid) for seq in deleted):
-                return HOP  # the id table is damaged: the worker asks the records
-        except (IndexDamaged, ConcurrentModificationError):
-            return HOP
-        return None
-
-    def scan_nowait(
-        self,
-        query: ScanQuery,
-        probe_of: ProbeOf | None,
-        decoders: Decoders | None = None,
-    ) -> tuple[list[Entry], ScanQuery | None, list[Entry]] | Hop:
-        """:meth:`scan_and_probe` (or, with no ``probe_of``, :meth:`scan`) of one
-        stream, when it is the cheap indexed read, else :data:`HOP` at once.
-
-        Like :meth:`latest_nowait`, it runs on the caller's thread (the event
-        loop's) with no lock, no sleep and no retry: the state, the stream index
-        through this thread's kept descriptor, the page's slots, and each record
-        file (``open``, ``fstat``, ``pread``, ``close``; each bucket directory of
-        the page checked by one ``lstat``) on the page cache. Wherever the worker's
-        scan would do more or answer otherwise, it answers :data:`HOP` and the
-        worker scans, exactly as without it: a global or metadata-filtered listing,
-        every case :meth:`_state_nowait` refuses, an orphan, a damaged or missing
-        index, a writer in the way, more than :data:`_NOWAIT_EXTRA_SLOTS` slots or
-        :data:`_NOWAIT_EXTRA_RECORDS` records passed over (deleted or expired
-        checkpoints, a sparse tag filter), and a record that is missing, damaged,
-        unreadable, larger than :data:`NOWAIT_RECORD_BYTES` or of another stream
-        (the worker reports it as skipped, or sees it was deleted meanwhile). So a
-        page it returns never holds a :class:`~statekeeper.models.Skipped` entry.
-        OS errors propagate as they would from the worker's scan. ``decoders``: the
-        page's records whose states decode come back decoded (never the probe's)."""
-        if query.stream is None or query.metadata:
-            return HOP
-        state = self._state_nowait()
-        if state is None or state.orphan is not None:
-            return HOP  # (a state _state_nowait gives is one the indexes are trusted for)
-        cap = fmt.visible_cap(state)
-        try:
-            idx = self._index_kept(fmt.stream_file_name(query.stream))
-            if idx is None:
-                return HOP  # a missing index: the worker lists streams/ (and surveys)
-            page = self._scan_slots(idx, query, {}, cap, nowait=True, decoders=decoders)
-            if probe_of is None:
-                return page, None, []
-            probe = probe_of(page)
-            return page, probe, self._scan_slots(idx, probe, {}, cap, nowait=True)
-        except (IndexDamaged, ConcurrentModificationError, _NoWait):
-            return HOP
+            raise WouldBlock from None
 
     # -- tolerant scans -----------------------------------------------------------------
 
@@ -771,72 +653,71 @@ class ReadsMixin(EngineCore):
         """Every stream in global sequence order (the listing mixin has it)."""
         raise NotImplementedError
 
-    def scan(self, query: ScanQuery, decoders: Decoders | None = None) -> list[Entry]:
-        """The entries of ``query`` (``decoders``: see :meth:`_scan_slots`). A scan of
-        one stream also reports, as skipped, each damaged record of unknown stream
-        in its range (see :mod:`.orphans`), from the index or from the records."""
-        state = self.heal()
-        cap = fmt.visible_cap(state)
-        # the paths off the stream index give records (list_page decodes them)
+    def scan_page(
+        self, query: ScanQuery, probe_of: ProbeOf | None, budget: Budget = WORKER
+    ) -> PageEntries:
+        """The entries of ``query`` and, with ``probe_of``, those of the probe
+        ``probe_of(page)`` that decides the page's other cursor: both read one
+        ``state`` (one cap: the probe sees what the page saw), through one open
+        stream index and the same bucket descriptors, or from one survey of the
+        records. A scan of one stream also reports, as skipped, each damaged record
+        of unknown stream in its range (see :mod:`.orphans`).
+
+        Inline, a page of one stream from its index, whose records are there,
+        readable and of that stream; it blocks for a global listing, an orphan, a
+        damaged or missing index, a record missing, damaged, too large or of
+        another stream (which the worker reports as skipped, or sees deleted), and
+        more than :data:`~.budget.INLINE_EXTRA_SLOTS` slots or
+        :data:`~.budget.INLINE_EXTRA_RECORDS` records passed over. So an inline
+        page never holds a :class:`~statekeeper.models.Skipped` entry."""
         if query.stream is None:
-            # from the bucket directories: no index needed
-            return list[Entry](self._scan_all(query, cap))
-        if self._records_only(state):
-            return list[Entry](view_scan(self.survey_upto(state), query))
-        assert state is not None
-        try:
-            idx = self._index_for_read(fmt.stream_file_name(query.stream))
-            if idx is None:
-                if self._index_missing(state):
-                    return list[Entry](view_scan(self.survey_upto(state), query))
-                return self._with_orphans([], query, state, cap)
-            with idx:
-                page = self._scan_index(idx, query, cap, decoders)
-            return self._with_orphans(page, query, state, cap)
-        except IndexDamaged:
-            return list[Entry](view_scan(self.survey_upto(state), query))
-
-    def scan_and_probe(
-        self, query: ScanQuery, probe_of: ProbeOf, decoders: Decoders | None = None
-    ) -> tuple[list[Entry], ScanQuery, list[Entry]]:
-        """:meth:`scan` of ``query``, then of ``probe_of(page)``: a page and the probe
-        that decides its other cursor. On the indexed path both read one ``state``
-        (one cap: the probe sees what the page saw) through one open stream index
-        and the same bucket descriptors; from the records (one survey for both)
-        where :meth:`scan` would go there; anywhere else, two :meth:`scan` calls."""
-        if query.stream is not None:
-            state = self.heal()
-            if self._records_only(state):
-                s = self.survey_upto(state)
-                page = list[Entry](view_scan(s, query))
-                probe = probe_of(page)
-                return page, probe, list[Entry](view_scan(s, probe))
+            budget.block()
+            state = self.heal(budget)
             cap = fmt.visible_cap(state)
+            page = list[Entry](self._scan_all(query, cap))
+            if probe_of is None:
+                return page, None
+            return page, list[Entry](self._scan_all(probe_of(page), cap))
+        try:
+            state = self.heal(budget)
+            if self._records_only(state):
+                budget.block()
+                return _view_page(self.survey_upto(state), query, probe_of)
+            assert state is not None
             try:
-                idx = self._index_for_read(fmt.stream_file_name(query.stream))
-                if idx is not None:
-                    dirs: dict[int, int] = {}
-                    try:
-                        with idx:
-                            page = self._scan_slots(idx, query, dirs, cap, decoders=decoders)
-                            page = self._with_orphans(page, query, state, cap)
-                            probe = probe_of(page)
-                            probed = self._scan_slots(idx, probe, dirs, cap)
-                            return page, probe, self._with_orphans(probed, probe, state, cap)
-                    finally:
-                        self.close_dirs(dirs)
+                return self._indexed_page(query, probe_of, state, budget)
             except IndexDamaged:
-                pass  # the records answer, below
-        page = self.scan(query, decoders)
-        probe = probe_of(page)
-        return page, probe, self.scan(probe)
+                budget.block()
+                return _view_page(self.survey_upto(state), query, probe_of)
+        except ConcurrentModificationError:
+            budget.block()
+            raise
 
-    def _scan_index(
-        self, idx: StreamIndex, q: ScanQuery, cap: int | None, decoders: Decoders | None = None
-    ) -> list[Entry]:
+    def _indexed_page(
+        self, query: ScanQuery, probe_of: ProbeOf | None, state: fmt.State, budget: Budget
+    ) -> PageEntries:
+        """:meth:`scan_page` from the stream index (``IndexDamaged`` if it is damaged)."""
+        assert query.stream is not None
+        cap = fmt.visible_cap(state)
+        idx = self._index_for(fmt.stream_file_name(query.stream), budget)
+        if idx is None:
+            if self._index_missing(state, budget):
+                return _view_page(self.survey_upto(state), query, probe_of)
+            page = self._with_orphans([], query, state, cap, budget)
+            if probe_of is None:
+                return page, None
+            probe = probe_of(page)
+            return page, self._with_orphans([], probe, state, cap, budget)
         dirs: dict[int, int] = {}
         try:
-            return self._scan_slots(idx, q, dirs, cap, decoders=decoders)
+            with idx:
+                page = self._scan_slots(idx, query, dirs, cap, budget)
+                page = self._with_orphans(page, query, state, cap, budget)
+                if probe_of is None:
+                    return page, None
+                probe = probe_of(page)
+                found = self._scan_slots(idx, probe, dirs, cap, budget)
+                return page, self._with_orphans(found, probe, state, cap, budget)
         finally:
             self.close_dirs(dirs)
 
@@ -846,16 +727,11 @@ class ReadsMixin(EngineCore):
         q: ScanQuery,
         dirs: dict[int, int],
         cap: int | None,
-        *,
-        nowait: bool = False,
-        decoders: Decoders | None = None,
+        budget: Budget,
     ) -> list[Entry]:
-        """The entries of ``q`` from ``idx``'s slots. ``nowait`` (the event loop's
-        thread, :meth:`scan_nowait`): each record through :meth:`_load_nowait`, and
-        :class:`_NoWait` wherever the worker's scan would report a skipped entry or
-        look again (a record missing, damaged, unreadable or of another stream).
-        ``decoders`` (a listed page's scan): a record whose state decodes is its
-        checkpoint (:meth:`load_entry`); the caller decodes any other as usual."""
+        """The entries of ``q`` from ``idx``'s slots. Inline, what the worker would
+        report as skipped or look at again blocks, and so does passing over more
+        slots or records than the budget allows."""
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.locate(q.bound, right=True)), 1
             if start >= idx.count > 0:
@@ -867,38 +743,20 @@ class ReadsMixin(EngineCore):
                 _check_edge(idx, 0, q.bound, beyond=True)
         now_us = fmt.to_micros(q.now)
         out: list[Entry] = []
-        seen: dict[int, int] = {}
-        # nowait: how many slots and records may be passed over (see the constants)
-        slots_left, records_left = _NOWAIT_EXTRA_SLOTS, _NOWAIT_EXTRA_RECORDS
+        slots_left, records_left = INLINE_EXTRA_SLOTS, INLINE_EXTRA_RECORDS
         for pos, slot in idx.walk(start, step, first=min(q.limit, _PAGE_SLOTS)):
             if not slot.live or slot.expired(now_us) or (cap is not None and slot.seq > cap):
-                if nowait:
-                    slots_left -= 1
-                    if slots_left < 0:
-                        raise _NoWait
-                continue
-            if nowait:
-                got = self._load_nowait(slot.seq, slot.cid, seen, decoders)
-                if got is None or got[0].stream != q.stream:
-                    raise _NoWait
-                if wanted(got[0], q):
-                    out.append(got[0])
-                    if len(out) >= q.limit:
-                        break
-                else:
-                    records_left -= 1
-                    if records_left < 0:
-                        raise _NoWait
+                slots_left -= 1
+                if slots_left < 0:
+                    budget.block()
                 continue
             try:
-                if decoders is not None:
-                    got = self.load_entry(slot.seq, slot.cid, dirs, None, decoders)
-                else:
-                    got = self.load_record(slot.seq, slot.cid, dirs)
+                got = self._load(slot.seq, slot.cid, dirs, budget)
             except CheckpointDecodeError as exc:
                 out.append(skipped_from(exc, slot.cid, slot.seq))
             else:
                 if got is None:
+                    budget.block()
                     if self._slot_changed(idx, pos, slot):
                         continue  # deleted since we read the slot
                     out.append(
@@ -910,6 +768,7 @@ class ReadsMixin(EngineCore):
                         )
                     )
                 elif got[0].stream != q.stream:
+                    budget.block()
                     out.append(
                         self._skipped(
                             slot.seq,
@@ -919,6 +778,9 @@ class ReadsMixin(EngineCore):
                         )
                     )
                 elif not wanted(got[0], q):
+                    records_left -= 1
+                    if records_left < 0:
+                        budget.block()
                     continue
                 else:
                     out.append(got[0])
@@ -927,13 +789,6 @@ class ReadsMixin(EngineCore):
         return out
 
     # -- helpers ------------------------------------------------------------------------
-
-    def _index_for_read(self, sfile: str) -> StreamIndex | None:
-        """Raises :class:`IndexDamaged`, which sends the read to the records."""
-        return self.open_index(sfile)
-
-    def _ids_for_read(self) -> Any:
-        return self.open_ids()
 
     def _slot_changed(self, idx: StreamIndex, pos: int, slot: fmt.Slot) -> bool:
         """Whether the index (looked up afresh by name) no longer says ``slot`` at ``pos``."""
@@ -966,6 +821,14 @@ class ReadsMixin(EngineCore):
         )
 
 
+def _view_page(s: Survey, query: ScanQuery, probe_of: ProbeOf | None) -> PageEntries:
+    """A page (and its probe) from one survey of the records."""
+    page = list[Entry](view_scan(s, query))
+    if probe_of is None:
+        return page, None
+    return page, list[Entry](view_scan(s, probe_of(page)))
+
+
 def _same_regular(st: Any, identity: tuple[int, int]) -> bool:
     """Whether ``st`` (an ``lstat``) is the regular, singly linked file ``identity``."""
     return (st.st_dev, st.st_ino) == identity and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
@@ -982,11 +845,10 @@ def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) 
         raise IndexDamaged(f"streams/{idx.name}: slot {pos} is out of order")
 
 
-def wanted(record: StoredRecord | Checkpoint, q: ScanQuery) -> bool:
-    """Whether a scan of ``q`` lists ``record`` (or the checkpoint it decoded to):
-    not expired at ``q.now``, and with every tag ``q`` asks for (an unfiltered
-    page's rows skip the tag loop)."""
-    header = record.header if isinstance(record, StoredRecord) else record
+def wanted(record: StoredRecord, q: ScanQuery) -> bool:
+    """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
+    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop)."""
+    header = record.header
     expires = header.expires_at
     if expires is not None and expires <= q.now:
         return False

@@ -28,6 +28,7 @@ from typing import Any
 from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
 from . import format as fmt
+from .budget import WORKER, Budget
 from .core import RecordProblem, Txn
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import read_exact
@@ -48,21 +49,24 @@ class RecoveryMixin(RebuildMixin):
 
     # -- the lock holder's view ------------------------------------------------------------
 
-    def _txn(self, state: fmt.State | None = None) -> Txn:
+    def _txn(self, state: fmt.State | None = None, budget: Budget = WORKER) -> Txn:
         """A transaction over the current state (read now, unless the caller just
-        read it under the lock and passes it)."""
+        read it under the lock and passes it). An unreadable or torn state blocks
+        (a rebuild, a write)."""
         if state is None:
             state = self.read_state()
         if state is None:
             # Both copies are unreadable (wiped, or a power cut mid-write in fast mode;
             # a new store starts this way too): rebuild everything from the records,
             # the high-water mark included.
+            budget.block()
             tx = Txn(self, fmt.State(gen=2))
             self._rebuild_all(tx)
             return tx
         if state.torn:
             # The newer copy is torn, so this one may lag a save: never hand out a
             # sequence that a record on disk already has.
+            budget.block()
             state = state.next(hwm=max(state.hwm, self._max_on_disk()))
             self.write_state(state)
         if state.gen != self._my_gen:
@@ -70,17 +74,21 @@ class RecoveryMixin(RebuildMixin):
         return Txn(self, state)
 
     @contextmanager
-    def writing(self) -> Iterator[Txn]:
-        """The write lock plus the current state, with any crashed journal finished."""
-        with self.locked():
-            yield self.recover_pending()
+    def writing(self, budget: Budget = WORKER) -> Iterator[Txn]:
+        """The write lock plus the current state, with any crashed journal finished.
+        Inline, a lock held elsewhere blocks, and so does a journal to finish."""
+        with self.locked(wait=not budget.inline) as got:
+            if not got:
+                budget.block()
+            yield self.recover_pending(budget)
 
-    def recover_pending(self) -> Txn:
+    def recover_pending(self, budget: Budget = WORKER) -> Txn:
         """Finish a crashed writer's journal (under the lock); metadata too damaged
         for that is rebuilt from the records."""
-        tx = self._txn()
+        tx = self._txn(budget=budget)
         journal = tx.state.journal
         if journal is not None and not self._insert_done(tx, journal):
+            budget.block()
             try:
                 if journal.op in fmt.BATCH_OPS:
                     self._resolve_batch(tx)

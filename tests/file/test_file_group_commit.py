@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fault_io import FaultHookIO
+
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file.budget import WORKER, Budget, WouldBlock
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     BackendError,
@@ -43,7 +44,12 @@ class Gate:
         engine = store._engine
         insert, insert_group = engine.insert, engine.insert_group
 
-        def gated_insert(record: Any) -> Any:
+        def gated_insert(record: Any, budget: Budget = WORKER) -> Any:
+            if budget.inline:
+                # A lone durability="fast" save would run on the loop's thread without
+                # the hop, past the gate: send every save through the worker, as under
+                # load.
+                raise WouldBlock
             if not self.entered.is_set():
                 self.entered.set()
                 assert self.release.wait(30), "the gate was never released"
@@ -57,9 +63,6 @@ class Gate:
 
         engine.insert = gated_insert  # type: ignore[method-assign]
         engine.insert_group = recorded_group  # type: ignore[method-assign]
-        # A lone durability="fast" save would run on the loop's thread without the
-        # hop, past the gate: send every save through the worker, as under load.
-        engine.insert_nowait = lambda record: None  # type: ignore[method-assign]
 
 
 async def queued_behind_one(

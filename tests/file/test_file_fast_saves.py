@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from file_helpers import count_hops
+
 from statekeeper.backends.file import FileCheckpointStore
 
 pytestmark = pytest.mark.asyncio
