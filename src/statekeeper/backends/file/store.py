@@ -425,8 +425,10 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         runs again in the worker thread, where it may block (see :mod:`.budget`).
         The hop costs more than such a read."""
         if inline and self._inline_reads:
-            with contextlib.suppress(WouldBlock):
+            try:
                 return self._call(what, read, *args, Budget(inline=True))
+            except WouldBlock:
+                pass  # the worker reads it, below
         return await self._run(what, read, *args, WORKER)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
