@@ -97,7 +97,8 @@ class _Handle:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if not self.keep:  # close(), without the call (a kept handle is on hot paths)
+            self.io.close(self.fd)
 
 
 class StreamIndex(_Handle):

@@ -302,7 +302,8 @@ class ReadsMixin(EngineCore):
             except _Retry:
                 continue
             finally:
-                self.close_dirs(dirs)
+                if dirs:  # (inline, the kept buckets are used, never these)
+                    self.close_dirs(dirs)
         raise ConcurrentModificationError(
             f"get_latest({stream!r}) was disturbed by concurrent writers {READ_RETRIES} times "
             f"in a row in the file store at {self.root}; retry"
@@ -719,7 +720,8 @@ class ReadsMixin(EngineCore):
                 found = self._scan_slots(idx, probe, dirs, cap, budget)
                 return page, self._with_orphans(found, probe, state, cap, budget)
         finally:
-            self.close_dirs(dirs)
+            if dirs:
+                self.close_dirs(dirs)
 
     def _scan_slots(
         self,
