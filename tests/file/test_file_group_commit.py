@@ -492,9 +492,9 @@ async def test_a_group_across_two_buckets_keeps_both_directories_open(
     not close one under it (regression: with one cached descriptor, the second
     bucket evicted and closed the first while its renames were still to come)."""
     import statekeeper as sk
-    from statekeeper.backends.file import core
+    from statekeeper.backends.file import descriptors
 
-    monkeypatch.setattr(core, "_BUCKETS_KEPT", 1)
+    monkeypatch.setattr(descriptors, "_BUCKETS_KEPT", 1)
     async with FileCheckpointStore(tmp_path / "s", durability="fast") as store:
         await store.save_many([sk.NewCheckpoint(stream="fill", state={}) for _ in range(996)])
         gate = Gate(store)

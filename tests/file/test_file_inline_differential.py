@@ -235,12 +235,12 @@ def outcome(
 def engine_reads(w: World) -> Iterator[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
     engine, now, rng = w.store._engine, w.store.now(), w.rng
     for stream in (*STREAMS, "never-used"):
-        yield "get_latest", engine.latest, (stream, now)
+        yield "get_latest", engine.reader.latest, (stream, now)
     ids = [cp.id for cp in rng.sample(w.saved, min(4, len(w.saved)))] + ["never-saved"]
     for cid in ids:
-        yield "load", engine.get, (cid, now)
-        yield "load_many", engine.get_many, ([cid], now)
-    yield "load_many", engine.get_many, (ids, now)
+        yield "load", engine.reader.get, (cid, now)
+        yield "load_many", engine.reader.get_many, ([cid], now)
+    yield "load_many", engine.reader.get_many, (ids, now)
     top = max((cp.sequence for cp in w.saved), default=0) + 2
     for _ in range(6):
         query = ScanQuery(
@@ -253,7 +253,7 @@ def engine_reads(w: World) -> Iterator[tuple[str, Callable[..., Any], tuple[Any,
         )
         probed = query.bound is not None and rng.random() < 0.8  # list probes past a bound
         probe_of = w.store._probe_of(query) if probed else None
-        yield "list", engine.scan_page, (query, probe_of)
+        yield "list", engine.pages.scan_page, (query, probe_of)
 
 
 async def public(store: FileCheckpointStore, w: World, what: str, arg: Any) -> Any:

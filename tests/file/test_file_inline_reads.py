@@ -158,11 +158,11 @@ async def test_a_damaged_index_falls_back_to_the_records(tmp_path: Path) -> None
         saved = [await store.save("job", {"i": i}) for i in range(5)]
         hops = count_hops(store)
         (tmp_path / "s" / "streams" / "job.idx").write_bytes(b"\0" * 5000)
-        assert inline(store, store._engine.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got == ("checkpoint", (saved[-1].id, saved[-1].sequence, {"i": 4}))
         (tmp_path / "s" / "ids.idx").write_bytes(b"junk")
-        assert inline(store, store._engine.get, saved[1].id) == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[1].id) == BLOCKS
         got = await one_hop(hops, "load", lambda: store.load(saved[1].id))
         assert got == ("checkpoint", (saved[1].id, saved[1].sequence, {"i": 1}))
 
@@ -183,7 +183,7 @@ async def test_a_missing_index_falls_back_to_the_records(tmp_path: Path) -> None
         assert await store.get_latest("nothing") is None  # streams/ seen whole
         hops = count_hops(store)
         (tmp_path / "s" / "streams" / "job.idx").unlink()
-        assert inline(store, store._engine.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id  # never None: the records still have it
 
@@ -203,8 +203,8 @@ async def test_a_torn_or_unreadable_state_falls_back(tmp_path: Path, how: str) -
         state.write_bytes(bytes(data))
         read = store._engine.read_state()
         assert read is None if how == "unreadable" else read is not None and read.torn
-        assert inline(store, store._engine.latest, "job") == BLOCKS
-        assert inline(store, store._engine.get, saved[0].id) == BLOCKS
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[0].id) == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id
         got = await one_hop(hops, "load", lambda: store.load(saved[0].id))
@@ -232,8 +232,8 @@ async def test_a_crashed_writers_journal_is_finished_in_the_worker(tmp_path: Pat
             await store.delete(saved[-1].id)
         state = store._engine.read_state()
         assert state is not None and state.journal is not None and state.journal.op == "delete"
-        assert inline(store, store._engine.latest, "job") == BLOCKS
-        assert inline(store, store._engine.get, saved[0].id) == BLOCKS
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[0].id) == BLOCKS
         hops = count_hops(store)
         latest = await store.get_latest("job")
         assert latest is not None and latest.id == saved[-2].id
@@ -261,8 +261,8 @@ async def test_a_damaged_newest_record_raises_as_the_hop_does(tmp_path: Path, da
             flip(path, -2)
         else:
             path.unlink()
-        assert inline(store, store._engine.latest, "job") == BLOCKS
-        assert inline(store, store._engine.get, saved[-1].id) == BLOCKS
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[-1].id) == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[0] == "raised" and got[1][0] == "CheckpointDecodeError"
         with pytest.raises(CheckpointDecodeError) as caught:
@@ -288,7 +288,7 @@ async def test_an_orphan_newer_than_the_answer_raises_as_the_hop_does(tmp_path: 
         assert state is not None and state.orphan == (job[-1].sequence, job[-1].id)
         hops = count_hops(store)
         for stream in ("other", "job", "never-used"):
-            assert inline(store, store._engine.latest, stream) == BLOCKS
+            assert inline(store, store._engine.reader.latest, stream) == BLOCKS
             got = await one_hop(hops, "get_latest", latest_of(store, stream))
             assert got[0] == "raised" and "drop-damaged" in got[1][1]
         newer = await store.save("other", {"n": 2})
@@ -395,8 +395,8 @@ async def test_a_batch_in_flight_sends_reads_to_the_worker(tmp_path: Path) -> No
         engine = store._engine
         for op in ("batch", "batched", "delete", "update"):
             with a_journal_in_flight(store, tmp_path / "s", op, cp.sequence), engine.active():
-                assert inline(store, engine.latest, "job") == BLOCKS
-                assert inline(store, engine.get, cp.id) == BLOCKS
+                assert inline(store, engine.reader.latest, "job") == BLOCKS
+                assert inline(store, engine.reader.get, cp.id) == BLOCKS
         hops = count_hops(store)
         assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
         assert hops == []
@@ -497,19 +497,19 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
                     return replace(query, order=back, bound=edge, limit=1)  # type: ignore[arg-type]
 
                 with engine.active():
-                    want, _ = engine.scan_page(query, None)
+                    want, _ = engine.pages.scan_page(query, None)
                     io.opened.clear()
-                    page, probed = engine.scan_page(query, probe_of)
+                    page, probed = engine.pages.scan_page(query, probe_of)
                     assert io.opened.count("job.idx") == 1
-                    assert (page, probed) == (want, engine.scan_page(probe_of(want), None)[0])
+                    assert (page, probed) == (want, engine.pages.scan_page(probe_of(want), None)[0])
         index = tmp_path / "s" / "streams" / "job.idx"
         index.unlink()  # replaced by junk: a new file, whose header is not a store's
         index.write_bytes(b"\0" * 5000)
         query = ScanQuery("job", order, saved[13].sequence, 6, {}, now)  # type: ignore[arg-type]
         with engine.active():
-            page, probed = engine.scan_page(query, lambda p: replace(query, limit=1))
-            assert page == engine.scan_page(query, None)[0] and len(page) == 6
-            assert probed == engine.scan_page(replace(query, limit=1), None)[0]
+            page, probed = engine.pages.scan_page(query, lambda p: replace(query, limit=1))
+            assert page == engine.pages.scan_page(query, None)[0] and len(page) == 6
+            assert probed == engine.pages.scan_page(replace(query, limit=1), None)[0]
 
 
 async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> None:
@@ -518,9 +518,9 @@ async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> 
         engine = store._engine
         with engine.active(), engine.locked() as got:
             assert got
-            assert inline(store, engine.latest, "job") == BLOCKS
-            assert inline(store, engine.get, cp.id) == BLOCKS
-        assert inline(store, engine.latest, "job").id == cp.id
+            assert inline(store, engine.reader.latest, "job") == BLOCKS
+            assert inline(store, engine.reader.get, cp.id) == BLOCKS
+        assert inline(store, engine.reader.latest, "job").id == cp.id
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
@@ -577,7 +577,7 @@ async def test_files_replaced_under_kept_descriptors_are_opened_afresh(tmp_path:
         saved = [await store.save("job", {"i": i}) for i in range(3)]
         assert (await store.get_latest("job")).id == saved[-1].id  # type: ignore[union-attr]
         assert (await store.load(saved[0].id)).id == saved[0].id
-        kept = store._engine._kept()
+        kept = store._engine.descriptors.mine()
         old_index, old_ids = kept.indexes["job.idx"].identity, kept.ids[0].identity  # type: ignore[index]
         await store.repair()
         newer = await store.save("job", {"i": 3})
@@ -600,6 +600,6 @@ async def test_an_id_table_header_damaged_under_a_kept_descriptor(tmp_path: Path
         data[10] ^= 0x55  # in the header, in place
         ids.write_bytes(bytes(data))
         hops = count_hops(store)
-        assert inline(store, store._engine.get, saved[1].id) == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[1].id) == BLOCKS
         got = await one_hop(hops, "load", load_of(store, saved[1].id))
         assert got[1][0] == saved[1].id

@@ -34,23 +34,24 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from ...errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
-    ConcurrentModificationError,
     PreconditionFailed,
     StatekeeperError,
 )
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import format as fmt
-from .budget import WORKER, Budget
 from .core import RecordProblem, Txn
 from .engine import EngineWrites
 from .index import IdTable, IndexDamaged
-from .io import syncfs_usable
-from .view import view_get
+from .io import FileIO, syncfs_usable
+from .listing import Listing
+from .pages import Pages
+from .reads import Reader
 
 __all__ = ["FileEngine"]
 
@@ -61,7 +62,15 @@ _MAX_JOURNAL_NAMES = 1200
 
 
 class FileEngine(EngineWrites):
-    """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
+    """The synchronous engine behind :class:`~.file.FileCheckpointStore`: the writes
+    (this class and its bases, under the lock) and the read side's parts, which
+    take no lock (:attr:`listing`, :attr:`reader`, :attr:`pages`)."""
+
+    def __init__(self, root: str, io: FileIO, **options: Any) -> None:
+        super().__init__(root, io, **options)
+        self.listing = Listing(self)
+        self.reader = Reader(self, self.listing, recover=self.recover_pending)
+        self.pages = Pages(self, self.listing, self.reader)
 
     # -- save_many ------------------------------------------------------------------------
 
@@ -464,35 +473,6 @@ class FileEngine(EngineWrites):
             if unreadable:
                 self._delete_orphan_done(tx, unreadable)
             return sum(len(victims) for victims in groups.values())
-
-    # -- load_many ------------------------------------------------------------------------
-
-    def get_many(
-        self, cids: list[str], now: datetime, budget: Budget = WORKER
-    ) -> dict[str, StoredRecord]:
-        """The live records among ``cids``: one ``state`` read, one open of the id
-        table for every probe; strict like :meth:`get` (a damaged one raises).
-        Inline it blocks where :meth:`get` would."""
-        try:
-            state = self.heal(budget)
-            cap = fmt.visible_cap(state)
-            if not self._records_only(state):
-                try:
-                    with self._ids_for(budget) as table:
-                        found = {}
-                        for cid in cids:
-                            record = self._get_indexed(cid, now, cap, budget, table)
-                            if record is not None:
-                                found[cid] = record
-                        return found
-                except IndexDamaged:
-                    pass
-            budget.block()
-            s = self.survey_upto(state)
-            return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
-        except ConcurrentModificationError:
-            budget.block()
-            raise
 
 
 def _chunks(

@@ -11,7 +11,6 @@ import os
 import stat
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any, Literal
 from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
 from ...record import StoredRecord, read_record
 from . import format as fmt
+from .descriptors import Descriptors
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
 
@@ -42,13 +42,6 @@ _KINDS = {
 
 #: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``.
 BatchSync = Literal["auto", "syncfs", "fsync"]
-
-_INDEXES_KEPT = 128
-_BUCKETS_KEPT = 4
-
-
-def _same_file(st: os.stat_result, identity: tuple[int, int]) -> bool:
-    return (st.st_dev, st.st_ino) == identity and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 class RecordProblem(Exception):
@@ -109,24 +102,19 @@ class EngineCore:
         self.store_id = ""
         self._fds: dict[str, int] = {}
         self._mutex = threading.Lock()
-        # The thread holding the write lock. Only it uses the writer caches below:
-        # descriptors kept open across calls and re-validated by one lstat per use,
-        # so a save costs one open (its temp file) instead of four.
+        # The thread holding the write lock (only it uses the writer's cached
+        # descriptors, see .descriptors).
         self._owner: int | None = None
-        self._index_cache: OrderedDict[str, StreamIndex] = OrderedDict()
-        self._ids_cache: IdTable | None = None
-        self._bucket_cache: dict[int, tuple[int, tuple[int, int], int]] = {}
         self._state_cache: tuple[bytes, fmt.State] | None = None
-        # The state generation this process wrote last, and the validation epoch of
-        # the writer caches: a lock holder that finds another generation in state
-        # (another process wrote since) starts a new epoch, and a cached descriptor
-        # is used without an lstat only if it was validated in the current epoch.
-        # Files this process replaces itself are dropped from the caches (forget).
+        # The state generation this process wrote last: a lock holder that finds
+        # another one starts a new epoch of the descriptor cache (see .descriptors).
         self._my_gen = -1
-        self._epoch = 0
-        # Verified stream-index headers by (device, inode, name): readers skip the
-        # 4 KiB read and parse. Shared by threads; a plain dict is safe for that.
-        self._headers: dict[tuple[int, int, str], str] = {}
+        #: Every descriptor kept open across calls, the lock holder's and the inline
+        #: readers'.
+        self.descriptors = Descriptors(self)
+        #: The bucket numbers, ascending, as a global listing last found them (see
+        #: :meth:`.listing.Listing.scan_all`); a rebuild forgets them.
+        self.buckets_listed: list[int] | None = None
         # In-flight calls, so close() never pulls a descriptor from under a thread.
         self._busy = 0
         self._busy_cond = threading.Condition()
@@ -161,7 +149,8 @@ class EngineCore:
                 self._busy_cond.wait()
             fds, self._fds = self._fds, {}
             self._closing = False
-        self._drop_caches()
+        self.descriptors.drop()
+        self.descriptors.close_kept()
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 self.io.close(fd)
@@ -169,25 +158,7 @@ class EngineCore:
     def forget(self, sfile: str | None = None, *, ids: bool = False) -> None:
         """Drop the cached descriptor of a file this process is about to replace or
         remove (stream index ``sfile``, or the id table)."""
-        if sfile is not None:
-            idx = self._index_cache.pop(sfile, None)
-            if idx is not None:
-                self.io.close(idx.fd)
-        if ids and self._ids_cache is not None:
-            old, self._ids_cache = self._ids_cache, None
-            self.io.close(old.fd)
-
-    def _drop_caches(self) -> None:
-        held = [idx.fd for idx in self._index_cache.values()]
-        held += [entry[0] for entry in self._bucket_cache.values()]
-        if self._ids_cache is not None:
-            held.append(self._ids_cache.fd)
-        self._index_cache.clear()
-        self._bucket_cache.clear()
-        self._ids_cache = None
-        for fd in held:
-            with contextlib.suppress(OSError):
-                self.io.close(fd)
+        self.descriptors.forget(sfile, ids=ids)
 
     def where(self, *parts: str) -> str:
         """A path for messages and ``Skipped.location``."""
@@ -215,38 +186,11 @@ class EngineCore:
 
     def bucket(self, seq: int, *, create: bool = False) -> int | None:
         """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
-        with :meth:`close_bucket`."""
-        number = fmt.bucket_of(seq)
-        name = fmt.bucket_name(number)
-        records = self.fd("records")
-        if not self._holding():
-            return self.open_dir(records, name, create=create)
-        cached = self._bucket_cache.get(number)
-        if cached is not None and cached[2] == self._epoch:
-            return cached[0]
-        if cached is not None:
-            try:
-                st = self.io.lstat(name, dir_fd=records)
-            except FileNotFoundError:
-                st = None
-            if st is not None and (st.st_dev, st.st_ino) == cached[1]:
-                self._bucket_cache[number] = (cached[0], cached[1], self._epoch)
-                return cached[0]
-            del self._bucket_cache[number]
-            self.io.close(cached[0])
-        fd = self.open_dir(records, name, create=create)
-        if fd is None:
-            return None
-        st = self.io.fstat(fd)
-        while len(self._bucket_cache) >= _BUCKETS_KEPT:
-            _, (old, _, _) = self._bucket_cache.popitem()
-            self.io.close(old)
-        self._bucket_cache[number] = (fd, (st.st_dev, st.st_ino), self._epoch)
-        return fd
+        with :meth:`close_bucket` (see :meth:`.descriptors.Descriptors.bucket`)."""
+        return self.descriptors.bucket(seq, create=create)
 
     def close_bucket(self, fd: int) -> None:
-        if not any(fd == held[0] for held in self._bucket_cache.values()):
-            self.io.close(fd)
+        self.descriptors.close_bucket(fd)
 
     def record_path(self, seq: int, cid: str) -> str:
         """The record's path relative to the root."""
@@ -338,7 +282,7 @@ class EngineCore:
                 raise self.decode_error(str(exc), seq, cid) from None
             if bucket is None:
                 return None
-            if dirs is not None and not self._holding():
+            if dirs is not None and not self.holding():
                 dirs[number] = bucket
                 owned = False
         try:
@@ -389,61 +333,11 @@ class EngineCore:
     def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
         """Open a stream index (``None`` if it does not exist). The lock holder gets a
         cached, writable handle; ``close`` it all the same."""
-        streams = self.fd("streams")
-        if not self._holding():
-            return StreamIndex.open(
-                self.io, streams, sfile, self.store_id, write=write, headers=self._headers
-            )
-        hit = self._index_cache.get(sfile)
-        if hit is not None and hit.epoch == self._epoch:
-            return hit
-        try:
-            st = self.io.lstat(sfile, dir_fd=streams)
-        except FileNotFoundError:
-            st = None
-        cached = self._index_cache.pop(sfile, None)
-        if cached is not None:
-            if st is not None and _same_file(st, cached.identity):
-                cached.refresh(st.st_size)
-                cached.epoch = self._epoch
-                self._index_cache[sfile] = cached
-                return cached
-            self.io.close(cached.fd)
-        if st is None:
-            return None
-        idx = StreamIndex.open(self.io, streams, sfile, self.store_id, write=True)
-        if idx is not None:
-            idx.keep = True
-            idx.epoch = self._epoch
-            self._index_cache[sfile] = idx
-            while len(self._index_cache) > _INDEXES_KEPT:
-                _, old = self._index_cache.popitem(last=False)
-                self.io.close(old.fd)
-        return idx
+        return self.descriptors.open_index(sfile, write=write)
 
     def open_ids(self, *, write: bool = False) -> IdTable:
         """Open the id table; the lock holder gets a cached, writable handle."""
-        root = self.fd("root")
-        if not self._holding():
-            return IdTable.open(self.io, root, self.store_id, write=write)
-        if self._ids_cache is not None and self._ids_cache.epoch == self._epoch:
-            return self._ids_cache
-        cached, self._ids_cache = self._ids_cache, None
-        if cached is not None:
-            try:
-                st = self.io.lstat(fmt.IDS_NAME, dir_fd=root)
-            except FileNotFoundError:
-                st = None
-            if st is not None and _same_file(st, cached.identity):
-                cached.epoch = self._epoch
-                self._ids_cache = cached
-                return cached
-            self.io.close(cached.fd)
-        ids = IdTable.open(self.io, root, self.store_id, write=True)
-        ids.keep = True
-        ids.epoch = self._epoch
-        self._ids_cache = ids
-        return ids
+        return self.descriptors.open_ids(write=write)
 
     # -- state and lock -----------------------------------------------------------------
 
@@ -514,7 +408,8 @@ class EngineCore:
         finally:
             self._mutex.release()
 
-    def _holding(self) -> bool:
+    def holding(self) -> bool:
+        """Whether this thread holds the write lock."""
         return self._owner == threading.get_ident()
 
     def _timeout_message(self) -> str:

@@ -22,18 +22,17 @@ from typing import Any
 
 from ...errors import CheckpointDecodeError
 from . import format as fmt
-from .core import Txn
+from .core import EngineCore, Txn
 from .index import IdTable, IndexDamaged, write_index
-from .listing import ListingMixin
 from .orphans import orphans_digest
-from .survey import Entry
+from .survey import Entry, take_survey
 
 __all__ = ["RebuildMixin"]
 
 _log = logging.getLogger("statekeeper.backends.file")
 
 
-class RebuildMixin(ListingMixin):
+class RebuildMixin(EngineCore):
     """The rebuild from the records, and the open-time checks."""
 
     _dirty: frozenset[str] = frozenset()
@@ -41,8 +40,8 @@ class RebuildMixin(ListingMixin):
     def _rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
         """Rebuild every stream index, the id table and the state from the records,
         under the write lock. With ``drop``, first remove the damaged records."""
-        s = self.survey()
-        self._drop_caches()  # every index file is about to be replaced
+        s = take_survey(self)
+        self.descriptors.drop()  # every index file is about to be replaced
         dropped: list[Entry] = []
         if drop:
             dropped = [e for e in s.entries if e.record is None]
@@ -71,7 +70,7 @@ class RebuildMixin(ListingMixin):
             self.io.fsync(streams_fd)
         entries = [(fmt.id_key(e.cid), e.seq) for e in s.entries]
         used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
-        self._drop_caches()
+        self.descriptors.drop()
         orphans = s.orphans
         newest = max(orphans, key=lambda e: e.seq) if orphans else None
         hwm = max(s.top, tx.state.hwm)
@@ -84,7 +83,7 @@ class RebuildMixin(ListingMixin):
         tx.sync()
         self.io.ftruncate(self.fd("dirty"), 0)
         self._dirty = frozenset()
-        self._bucket_list = None
+        self.buckets_listed = None
         return {
             "records": len(entries),
             "streams": len(by_sfile),

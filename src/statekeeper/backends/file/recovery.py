@@ -70,7 +70,7 @@ class RecoveryMixin(RebuildMixin):
             state = state.next(hwm=max(state.hwm, self._max_on_disk()))
             self.write_state(state)
         if state.gen != self._my_gen:
-            self._epoch += 1  # another process wrote since: re-validate cached handles
+            self.descriptors.epoch += 1  # another process wrote since: re-validate cached handles
         return Txn(self, state)
 
     @contextmanager

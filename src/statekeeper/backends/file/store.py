@@ -36,7 +36,8 @@ from .budget import WORKER, Budget, WouldBlock
 from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
-from .reads import Entry, PageEntries, ProbeOf
+from .pages import Entry, PageEntries, ProbeOf
+from .survey import take_survey
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -203,7 +204,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         files, and report foreign files (see :mod:`.check`). Writes nothing."""
 
         def checking() -> list[Problem]:
-            return check_store(self._engine, self._engine.survey())
+            return check_store(self._engine, take_survey(self._engine))
 
         return await self._run("verify", checking)
 
@@ -385,13 +386,13 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         """In the worker, one pass; a single id (the LangGraph saver's pending-writes
         read) on the event loop's thread first, as :meth:`_get`."""
         engine = self._engine
-        return await self._read("load_many", engine.get_many, ids, now, inline=len(ids) == 1)
+        return await self._read("load_many", engine.reader.get_many, ids, now, inline=len(ids) == 1)
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
         return await self._run("delete_many", self._engine.delete_many, ids, now)
 
     async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
-        return await self._run("list_streams", self._engine.list_streams, now, prefix)
+        return await self._run("list_streams", self._engine.listing.list_streams, now, prefix)
 
     async def _update(
         self,
@@ -410,12 +411,12 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         """On the event loop's thread first (see :meth:`_read`)."""
-        return await self._read("load", self._engine.get, id, now)
+        return await self._read("load", self._engine.reader.get, id, now)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         """On the event loop's thread first (see :meth:`_read`): the state, an index
         tail and one record file, no lock, no wait, no retry."""
-        return await self._read("get_latest", self._engine.latest, stream, now)
+        return await self._read("get_latest", self._engine.reader.latest, stream, now)
 
     async def _read(self, what: str, read: Callable[..., T], *args: Any, inline: bool = True) -> T:
         """``read(*args, budget)``, one function of the engine: with ``inline_reads``
@@ -444,11 +445,13 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
     async def _scan_entries(self, query: ScanQuery, probe_of: ProbeOf | None) -> PageEntries:
         """One scan and, with ``probe_of``, the one-entry probe the other way from the
-        page's edge (:meth:`.reads.ReadsMixin.scan_page`), in one worker hop, or
+        page's edge (:meth:`.pages.Pages.scan_page`), in one worker hop, or
         none: a page of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows
         runs on this thread first (see :meth:`_read`)."""
         inline = query.limit <= INLINE_PAGE_ROWS
-        return await self._read("list", self._engine.scan_page, query, probe_of, inline=inline)
+        return await self._read(
+            "list", self._engine.pages.scan_page, query, probe_of, inline=inline
+        )
 
     @staticmethod
     def _probe_of(query: ScanQuery) -> ProbeOf:
@@ -473,15 +476,15 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("purge_expired", self._engine.purge_expired, now)
 
     async def _list_streams(self, now: datetime) -> list[str]:
-        return await self._run("list_streams", self._engine.list_streams, now)
+        return await self._run("list_streams", self._engine.listing.list_streams, now)
 
     async def _info(self) -> dict[str, Any]:
-        return await self._run("info", self._engine.info)
+        return await self._run("info", self._engine.listing.info)
 
     async def backdoor_read_raw(self, id: str) -> bytes:
         """The record file's bytes, unverified (conformance kit backdoor)."""
         self._require_open()
-        return await self._run("backdoor_read_raw", self._engine.read_raw, id)
+        return await self._run("backdoor_read_raw", self._engine.reader.read_raw, id)
 
     async def backdoor_write_raw(self, id: str, data: bytes) -> None:
         """Replace the record file's bytes, unverified (conformance kit backdoor)."""
