@@ -37,7 +37,6 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import (
-    CheckpointDecodeError,
     CheckpointEncodeError,
     PreconditionFailed,
     StatekeeperError,
@@ -45,11 +44,12 @@ from ...errors import (
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import format as fmt
-from .core import RecordProblem, Txn
+from .core import Txn
 from .engine import EngineWrites
-from .index import IdTable, IndexDamaged
+from .index import IdTable
 from .io import FileIO, syncfs_usable
 from .listing import Listing
+from .opening import Opening
 from .pages import Pages
 from .reads import Reader
 
@@ -68,9 +68,14 @@ class FileEngine(EngineWrites):
 
     def __init__(self, root: str, io: FileIO, **options: Any) -> None:
         super().__init__(root, io, **options)
+        self.opening = Opening(self)
         self.listing = Listing(self)
         self.reader = Reader(self, self.listing, recover=self.recover_pending)
         self.pages = Pages(self, self.listing, self.reader)
+
+    def open(self, now: datetime) -> fmt.Meta:
+        """Open the store (see :meth:`.opening.Opening.open`)."""
+        return self.opening.open(now)
 
     # -- save_many ------------------------------------------------------------------------
 
@@ -313,28 +318,6 @@ class FileEngine(EngineWrites):
                 with contextlib.suppress(OSError):
                     self.io.close(fd)
 
-    def _index_batch(self, tx: Txn, ids: IdTable, records: list[StoredRecord]) -> int:
-        """Add the batch to the stream indexes and the id table; idempotent (a roll
-        forward runs it again). Returns how many empty id-table slots it took."""
-        by_sfile: dict[str, tuple[str, list[fmt.Slot]]] = {}
-        for record in records:
-            slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
-            sfile = fmt.stream_file_name(record.stream)
-            by_sfile.setdefault(sfile, (record.stream, []))[1].append(slot)
-        for sfile, (stream, slots) in by_sfile.items():
-            idx = self.open_index(sfile, write=True)
-            if idx is None:
-                self._create_index(tx, sfile, stream)
-                idx = self.open_index(sfile, write=True)
-                if idx is None:
-                    raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
-            with idx:
-                idx.repair_tail()
-                last = idx.last_seq()
-                idx.append_many([slot for slot in slots if slot.seq > last])
-            self._mark_dirty(tx, sfile)
-        return sum(ids.insert(fmt.id_key(r.id), r.sequence) for r in records)
-
     def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
         """Take back a committed batch whose indexing failed: back to ``batch``
         (durably, so a crash now rolls it back too), then roll it back."""
@@ -342,102 +325,6 @@ class FileEngine(EngineWrites):
         tx.sync()
         sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
         self._roll_back_batch(tx, lo, hi, sfiles)
-
-    # -- recovery -------------------------------------------------------------------------
-
-    def _resolve_batch(self, tx: Txn) -> None:
-        """Finish (``batched``) or take back (``batch``) the batch in the journal;
-        under the lock.
-
-        ``batched`` is always rolled forward, over the records that are there: in
-        full durability all of them are, and one missing was deleted since (a
-        torn write of ``state`` can bring back an older journal), so none is ever
-        removed here. A damaged one raises :class:`IndexDamaged`: the caller
-        rebuilds, which keeps it as a damaged entry."""
-        journal = tx.state.journal
-        assert journal is not None and journal.op in fmt.BATCH_OPS
-        lo, hi = journal.lo, journal.hi
-        if journal.op == fmt.BATCH_COMMITTED:
-            # A group commit cut short may have left temp files (never renamed).
-            self._remove_temps(lo, hi)
-            records = self._batch_records(lo, hi)
-            if records:
-                _log.warning(
-                    "file store %s: finishing save_many or save group %d..%d", self.root, lo, hi
-                )
-                ids = self.open_ids(write=True)
-                try:
-                    if tx.state.ids_used + len(records) > ids.capacity // 2:
-                        ids.close()
-                        ids = self._rebuild_ids(tx)
-                    took = self._index_batch(tx, ids, records)
-                finally:
-                    ids.close()
-                used = tx.state.ids_used + took
-            else:
-                used = tx.state.ids_used
-            tx.commit(journal=None, hwm=max(tx.state.hwm, hi), ids_used=used)
-            return
-        _log.warning("file store %s: taking back unfinished save_many %d..%d", self.root, lo, hi)
-        self._roll_back_batch(tx, lo, hi)
-
-    def _batch_files(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        """``(seq, id)`` of every record file with ``lo <= seq <= hi``."""
-        found: list[tuple[int, str]] = []
-        records = self.fd("records")
-        for number in range(fmt.bucket_of(lo), fmt.bucket_of(hi) + 1):
-            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
-            if bfd is None:
-                continue
-            try:
-                for name in self.io.listdir(bfd):
-                    parsed = fmt.parse_record_name(name)
-                    if parsed is not None and lo <= parsed[0] <= hi:
-                        found.append(parsed)
-            finally:
-                self.io.close(bfd)
-        return sorted(found)
-
-    def _batch_records(self, lo: int, hi: int) -> list[StoredRecord]:
-        """The batch's records that are there; :class:`IndexDamaged` if one is
-        damaged."""
-        out = []
-        for seq, cid in self._batch_files(lo, hi):
-            try:
-                got = self.load_record(seq, cid)
-            except CheckpointDecodeError as exc:
-                raise IndexDamaged(f"a record of save_many {lo}..{hi} is damaged: {exc}") from None
-            if got is not None:
-                out.append(got[0])
-        return out
-
-    def _roll_back_batch(self, tx: Txn, lo: int, hi: int, sfiles: set[str] | None = None) -> None:
-        """Remove every trace of batch ``lo..hi``: its record files first (flushed,
-        so none comes back), then its index slots and id entries, then the
-        journal. Its sequences stay used."""
-        self._remove_temps(lo, hi)
-        files = self._batch_files(lo, hi)
-        sfiles = set(sfiles or ())
-        for seq, cid in files:
-            with contextlib.suppress(CheckpointDecodeError, RecordProblem, IndexDamaged):
-                got = self.load_record(seq, cid)
-                if got is not None:
-                    sfiles.add(fmt.stream_file_name(got[0].stream))
-        self._unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
-        for sfile in sorted(sfiles):
-            idx = self.open_index(sfile, write=True)
-            if idx is not None:
-                with idx:
-                    idx.repair_tail()
-                    # The batch held the highest sequences: its slots are the tail.
-                    idx.truncate(idx.bisect(lo, right=False))
-        with self.open_ids(write=True) as ids:
-            for seq, cid in files:
-                key = fmt.id_key(cid)
-                at = ids.find(key, seq)
-                if at is not None:
-                    ids.tombstone(at, key, seq)
-        tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
 
     # -- delete_many ----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from . import format as fmt
 from .budget import WORKER, Budget
 from .core import Txn
 from .index import IdTable, IndexDamaged
-from .opening import OpeningMixin
+from .recovery import RecoveryMixin
 
 __all__ = ["EngineWrites"]
 
@@ -42,7 +42,7 @@ class _Found:
     error: CheckpointDecodeError | None = None
 
 
-class EngineWrites(OpeningMixin):
+class EngineWrites(RecoveryMixin):
     """The one-record writes of the engine (:class:`.batch.FileEngine` adds batches)."""
 
     # -- save ---------------------------------------------------------------------------

@@ -17,13 +17,16 @@ the middle of an index) is met by the reads, which then answer from the records
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from dataclasses import replace
 from typing import Any
 
 from ...errors import CheckpointDecodeError
 from . import format as fmt
 from .core import EngineCore, Txn
-from .index import IdTable, IndexDamaged, write_index
+from .index import IdTable, IndexDamaged, StreamIndex, write_index
+from .io import read_exact
 from .orphans import orphans_digest
 from .survey import Entry, take_survey
 
@@ -34,8 +37,6 @@ _log = logging.getLogger("statekeeper.backends.file")
 
 class RebuildMixin(EngineCore):
     """The rebuild from the records, and the open-time checks."""
-
-    _dirty: frozenset[str] = frozenset()
 
     def _rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
         """Rebuild every stream index, the id table and the state from the records,
@@ -176,9 +177,6 @@ class RebuildMixin(EngineCore):
                 return str(exc)
         return None
 
-    def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
-        raise NotImplementedError  # the recovery mixin has it
-
     def _indexed_above(self, lo: int, hi: int) -> bool:
         """Whether every record file with ``lo < seq <= hi`` is in its stream index
         and the id table (at most ``sync_interval`` records are read)."""
@@ -216,6 +214,208 @@ class RebuildMixin(EngineCore):
             return False
         with idx:
             return idx.find(seq) is not None
+
+    # -- index maintenance, under the lock ---------------------------------------------
+
+    def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
+        """Whether ``journal`` is a save that completed. A save leaves its journal
+        entry in place (clearing it would cost a second write of ``state``); the
+        next operation's entry replaces it. Checked from memory when this process
+        wrote it and nobody wrote since, else by looking at both indexes."""
+        if journal.op != "insert" or journal.path is None:
+            return False
+        if self._done_gen == tx.state.gen:
+            return True  # this process wrote the current state, for this very save
+        parsed = fmt.parse_record_name(journal.path.rsplit("/", 1)[-1])
+        if parsed is None:
+            return False
+        seq, cid = parsed
+        try:
+            idx = self.open_index(journal.stream)
+            if idx is None:
+                return False
+            with idx:
+                if idx.last_seq() != seq:
+                    return False
+            with self.open_ids() as ids:
+                return ids.find(fmt.id_key(cid), seq) is not None
+        except IndexDamaged:
+            return False
+
+    def _index_new(
+        self,
+        tx: Txn,
+        ids: IdTable,
+        sfile: str,
+        stream: str,
+        slot: fmt.Slot,
+        key: int,
+        at: tuple[int, bool] | None = None,
+    ) -> int:
+        """Add ``slot`` to its stream index and the id table; idempotent (recovery
+        runs it again). ``at`` is the id-table position a save found with
+        :meth:`IdTable.probe` for its new id. Returns 1 if an empty slot was used."""
+        idx = self.open_index(sfile, write=True)
+        if idx is None:
+            self._create_index(tx, sfile, stream)
+            idx = self.open_index(sfile, write=True)
+            if idx is None:
+                raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
+        with idx:
+            idx.repair_tail()
+            last = idx.last_seq()
+            if last < slot.seq:
+                idx.append(slot)
+            elif last != slot.seq and idx.find(slot.seq) is None:
+                # Recovery of an older save than the index's tail (a state copy that
+                # lagged): put the slot in its place.
+                start = idx.bisect(slot.seq, right=True)
+                tail = idx.read(start, idx.count - start)
+                idx.truncate(start)
+                for one in (slot, *tail):
+                    idx.append(one)
+        if at is None:
+            took = int(ids.insert(key, slot.seq))
+        else:
+            ids.put(at[0], key, slot.seq)
+            took = int(at[1])
+        self._mark_dirty(tx, sfile)
+        return took
+
+    def _create_index(self, tx: Txn, sfile: str, stream: str) -> None:
+        """Create an empty stream index, then count it in ``state`` (so fewer index
+        files than counted means one went missing; a crash in between leaves one
+        more file than counted, which the next open counts)."""
+        StreamIndex.create(
+            self.io, self.fd("streams"), sfile, stream, self.store_id, durable=self.durable
+        )
+        count = tx.state.streams
+        if count is not None:
+            tx.commit(extra=tx.state.with_extra(streams=count + 1))
+
+    def _uncount_index(self, tx: Txn) -> None:
+        """Count one index fewer, before removing it (a crash in between makes the
+        next open rebuild, never miss a missing index)."""
+        count = tx.state.streams
+        if count:
+            tx.commit(extra=tx.state.with_extra(streams=count - 1))
+
+    def _set_hint(self, sfile: str, seq: int, expires: int, *, sync: bool) -> None:
+        idx = self.open_index(sfile, write=True)
+        if idx is None:
+            return
+        with idx:
+            pos = idx.find(seq)
+            if pos is None:
+                return
+            slot = idx.slot(pos)
+            if slot.expires != expires:
+                idx.write(pos, replace(slot, expires=expires))
+                if sync:
+                    idx.sync()
+
+    def _unlink_records(self, slots: list[fmt.Slot]) -> None:
+        by_bucket: dict[int, list[fmt.Slot]] = {}
+        for slot in slots:
+            by_bucket.setdefault(fmt.bucket_of(slot.seq), []).append(slot)
+        for group in by_bucket.values():
+            bucket = self.bucket(group[0].seq)
+            if bucket is None:
+                continue
+            try:
+                for slot in group:
+                    self.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
+                if self.durable:
+                    self.io.fsync(bucket)
+            finally:
+                self.close_bucket(bucket)
+
+    def _trim(self, idx: StreamIndex) -> None:
+        """Cut dead slots off the end, so ``get_latest`` never walks over them."""
+        keep = idx.count
+        for pos, slot in idx.walk(idx.count - 1, -1):
+            if slot.live:
+                break
+            keep = pos
+        if keep < idx.count:
+            idx.truncate(keep)
+
+    def _mark_dirty(self, tx: Txn, sfile: str) -> None:
+        """Note (once per sync epoch and process) that ``sfile`` has unflushed appends."""
+        if self._dirty_epoch != tx.state.synced:
+            self._dirty_epoch = tx.state.synced
+            self._dirty = frozenset()
+        if sfile not in self._dirty:
+            self.io.write(self.fd("dirty"), sfile.encode("ascii") + b"\n")
+            self._dirty = self._dirty | {sfile}
+
+    def _advance_sync(self, tx: Txn, ids: IdTable) -> None:
+        """Flush every index written since the last sync mark, then move the mark, so
+        recovery after a restart only re-reads the records above it."""
+        dirty_fd = self.fd("dirty")
+        if self.durable:
+            size = self.io.fstat(dirty_fd).st_size
+            names = index_names(read_exact(self.io, dirty_fd, size, 0).decode("ascii", "replace"))
+            for sfile in sorted(names):
+                idx = self.open_index(sfile)
+                if idx is not None:
+                    with idx:
+                        idx.sync()
+            ids.sync()
+        tx.commit(synced=tx.state.hwm)
+        tx.sync()
+        self.io.ftruncate(dirty_fd, 0)
+
+    def _sync_mark_if_due(self, tx: Txn, ids: IdTable) -> bool:
+        """After a complete, durable write: move the sync mark if ``sync_interval``
+        records came since the last one. A failed flush is logged, not raised (the
+        write it follows stands); the mark stays put and a later write tries again.
+        Returns whether the mark moved."""
+        if tx.state.hwm - tx.state.synced < self.sync_interval:
+            return False
+        try:
+            self._advance_sync(tx, ids)
+        except OSError as exc:
+            _log.warning("file store %s: flushing the indexes failed: %s", self.root, exc)
+            return False
+        return True
+
+    def _remove_temps(self, lo: int, hi: int | None) -> None:
+        """Remove the temp files of sequences ``lo..hi`` (``hi=None``: no upper
+        bound), under the lock: a write cut short left them (sequences are never
+        reused, so no write in flight owns them)."""
+        records = self.fd("records")
+        first = fmt.bucket_of(lo)
+        for number in sorted(
+            b for b in map(fmt.parse_bucket_name, self.io.listdir(records)) if b is not None
+        ):
+            if number < first or (hi is not None and number > fmt.bucket_of(hi)):
+                continue
+            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
+            if bfd is None:
+                continue
+            try:
+                for name in self.io.listdir(bfd):
+                    seq = fmt.parse_temp_name(name)
+                    if seq is not None and lo <= seq and (hi is None or seq <= hi):
+                        self.unlink_missing_ok(name, bfd)
+            finally:
+                self.io.close(bfd)
+
+    def _rebuild_ids(self, tx: Txn) -> IdTable:
+        """Build the id table afresh, larger, and return it open for writing."""
+        with self.open_ids() as old:
+            entries = [(key, seq) for _, key, seq in old.entries()]
+        self.forget(ids=True)
+        used = IdTable.build(self.io, self.fd("root"), entries, self.store_id, durable=self.durable)
+        tx.commit(ids_used=used)
+        return self.open_ids(write=True)
+
+    @staticmethod
+    def _quietly(action: Any) -> None:
+        """Run a best-effort cleanup step; a failure is left to the journal."""
+        with contextlib.suppress(Exception):
+            action()
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -260,3 +460,14 @@ def _seq_of(name: str) -> int | None:
     if parsed is not None:
         return parsed[0]
     return fmt.parse_temp_name(name)
+
+
+def index_names(text: str) -> set[str]:
+    """The index file names listed in ``dirty``, one a line. A power cut can tear
+    its last append (zeros where the bytes were lost): NULs separate names too,
+    and anything that is not a plain index file name is left out."""
+    return {
+        name
+        for name in text.replace("\x00", "\n").split()
+        if name.endswith(".idx") and "/" not in name and not name.startswith(".")
+    }
