@@ -37,6 +37,7 @@ from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
 from .pages import Entry, PageEntries, ProbeOf
+from .savequeue import _SaveQueue
 from .survey import take_survey
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
@@ -420,11 +421,9 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
     async def _read(self, what: str, read: Callable[..., T], *args: Any, inline: bool = True) -> T:
         """``read(*args, budget)``, one function of the engine: with ``inline_reads``
-        (and ``inline``), first right here on the event loop's thread under an inline
-        budget; where it would block it raises
-        :class:`~.budget.WouldBlock` before doing so, and the very same function
-        runs again in the worker thread, where it may block (see :mod:`.budget`).
-        The hop costs more than such a read."""
+        (and ``inline``) first on this thread under an inline budget, and where it
+        would block (:class:`~.budget.WouldBlock`) the same function again in the
+        worker (see :mod:`.budget`). The hop costs more than such a read."""
         if inline and self._inline_reads:
             try:
                 return self._call(what, read, *args, Budget(inline=True))
@@ -448,10 +447,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         page's edge (:meth:`.pages.Pages.scan_page`), in one worker hop, or
         none: a page of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows
         runs on this thread first (see :meth:`_read`)."""
-        inline = query.limit <= INLINE_PAGE_ROWS
-        return await self._read(
-            "list", self._engine.pages.scan_page, query, probe_of, inline=inline
-        )
+        scan_page, inline = self._engine.pages.scan_page, query.limit <= INLINE_PAGE_ROWS
+        return await self._read("list", scan_page, query, probe_of, inline=inline)
 
     @staticmethod
     def _probe_of(query: ScanQuery) -> ProbeOf:
@@ -494,19 +491,6 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
 #: The most saves committed in one group.
 _MAX_GROUP = 256
-
-
-class _SaveQueue:
-    """The saves of one event loop waiting for a group commit."""
-
-    __slots__ = ("busy", "drainer", "waiting")
-
-    def __init__(self) -> None:
-        #: A save or a group of this loop is in flight.
-        self.busy = False
-        self.waiting: list[tuple[NewRecord, asyncio.Future[CheckpointHeader]]] = []
-        #: The task committing the waiting saves (a reference keeps it alive).
-        self.drainer: asyncio.Task[None] | None = None
 
 
 def _errno_name(exc: OSError) -> str:
