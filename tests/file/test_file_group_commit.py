@@ -14,6 +14,7 @@ import errno
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -169,9 +170,10 @@ async def test_a_failing_save_in_a_group_fails_alone(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_a_group_reuses_an_expired_id(tmp_path: Path) -> None:
-    async with FileCheckpointStore(tmp_path / "s") as store:
-        await store.save("old", {"x": 1}, id="reused", ttl=0.01)
-        await asyncio.sleep(0.05)
+    now = [datetime(2030, 1, 1, tzinfo=UTC)]
+    async with FileCheckpointStore(tmp_path / "s", clock=lambda: now[0]) as store:
+        await store.save("old", {"x": 1}, id="reused", ttl=1)
+        now[0] += timedelta(seconds=10)  # it has expired
         gate = Gate(store)
         tasks, _ = await behind_one_in_flight(
             store, gate, [saving(store, "new", "reused"), saving(store, "other", "x")]
