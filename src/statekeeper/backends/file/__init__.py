@@ -1,10 +1,10 @@
 """``file://``: a checkpoint store in a local directory, safe across processes and
 crashes. The on-disk layout is documented in ``docs/file-backend.md``.
 
-The engine (:class:`.batch.FileEngine`) is the writes, four classes deep (batches,
-one-record writes, recovery, rebuild, on the core), and parts with their own
-state, given what they use in their constructors: the opening, the read side's
-listing, reader and pages, and the one descriptor cache. The modules, from the
+The engine (:class:`.batch.FileEngine`) is the writes, four classes deep (the
+one-record writes, recovery and rebuild, on the core), and parts with their own
+state, given what they use in their constructors: the opening, the batches, the
+read side's listing, reader and pages, and the one descriptor cache. The modules, from the
 public class down to the operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
@@ -15,9 +15,10 @@ public class down to the operating system:
 - :mod:`.savequeue`: the saves of one event loop waiting for a group commit.
 - :mod:`.budget`: what a call may do on the event loop's thread, and the
   :class:`~.budget.WouldBlock` that sends the same call to the worker.
-- :mod:`.batch`: :class:`~.batch.FileEngine`, the wiring of the parts, and
-  ``save_many`` (atomic: intent, one fsync group, commit), the group commit of
-  concurrent saves (one fsync group, one outcome each) and ``delete_many``.
+- :mod:`.batch`: :class:`~.batch.FileEngine`, the wiring of the parts.
+- :mod:`.batches`: ``save_many`` (atomic: intent, one fsync group, commit), the
+  group commit of concurrent saves (one fsync group, one outcome each) and
+  ``delete_many``.
 - :mod:`.engine`: the one-record writes (save, update, delete, prune, purge)
   under ``flock``.
 - :mod:`.opening`: open and create; the read-only open, which writes nothing.
