@@ -125,9 +125,16 @@ async def test_pages_take_no_hop(tmp_path: Path, order: str) -> None:
                 ]
                 assert got == (want if order == "asc" else want[::-1])
                 # a tag filter passes over records: inline up to a bound (tested below)
-                await walk(
+                tagged = await walk(
                     store, hops, stream, inline=False, limit=limit, order=order, tags={"odd": "1"}
                 )
+                odd = [
+                    i
+                    for i in want
+                    if next(c for c in saved[stream] if c.id == i).tags["odd"] == "1"
+                ]
+                got = [cp.id for p in tagged for cp in p.items]
+                assert got == (odd if order == "asc" else odd[::-1])
         # a save between two pages is seen by the next one, as in the worker
         first = await store.list("b", limit=5, order="asc")
         fresh = await store.save("b", {"i": "fresh"})
