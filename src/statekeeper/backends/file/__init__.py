@@ -4,7 +4,8 @@ crashes. The on-disk layout is documented in ``docs/file-backend.md``.
 The engine (:class:`.batch.FileEngine`) is the writes, four classes deep (the
 one-record writes, recovery and rebuild, on the core), and parts with their own
 state, given what they use in their constructors: the opening, the batches, the
-read side's listing, reader and pages, and the one descriptor cache. The modules, from the
+read side's listing, reader and pages, the write lock and the one descriptor
+cache. The modules, from the
 public class down to the operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
@@ -43,8 +44,9 @@ public class down to the operating system:
 - :mod:`.view`: reads answered from the records when the indexes cannot be trusted.
 - :mod:`.orphans`: damaged records of unknown stream in the pages of a stream
   listing read from its index (each page whose range holds one reports it).
-- :mod:`.core`: the files, the write lock, the state file, safe reads of
-  untrusted files.
+- :mod:`.core`: the files (descriptors by name), the state file, safe reads of
+  untrusted files; the engine's shared state.
+- :mod:`.lock`: the write lock (the instance's mutex, then ``flock``).
 - :mod:`.descriptors`: the one cache of descriptors kept across calls (the lock
   holder's, and each inline reader thread's).
 - :mod:`.index`: the per-stream slot indexes; :mod:`.ids`: the id table;

@@ -6,22 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
+from ...errors import CheckpointDecodeError, StoreClosed
 from ...record import StoredRecord, read_record
 from . import format as fmt
 from .descriptors import Descriptors
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
+from .lock import WriteLock
 
 __all__ = ["EngineCore", "RecordProblem", "Txn"]
 
@@ -101,10 +100,8 @@ class EngineCore:
         self.batch_sync: BatchSync = batch_sync
         self.store_id = ""
         self._fds: dict[str, int] = {}
-        self._mutex = threading.Lock()
-        # The thread holding the write lock (only it uses the writer's cached
-        # descriptors, see .descriptors).
-        self._owner: int | None = None
+        #: The write lock: this instance's mutex, then ``flock`` on ``lock``.
+        self.lock = WriteLock(io, lambda: self.fd("lock"), lock_timeout, root)
         self._state_cache: tuple[bytes, fmt.State] | None = None
         #: The sync epoch of ``dirty`` and the index files this process noted in it
         #: since (see :meth:`.rebuild.RebuildMixin._mark_dirty`).
@@ -379,51 +376,13 @@ class EngineCore:
             raw = before[0]
             self._state_cache = (raw[:offset] + data + raw[offset + len(data) :], state)
 
-    @contextmanager
-    def locked(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the write lock: this instance's mutex, then ``flock(LOCK_EX)`` on
-        ``lock``. With ``wait=False`` yields ``False`` at once if either is taken."""
-        timeout = self.lock_timeout
-        deadline = time.monotonic() + timeout
-        if not self._mutex.acquire(timeout=timeout if wait else 0):
-            if not wait:
-                yield False
-                return
-            raise StoreTimeout(self._timeout_message())
-        try:
-            lock_fd = self.fd("lock")
-            delay = 0.0002
-            while True:
-                try:
-                    self.io.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if not wait:
-                        yield False
-                        return
-                    if left <= 0:
-                        raise StoreTimeout(self._timeout_message()) from None
-                    time.sleep(min(delay, left))
-                    delay = min(delay * 2, 0.005)
-            self._owner = threading.get_ident()
-            try:
-                yield True
-            finally:
-                self._owner = None
-                self.io.flock(lock_fd, fcntl.LOCK_UN)
-        finally:
-            self._mutex.release()
+    def locked(self, *, wait: bool = True) -> AbstractContextManager[bool]:
+        """Hold the write lock (see :meth:`.lock.WriteLock.held`)."""
+        return self.lock.held(wait=wait)
 
     def holding(self) -> bool:
         """Whether this thread holds the write lock."""
-        return self._owner == threading.get_ident()
-
-    def _timeout_message(self) -> str:
-        return (
-            f"timed out after {self.lock_timeout:g}s waiting for the write lock of the file "
-            f"store at {self.root}; another process is writing (raise lock_timeout to wait longer)"
-        )
+        return self.lock.holding()
 
     def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
         """Create ``name`` exclusively with ``data`` (fsynced if ``sync``); on failure
