@@ -1,12 +1,12 @@
 """``file://``: a checkpoint store in a local directory, safe across processes and
 crashes. The on-disk layout is documented in ``docs/file-backend.md``.
 
-The engine (:class:`.batch.FileEngine`) is the writes, four classes deep (the
-one-record writes, recovery and rebuild, on the core), and parts with their own
-state, given what they use in their constructors: the opening, the batches, the
-read side's listing, reader and pages, the write lock and the one descriptor
-cache. The modules, from the
-public class down to the operating system:
+The engine (:class:`.batch.FileEngine`) is its core (the files, the state, the
+write lock and the one descriptor cache) and parts with their own state, each
+given the parts it uses in its constructor: the write side (rebuild, recovery,
+writes, batches, opening), under the lock, and the read side (listing, reader,
+pages), which takes no lock. The modules, from the public class down to the
+operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
   class's primitives onto the engine, in one worker thread hop each, or none
@@ -20,16 +20,18 @@ public class down to the operating system:
 - :mod:`.batches`: ``save_many`` (atomic: intent, one fsync group, commit), the
   group commit of concurrent saves (one fsync group, one outcome each) and
   ``delete_many``.
-- :mod:`.engine`: the one-record writes (save, update, delete, prune, purge)
-  under ``flock``.
+- :mod:`.engine`: :class:`~.engine.Writes`, the one-record writes (save, update,
+  delete, prune, purge) under ``flock``.
 - :mod:`.opening`: open and create; the read-only open, which writes nothing.
-- :mod:`.recovery`: the journal, the lock holder's transaction, the roll forward
-  or back of a batch or group a crash interrupted, and ``repair``.
+- :mod:`.recovery`: :class:`~.recovery.Recovery`, the journal, the lock holder's
+  transaction, the roll forward or back of a batch or group a crash interrupted,
+  and ``repair``.
 - :mod:`.restart`: after a machine restart, the records above the sync mark
   indexed again.
-- :mod:`.rebuild`: rebuilding the indexes, the id table and the state from the
-  record files, which are the truth; the cheap checks made when a store opens;
-  the index maintenance every write shares (the sync mark, ``dirty``).
+- :mod:`.rebuild`: :class:`~.rebuild.Rebuild`, rebuilding the indexes, the id
+  table and the state from the record files, which are the truth; the cheap
+  checks made when a store opens; the index maintenance every write shares (the
+  sync mark, ``dirty``).
 - :mod:`.survey`: a read-only walk of every record file and of what the old
   metadata says about it (the streams of damaged records, orphans).
 - :mod:`.check`: ``verify``'s check of the derived data against the records.

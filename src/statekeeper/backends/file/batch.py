@@ -1,12 +1,11 @@
 """The engine of the file backend: :class:`FileEngine`, the wiring of its parts.
 
-The writes run under the write lock, through four classes (:class:`.engine.
-EngineWrites`, :class:`.recovery.RecoveryMixin`, :class:`.rebuild.RebuildMixin`,
-:class:`.core.EngineCore`); the rest are parts with their own state, each given
-what it uses: the opening (:mod:`.opening`), the batches (:mod:`.batches`), and
-the read side, which takes no lock: the listing (:mod:`.listing`), the strict
-reads (:mod:`.reads`) and the pages (:mod:`.pages`). The descriptors kept across
-calls are the core's one cache (:mod:`.descriptors`).
+The engine is its core (:class:`.core.EngineCore`: the files, the state, the write
+lock of :mod:`.lock` and the one descriptor cache of :mod:`.descriptors`) and
+parts with their own state, each given the parts it uses in its constructor, so
+data flows one way: the write side, under the lock (the rebuild, the recovery,
+the one-record writes, the batches, the opening) and the read side, which takes
+no lock (the listing, the strict reads, the pages).
 """
 
 from __future__ import annotations
@@ -18,19 +17,23 @@ from ...models import CheckpointHeader
 from ...record import NewRecord
 from . import format as fmt
 from .batches import Batches
-from .core import BatchSync
-from .engine import EngineWrites
+from .budget import WORKER, Budget
+from .core import BatchSync, EngineCore
+from .engine import Writes
 from .io import FileIO
 from .listing import Listing
 from .opening import Opening
 from .pages import Pages
 from .reads import Reader
+from .rebuild import Rebuild
+from .recovery import Recovery
 
 __all__ = ["FileEngine"]
 
 
-class FileEngine(EngineWrites):
-    """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
+class FileEngine(EngineCore):
+    """The synchronous engine behind :class:`~.file.FileCheckpointStore`: the core
+    (the files, the state, the lock and the descriptor cache) and its parts."""
 
     def __init__(
         self,
@@ -56,24 +59,27 @@ class FileEngine(EngineWrites):
             create=create,
             read_only=read_only,
         )
-        self.opening = Opening(self)
-        self.batches = Batches(self)
+        # the write side, under the lock
+        self.rebuild = Rebuild(self)
+        self.recovery = Recovery(self, self.rebuild)
+        self.writes = Writes(self, self.rebuild, self.recovery)
+        self.batches = Batches(self, self.rebuild, self.recovery, self.writes)
+        self.opening = Opening(self, self.rebuild, self.recovery)
+        # the read side, which takes no lock
         self.listing = Listing(self)
-        self.reader = Reader(self, self.listing, recover=self.recover_pending)
+        self.reader = Reader(self, self.listing, recover=self.recovery.recover_pending)
         self.pages = Pages(self, self.listing, self.reader)
 
     def open(self, now: datetime) -> fmt.Meta:
         """Open the store (see :meth:`.opening.Opening.open`)."""
         return self.opening.open(now)
 
-    def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
-        """``save_many`` (see :meth:`.batches.Batches.insert_many`)."""
-        return self.batches.insert_many(records)
+    # the save path's calls (the store's group commit makes them)
+
+    def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
+        """One save (see :meth:`.engine.Writes.insert`)."""
+        return self.writes.insert(record, budget)
 
     def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
         """A group commit (see :meth:`.batches.Batches.insert_group`)."""
         return self.batches.insert_group(records)
-
-    def delete_many(self, cids: list[str], now: datetime) -> int:
-        """``delete_many`` (see :meth:`.batches.Batches.delete_many`)."""
-        return self.batches.delete_many(cids, now)

@@ -43,10 +43,12 @@ from ...errors import (
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import format as fmt
-from .core import Txn
-from .engine import EngineWrites
+from .core import EngineCore, Txn
+from .engine import Writes
 from .index import IdTable
 from .io import syncfs_usable
+from .rebuild import Rebuild
+from .recovery import Recovery
 
 __all__ = ["Batches"]
 
@@ -61,27 +63,32 @@ class Batches:
     part of the engine, given its one-record writes (and, through them, the
     recovery, the rebuild and the files)."""
 
-    def __init__(self, engine: EngineWrites) -> None:
-        self.engine = engine
+    def __init__(
+        self, core: EngineCore, rebuild: Rebuild, recovery: Recovery, writes: Writes
+    ) -> None:
+        self.core = core
+        self.rebuild = rebuild
+        self.recovery = recovery
+        self.writes = writes
 
     # -- save_many ------------------------------------------------------------------------
 
     def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """Insert ``records`` atomically at consecutive sequences (module docstring)."""
         n = len(records)
-        with self.engine.writing() as tx:
-            ids = self.engine.open_ids(write=True)
+        with self.recovery.writing() as tx:
+            ids = self.core.open_ids(write=True)
             try:
                 self._check_new_ids(tx, ids, records)
                 if tx.state.ids_used + n > ids.capacity // 2:
                     ids.close()
-                    ids = self.engine._rebuild_ids(tx)
+                    ids = self.rebuild._rebuild_ids(tx)
                 lo = tx.state.hwm + 1
                 hi = lo + n - 1
                 sealed = [record.seal(lo + i) for i, record in enumerate(records)]
-                blobs = [one.to_bytes(self.engine.store_id) for one in sealed]
+                blobs = [one.to_bytes(self.core.store_id) for one in sealed]
                 for data in blobs:
-                    self.engine._check_size(data)
+                    self.writes._check_size(data)
                 tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
                 tx.sync()  # the intent is durable before any record file exists
                 try:
@@ -89,10 +96,10 @@ class Batches:
                     tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
                     tx.sync()
                 except BaseException:
-                    self.engine._quietly(lambda: self.engine._roll_back_batch(tx, lo, hi))
+                    self.rebuild._quietly(lambda: self.recovery._roll_back_batch(tx, lo, hi))
                     raise
                 try:
-                    took = self.engine._index_batch(tx, ids, sealed)
+                    took = self.recovery._index_batch(tx, ids, sealed)
                     tx.commit(journal=None, ids_used=tx.state.ids_used + took)
                     # Durably: a torn later write of state falls back to the other
                     # copy, which must not be this batch's "batch" intent (that
@@ -100,9 +107,9 @@ class Batches:
                     tx.sync()
                 except BaseException:
                     # The caller will hear that save_many failed: take it all back.
-                    self.engine._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+                    self.rebuild._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
                     raise
-                self.engine._sync_mark_if_due(tx, ids)
+                self.rebuild._sync_mark_if_due(tx, ids)
             finally:
                 ids.close()
         return [one.header for one in sealed]
@@ -139,21 +146,21 @@ class Batches:
         and raised; no record of it stays.
         """
         out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
-        with self.engine.writing() as tx:
-            ids = self.engine.open_ids(write=True)
+        with self.recovery.writing() as tx:
+            ids = self.core.open_ids(write=True)
             try:
                 admitted = self._admit_group(tx, ids, records, out)
                 if tx.state.ids_used + len(admitted) > ids.capacity // 2:
                     ids.close()
-                    ids = self.engine._rebuild_ids(tx)
+                    ids = self.rebuild._rebuild_ids(tx)
                 lo = tx.state.hwm + 1
                 sealed: list[StoredRecord] = []
                 blobs: list[bytes] = []
                 for i in admitted:
                     one = records[i].seal(lo + len(sealed))
-                    data = one.to_bytes(self.engine.store_id)
+                    data = one.to_bytes(self.core.store_id)
                     try:
-                        self.engine._check_size(data)
+                        self.writes._check_size(data)
                     except CheckpointEncodeError as exc:
                         out[i] = exc
                         continue
@@ -185,7 +192,7 @@ class Batches:
             live, _, _ = ids.probe(fmt.id_key(record.id))
             if live:
                 try:
-                    self.engine._check_new_id(tx, ids, record, live)
+                    self.writes._check_new_id(tx, ids, record, live)
                 except PreconditionFailed as exc:
                     out[i] = exc
                     continue
@@ -202,15 +209,15 @@ class Batches:
         try:
             self._publish_group(sealed, blobs)
         except BaseException:
-            self.engine._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            self.rebuild._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
         try:
-            took = self.engine._index_batch(tx, ids, sealed)
+            took = self.recovery._index_batch(tx, ids, sealed)
             tx.commit(journal=None, ids_used=tx.state.ids_used + took)
         except BaseException:
-            self.engine._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            self.rebuild._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
-        self.engine._sync_mark_if_due(tx, ids)
+        self.rebuild._sync_mark_if_due(tx, ids)
 
     def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Temp files, one sync group, renames in sequence order, one fsync per
@@ -226,37 +233,37 @@ class Batches:
                 if bucket is None:
                     # Its own descriptor, not the writer's cached one: a group may
                     # span two buckets, and the small cache could close the first.
-                    bucket = self.engine.open_dir(
-                        self.engine.fd("records"), fmt.bucket_name(number), create=True
+                    bucket = self.core.open_dir(
+                        self.core.fd("records"), fmt.bucket_name(number), create=True
                     )
                     assert bucket is not None
                     buckets[number] = bucket
                 tmp = fmt.temp_name(seq)
-                self.engine.write_new(bucket, tmp, data, sync=self.engine.durable and not by_syncfs)
+                self.core.write_new(bucket, tmp, data, sync=self.core.durable and not by_syncfs)
                 moves.append((bucket, tmp, fmt.record_name(seq, record.id)))
             if by_syncfs:
                 self._syncfs(buckets.values())
             for bucket, tmp, name in moves:
-                self.engine.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-            if self.engine.durable:
+                self.core.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            if self.core.durable:
                 for bucket in buckets.values():
-                    self.engine.io.fsync(bucket)
+                    self.core.io.fsync(bucket)
         finally:
             for bucket in buckets.values():
                 with contextlib.suppress(OSError):
-                    self.engine.io.close(bucket)
+                    self.core.io.close(bucket)
 
     def _by_syncfs(self) -> bool:
         """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
-        if not self.engine.durable or self.engine.batch_sync == "fsync":
+        if not self.core.durable or self.core.batch_sync == "fsync":
             return False
-        return self.engine.batch_sync == "syncfs" or syncfs_usable(self.engine.io)
+        return self.core.batch_sync == "syncfs" or syncfs_usable(self.core.io)
 
     def _syncfs(self, fds: Iterable[int]) -> None:
         """One ``syncfs`` per file system the descriptors are on."""
-        devices = {self.engine.io.fstat(fd).st_dev: fd for fd in fds}
+        devices = {self.core.io.fstat(fd).st_dev: fd for fd in fds}
         for fd in devices.values():
-            self.engine.io.syncfs(fd)  # type: ignore[attr-defined]
+            self.core.io.syncfs(fd)  # type: ignore[attr-defined]
 
     def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
         """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
@@ -266,7 +273,7 @@ class Batches:
             live, _, _ = ids.probe(fmt.id_key(record.id))
             if not live:
                 continue
-            found = self.engine._find(ids, record.id, live)
+            found = self.writes._find(ids, record.id, live)
             if found is None:
                 continue
             if found.record is None:
@@ -278,7 +285,7 @@ class Batches:
                 raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
             expired.append((record.id, found))
         for cid, found in expired:
-            self.engine._delete_found(tx, ids, cid, found)
+            self.writes._delete_found(tx, ids, cid, found)
 
     def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Create every record file, then make them durable as one group."""
@@ -289,27 +296,25 @@ class Batches:
                 number = fmt.bucket_of(record.sequence)
                 bucket = buckets.get(number)
                 if bucket is None:
-                    bucket = self.engine.open_dir(
-                        self.engine.fd("records"), fmt.bucket_name(number), create=True
+                    bucket = self.core.open_dir(
+                        self.core.fd("records"), fmt.bucket_name(number), create=True
                     )
                     assert bucket is not None
                     buckets[number] = bucket
                 name = fmt.record_name(record.sequence, record.id)
-                self.engine.write_new(
-                    bucket, name, data, sync=self.engine.durable and not by_syncfs
-                )
-            if not self.engine.durable:
+                self.core.write_new(bucket, name, data, sync=self.core.durable and not by_syncfs)
+            if not self.core.durable:
                 return
             if by_syncfs:
                 # One writeback of the file system: the records' bytes and names.
                 self._syncfs(buckets.values())
             else:
                 for fd in buckets.values():
-                    self.engine.io.fsync(fd)
+                    self.core.io.fsync(fd)
         finally:
             for fd in buckets.values():
                 with contextlib.suppress(OSError):
-                    self.engine.io.close(fd)
+                    self.core.io.close(fd)
 
     def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
         """Take back a committed batch whose indexing failed: back to ``batch``
@@ -317,7 +322,7 @@ class Batches:
         tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
         tx.sync()
         sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
-        self.engine._roll_back_batch(tx, lo, hi, sfiles)
+        self.recovery._roll_back_batch(tx, lo, hi, sfiles)
 
     # -- delete_many ----------------------------------------------------------------------
 
@@ -325,11 +330,11 @@ class Batches:
         """Delete the live ones among ``cids`` under one lock hold, as few journaled
         operations as the journal can name (one, unless the streams' index names
         do not fit in it), each with one flush per file it touches."""
-        with self.engine.writing() as tx, self.engine.open_ids(write=True) as ids:
+        with self.recovery.writing() as tx, self.core.open_ids(write=True) as ids:
             groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
             unreadable: list[int] = []
             for cid in cids:
-                found = self.engine._find(ids, cid)
+                found = self.writes._find(ids, cid)
                 if found is None:
                     continue
                 if found.record is not None:
@@ -338,10 +343,10 @@ class Batches:
                     sfile: str | None = fmt.stream_file_name(found.record.stream)
                 else:
                     unreadable.append(found.seq)
-                    sfile = self.engine._stream_of(found.seq, cid)
+                    sfile = self.rebuild._stream_of(found.seq, cid)
                 victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
                 if sfile is not None:
-                    idx = self.engine.open_index(sfile)
+                    idx = self.core.open_index(sfile)
                     if idx is not None:
                         with idx:
                             pos = idx.find(found.seq)
@@ -349,9 +354,9 @@ class Batches:
                                 victim = (pos, idx.slot(pos))
                 groups.setdefault(sfile or "", []).append(victim)
             for chunk in _chunks(groups):
-                self.engine._delete_groups(tx, ids, chunk)
+                self.writes._delete_groups(tx, ids, chunk)
             if unreadable:
-                self.engine._delete_orphan_done(tx, unreadable)
+                self.recovery._delete_orphan_done(tx, unreadable)
             return sum(len(victims) for victims in groups.values())
 
 

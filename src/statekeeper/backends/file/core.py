@@ -104,11 +104,11 @@ class EngineCore:
         self.lock = WriteLock(io, lambda: self.fd("lock"), lock_timeout, root)
         self._state_cache: tuple[bytes, fmt.State] | None = None
         #: The sync epoch of ``dirty`` and the index files this process noted in it
-        #: since (see :meth:`.rebuild.RebuildMixin._mark_dirty`).
+        #: since (see :meth:`.rebuild.Rebuild._mark_dirty`).
         self._dirty_epoch = -1
         self._dirty: frozenset[str] = frozenset()
         #: The state generation of the last save this process completed (see
-        #: :meth:`.rebuild.RebuildMixin._insert_done`).
+        #: :meth:`.rebuild.Rebuild._insert_done`).
         self._done_gen = -1
         # The state generation this process wrote last: a lock holder that finds
         # another one starts a new epoch of the descriptor cache (see .descriptors).

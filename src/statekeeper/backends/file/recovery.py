@@ -11,7 +11,7 @@ and the id table are *soft*. This module holds what keeps them honest:
 - restart recovery: when the boot id differs from the one recorded, a power cut
   may have lost index writes, so every record above the sync mark is indexed
   again and index entries whose record did not survive are dropped;
-- :meth:`RecoveryMixin.repair` and the rebuild on open, which rebuild both
+- :meth:`Recovery.repair` and the rebuild on open, which rebuild both
   indexes, the id table and the state from the records (see :mod:`.survey`),
   keeping every damaged record as a damaged entry.
 """
@@ -28,17 +28,21 @@ from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
 from . import format as fmt
 from .budget import WORKER, Budget
-from .core import RecordProblem, Txn
+from .core import EngineCore, RecordProblem, Txn
 from .index import IdTable, IndexDamaged
-from .rebuild import RebuildMixin
+from .rebuild import Rebuild
 
-__all__ = ["RecoveryMixin"]
+__all__ = ["Recovery"]
 
 _log = logging.getLogger("statekeeper.backends.file")
 
 
-class RecoveryMixin(RebuildMixin):
+class Recovery:
     """Journal, sync mark, restart recovery and repair. See the module docstring."""
+
+    def __init__(self, core: EngineCore, rebuild: Rebuild) -> None:
+        self.core = core
+        self.rebuild = rebuild
 
     # -- the lock holder's view ------------------------------------------------------------
 
@@ -47,30 +51,32 @@ class RecoveryMixin(RebuildMixin):
         read it under the lock and passes it). An unreadable or torn state blocks
         (a rebuild, a write)."""
         if state is None:
-            state = self.read_state()
+            state = self.core.read_state()
         if state is None:
             # Both copies are unreadable (wiped, or a power cut mid-write in fast mode;
             # a new store starts this way too): rebuild everything from the records,
             # the high-water mark included.
             budget.block()
-            tx = Txn(self, fmt.State(gen=2))
-            self._rebuild_all(tx)
+            tx = Txn(self.core, fmt.State(gen=2))
+            self.rebuild._rebuild_all(tx)
             return tx
         if state.torn:
             # The newer copy is torn, so this one may lag a save: never hand out a
             # sequence that a record on disk already has.
             budget.block()
-            state = state.next(hwm=max(state.hwm, self._max_on_disk()))
-            self.write_state(state)
-        if state.gen != self._my_gen:
-            self.descriptors.epoch += 1  # another process wrote since: re-validate cached handles
-        return Txn(self, state)
+            state = state.next(hwm=max(state.hwm, self.rebuild._max_on_disk()))
+            self.core.write_state(state)
+        if state.gen != self.core._my_gen:
+            self.core.descriptors.epoch += (
+                1  # another process wrote since: re-validate cached handles
+            )
+        return Txn(self.core, state)
 
     @contextmanager
     def writing(self, budget: Budget = WORKER) -> Iterator[Txn]:
         """The write lock plus the current state, with any crashed journal finished.
         Inline, a lock held elsewhere blocks, and so does a journal to finish."""
-        with self.locked(wait=not budget.inline) as got:
+        with self.core.locked(wait=not budget.inline) as got:
             if not got:
                 budget.block()
             yield self.recover_pending(budget)
@@ -80,7 +86,7 @@ class RecoveryMixin(RebuildMixin):
         for that is rebuilt from the records."""
         tx = self._txn(budget=budget)
         journal = tx.state.journal
-        if journal is not None and not self._insert_done(tx, journal):
+        if journal is not None and not self.rebuild._insert_done(tx, journal):
             budget.block()
             try:
                 if journal.op in fmt.BATCH_OPS:
@@ -88,8 +94,8 @@ class RecoveryMixin(RebuildMixin):
                 else:
                     self._recover_journal(tx)
             except IndexDamaged as exc:
-                _log.warning("file store %s: rebuilding its indexes: %s", self.root, exc)
-                self._rebuild_all(tx)
+                _log.warning("file store %s: rebuilding its indexes: %s", self.core.root, exc)
+                self.rebuild._rebuild_all(tx)
         return tx
 
     def _recover_journal(self, tx: Txn) -> None:
@@ -105,7 +111,7 @@ class RecoveryMixin(RebuildMixin):
         elif journal.op == "update" and journal.path:
             got = self._load_rel(journal.path)
             if got is not None and journal.stream:
-                self._set_hint(
+                self.rebuild._set_hint(
                     journal.stream, journal.seq, fmt.to_micros(got.header.expires_at), sync=False
                 )
         elif journal.op == "delete" and journal.stream:
@@ -122,9 +128,9 @@ class RecoveryMixin(RebuildMixin):
             raise IndexDamaged(f"the record of the last save is damaged: {exc}") from None
         if record is None:
             return
-        with self.open_ids(write=True) as ids:
+        with self.core.open_ids(write=True) as ids:
             slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
-            took = self._index_new(
+            took = self.rebuild._index_new(
                 tx, ids, journal.stream, record.stream, slot, fmt.id_key(record.id)
             )
         tx.commit(ids_used=tx.state.ids_used + took)
@@ -135,10 +141,10 @@ class RecoveryMixin(RebuildMixin):
                 self._finish_delete_in(sfile, journal)
 
     def _finish_delete_in(self, sfile: str, journal: fmt.Journal) -> None:
-        idx = self.open_index(sfile, write=True)
+        idx = self.core.open_index(sfile, write=True)
         if idx is None:
             return
-        with idx, self.open_ids(write=True) as ids:
+        with idx, self.core.open_ids(write=True) as ids:
             dead = []
             for _, slot in idx.walk(idx.bisect(journal.lo, right=False), 1):
                 if slot.seq > journal.hi:
@@ -150,8 +156,8 @@ class RecoveryMixin(RebuildMixin):
                 at = ids.find(key, slot.seq)
                 if at is not None:
                     ids.tombstone(at, key, slot.seq)
-            self._unlink_records(dead)
-            self._trim(idx)
+            self.rebuild._unlink_records(dead)
+            self.rebuild._trim(idx)
 
     def _load_rel(self, path: str, *, strict: bool = False) -> StoredRecord | None:
         """The valid record at a root-relative path, or ``None`` (if missing, or if
@@ -160,7 +166,7 @@ class RecoveryMixin(RebuildMixin):
         if parsed is None:
             return None
         try:
-            got = self.load_record(*parsed)
+            got = self.core.load_record(*parsed)
         except CheckpointDecodeError:
             if strict:
                 raise
@@ -174,12 +180,12 @@ class RecoveryMixin(RebuildMixin):
         bucket = fmt.parse_bucket_name(parts[1])
         if bucket is None:
             return
-        bfd = self.open_dir(self.fd("records"), parts[1], create=False)
+        bfd = self.core.open_dir(self.core.fd("records"), parts[1], create=False)
         if bfd is not None:
             try:
-                self.unlink_missing_ok(parts[2], bfd)
+                self.core.unlink_missing_ok(parts[2], bfd)
             finally:
-                self.io.close(bfd)
+                self.core.io.close(bfd)
 
     # -- save_many and group commits cut short -------------------------------------------
 
@@ -197,17 +203,20 @@ class RecoveryMixin(RebuildMixin):
         lo, hi = journal.lo, journal.hi
         if journal.op == fmt.BATCH_COMMITTED:
             # A group commit cut short may have left temp files (never renamed).
-            self._remove_temps(lo, hi)
+            self.rebuild._remove_temps(lo, hi)
             records = self._batch_records(lo, hi)
             if records:
                 _log.warning(
-                    "file store %s: finishing save_many or save group %d..%d", self.root, lo, hi
+                    "file store %s: finishing save_many or save group %d..%d",
+                    self.core.root,
+                    lo,
+                    hi,
                 )
-                ids = self.open_ids(write=True)
+                ids = self.core.open_ids(write=True)
                 try:
                     if tx.state.ids_used + len(records) > ids.capacity // 2:
                         ids.close()
-                        ids = self._rebuild_ids(tx)
+                        ids = self.rebuild._rebuild_ids(tx)
                     took = self._index_batch(tx, ids, records)
                 finally:
                     ids.close()
@@ -216,24 +225,26 @@ class RecoveryMixin(RebuildMixin):
                 used = tx.state.ids_used
             tx.commit(journal=None, hwm=max(tx.state.hwm, hi), ids_used=used)
             return
-        _log.warning("file store %s: taking back unfinished save_many %d..%d", self.root, lo, hi)
+        _log.warning(
+            "file store %s: taking back unfinished save_many %d..%d", self.core.root, lo, hi
+        )
         self._roll_back_batch(tx, lo, hi)
 
     def _batch_files(self, lo: int, hi: int) -> list[tuple[int, str]]:
         """``(seq, id)`` of every record file with ``lo <= seq <= hi``."""
         found: list[tuple[int, str]] = []
-        records = self.fd("records")
+        records = self.core.fd("records")
         for number in range(fmt.bucket_of(lo), fmt.bucket_of(hi) + 1):
-            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
+            bfd = self.core.open_dir(records, fmt.bucket_name(number), create=False)
             if bfd is None:
                 continue
             try:
-                for name in self.io.listdir(bfd):
+                for name in self.core.io.listdir(bfd):
                     parsed = fmt.parse_record_name(name)
                     if parsed is not None and lo <= parsed[0] <= hi:
                         found.append(parsed)
             finally:
-                self.io.close(bfd)
+                self.core.io.close(bfd)
         return sorted(found)
 
     def _batch_records(self, lo: int, hi: int) -> list[StoredRecord]:
@@ -242,7 +253,7 @@ class RecoveryMixin(RebuildMixin):
         out = []
         for seq, cid in self._batch_files(lo, hi):
             try:
-                got = self.load_record(seq, cid)
+                got = self.core.load_record(seq, cid)
             except CheckpointDecodeError as exc:
                 raise IndexDamaged(f"a record of save_many {lo}..{hi} is damaged: {exc}") from None
             if got is not None:
@@ -253,23 +264,23 @@ class RecoveryMixin(RebuildMixin):
         """Remove every trace of batch ``lo..hi``: its record files first (flushed,
         so none comes back), then its index slots and id entries, then the
         journal. Its sequences stay used."""
-        self._remove_temps(lo, hi)
+        self.rebuild._remove_temps(lo, hi)
         files = self._batch_files(lo, hi)
         sfiles = set(sfiles or ())
         for seq, cid in files:
             with contextlib.suppress(CheckpointDecodeError, RecordProblem, IndexDamaged):
-                got = self.load_record(seq, cid)
+                got = self.core.load_record(seq, cid)
                 if got is not None:
                     sfiles.add(fmt.stream_file_name(got[0].stream))
-        self._unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
+        self.rebuild._unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
         for sfile in sorted(sfiles):
-            idx = self.open_index(sfile, write=True)
+            idx = self.core.open_index(sfile, write=True)
             if idx is not None:
                 with idx:
                     idx.repair_tail()
                     # The batch held the highest sequences: its slots are the tail.
                     idx.truncate(idx.bisect(lo, right=False))
-        with self.open_ids(write=True) as ids:
+        with self.core.open_ids(write=True) as ids:
             for seq, cid in files:
                 key = fmt.id_key(cid)
                 at = ids.find(key, seq)
@@ -286,37 +297,37 @@ class RecoveryMixin(RebuildMixin):
             sfile = fmt.stream_file_name(record.stream)
             by_sfile.setdefault(sfile, (record.stream, []))[1].append(slot)
         for sfile, (stream, slots) in by_sfile.items():
-            idx = self.open_index(sfile, write=True)
+            idx = self.core.open_index(sfile, write=True)
             if idx is None:
-                self._create_index(tx, sfile, stream)
-                idx = self.open_index(sfile, write=True)
+                self.rebuild._create_index(tx, sfile, stream)
+                idx = self.core.open_index(sfile, write=True)
                 if idx is None:
                     raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
             with idx:
                 idx.repair_tail()
                 last = idx.last_seq()
                 idx.append_many([slot for slot in slots if slot.seq > last])
-            self._mark_dirty(tx, sfile)
+            self.rebuild._mark_dirty(tx, sfile)
         return sum(ids.insert(fmt.id_key(r.id), r.sequence) for r in records)
 
     def repair(self, drop_damaged: bool) -> dict[str, Any]:
         """Rebuild the indexes, the id table and the state from the record files,
         keeping damaged records as damaged entries (or, with ``drop_damaged``,
         removing their files). Takes the write lock for the whole pass."""
-        with self.locked():
+        with self.core.locked():
             tx = self._txn()
             journal = tx.state.journal
-            if journal is not None and not self._insert_done(tx, journal):
+            if journal is not None and not self.rebuild._insert_done(tx, journal):
                 with contextlib.suppress(IndexDamaged):
                     if journal.op in fmt.BATCH_OPS:
                         self._resolve_batch(tx)
                     else:
                         self._recover_journal(tx)
-            return self._rebuild_all(tx, drop=drop_damaged)
+            return self.rebuild._rebuild_all(tx, drop=drop_damaged)
 
     def _delete_orphan_done(self, tx: Txn, seqs: list[int]) -> None:
         """After deleting records by id: if one was the newest damaged record of
         unknown stream, find the next one (a rebuild; rare)."""
         orphan = tx.state.orphan
         if orphan is not None and orphan[0] in seqs:
-            self._rebuild_all(tx)
+            self.rebuild._rebuild_all(tx)

@@ -15,71 +15,71 @@ from .core import RecordProblem, Txn
 from .index import IndexDamaged
 from .io import read_exact
 from .rebuild import index_names
-from .recovery import RecoveryMixin
+from .recovery import Recovery
 
 __all__ = ["recover_restart"]
 
 
 def records_above(
-    engine: RecoveryMixin, lo: int, hi: int
+    recovery: Recovery, lo: int, hi: int
 ) -> Iterator[tuple[int, str, StoredRecord | None]]:
     """``(seq, id, record)`` of every record file with ``lo < seq <= hi``, in
     sequence order; ``record`` is ``None`` for a damaged one."""
-    records = engine.fd("records")
+    records = recovery.core.fd("records")
     first, last = fmt.bucket_of(lo + 1), fmt.bucket_of(hi)
     buckets = sorted(
         b
-        for b in map(fmt.parse_bucket_name, engine.io.listdir(records))
+        for b in map(fmt.parse_bucket_name, recovery.core.io.listdir(records))
         if b is not None and first <= b <= last
     )
     for bucket in buckets:
-        bfd = engine.open_dir(records, fmt.bucket_name(bucket), create=False)
+        bfd = recovery.core.open_dir(records, fmt.bucket_name(bucket), create=False)
         if bfd is None:
             continue
         try:
             names = sorted(
-                (p, n) for n in engine.io.listdir(bfd) if (p := fmt.parse_record_name(n))
+                (p, n) for n in recovery.core.io.listdir(bfd) if (p := fmt.parse_record_name(n))
             )
             for (seq, cid), name in names:
                 if not lo < seq <= hi or fmt.bucket_of(seq) != bucket:
                     continue
                 try:
-                    data = engine.read_file(bfd, name)
+                    data = recovery.core.read_file(bfd, name)
                     if data is not None:
-                        yield seq, cid, engine.decode(data, seq, cid)
+                        yield seq, cid, recovery.core.decode(data, seq, cid)
                 except (RecordProblem, CheckpointDecodeError):
                     yield seq, cid, None
         finally:
-            engine.io.close(bfd)
+            recovery.core.io.close(bfd)
 
 
-def recover_restart(engine: RecoveryMixin, tx: Txn, boot: str | None) -> None:
+def recover_restart(recovery: Recovery, tx: Txn, boot: str | None) -> None:
     """After a machine restart, index again every record above the sync mark (a
     power cut may have lost unflushed index writes) and drop index entries whose
     record did not survive. A damaged record there that no index names raises
     :class:`IndexDamaged`, so the caller rebuilds (which finds its stream)."""
     lo = tx.state.synced
-    hwm = max(tx.state.hwm, engine._max_on_disk())
+    hwm = max(tx.state.hwm, recovery.rebuild._max_on_disk())
     # No write is in flight (the lock is held, and the machine restarted): a
     # temp file above the mark is a save or group commit cut short.
-    engine._remove_temps(lo + 1, None)
+    recovery.rebuild._remove_temps(lo + 1, None)
     found: dict[str, list[StoredRecord]] = {}
     present: set[int] = set()
     damaged: list[tuple[int, str]] = []
-    for seq, cid, record in records_above(engine, lo, hwm):
+    for seq, cid, record in records_above(recovery, lo, hwm):
         present.add(seq)
         if record is None:
             damaged.append((seq, cid))
         else:
             found.setdefault(fmt.stream_file_name(record.stream), []).append(record)
-    for sfile in set(found) | dirty_names(engine):
+    for sfile in set(found) | dirty_names(recovery):
         recs = found.get(sfile, [])
-        merge_tail(engine, tx, sfile, recs[0].stream if recs else None, lo, recs, present)
+        merge_tail(recovery, tx, sfile, recs[0].stream if recs else None, lo, recs, present)
     for seq, cid in damaged:
-        if engine._stream_of(seq, cid) is None:
+        if recovery.rebuild._stream_of(seq, cid) is None:
             raise IndexDamaged(f"damaged record {seq} is in no stream index")
     used = tx.state.ids_used
-    with engine.open_ids(write=True) as ids:
+    with recovery.core.open_ids(write=True) as ids:
         for pos, key, seq in list(ids.entries()):
             if lo < seq <= hwm and seq not in present:
                 ids.tombstone(pos, key, seq)
@@ -88,23 +88,23 @@ def recover_restart(engine: RecoveryMixin, tx: Txn, boot: str | None) -> None:
                 used += ids.insert(fmt.id_key(record.id), record.sequence)
         for seq, cid in damaged:
             used += ids.insert(fmt.id_key(cid), seq)
-        if engine.durable:
+        if recovery.core.durable:
             ids.sync()
     tx.commit(hwm=hwm, synced=hwm, boot=boot, ids_used=used)
     tx.sync()
-    engine.io.ftruncate(engine.fd("dirty"), 0)
-    engine._dirty = frozenset()
+    recovery.core.io.ftruncate(recovery.core.fd("dirty"), 0)
+    recovery.core._dirty = frozenset()
 
 
-def dirty_names(engine: RecoveryMixin) -> set[str]:
-    dirty_fd = engine.fd("dirty")
-    size = engine.io.fstat(dirty_fd).st_size
-    text = read_exact(engine.io, dirty_fd, size, 0).decode("ascii", "replace")
+def dirty_names(recovery: Recovery) -> set[str]:
+    dirty_fd = recovery.core.fd("dirty")
+    size = recovery.core.io.fstat(dirty_fd).st_size
+    text = read_exact(recovery.core.io, dirty_fd, size, 0).decode("ascii", "replace")
     return index_names(text)
 
 
 def merge_tail(
-    engine: RecoveryMixin,
+    recovery: Recovery,
     tx: Txn,
     sfile: str,
     stream: str | None,
@@ -112,12 +112,12 @@ def merge_tail(
     records: list[StoredRecord],
     present: set[int],
 ) -> None:
-    idx = engine.open_index(sfile, write=True)  # damaged: the caller rebuilds
+    idx = recovery.core.open_index(sfile, write=True)  # damaged: the caller rebuilds
     if idx is None:
         if stream is None:
             return
-        engine._create_index(tx, sfile, stream)
-        idx = engine.open_index(sfile, write=True)
+        recovery.rebuild._create_index(tx, sfile, stream)
+        idx = recovery.core.open_index(sfile, write=True)
         assert idx is not None
     with idx:
         idx.repair_tail()
@@ -147,6 +147,6 @@ def merge_tail(
             idx.truncate(start)
             for slot in keep:
                 idx.append(slot)
-        engine._unlink_records(doomed)
-        if engine.durable:
+        recovery.rebuild._unlink_records(doomed)
+        if recovery.core.durable:
             idx.sync()

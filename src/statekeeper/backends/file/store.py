@@ -215,7 +215,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         ``drop_damaged``, first remove the damaged record files (found by name, so
         also those whose bytes no longer say their id). Holds the write lock for
         the rebuild."""
-        done = await self._run("repair", self._engine.repair, drop_damaged)
+        done = await self._run("repair", self._engine.recovery.repair, drop_damaged)
         rebuilt = {"stream_indexes": done["streams"], "id_table": 1, "state": 1}
         actions = [
             f"rebuilt {done['streams']} stream index(es), the id table and the state "
@@ -308,7 +308,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
         With ``durability="fast"`` such a lone save runs on the event loop's thread,
         without the worker hop, when it can do so without waiting or syncing
-        (:meth:`.engine.EngineWrites.insert` with an inline budget: page-cache writes
+        (:meth:`.engine.Writes.insert` with an inline budget: page-cache writes
         only, as a bare write + rename); where it would wait or sync, it takes the
         hop as any other."""
         loop = asyncio.get_running_loop()
@@ -381,7 +381,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """All or nothing, also after a crash; invisible to readers until complete;
         one fsync group (see :mod:`.batch`)."""
-        return await self._run("save_many", self._engine.insert_many, records)
+        return await self._run("save_many", self._engine.batches.insert_many, records)
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         """In the worker, one pass; a single id (the LangGraph saver's pending-writes
@@ -390,7 +390,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._read("load_many", engine.reader.get_many, ids, now, inline=len(ids) == 1)
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
-        return await self._run("delete_many", self._engine.delete_many, ids, now)
+        return await self._run("delete_many", self._engine.batches.delete_many, ids, now)
 
     async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
         return await self._run("list_streams", self._engine.listing.list_streams, now, prefix)
@@ -407,7 +407,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         codec: str | None = None,
     ) -> CheckpointHeader:
         return await self._run(
-            "update", self._engine.update, id, state, if_match, now, etag, edits, codec
+            "update", self._engine.writes.update, id, state, if_match, now, etag, edits, codec
         )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
@@ -461,16 +461,16 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return probe_of
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
-        return await self._run("delete", self._engine.delete, id, if_match, now)
+        return await self._run("delete", self._engine.writes.delete, id, if_match, now)
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
-        return await self._run("delete_stream", self._engine.delete_stream, stream, now)
+        return await self._run("delete_stream", self._engine.writes.delete_stream, stream, now)
 
     async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        return await self._run("prune", self._engine.prune, stream, keep_last, now)
+        return await self._run("prune", self._engine.writes.prune, stream, keep_last, now)
 
     async def _purge_expired(self, now: datetime) -> int:
-        return await self._run("purge_expired", self._engine.purge_expired, now)
+        return await self._run("purge_expired", self._engine.writes.purge_expired, now)
 
     async def _list_streams(self, now: datetime) -> list[str]:
         return await self._run("list_streams", self._engine.listing.list_streams, now)
@@ -486,7 +486,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def backdoor_write_raw(self, id: str, data: bytes) -> None:
         """Replace the record file's bytes, unverified (conformance kit backdoor)."""
         self._require_writable("backdoor_write_raw")
-        await self._run("backdoor_write_raw", self._engine.write_raw, id, bytes(data))
+        await self._run("backdoor_write_raw", self._engine.writes.write_raw, id, bytes(data))
 
 
 #: The most saves committed in one group.
