@@ -82,13 +82,13 @@ class Batches:
                 self._check_new_ids(tx, ids, records)
                 if tx.state.ids_used + n > ids.capacity // 2:
                     ids.close()
-                    ids = self.rebuild._rebuild_ids(tx)
+                    ids = self.rebuild.rebuild_ids(tx)
                 lo = tx.state.hwm + 1
                 hi = lo + n - 1
                 sealed = [record.seal(lo + i) for i, record in enumerate(records)]
                 blobs = [one.to_bytes(self.core.store_id) for one in sealed]
                 for data in blobs:
-                    self.writes._check_size(data)
+                    self.writes.check_size(data)
                 tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
                 tx.sync()  # the intent is durable before any record file exists
                 try:
@@ -96,10 +96,10 @@ class Batches:
                     tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
                     tx.sync()
                 except BaseException:
-                    self.rebuild._quietly(lambda: self.recovery._roll_back_batch(tx, lo, hi))
+                    self.rebuild.quietly(lambda: self.recovery.roll_back_batch(tx, lo, hi))
                     raise
                 try:
-                    took = self.recovery._index_batch(tx, ids, sealed)
+                    took = self.recovery.index_batch(tx, ids, sealed)
                     tx.commit(journal=None, ids_used=tx.state.ids_used + took)
                     # Durably: a torn later write of state falls back to the other
                     # copy, which must not be this batch's "batch" intent (that
@@ -107,9 +107,9 @@ class Batches:
                     tx.sync()
                 except BaseException:
                     # The caller will hear that save_many failed: take it all back.
-                    self.rebuild._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+                    self.rebuild.quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
                     raise
-                self.rebuild._sync_mark_if_due(tx, ids)
+                self.rebuild.sync_mark_if_due(tx, ids)
             finally:
                 ids.close()
         return [one.header for one in sealed]
@@ -152,7 +152,7 @@ class Batches:
                 admitted = self._admit_group(tx, ids, records, out)
                 if tx.state.ids_used + len(admitted) > ids.capacity // 2:
                     ids.close()
-                    ids = self.rebuild._rebuild_ids(tx)
+                    ids = self.rebuild.rebuild_ids(tx)
                 lo = tx.state.hwm + 1
                 sealed: list[StoredRecord] = []
                 blobs: list[bytes] = []
@@ -160,7 +160,7 @@ class Batches:
                     one = records[i].seal(lo + len(sealed))
                     data = one.to_bytes(self.core.store_id)
                     try:
-                        self.writes._check_size(data)
+                        self.writes.check_size(data)
                     except CheckpointEncodeError as exc:
                         out[i] = exc
                         continue
@@ -192,7 +192,7 @@ class Batches:
             live, _, _ = ids.probe(fmt.id_key(record.id))
             if live:
                 try:
-                    self.writes._check_new_id(tx, ids, record, live)
+                    self.writes.check_new_id(tx, ids, record, live)
                 except PreconditionFailed as exc:
                     out[i] = exc
                     continue
@@ -209,15 +209,15 @@ class Batches:
         try:
             self._publish_group(sealed, blobs)
         except BaseException:
-            self.rebuild._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            self.rebuild.quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
         try:
-            took = self.recovery._index_batch(tx, ids, sealed)
+            took = self.recovery.index_batch(tx, ids, sealed)
             tx.commit(journal=None, ids_used=tx.state.ids_used + took)
         except BaseException:
-            self.rebuild._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            self.rebuild.quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
-        self.rebuild._sync_mark_if_due(tx, ids)
+        self.rebuild.sync_mark_if_due(tx, ids)
 
     def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Temp files, one sync group, renames in sequence order, one fsync per
@@ -273,7 +273,7 @@ class Batches:
             live, _, _ = ids.probe(fmt.id_key(record.id))
             if not live:
                 continue
-            found = self.writes._find(ids, record.id, live)
+            found = self.writes.find_record(ids, record.id, live)
             if found is None:
                 continue
             if found.record is None:
@@ -285,7 +285,7 @@ class Batches:
                 raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
             expired.append((record.id, found))
         for cid, found in expired:
-            self.writes._delete_found(tx, ids, cid, found)
+            self.writes.delete_found(tx, ids, cid, found)
 
     def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Create every record file, then make them durable as one group."""
@@ -322,7 +322,7 @@ class Batches:
         tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
         tx.sync()
         sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
-        self.recovery._roll_back_batch(tx, lo, hi, sfiles)
+        self.recovery.roll_back_batch(tx, lo, hi, sfiles)
 
     # -- delete_many ----------------------------------------------------------------------
 
@@ -334,7 +334,7 @@ class Batches:
             groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
             unreadable: list[int] = []
             for cid in cids:
-                found = self.writes._find(ids, cid)
+                found = self.writes.find_record(ids, cid)
                 if found is None:
                     continue
                 if found.record is not None:
@@ -343,7 +343,7 @@ class Batches:
                     sfile: str | None = fmt.stream_file_name(found.record.stream)
                 else:
                     unreadable.append(found.seq)
-                    sfile = self.rebuild._stream_of(found.seq, cid)
+                    sfile = self.rebuild.stream_of(found.seq, cid)
                 victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
                 if sfile is not None:
                     idx = self.core.open_index(sfile)
@@ -354,9 +354,9 @@ class Batches:
                                 victim = (pos, idx.slot(pos))
                 groups.setdefault(sfile or "", []).append(victim)
             for chunk in _chunks(groups):
-                self.writes._delete_groups(tx, ids, chunk)
+                self.writes.delete_groups(tx, ids, chunk)
             if unreadable:
-                self.recovery._delete_orphan_done(tx, unreadable)
+                self.recovery.delete_orphan_done(tx, unreadable)
             return sum(len(victims) for victims in groups.values())
 
 

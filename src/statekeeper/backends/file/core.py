@@ -99,20 +99,20 @@ class EngineCore:
         #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
         self.batch_sync: BatchSync = batch_sync
         self.store_id = ""
-        self._fds: dict[str, int] = {}
+        self.fd_table: dict[str, int] = {}
         #: The write lock: this instance's mutex, then ``flock`` on ``lock``.
         self.lock = WriteLock(io, lambda: self.fd("lock"), lock_timeout, root)
         self._state_cache: tuple[bytes, fmt.State] | None = None
         #: The sync epoch of ``dirty`` and the index files this process noted in it
-        #: since (see :meth:`.rebuild.Rebuild._mark_dirty`).
-        self._dirty_epoch = -1
-        self._dirty: frozenset[str] = frozenset()
+        #: since (see :meth:`.rebuild.Rebuild.mark_dirty`).
+        self.dirty_epoch = -1
+        self.dirty_noted: frozenset[str] = frozenset()
         #: The state generation of the last save this process completed (see
-        #: :meth:`.rebuild.Rebuild._insert_done`).
-        self._done_gen = -1
+        #: :meth:`.rebuild.Rebuild.insert_done`).
+        self.done_gen = -1
         # The state generation this process wrote last: a lock holder that finds
         # another one starts a new epoch of the descriptor cache (see .descriptors).
-        self._my_gen = -1
+        self.my_gen = -1
         #: Every descriptor kept open across calls, the lock holder's and the inline
         #: readers'.
         self.descriptors = Descriptors(self)
@@ -128,7 +128,7 @@ class EngineCore:
 
     def fd(self, name: str) -> int:
         try:
-            return self._fds[name]
+            return self.fd_table[name]
         except KeyError:
             raise StoreClosed(f"the file store at {self.root} is closed") from None
 
@@ -136,7 +136,7 @@ class EngineCore:
     def active(self) -> Iterator[None]:
         """Mark a call in flight (``close`` waits for it)."""
         with self._busy_cond:
-            if self._closing or not self._fds:
+            if self._closing or not self.fd_table:
                 raise StoreClosed(f"the file store at {self.root} is closed")
             self._busy += 1
         try:
@@ -151,7 +151,7 @@ class EngineCore:
             self._closing = True
             while self._busy:
                 self._busy_cond.wait()
-            fds, self._fds = self._fds, {}
+            fds, self.fd_table = self.fd_table, {}
             self._closing = False
         self.descriptors.drop()
         self.descriptors.close_kept()
@@ -348,7 +348,7 @@ class EngineCore:
     def read_state(self) -> fmt.State | None:
         """The current state; ``None`` if it is unreadable (or, on a read-only open,
         missing)."""
-        fd = self._fds.get("state")
+        fd = self.fd_table.get("state")
         if fd is None:
             self.fd("root")  # StoreClosed if closed
             return None
@@ -371,7 +371,7 @@ class EngineCore:
             if n <= 0:
                 raise OSError(errno.EIO, "write made no progress")
             done += n
-        self._my_gen = state.gen
+        self.my_gen = state.gen
         if before is not None:
             raw = before[0]
             self._state_cache = (raw[:offset] + data + raw[offset + len(data) :], state)

@@ -77,15 +77,15 @@ class Writes:
             if tx.state.ids_used + 1 > ids.capacity // 2:
                 budget.block()
                 ids.close()
-                ids = self.rebuild._rebuild_ids(tx)
+                ids = self.rebuild.rebuild_ids(tx)
             live, free, fresh = ids.probe(key)
             if live:
-                self._check_new_id(tx, ids, record, live)
+                self.check_new_id(tx, ids, record, live)
                 live, free, fresh = ids.probe(key)
             seq = tx.state.hwm + 1
             stored = record.seal(seq)
             data = stored.to_bytes(self.core.store_id)
-            self._check_size(data)
+            self.check_size(data)
             sfile = fmt.stream_file_name(record.stream)
             path = self.core.record_path(seq, record.id)
             bucket = self.core.bucket(seq, create=True)
@@ -104,39 +104,39 @@ class Writes:
                 try:
                     self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
                 except BaseException:
-                    self.rebuild._quietly(lambda: tx.commit(journal=None, hwm=seq))
+                    self.rebuild.quietly(lambda: tx.commit(journal=None, hwm=seq))
                     raise
                 slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
                 try:
-                    self.rebuild._index_new(
+                    self.rebuild.index_new(
                         tx, ids, sfile, record.stream, slot, key, at=(free, fresh)
                     )
                 except BaseException:
                     # The caller will hear that the save failed, so take it back.
-                    self.rebuild._quietly(
+                    self.rebuild.quietly(
                         lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket)
                     )
                     raise
             finally:
                 self.core.close_bucket(bucket)
-            self.core._done_gen = tx.state.gen
-            if self.rebuild._sync_mark_if_due(tx, ids):
-                self.core._done_gen = tx.state.gen
+            self.core.done_gen = tx.state.gen
+            if self.rebuild.sync_mark_if_due(tx, ids):
+                self.core.done_gen = tx.state.gen
         finally:
             ids.close()
         return stored.header
 
-    def _check_size(self, data: bytes) -> None:
+    def check_size(self, data: bytes) -> None:
         if len(data) > self.core.max_record_bytes:
             raise CheckpointEncodeError(
                 f"the record would be {len(data)} bytes, over this file store's "
                 f"{self.core.max_record_bytes}-byte limit for one record file"
             )
 
-    def _check_new_id(
+    def check_new_id(
         self, tx: Txn, ids: IdTable, record: NewRecord, live: list[tuple[int, int]]
     ) -> None:
-        found = self._find(ids, record.id, live)
+        found = self.find_record(ids, record.id, live)
         if found is None:
             return
         if found.record is None:
@@ -147,7 +147,7 @@ class Writes:
         if not found.record.is_expired(record.now):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
         # An expired checkpoint behaves as deleted: remove it so the id can be reused.
-        self._delete_found(tx, ids, record.id, found)
+        self.delete_found(tx, ids, record.id, found)
 
     def _undo_insert(
         self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
@@ -190,7 +190,7 @@ class Writes:
             if previous is None:
                 self.core.unlink_quiet(name, bucket)
             else:
-                self.rebuild._quietly(lambda: self._put_back(bucket, tmp, name, previous))
+                self.rebuild.quietly(lambda: self._put_back(bucket, tmp, name, previous))
             raise
 
     def _put_back(self, bucket: int, tmp: str, name: str, previous: bytes) -> None:
@@ -220,7 +220,7 @@ class Writes:
     ) -> CheckpointHeader:
         with self.recovery.writing() as tx:
             with self.core.open_ids() as ids:
-                found = self._find(ids, cid)
+                found = self.find_record(ids, cid)
             if found is not None and found.error is not None:
                 raise found.error
             if found is None or found.record is None or found.record.is_expired(now):
@@ -232,7 +232,7 @@ class Writes:
                 )
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             data = new.to_bytes(self.core.store_id)
-            self._check_size(data)
+            self.check_size(data)
             self._replace(tx, found.seq, cid, current, new.header.expires_at, data, found.raw)
             return new.header
 
@@ -267,21 +267,19 @@ class Writes:
             published = False
             try:
                 if hinted and sfile is not None:
-                    self.rebuild._set_hint(sfile, seq, _upper(old, new), sync=self.core.durable)
+                    self.rebuild.set_hint(sfile, seq, _upper(old, new), sync=self.core.durable)
                 self._publish(bucket, tmp, name, data, previous)
                 published = True
                 if hinted and sfile is not None:
-                    self.rebuild._set_hint(sfile, seq, new, sync=False)
+                    self.rebuild.set_hint(sfile, seq, new, sync=False)
                 tx.commit(journal=None)
             except BaseException:
                 # The caller will hear that the update failed: put the old one back.
                 if published and previous is not None:
-                    self.rebuild._quietly(lambda: self._put_back(bucket, tmp, name, previous))
+                    self.rebuild.quietly(lambda: self._put_back(bucket, tmp, name, previous))
                 if hinted and sfile is not None:
-                    self.rebuild._quietly(
-                        lambda: self.rebuild._set_hint(sfile, seq, old, sync=False)
-                    )
-                self.rebuild._quietly(lambda: tx.commit(journal=None))
+                    self.rebuild.quietly(lambda: self.rebuild.set_hint(sfile, seq, old, sync=False))
+                self.rebuild.quietly(lambda: tx.commit(journal=None))
                 raise
         finally:
             self.core.close_bucket(bucket)
@@ -290,7 +288,7 @@ class Writes:
         """Overwrite record ``cid``'s bytes unchecked (the conformance kit's backdoor)."""
         with self.recovery.writing() as tx:
             with self.core.open_ids() as ids:
-                found = self._find(ids, cid)
+                found = self.find_record(ids, cid)
             if found is None:
                 raise CheckpointNotFound(cid)
             expires = found.record.header.expires_at if found.record is not None else None
@@ -300,7 +298,7 @@ class Writes:
 
     def delete(self, cid: str, if_match: str | None, now: datetime) -> bool:
         with self.recovery.writing() as tx, self.core.open_ids(write=True) as ids:
-            found = self._find(ids, cid)
+            found = self.find_record(ids, cid)
             if found is None:
                 return False
             if found.record is None:
@@ -314,14 +312,14 @@ class Writes:
                         f"checkpoint {cid!r} has etag {found.record.header.etag!r}, "
                         f"not {if_match!r}"
                     )
-            self._delete_found(tx, ids, cid, found)
+            self.delete_found(tx, ids, cid, found)
             return True
 
-    def _delete_found(self, tx: Txn, ids: IdTable, cid: str, found: _Found) -> None:
+    def delete_found(self, tx: Txn, ids: IdTable, cid: str, found: _Found) -> None:
         if found.record is not None:
             sfile: str | None = fmt.stream_file_name(found.record.stream)
         else:
-            sfile = self.rebuild._stream_of(found.seq, cid)
+            sfile = self.rebuild.stream_of(found.seq, cid)
         victims: list[tuple[int | None, fmt.Slot]] = [(None, fmt.Slot(found.seq, cid))]
         if sfile is not None:
             idx = self.core.open_index(sfile)
@@ -332,15 +330,15 @@ class Writes:
                         victims = [(pos, idx.slot(pos))]
         self._delete_slots(tx, ids, sfile or "", victims)
         if found.record is None:
-            self.recovery._delete_orphan_done(tx, [found.seq])
+            self.recovery.delete_orphan_done(tx, [found.seq])
 
     def _delete_slots(
         self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
     ) -> None:
-        """Delete records of one stream index (see :meth:`_delete_groups`)."""
-        self._delete_groups(tx, ids, {sfile: victims})
+        """Delete records of one stream index (see :meth:`delete_groups`)."""
+        self.delete_groups(tx, ids, {sfile: victims})
 
-    def _delete_groups(
+    def delete_groups(
         self, tx: Txn, ids: IdTable, groups: dict[str, list[tuple[int | None, fmt.Slot]]]
     ) -> None:
         """Delete records of one or more stream indexes (``""``: records no index
@@ -373,14 +371,14 @@ class Writes:
                     ids.tombstone(at, key, slot.seq)
         if self.core.durable:
             ids.sync()
-        self.rebuild._unlink_records([slot for victims in groups.values() for _, slot in victims])
+        self.rebuild.unlink_records([slot for victims in groups.values() for _, slot in victims])
         # Trim only once the files are gone: recovery finishes a delete from its
         # dead slots, so a slot must outlive its record file.
         for sfile in groups:
             idx = self.core.open_index(sfile, write=True) if sfile else None
             if idx is not None:
                 with idx:
-                    self.rebuild._trim(idx)
+                    self.rebuild.trim_dead(idx)
         tx.commit(journal=None)
 
     def prune(self, stream: str, keep_last: int, now: datetime) -> int:
@@ -459,7 +457,7 @@ class Writes:
                 return
             self.core.forget(sfile)
             if not live:
-                self.rebuild._uncount_index(tx)
+                self.rebuild.uncount_index(tx)
                 self.core.unlink_missing_ok(sfile, self.core.fd("streams"))
                 if self.core.durable:
                     self.core.io.fsync(self.core.fd("streams"))
@@ -468,7 +466,7 @@ class Writes:
                     self.core.fd("streams"), live, self.core.store_id, durable=self.core.durable
                 )
 
-    def _find(
+    def find_record(
         self, ids: IdTable, cid: str, live: list[tuple[int, int]] | None = None
     ) -> _Found | None:
         """Where ``cid`` lives (expired or not); an unreadable record comes back with

@@ -51,7 +51,7 @@ class Opening:
             if self.core.create:
                 raise
             raise self._not_found() from None
-        self.core._fds = {"root": root}
+        self.core.fd_table = {"root": root}
         self.core.degraded = None
         try:
             if self.core.read_only:
@@ -60,10 +60,10 @@ class Opening:
                 meta = self._open_meta(root, now)
                 self.core.store_id = meta.store_id
                 with self.core.locked():
-                    self.core._fds["records"] = self._subdir(fmt.RECORDS_DIR)
-                    self.core._fds["streams"] = self._subdir(fmt.STREAMS_DIR)
-                    self.core._fds["state"] = self._open_state()
-                    self.core._fds["dirty"] = self.core.io.open(
+                    self.core.fd_table["records"] = self._subdir(fmt.RECORDS_DIR)
+                    self.core.fd_table["streams"] = self._subdir(fmt.STREAMS_DIR)
+                    self.core.fd_table["state"] = self._open_state()
+                    self.core.fd_table["dirty"] = self.core.io.open(
                         fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
                     )
                     self._startup_recovery()
@@ -96,14 +96,14 @@ class Opening:
             except IndexDamaged as exc:
                 raise StoreFormatError(f"{self.core.where(name)}: {exc}") from None
             if fd is not None:
-                self.core._fds[name] = fd
-        if "records" not in self.core._fds:
+                self.core.fd_table[name] = fd
+        if "records" not in self.core.fd_table:
             raise StoreFormatError(
                 f"{self.core.where(fmt.RECORDS_DIR)} is missing: the store's creation was cut "
                 "short; open it once without read_only to finish it"
             )
         try:
-            self.core._fds["state"] = self.core.io.open(fmt.STATE_NAME, RO_FILE, dir_fd=root)
+            self.core.fd_table["state"] = self.core.io.open(fmt.STATE_NAME, RO_FILE, dir_fd=root)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -142,7 +142,7 @@ class Opening:
                 )
             if not self.core.create:
                 raise self._not_found()
-        self.core._fds["lock"] = self.core.io.open(
+        self.core.fd_table["lock"] = self.core.io.open(
             fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root
         )
         with self.core.locked():
@@ -186,8 +186,8 @@ class Opening:
         """After a machine restart, index the records above the sync mark again; then
         finish a crashed writer's journal; then check the derived data (see
         :meth:`damage_at_open`). What is damaged or missing is rebuilt from the
-        records (an unreadable state already was, by ``_txn``)."""
-        tx = self.recovery._txn()
+        records (an unreadable state already was, by ``txn``)."""
+        tx = self.recovery.txn()
         boot = self.core.io.boot_id()
         reasons: list[str] = []
         try:
@@ -195,12 +195,12 @@ class Opening:
             if pending is not None and pending.op in fmt.BATCH_OPS:
                 # First: a half-written batch must be gone (or complete) before the
                 # restart recovery indexes the records above the sync mark.
-                self.recovery._resolve_batch(tx)
+                self.recovery.resolve_batch(tx)
             if boot is None or tx.state.boot != boot:
                 recover_restart(self.recovery, tx, boot)
             journal = tx.state.journal
-            if journal is not None and not self.rebuild._insert_done(tx, journal):
-                self.recovery._recover_journal(tx)
+            if journal is not None and not self.rebuild.insert_done(tx, journal):
+                self.recovery.recover_journal(tx)
         except IndexDamaged as exc:
             reasons.append(str(exc))
         reasons += self.rebuild.damage_at_open(tx)
@@ -210,7 +210,7 @@ class Opening:
                 self.core.root,
                 "; ".join(reasons),
             )
-            self.rebuild._rebuild_all(tx)
+            self.rebuild.rebuild_all(tx)
         if tx.state.boot != boot:
             tx.commit(boot=boot)
             tx.sync()

@@ -63,7 +63,7 @@ class Reader:
         Returns the state (``None``: unreadable, so the reads go to the records).
 
         Save entries are left to the next writer: every completed save leaves one
-        (see ``_insert_done``), and a save that died before its index entries is one
+        (see ``insert_done``), and a save that died before its index entries is one
         nobody was told about, which strict reads do not show anyway. A read-only
         store heals nothing. A torn read of ``state`` is usually a writer's write
         in flight, so it is read again (a few times) before it is believed.

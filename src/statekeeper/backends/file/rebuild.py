@@ -39,7 +39,7 @@ class Rebuild:
     def __init__(self, core: EngineCore) -> None:
         self.core = core
 
-    def _rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
+    def rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
         """Rebuild every stream index, the id table and the state from the records,
         under the write lock. With ``drop``, first remove the damaged records."""
         s = take_survey(self.core)
@@ -96,7 +96,7 @@ class Rebuild:
         tx.commit(hwm=hwm, synced=hwm, ids_used=used, journal=None, extra=extra)
         tx.sync()
         self.core.io.ftruncate(self.core.fd("dirty"), 0)
-        self.core._dirty = frozenset()
+        self.core.dirty_noted = frozenset()
         self.core.buckets_listed = None
         return {
             "records": len(entries),
@@ -146,7 +146,7 @@ class Rebuild:
             reasons.append(f"{want - files} stream index file(s) are missing")
         elif want is None or files > want:
             tx.commit(extra=tx.state.with_extra(streams=files))
-        top = self._max_on_disk()
+        top = self.max_on_disk()
         if top > tx.state.hwm:
             reasons.append(f"record {top} is above the high-water mark {tx.state.hwm}")
         return reasons
@@ -156,7 +156,7 @@ class Rebuild:
         same checks as a writable open makes, plus the work a writable open would
         do first: a save the journal has not finished, and records above the sync
         mark after a machine restart that are not indexed."""
-        if "streams" not in self.core._fds:
+        if "streams" not in self.core.fd_table:
             return "the streams directory is missing"
         state = self.core.read_state()
         if state is None:
@@ -169,13 +169,13 @@ class Rebuild:
             return str(exc)
         if state.streams is not None and len(self.core.index_files()) < state.streams:
             return "a stream index file is missing"
-        if self._max_on_disk() > state.hwm:
+        if self.max_on_disk() > state.hwm:
             return "a record is above the high-water mark"
         journal = state.journal
         if (
             journal is not None
             and journal.op == "insert"
-            and not self._insert_done(Txn(self.core, state), journal)
+            and not self.insert_done(Txn(self.core, state), journal)
         ):
             return "the last save is not indexed yet (a writer crashed)"
         if journal is not None and journal.op == fmt.BATCH_COMMITTED:
@@ -230,14 +230,14 @@ class Rebuild:
 
     # -- index maintenance, under the lock ---------------------------------------------
 
-    def _insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
+    def insert_done(self, tx: Txn, journal: fmt.Journal) -> bool:
         """Whether ``journal`` is a save that completed. A save leaves its journal
         entry in place (clearing it would cost a second write of ``state``); the
         next operation's entry replaces it. Checked from memory when this process
         wrote it and nobody wrote since, else by looking at both indexes."""
         if journal.op != "insert" or journal.path is None:
             return False
-        if self.core._done_gen == tx.state.gen:
+        if self.core.done_gen == tx.state.gen:
             return True  # this process wrote the current state, for this very save
         parsed = fmt.parse_record_name(journal.path.rsplit("/", 1)[-1])
         if parsed is None:
@@ -255,7 +255,7 @@ class Rebuild:
         except IndexDamaged:
             return False
 
-    def _index_new(
+    def index_new(
         self,
         tx: Txn,
         ids: IdTable,
@@ -270,7 +270,7 @@ class Rebuild:
         :meth:`IdTable.probe` for its new id. Returns 1 if an empty slot was used."""
         idx = self.core.open_index(sfile, write=True)
         if idx is None:
-            self._create_index(tx, sfile, stream)
+            self.create_index(tx, sfile, stream)
             idx = self.core.open_index(sfile, write=True)
             if idx is None:
                 raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
@@ -292,10 +292,10 @@ class Rebuild:
         else:
             ids.put(at[0], key, slot.seq)
             took = int(at[1])
-        self._mark_dirty(tx, sfile)
+        self.mark_dirty(tx, sfile)
         return took
 
-    def _create_index(self, tx: Txn, sfile: str, stream: str) -> None:
+    def create_index(self, tx: Txn, sfile: str, stream: str) -> None:
         """Create an empty stream index, then count it in ``state`` (so fewer index
         files than counted means one went missing; a crash in between leaves one
         more file than counted, which the next open counts)."""
@@ -311,14 +311,14 @@ class Rebuild:
         if count is not None:
             tx.commit(extra=tx.state.with_extra(streams=count + 1))
 
-    def _uncount_index(self, tx: Txn) -> None:
+    def uncount_index(self, tx: Txn) -> None:
         """Count one index fewer, before removing it (a crash in between makes the
         next open rebuild, never miss a missing index)."""
         count = tx.state.streams
         if count:
             tx.commit(extra=tx.state.with_extra(streams=count - 1))
 
-    def _set_hint(self, sfile: str, seq: int, expires: int, *, sync: bool) -> None:
+    def set_hint(self, sfile: str, seq: int, expires: int, *, sync: bool) -> None:
         idx = self.core.open_index(sfile, write=True)
         if idx is None:
             return
@@ -332,7 +332,7 @@ class Rebuild:
                 if sync:
                     idx.sync()
 
-    def _unlink_records(self, slots: list[fmt.Slot]) -> None:
+    def unlink_records(self, slots: list[fmt.Slot]) -> None:
         by_bucket: dict[int, list[fmt.Slot]] = {}
         for slot in slots:
             by_bucket.setdefault(fmt.bucket_of(slot.seq), []).append(slot)
@@ -348,7 +348,7 @@ class Rebuild:
             finally:
                 self.core.close_bucket(bucket)
 
-    def _trim(self, idx: StreamIndex) -> None:
+    def trim_dead(self, idx: StreamIndex) -> None:
         """Cut dead slots off the end, so ``get_latest`` never walks over them."""
         keep = idx.count
         for pos, slot in idx.walk(idx.count - 1, -1):
@@ -358,14 +358,14 @@ class Rebuild:
         if keep < idx.count:
             idx.truncate(keep)
 
-    def _mark_dirty(self, tx: Txn, sfile: str) -> None:
+    def mark_dirty(self, tx: Txn, sfile: str) -> None:
         """Note (once per sync epoch and process) that ``sfile`` has unflushed appends."""
-        if self.core._dirty_epoch != tx.state.synced:
-            self.core._dirty_epoch = tx.state.synced
-            self.core._dirty = frozenset()
-        if sfile not in self.core._dirty:
+        if self.core.dirty_epoch != tx.state.synced:
+            self.core.dirty_epoch = tx.state.synced
+            self.core.dirty_noted = frozenset()
+        if sfile not in self.core.dirty_noted:
             self.core.io.write(self.core.fd("dirty"), sfile.encode("ascii") + b"\n")
-            self.core._dirty = self.core._dirty | {sfile}
+            self.core.dirty_noted = self.core.dirty_noted | {sfile}
 
     def _advance_sync(self, tx: Txn, ids: IdTable) -> None:
         """Flush every index written since the last sync mark, then move the mark, so
@@ -386,7 +386,7 @@ class Rebuild:
         tx.sync()
         self.core.io.ftruncate(dirty_fd, 0)
 
-    def _sync_mark_if_due(self, tx: Txn, ids: IdTable) -> bool:
+    def sync_mark_if_due(self, tx: Txn, ids: IdTable) -> bool:
         """After a complete, durable write: move the sync mark if ``sync_interval``
         records came since the last one. A failed flush is logged, not raised (the
         write it follows stands); the mark stays put and a later write tries again.
@@ -400,7 +400,7 @@ class Rebuild:
             return False
         return True
 
-    def _remove_temps(self, lo: int, hi: int | None) -> None:
+    def remove_temps(self, lo: int, hi: int | None) -> None:
         """Remove the temp files of sequences ``lo..hi`` (``hi=None``: no upper
         bound), under the lock: a write cut short left them (sequences are never
         reused, so no write in flight owns them)."""
@@ -422,7 +422,7 @@ class Rebuild:
             finally:
                 self.core.io.close(bfd)
 
-    def _rebuild_ids(self, tx: Txn) -> IdTable:
+    def rebuild_ids(self, tx: Txn) -> IdTable:
         """Build the id table afresh, larger, and return it open for writing."""
         with self.core.open_ids() as old:
             entries = [(key, seq) for _, key, seq in old.entries()]
@@ -438,16 +438,16 @@ class Rebuild:
         return self.core.open_ids(write=True)
 
     @staticmethod
-    def _quietly(action: Any) -> None:
+    def quietly(action: Any) -> None:
         """Run a best-effort cleanup step; a failure is left to the journal."""
         with contextlib.suppress(Exception):
             action()
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _max_on_disk(self) -> int:
+    def max_on_disk(self) -> int:
         """The highest sequence of any record or temp file (0 for none)."""
-        records = self.core._fds.get("records")
+        records = self.core.fd_table.get("records")
         if records is None:
             return 0
         buckets = sorted(
@@ -470,7 +470,7 @@ class Rebuild:
                 return top
         return 0
 
-    def _stream_of(self, seq: int, cid: str) -> str | None:
+    def stream_of(self, seq: int, cid: str) -> str | None:
         """The index holding ``seq`` when its record is too damaged to say (rare: it
         looks through every stream index)."""
         for idx in self.core.readable_indexes():

@@ -46,7 +46,7 @@ class Recovery:
 
     # -- the lock holder's view ------------------------------------------------------------
 
-    def _txn(self, state: fmt.State | None = None, budget: Budget = WORKER) -> Txn:
+    def txn(self, state: fmt.State | None = None, budget: Budget = WORKER) -> Txn:
         """A transaction over the current state (read now, unless the caller just
         read it under the lock and passes it). An unreadable or torn state blocks
         (a rebuild, a write)."""
@@ -58,15 +58,15 @@ class Recovery:
             # the high-water mark included.
             budget.block()
             tx = Txn(self.core, fmt.State(gen=2))
-            self.rebuild._rebuild_all(tx)
+            self.rebuild.rebuild_all(tx)
             return tx
         if state.torn:
             # The newer copy is torn, so this one may lag a save: never hand out a
             # sequence that a record on disk already has.
             budget.block()
-            state = state.next(hwm=max(state.hwm, self.rebuild._max_on_disk()))
+            state = state.next(hwm=max(state.hwm, self.rebuild.max_on_disk()))
             self.core.write_state(state)
-        if state.gen != self.core._my_gen:
+        if state.gen != self.core.my_gen:
             self.core.descriptors.epoch += (
                 1  # another process wrote since: re-validate cached handles
             )
@@ -84,21 +84,21 @@ class Recovery:
     def recover_pending(self, budget: Budget = WORKER) -> Txn:
         """Finish a crashed writer's journal (under the lock); metadata too damaged
         for that is rebuilt from the records."""
-        tx = self._txn(budget=budget)
+        tx = self.txn(budget=budget)
         journal = tx.state.journal
-        if journal is not None and not self.rebuild._insert_done(tx, journal):
+        if journal is not None and not self.rebuild.insert_done(tx, journal):
             budget.block()
             try:
                 if journal.op in fmt.BATCH_OPS:
-                    self._resolve_batch(tx)
+                    self.resolve_batch(tx)
                 else:
-                    self._recover_journal(tx)
+                    self.recover_journal(tx)
             except IndexDamaged as exc:
                 _log.warning("file store %s: rebuilding its indexes: %s", self.core.root, exc)
-                self.rebuild._rebuild_all(tx)
+                self.rebuild.rebuild_all(tx)
         return tx
 
-    def _recover_journal(self, tx: Txn) -> None:
+    def recover_journal(self, tx: Txn) -> None:
         """Finish (or, for a record that never got its bytes, undo) the operation a
         crashed writer was in the middle of. Every step is idempotent."""
         journal = tx.state.journal
@@ -111,7 +111,7 @@ class Recovery:
         elif journal.op == "update" and journal.path:
             got = self._load_rel(journal.path)
             if got is not None and journal.stream:
-                self.rebuild._set_hint(
+                self.rebuild.set_hint(
                     journal.stream, journal.seq, fmt.to_micros(got.header.expires_at), sync=False
                 )
         elif journal.op == "delete" and journal.stream:
@@ -130,7 +130,7 @@ class Recovery:
             return
         with self.core.open_ids(write=True) as ids:
             slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
-            took = self.rebuild._index_new(
+            took = self.rebuild.index_new(
                 tx, ids, journal.stream, record.stream, slot, fmt.id_key(record.id)
             )
         tx.commit(ids_used=tx.state.ids_used + took)
@@ -156,8 +156,8 @@ class Recovery:
                 at = ids.find(key, slot.seq)
                 if at is not None:
                     ids.tombstone(at, key, slot.seq)
-            self.rebuild._unlink_records(dead)
-            self.rebuild._trim(idx)
+            self.rebuild.unlink_records(dead)
+            self.rebuild.trim_dead(idx)
 
     def _load_rel(self, path: str, *, strict: bool = False) -> StoredRecord | None:
         """The valid record at a root-relative path, or ``None`` (if missing, or if
@@ -189,7 +189,7 @@ class Recovery:
 
     # -- save_many and group commits cut short -------------------------------------------
 
-    def _resolve_batch(self, tx: Txn) -> None:
+    def resolve_batch(self, tx: Txn) -> None:
         """Finish (``batched``) or take back (``batch``) the batch in the journal;
         under the lock.
 
@@ -203,7 +203,7 @@ class Recovery:
         lo, hi = journal.lo, journal.hi
         if journal.op == fmt.BATCH_COMMITTED:
             # A group commit cut short may have left temp files (never renamed).
-            self.rebuild._remove_temps(lo, hi)
+            self.rebuild.remove_temps(lo, hi)
             records = self._batch_records(lo, hi)
             if records:
                 _log.warning(
@@ -216,8 +216,8 @@ class Recovery:
                 try:
                     if tx.state.ids_used + len(records) > ids.capacity // 2:
                         ids.close()
-                        ids = self.rebuild._rebuild_ids(tx)
-                    took = self._index_batch(tx, ids, records)
+                        ids = self.rebuild.rebuild_ids(tx)
+                    took = self.index_batch(tx, ids, records)
                 finally:
                     ids.close()
                 used = tx.state.ids_used + took
@@ -228,7 +228,7 @@ class Recovery:
         _log.warning(
             "file store %s: taking back unfinished save_many %d..%d", self.core.root, lo, hi
         )
-        self._roll_back_batch(tx, lo, hi)
+        self.roll_back_batch(tx, lo, hi)
 
     def _batch_files(self, lo: int, hi: int) -> list[tuple[int, str]]:
         """``(seq, id)`` of every record file with ``lo <= seq <= hi``."""
@@ -260,11 +260,11 @@ class Recovery:
                 out.append(got[0])
         return out
 
-    def _roll_back_batch(self, tx: Txn, lo: int, hi: int, sfiles: set[str] | None = None) -> None:
+    def roll_back_batch(self, tx: Txn, lo: int, hi: int, sfiles: set[str] | None = None) -> None:
         """Remove every trace of batch ``lo..hi``: its record files first (flushed,
         so none comes back), then its index slots and id entries, then the
         journal. Its sequences stay used."""
-        self.rebuild._remove_temps(lo, hi)
+        self.rebuild.remove_temps(lo, hi)
         files = self._batch_files(lo, hi)
         sfiles = set(sfiles or ())
         for seq, cid in files:
@@ -272,7 +272,7 @@ class Recovery:
                 got = self.core.load_record(seq, cid)
                 if got is not None:
                     sfiles.add(fmt.stream_file_name(got[0].stream))
-        self.rebuild._unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
+        self.rebuild.unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
         for sfile in sorted(sfiles):
             idx = self.core.open_index(sfile, write=True)
             if idx is not None:
@@ -288,7 +288,7 @@ class Recovery:
                     ids.tombstone(at, key, seq)
         tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
 
-    def _index_batch(self, tx: Txn, ids: IdTable, records: list[StoredRecord]) -> int:
+    def index_batch(self, tx: Txn, ids: IdTable, records: list[StoredRecord]) -> int:
         """Add the batch to the stream indexes and the id table; idempotent (a roll
         forward runs it again). Returns how many empty id-table slots it took."""
         by_sfile: dict[str, tuple[str, list[fmt.Slot]]] = {}
@@ -299,7 +299,7 @@ class Recovery:
         for sfile, (stream, slots) in by_sfile.items():
             idx = self.core.open_index(sfile, write=True)
             if idx is None:
-                self.rebuild._create_index(tx, sfile, stream)
+                self.rebuild.create_index(tx, sfile, stream)
                 idx = self.core.open_index(sfile, write=True)
                 if idx is None:
                     raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
@@ -307,7 +307,7 @@ class Recovery:
                 idx.repair_tail()
                 last = idx.last_seq()
                 idx.append_many([slot for slot in slots if slot.seq > last])
-            self.rebuild._mark_dirty(tx, sfile)
+            self.rebuild.mark_dirty(tx, sfile)
         return sum(ids.insert(fmt.id_key(r.id), r.sequence) for r in records)
 
     def repair(self, drop_damaged: bool) -> dict[str, Any]:
@@ -315,19 +315,19 @@ class Recovery:
         keeping damaged records as damaged entries (or, with ``drop_damaged``,
         removing their files). Takes the write lock for the whole pass."""
         with self.core.locked():
-            tx = self._txn()
+            tx = self.txn()
             journal = tx.state.journal
-            if journal is not None and not self.rebuild._insert_done(tx, journal):
+            if journal is not None and not self.rebuild.insert_done(tx, journal):
                 with contextlib.suppress(IndexDamaged):
                     if journal.op in fmt.BATCH_OPS:
-                        self._resolve_batch(tx)
+                        self.resolve_batch(tx)
                     else:
-                        self._recover_journal(tx)
-            return self.rebuild._rebuild_all(tx, drop=drop_damaged)
+                        self.recover_journal(tx)
+            return self.rebuild.rebuild_all(tx, drop=drop_damaged)
 
-    def _delete_orphan_done(self, tx: Txn, seqs: list[int]) -> None:
+    def delete_orphan_done(self, tx: Txn, seqs: list[int]) -> None:
         """After deleting records by id: if one was the newest damaged record of
         unknown stream, find the next one (a rebuild; rare)."""
         orphan = tx.state.orphan
         if orphan is not None and orphan[0] in seqs:
-            self.rebuild._rebuild_all(tx)
+            self.rebuild.rebuild_all(tx)

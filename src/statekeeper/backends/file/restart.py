@@ -59,10 +59,10 @@ def recover_restart(recovery: Recovery, tx: Txn, boot: str | None) -> None:
     record did not survive. A damaged record there that no index names raises
     :class:`IndexDamaged`, so the caller rebuilds (which finds its stream)."""
     lo = tx.state.synced
-    hwm = max(tx.state.hwm, recovery.rebuild._max_on_disk())
+    hwm = max(tx.state.hwm, recovery.rebuild.max_on_disk())
     # No write is in flight (the lock is held, and the machine restarted): a
     # temp file above the mark is a save or group commit cut short.
-    recovery.rebuild._remove_temps(lo + 1, None)
+    recovery.rebuild.remove_temps(lo + 1, None)
     found: dict[str, list[StoredRecord]] = {}
     present: set[int] = set()
     damaged: list[tuple[int, str]] = []
@@ -76,7 +76,7 @@ def recover_restart(recovery: Recovery, tx: Txn, boot: str | None) -> None:
         recs = found.get(sfile, [])
         merge_tail(recovery, tx, sfile, recs[0].stream if recs else None, lo, recs, present)
     for seq, cid in damaged:
-        if recovery.rebuild._stream_of(seq, cid) is None:
+        if recovery.rebuild.stream_of(seq, cid) is None:
             raise IndexDamaged(f"damaged record {seq} is in no stream index")
     used = tx.state.ids_used
     with recovery.core.open_ids(write=True) as ids:
@@ -93,7 +93,7 @@ def recover_restart(recovery: Recovery, tx: Txn, boot: str | None) -> None:
     tx.commit(hwm=hwm, synced=hwm, boot=boot, ids_used=used)
     tx.sync()
     recovery.core.io.ftruncate(recovery.core.fd("dirty"), 0)
-    recovery.core._dirty = frozenset()
+    recovery.core.dirty_noted = frozenset()
 
 
 def dirty_names(recovery: Recovery) -> set[str]:
@@ -116,7 +116,7 @@ def merge_tail(
     if idx is None:
         if stream is None:
             return
-        recovery.rebuild._create_index(tx, sfile, stream)
+        recovery.rebuild.create_index(tx, sfile, stream)
         idx = recovery.core.open_index(sfile, write=True)
         assert idx is not None
     with idx:
@@ -147,6 +147,6 @@ def merge_tail(
             idx.truncate(start)
             for slot in keep:
                 idx.append(slot)
-        recovery.rebuild._unlink_records(doomed)
+        recovery.rebuild.unlink_records(doomed)
         if recovery.core.durable:
             idx.sync()
