@@ -53,6 +53,8 @@ class Reader:
 
     def __init__(self, core: EngineCore, listing: Listing, recover: Callable[[], object]) -> None:
         self.core = core
+        #: The core's descriptor cache (the inline reads' kept descriptors).
+        self.descriptors = core.descriptors
         self.listing = listing
         #: Finish a crashed writer's journal, under the write lock (the recovery's).
         self.recover = recover
@@ -71,7 +73,7 @@ class Reader:
         Inline, it blocks for a thread holding the write lock (its descriptors are
         the writer's cached ones), a torn state, and any journal but a completed
         save's: each is the worker's to decide."""
-        if self.core.holding():
+        if self.core.lock.holding():
             budget.block()
         state = self.core.read_state()
         for _ in range(3):
@@ -361,13 +363,13 @@ class Reader:
         through this thread's kept descriptors, in the worker a fresh open. Raises
         :class:`IndexDamaged`, which sends the read to the records."""
         if budget.inline:
-            return self.core.descriptors.kept_index(sfile)
+            return self.descriptors.kept_index(sfile)
         return self.core.open_index(sfile)
 
     def ids_for(self, budget: Budget) -> IdTable:
         """The id table for a read, as :meth:`index_for` opens an index."""
         if budget.inline:
-            return self.core.descriptors.kept_ids()
+            return self.descriptors.kept_ids()
         return self.core.open_ids()
 
     def load(
@@ -386,7 +388,7 @@ class Reader:
             seen = budget.seen
             bucket = seen.get(number)
             if bucket is None:
-                bucket = self.core.descriptors.kept_bucket(seq)
+                bucket = self.descriptors.kept_bucket(seq)
                 if bucket is None:
                     return None
                 # keeping another bucket may close a kept one: forget the others
