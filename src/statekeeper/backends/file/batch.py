@@ -1,503 +1,85 @@
-"""Batches in the file backend's engine: ``save_many``, the group commit of
-concurrent saves (:meth:`FileEngine.insert_group`, S15), ``delete_many`` and
-``load_many``, each one worker-thread hop, the writes under one lock hold.
+"""The engine of the file backend: :class:`FileEngine`, the wiring of its parts.
 
-``save_many`` (:meth:`FileEngine.insert_many`) is all or nothing, also after a
-crash at any point, and no reader sees part of it. Under the write lock:
-
-1. every id is checked (a live one raises ``PreconditionFailed`` before anything
-   is written), every record sealed and size-checked, sequences ``lo..hi``
-   reserved;
-2. the intent: ``state`` gets the high-water mark ``hi`` and the journal
-   ``batch lo..hi``, made durable (full) before the first record file exists;
-3. every record file is created under its final name (no temp, no rename: the
-   journal hides them), then the whole group is made durable at once: one
-   ``syncfs(2)`` of the store's file system, or one ``fsync`` per file where
-   ``syncfs`` is not usable (``batch_sync="fsync"``, other systems);
-4. the commit: the journal becomes ``batched lo..hi``, made durable. From here
-   recovery rolls the batch forward; before, it rolls it back;
-5. the stream indexes and the id table (soft, not flushed), then the journal is
-   cleared: that one write of ``state`` is the instant readers start to see
-   the batch.
-
-Readers take no lock: every read starts from ``state`` and shows nothing above
-:func:`.format.visible_cap` (``lo - 1`` while a batch is in the journal, else the
-high-water mark it read). Recovery, by the next lock holder, a writable open,
-``repair`` or a reader that finds the lock free: ``batch`` removes every record
-file ``lo..hi``; ``batched`` indexes them if each sequence has a valid record,
-and otherwise (only after a power cut in ``durability="fast"``) removes them.
+The engine is its core (:class:`.core.EngineCore`: the files, the state, the write
+lock of :mod:`.lock` and the one descriptor cache of :mod:`.descriptors`) and
+parts with their own state, each given the parts it uses in its constructor, so
+data flows one way: the write side, under the lock (the rebuild, the recovery,
+the one-record writes, the batches, the opening) and the read side, which takes
+no lock (the listing, the strict reads, the pages).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections.abc import Iterable
 from datetime import datetime
 
-from ...errors import (
-    CheckpointDecodeError,
-    CheckpointEncodeError,
-    PreconditionFailed,
-    StatekeeperError,
-)
+from ...errors import StatekeeperError
 from ...models import CheckpointHeader
-from ...record import NewRecord, StoredRecord
+from ...record import NewRecord
 from . import format as fmt
-from .core import RecordProblem, Txn
-from .engine import EngineWrites
-from .index import IdTable, IndexDamaged
-from .io import syncfs_usable
-from .view import view_get
+from .batches import Batches
+from .budget import WORKER, Budget
+from .core import BatchSync, EngineCore
+from .engine import Writes
+from .io import FileIO
+from .listing import Listing
+from .opening import Opening
+from .pages import Pages
+from .reads import Reader
+from .rebuild import Rebuild
+from .recovery import Recovery
 
 __all__ = ["FileEngine"]
 
-_log = logging.getLogger("statekeeper.backends.file")
-#: Longest journal of a delete_many (the index file names it names, joined);
-#: more streams than fit are deleted in several groups. A state copy is 2 KiB.
-_MAX_JOURNAL_NAMES = 1200
 
+class FileEngine(EngineCore):
+    """The synchronous engine behind :class:`~.file.FileCheckpointStore`: the core
+    (the files, the state, the lock and the descriptor cache) and its parts."""
 
-class FileEngine(EngineWrites):
-    """The synchronous engine behind :class:`~.file.FileCheckpointStore`."""
+    def __init__(
+        self,
+        root: str,
+        io: FileIO,
+        *,
+        durable: bool,
+        lock_timeout: float,
+        max_record_bytes: int,
+        sync_interval: int,
+        batch_sync: BatchSync = "auto",
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
+        super().__init__(
+            root,
+            io,
+            durable=durable,
+            lock_timeout=lock_timeout,
+            max_record_bytes=max_record_bytes,
+            sync_interval=sync_interval,
+            batch_sync=batch_sync,
+            create=create,
+            read_only=read_only,
+        )
+        # the write side, under the lock
+        self.rebuild = Rebuild(self)
+        self.recovery = Recovery(self, self.rebuild)
+        self.writes = Writes(self, self.rebuild, self.recovery)
+        self.batches = Batches(self, self.rebuild, self.recovery, self.writes)
+        self.opening = Opening(self, self.rebuild, self.recovery)
+        # the read side, which takes no lock
+        self.listing = Listing(self)
+        self.reader = Reader(self, self.listing, recover=self.recovery.recover_pending)
+        self.pages = Pages(self, self.listing, self.reader)
 
-    #: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``; set by the store.
-    batch_sync = "auto"
+    def open(self, now: datetime) -> fmt.Meta:
+        """Open the store (see :meth:`.opening.Opening.open`)."""
+        return self.opening.open(now)
 
-    # -- save_many ------------------------------------------------------------------------
+    # the save path's calls (the store's group commit makes them)
 
-    def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
-        """Insert ``records`` atomically at consecutive sequences (module docstring)."""
-        n = len(records)
-        with self.writing() as tx:
-            ids = self.open_ids(write=True)
-            try:
-                self._check_new_ids(tx, ids, records)
-                if tx.state.ids_used + n > ids.capacity // 2:
-                    ids.close()
-                    ids = self._rebuild_ids(tx)
-                lo = tx.state.hwm + 1
-                hi = lo + n - 1
-                sealed = [record.seal(lo + i) for i, record in enumerate(records)]
-                blobs = [one.to_bytes(self.store_id) for one in sealed]
-                for data in blobs:
-                    self._check_size(data)
-                tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
-                tx.sync()  # the intent is durable before any record file exists
-                try:
-                    self._write_batch(sealed, blobs)
-                    tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
-                    tx.sync()
-                except BaseException:
-                    self._quietly(lambda: self._roll_back_batch(tx, lo, hi))
-                    raise
-                try:
-                    took = self._index_batch(tx, ids, sealed)
-                    tx.commit(journal=None, ids_used=tx.state.ids_used + took)
-                    # Durably: a torn later write of state falls back to the other
-                    # copy, which must not be this batch's "batch" intent (that
-                    # would take back an acknowledged batch).
-                    tx.sync()
-                except BaseException:
-                    # The caller will hear that save_many failed: take it all back.
-                    self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
-                    raise
-                self._sync_mark_if_due(tx, ids)
-            finally:
-                ids.close()
-        return [one.header for one in sealed]
-
-    # -- group commit (S15) ---------------------------------------------------------------
+    def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
+        """One save (see :meth:`.engine.Writes.insert`)."""
+        return self.writes.insert(record, budget)
 
     def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
-        """Save ``records`` as independent saves that share one lock hold and one
-        fsync group (group commit, S15); one outcome per record, in order.
-
-        A record whose id is live (or taken earlier in the group) gets
-        :class:`PreconditionFailed`, an oversized one :class:`CheckpointEncodeError`:
-        it fails alone and takes no sequence. The others get consecutive sequences
-        in the order given, under the journal ``batched lo..hi`` (readers see none
-        of them until the journal is cleared, so no listing skips a lower one):
-
-        1. each record is written to a temp file in its bucket; the temp files are
-           made durable as one group (one ``syncfs``, or one ``fsync`` each with
-           ``batch_sync="fsync"``);
-        2. each is renamed to its final name, in sequence order, and each bucket
-           directory touched is fsynced once: from here every record is complete
-           under its final name, as after a one-record save;
-        3. the stream indexes and the id table (soft), then the journal is cleared
-           (one write of ``state``, not flushed: a power cut that loses it leaves
-           ``batched``, which recovery rolls forward over the records that are
-           there, or an older state, which restart recovery repairs from the
-           records above the sync mark).
-
-        A crash before step 3 ends leaves records that no caller was told about;
-        recovery keeps the ones that reached their final names (as it does for a
-        one-record save cut after its rename) and removes the temp files. An error
-        (ENOSPC, EIO) fails the whole group: it is taken back durably (journal
-        ``batch``, flushed, then every temp and record file of ``lo..hi`` removed)
-        and raised; no record of it stays.
-        """
-        out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
-        with self.writing() as tx:
-            ids = self.open_ids(write=True)
-            try:
-                admitted = self._admit_group(tx, ids, records, out)
-                if tx.state.ids_used + len(admitted) > ids.capacity // 2:
-                    ids.close()
-                    ids = self._rebuild_ids(tx)
-                lo = tx.state.hwm + 1
-                sealed: list[StoredRecord] = []
-                blobs: list[bytes] = []
-                for i in admitted:
-                    one = records[i].seal(lo + len(sealed))
-                    data = one.to_bytes(self.store_id)
-                    try:
-                        self._check_size(data)
-                    except CheckpointEncodeError as exc:
-                        out[i] = exc
-                        continue
-                    out[i] = one.header
-                    sealed.append(one)
-                    blobs.append(data)
-                if sealed:
-                    self._commit_group(tx, ids, lo, sealed, blobs)
-            finally:
-                ids.close()
-        assert all(one is not None for one in out)
-        return [one for one in out if one is not None]
-
-    def _admit_group(
-        self,
-        tx: Txn,
-        ids: IdTable,
-        records: list[NewRecord],
-        out: list[CheckpointHeader | StatekeeperError | None],
-    ) -> list[int]:
-        """The positions of the records whose ids are free (an expired holder is
-        removed, as a one-record save does); the others get their error in ``out``."""
-        admitted: list[int] = []
-        taken: set[str] = set()
-        for i, record in enumerate(records):
-            if record.id in taken:
-                out[i] = PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-                continue
-            live, _, _ = ids.probe(fmt.id_key(record.id))
-            if live:
-                try:
-                    self._check_new_id(tx, ids, record, live)
-                except PreconditionFailed as exc:
-                    out[i] = exc
-                    continue
-            taken.add(record.id)
-            admitted.append(i)
-        return admitted
-
-    def _commit_group(
-        self, tx: Txn, ids: IdTable, lo: int, sealed: list[StoredRecord], blobs: list[bytes]
-    ) -> None:
-        """Steps 1 to 3 of :meth:`insert_group` for the admitted records."""
-        hi = lo + len(sealed) - 1
-        tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
-        try:
-            self._publish_group(sealed, blobs)
-        except BaseException:
-            self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
-            raise
-        try:
-            took = self._index_batch(tx, ids, sealed)
-            tx.commit(journal=None, ids_used=tx.state.ids_used + took)
-        except BaseException:
-            self._quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
-            raise
-        self._sync_mark_if_due(tx, ids)
-
-    def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
-        """Temp files, one sync group, renames in sequence order, one fsync per
-        bucket directory. On failure the caller removes what is left."""
-        by_syncfs = self._by_syncfs()
-        buckets: dict[int, int] = {}
-        moves: list[tuple[int, str, str]] = []
-        try:
-            for record, data in zip(sealed, blobs, strict=True):
-                seq = record.sequence
-                number = fmt.bucket_of(seq)
-                bucket = buckets.get(number)
-                if bucket is None:
-                    # Its own descriptor, not the writer's cached one: a group may
-                    # span two buckets, and the small cache could close the first.
-                    bucket = self.open_dir(self.fd("records"), fmt.bucket_name(number), create=True)
-                    assert bucket is not None
-                    buckets[number] = bucket
-                tmp = fmt.temp_name(seq)
-                self.write_new(bucket, tmp, data, sync=self.durable and not by_syncfs)
-                moves.append((bucket, tmp, fmt.record_name(seq, record.id)))
-            if by_syncfs:
-                self._syncfs(buckets.values())
-            for bucket, tmp, name in moves:
-                self.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-            if self.durable:
-                for bucket in buckets.values():
-                    self.io.fsync(bucket)
-        finally:
-            for bucket in buckets.values():
-                with contextlib.suppress(OSError):
-                    self.io.close(bucket)
-
-    def _by_syncfs(self) -> bool:
-        """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
-        if not self.durable or self.batch_sync == "fsync":
-            return False
-        return self.batch_sync == "syncfs" or syncfs_usable(self.io)
-
-    def _syncfs(self, fds: Iterable[int]) -> None:
-        """One ``syncfs`` per file system the descriptors are on."""
-        devices = {self.io.fstat(fd).st_dev: fd for fd in fds}
-        for fd in devices.values():
-            self.io.syncfs(fd)  # type: ignore[attr-defined]
-
-    def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
-        """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
-        then remove the expired checkpoints whose ids the batch reuses."""
-        expired = []
-        for record in records:
-            live, _, _ = ids.probe(fmt.id_key(record.id))
-            if not live:
-                continue
-            found = self._find(ids, record.id, live)
-            if found is None:
-                continue
-            if found.record is None:
-                raise PreconditionFailed(
-                    f"checkpoint id {record.id!r} is taken by an unreadable checkpoint "
-                    f"(sequence {found.seq}); delete it first"
-                )
-            if not found.record.is_expired(record.now):
-                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-            expired.append((record.id, found))
-        for cid, found in expired:
-            self._delete_found(tx, ids, cid, found)
-
-    def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
-        """Create every record file, then make them durable as one group."""
-        by_syncfs = self._by_syncfs()
-        buckets: dict[int, int] = {}
-        try:
-            for record, data in zip(sealed, blobs, strict=True):
-                number = fmt.bucket_of(record.sequence)
-                bucket = buckets.get(number)
-                if bucket is None:
-                    bucket = self.open_dir(self.fd("records"), fmt.bucket_name(number), create=True)
-                    assert bucket is not None
-                    buckets[number] = bucket
-                name = fmt.record_name(record.sequence, record.id)
-                self.write_new(bucket, name, data, sync=self.durable and not by_syncfs)
-            if not self.durable:
-                return
-            if by_syncfs:
-                # One writeback of the file system: the records' bytes and names.
-                self._syncfs(buckets.values())
-            else:
-                for fd in buckets.values():
-                    self.io.fsync(fd)
-        finally:
-            for fd in buckets.values():
-                with contextlib.suppress(OSError):
-                    self.io.close(fd)
-
-    def _index_batch(self, tx: Txn, ids: IdTable, records: list[StoredRecord]) -> int:
-        """Add the batch to the stream indexes and the id table; idempotent (a roll
-        forward runs it again). Returns how many empty id-table slots it took."""
-        by_sfile: dict[str, tuple[str, list[fmt.Slot]]] = {}
-        for record in records:
-            slot = fmt.Slot(record.sequence, record.id, fmt.to_micros(record.header.expires_at))
-            sfile = fmt.stream_file_name(record.stream)
-            by_sfile.setdefault(sfile, (record.stream, []))[1].append(slot)
-        for sfile, (stream, slots) in by_sfile.items():
-            idx = self.open_index(sfile, write=True)
-            if idx is None:
-                self._create_index(tx, sfile, stream)
-                idx = self.open_index(sfile, write=True)
-                if idx is None:
-                    raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
-            with idx:
-                idx.repair_tail()
-                last = idx.last_seq()
-                idx.append_many([slot for slot in slots if slot.seq > last])
-            self._mark_dirty(tx, sfile)
-        return sum(ids.insert(fmt.id_key(r.id), r.sequence) for r in records)
-
-    def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
-        """Take back a committed batch whose indexing failed: back to ``batch``
-        (durably, so a crash now rolls it back too), then roll it back."""
-        tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
-        tx.sync()
-        sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
-        self._roll_back_batch(tx, lo, hi, sfiles)
-
-    # -- recovery -------------------------------------------------------------------------
-
-    def _resolve_batch(self, tx: Txn) -> None:
-        """Finish (``batched``) or take back (``batch``) the batch in the journal;
-        under the lock.
-
-        ``batched`` is always rolled forward, over the records that are there: in
-        full durability all of them are, and one missing was deleted since (a
-        torn write of ``state`` can bring back an older journal), so none is ever
-        removed here. A damaged one raises :class:`IndexDamaged`: the caller
-        rebuilds, which keeps it as a damaged entry."""
-        journal = tx.state.journal
-        assert journal is not None and journal.op in fmt.BATCH_OPS
-        lo, hi = journal.lo, journal.hi
-        if journal.op == fmt.BATCH_COMMITTED:
-            # A group commit cut short may have left temp files (never renamed).
-            self._remove_temps(lo, hi)
-            records = self._batch_records(lo, hi)
-            if records:
-                _log.warning(
-                    "file store %s: finishing save_many or save group %d..%d", self.root, lo, hi
-                )
-                ids = self.open_ids(write=True)
-                try:
-                    if tx.state.ids_used + len(records) > ids.capacity // 2:
-                        ids.close()
-                        ids = self._rebuild_ids(tx)
-                    took = self._index_batch(tx, ids, records)
-                finally:
-                    ids.close()
-                used = tx.state.ids_used + took
-            else:
-                used = tx.state.ids_used
-            tx.commit(journal=None, hwm=max(tx.state.hwm, hi), ids_used=used)
-            return
-        _log.warning("file store %s: taking back unfinished save_many %d..%d", self.root, lo, hi)
-        self._roll_back_batch(tx, lo, hi)
-
-    def _batch_files(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        """``(seq, id)`` of every record file with ``lo <= seq <= hi``."""
-        found: list[tuple[int, str]] = []
-        records = self.fd("records")
-        for number in range(fmt.bucket_of(lo), fmt.bucket_of(hi) + 1):
-            bfd = self.open_dir(records, fmt.bucket_name(number), create=False)
-            if bfd is None:
-                continue
-            try:
-                for name in self.io.listdir(bfd):
-                    parsed = fmt.parse_record_name(name)
-                    if parsed is not None and lo <= parsed[0] <= hi:
-                        found.append(parsed)
-            finally:
-                self.io.close(bfd)
-        return sorted(found)
-
-    def _batch_records(self, lo: int, hi: int) -> list[StoredRecord]:
-        """The batch's records that are there; :class:`IndexDamaged` if one is
-        damaged."""
-        out = []
-        for seq, cid in self._batch_files(lo, hi):
-            try:
-                got = self.load_record(seq, cid)
-            except CheckpointDecodeError as exc:
-                raise IndexDamaged(f"a record of save_many {lo}..{hi} is damaged: {exc}") from None
-            if got is not None:
-                out.append(got[0])
-        return out
-
-    def _roll_back_batch(self, tx: Txn, lo: int, hi: int, sfiles: set[str] | None = None) -> None:
-        """Remove every trace of batch ``lo..hi``: its record files first (flushed,
-        so none comes back), then its index slots and id entries, then the
-        journal. Its sequences stay used."""
-        self._remove_temps(lo, hi)
-        files = self._batch_files(lo, hi)
-        sfiles = set(sfiles or ())
-        for seq, cid in files:
-            with contextlib.suppress(CheckpointDecodeError, RecordProblem, IndexDamaged):
-                got = self.load_record(seq, cid)
-                if got is not None:
-                    sfiles.add(fmt.stream_file_name(got[0].stream))
-        self._unlink_records([fmt.Slot(seq, cid) for seq, cid in files])
-        for sfile in sorted(sfiles):
-            idx = self.open_index(sfile, write=True)
-            if idx is not None:
-                with idx:
-                    idx.repair_tail()
-                    # The batch held the highest sequences: its slots are the tail.
-                    idx.truncate(idx.bisect(lo, right=False))
-        with self.open_ids(write=True) as ids:
-            for seq, cid in files:
-                key = fmt.id_key(cid)
-                at = ids.find(key, seq)
-                if at is not None:
-                    ids.tombstone(at, key, seq)
-        tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
-
-    # -- delete_many ----------------------------------------------------------------------
-
-    def delete_many(self, cids: list[str], now: datetime) -> int:
-        """Delete the live ones among ``cids`` under one lock hold, as few journaled
-        operations as the journal can name (one, unless the streams' index names
-        do not fit in it), each with one flush per file it touches."""
-        with self.writing() as tx, self.open_ids(write=True) as ids:
-            groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
-            unreadable: list[int] = []
-            for cid in cids:
-                found = self._find(ids, cid)
-                if found is None:
-                    continue
-                if found.record is not None:
-                    if found.record.is_expired(now):
-                        continue
-                    sfile: str | None = fmt.stream_file_name(found.record.stream)
-                else:
-                    unreadable.append(found.seq)
-                    sfile = self._stream_of(found.seq, cid)
-                victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
-                if sfile is not None:
-                    idx = self.open_index(sfile)
-                    if idx is not None:
-                        with idx:
-                            pos = idx.find(found.seq)
-                            if pos is not None:
-                                victim = (pos, idx.slot(pos))
-                groups.setdefault(sfile or "", []).append(victim)
-            for chunk in _chunks(groups):
-                self._delete_groups(tx, ids, chunk)
-            if unreadable:
-                self._delete_orphan_done(tx, unreadable)
-            return sum(len(victims) for victims in groups.values())
-
-    # -- load_many ------------------------------------------------------------------------
-
-    def get_many(self, cids: list[str], now: datetime) -> dict[str, StoredRecord]:
-        """The live records among ``cids``: one ``state`` read, one open of the id
-        table for every probe; strict like :meth:`get` (a damaged one raises)."""
-        state = self.heal()
-        cap = fmt.visible_cap(state)
-        if not self._records_only(state):
-            try:
-                with self._ids_for_read() as table:
-                    found = {}
-                    for cid in cids:
-                        record = self._get_indexed(cid, now, cap, table)
-                        if record is not None:
-                            found[cid] = record
-                    return found
-            except IndexDamaged:
-                pass
-        s = self.survey_upto(state)
-        return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
-
-
-def _chunks(
-    groups: dict[str, list[tuple[int | None, fmt.Slot]]],
-) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:
-    """``groups`` split so that each part's index names fit in one journal."""
-    out: list[dict[str, list[tuple[int | None, fmt.Slot]]]] = [{}]
-    length = 0
-    for sfile, victims in groups.items():
-        if out[-1] and length + len(sfile) + 1 > _MAX_JOURNAL_NAMES:
-            out.append({})
-            length = 0
-        out[-1][sfile] = victims
-        length += len(sfile) + 1
-    return out
+        """A group commit (see :meth:`.batches.Batches.insert_group`)."""
+        return self.batches.insert_group(records)

@@ -6,23 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import stat
 import threading
-import time
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
-from ...models import Checkpoint
-from ...record import StateDecoder, StoredRecord, read_checkpoint, read_record
+from ...errors import CheckpointDecodeError, StoreClosed
+from ...record import StoredRecord, read_record
 from . import format as fmt
+from .descriptors import Descriptors
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
+from .lock import WriteLock
 
 __all__ = ["EngineCore", "RecordProblem", "Txn"]
 
@@ -41,12 +39,8 @@ _KINDS = {
 }
 
 
-_INDEXES_KEPT = 128
-_BUCKETS_KEPT = 4
-
-
-def _same_file(st: os.stat_result, identity: tuple[int, int]) -> bool:
-    return (st.st_dev, st.st_ino) == identity and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+#: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``.
+BatchSync = Literal["auto", "syncfs", "fsync"]
 
 
 class RecordProblem(Exception):
@@ -87,6 +81,7 @@ class EngineCore:
         lock_timeout: float,
         max_record_bytes: int,
         sync_interval: int,
+        batch_sync: BatchSync = "auto",
         create: bool = True,
         read_only: bool = False,
     ) -> None:
@@ -101,27 +96,29 @@ class EngineCore:
         self.lock_timeout = lock_timeout
         self.max_record_bytes = max_record_bytes
         self.sync_interval = sync_interval
+        #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
+        self.batch_sync: BatchSync = batch_sync
         self.store_id = ""
-        self._fds: dict[str, int] = {}
-        self._mutex = threading.Lock()
-        # The thread holding the write lock. Only it uses the writer caches below:
-        # descriptors kept open across calls and re-validated by one lstat per use,
-        # so a save costs one open (its temp file) instead of four.
-        self._owner: int | None = None
-        self._index_cache: OrderedDict[str, StreamIndex] = OrderedDict()
-        self._ids_cache: IdTable | None = None
-        self._bucket_cache: dict[int, tuple[int, tuple[int, int], int]] = {}
+        self.fd_table: dict[str, int] = {}
+        #: The write lock: this instance's mutex, then ``flock`` on ``lock``.
+        self.lock = WriteLock(io, lambda: self.fd("lock"), lock_timeout, root)
         self._state_cache: tuple[bytes, fmt.State] | None = None
-        # The state generation this process wrote last, and the validation epoch of
-        # the writer caches: a lock holder that finds another generation in state
-        # (another process wrote since) starts a new epoch, and a cached descriptor
-        # is used without an lstat only if it was validated in the current epoch.
-        # Files this process replaces itself are dropped from the caches (forget).
-        self._my_gen = -1
-        self._epoch = 0
-        # Verified stream-index headers by (device, inode, name): readers skip the
-        # 4 KiB read and parse. Shared by threads; a plain dict is safe for that.
-        self._headers: dict[tuple[int, int, str], str] = {}
+        #: The sync epoch of ``dirty`` and the index files this process noted in it
+        #: since (see :meth:`.rebuild.Rebuild.mark_dirty`).
+        self.dirty_epoch = -1
+        self.dirty_noted: frozenset[str] = frozenset()
+        #: The state generation of the last save this process completed (see
+        #: :meth:`.rebuild.Rebuild.insert_done`).
+        self.done_gen = -1
+        # The state generation this process wrote last: a lock holder that finds
+        # another one starts a new epoch of the descriptor cache (see .descriptors).
+        self.my_gen = -1
+        #: Every descriptor kept open across calls, the lock holder's and the inline
+        #: readers'.
+        self.descriptors = Descriptors(self)
+        #: The bucket numbers, ascending, as a global listing last found them (see
+        #: :meth:`.listing.Listing.scan_all`); a rebuild forgets them.
+        self.buckets_listed: list[int] | None = None
         # In-flight calls, so close() never pulls a descriptor from under a thread.
         self._busy = 0
         self._busy_cond = threading.Condition()
@@ -131,7 +128,7 @@ class EngineCore:
 
     def fd(self, name: str) -> int:
         try:
-            return self._fds[name]
+            return self.fd_table[name]
         except KeyError:
             raise StoreClosed(f"the file store at {self.root} is closed") from None
 
@@ -139,7 +136,7 @@ class EngineCore:
     def active(self) -> Iterator[None]:
         """Mark a call in flight (``close`` waits for it)."""
         with self._busy_cond:
-            if self._closing or not self._fds:
+            if self._closing or not self.fd_table:
                 raise StoreClosed(f"the file store at {self.root} is closed")
             self._busy += 1
         try:
@@ -154,9 +151,10 @@ class EngineCore:
             self._closing = True
             while self._busy:
                 self._busy_cond.wait()
-            fds, self._fds = self._fds, {}
+            fds, self.fd_table = self.fd_table, {}
             self._closing = False
-        self._drop_caches()
+        self.descriptors.drop()
+        self.descriptors.close_kept()
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 self.io.close(fd)
@@ -164,25 +162,7 @@ class EngineCore:
     def forget(self, sfile: str | None = None, *, ids: bool = False) -> None:
         """Drop the cached descriptor of a file this process is about to replace or
         remove (stream index ``sfile``, or the id table)."""
-        if sfile is not None:
-            idx = self._index_cache.pop(sfile, None)
-            if idx is not None:
-                self.io.close(idx.fd)
-        if ids and self._ids_cache is not None:
-            old, self._ids_cache = self._ids_cache, None
-            self.io.close(old.fd)
-
-    def _drop_caches(self) -> None:
-        held = [idx.fd for idx in self._index_cache.values()]
-        held += [entry[0] for entry in self._bucket_cache.values()]
-        if self._ids_cache is not None:
-            held.append(self._ids_cache.fd)
-        self._index_cache.clear()
-        self._bucket_cache.clear()
-        self._ids_cache = None
-        for fd in held:
-            with contextlib.suppress(OSError):
-                self.io.close(fd)
+        self.descriptors.forget(sfile, ids=ids)
 
     def where(self, *parts: str) -> str:
         """A path for messages and ``Skipped.location``."""
@@ -210,38 +190,11 @@ class EngineCore:
 
     def bucket(self, seq: int, *, create: bool = False) -> int | None:
         """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
-        with :meth:`close_bucket`."""
-        number = fmt.bucket_of(seq)
-        name = fmt.bucket_name(number)
-        records = self.fd("records")
-        if not self._holding():
-            return self.open_dir(records, name, create=create)
-        cached = self._bucket_cache.get(number)
-        if cached is not None and cached[2] == self._epoch:
-            return cached[0]
-        if cached is not None:
-            try:
-                st = self.io.lstat(name, dir_fd=records)
-            except FileNotFoundError:
-                st = None
-            if st is not None and (st.st_dev, st.st_ino) == cached[1]:
-                self._bucket_cache[number] = (cached[0], cached[1], self._epoch)
-                return cached[0]
-            del self._bucket_cache[number]
-            self.io.close(cached[0])
-        fd = self.open_dir(records, name, create=create)
-        if fd is None:
-            return None
-        st = self.io.fstat(fd)
-        while len(self._bucket_cache) >= _BUCKETS_KEPT:
-            _, (old, _, _) = self._bucket_cache.popitem()
-            self.io.close(old)
-        self._bucket_cache[number] = (fd, (st.st_dev, st.st_ino), self._epoch)
-        return fd
+        with :meth:`close_bucket` (see :meth:`.descriptors.Descriptors.bucket`)."""
+        return self.descriptors.bucket(seq, create=create)
 
     def close_bucket(self, fd: int) -> None:
-        if not any(fd == held[0] for held in self._bucket_cache.values()):
-            self.io.close(fd)
+        self.descriptors.close_bucket(fd)
 
     def record_path(self, seq: int, cid: str) -> str:
         """The record's path relative to the root."""
@@ -319,30 +272,6 @@ class EngineCore:
             return None
         return self.decode(data, seq, cid), data
 
-    def load_entry(
-        self,
-        seq: int,
-        cid: str,
-        dirs: dict[int, int] | None,
-        limit: int | None,
-        decoders: Mapping[str, StateDecoder],
-    ) -> tuple[StoredRecord | Checkpoint, bytes] | None:
-        """:meth:`load_record`, with the record's state decoded where it decodes: the
-        checkpoint then (:func:`~statekeeper.record.read_checkpoint`), else the
-        record, for the caller to decode as usual (a listed page's path)."""
-        data = self._record_bytes(seq, cid, dirs, limit)
-        if data is None:
-            return None
-        entry = read_checkpoint(
-            data,
-            lambda n: self.where(self.record_path(n, cid)),
-            store_id=self.store_id,
-            id=cid,
-            sequence=seq,
-            decoders=decoders,
-        )
-        return entry, data
-
     def _record_bytes(
         self, seq: int, cid: str, dirs: dict[int, int] | None, limit: int | None
     ) -> bytes | None:
@@ -357,7 +286,7 @@ class EngineCore:
                 raise self.decode_error(str(exc), seq, cid) from None
             if bucket is None:
                 return None
-            if dirs is not None and not self._holding():
+            if dirs is not None and not self.holding():
                 dirs[number] = bucket
                 owned = False
         try:
@@ -408,68 +337,18 @@ class EngineCore:
     def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
         """Open a stream index (``None`` if it does not exist). The lock holder gets a
         cached, writable handle; ``close`` it all the same."""
-        streams = self.fd("streams")
-        if not self._holding():
-            return StreamIndex.open(
-                self.io, streams, sfile, self.store_id, write=write, headers=self._headers
-            )
-        hit = self._index_cache.get(sfile)
-        if hit is not None and hit.epoch == self._epoch:
-            return hit
-        try:
-            st = self.io.lstat(sfile, dir_fd=streams)
-        except FileNotFoundError:
-            st = None
-        cached = self._index_cache.pop(sfile, None)
-        if cached is not None:
-            if st is not None and _same_file(st, cached.identity):
-                cached.refresh(st.st_size)
-                cached.epoch = self._epoch
-                self._index_cache[sfile] = cached
-                return cached
-            self.io.close(cached.fd)
-        if st is None:
-            return None
-        idx = StreamIndex.open(self.io, streams, sfile, self.store_id, write=True)
-        if idx is not None:
-            idx.keep = True
-            idx.epoch = self._epoch
-            self._index_cache[sfile] = idx
-            while len(self._index_cache) > _INDEXES_KEPT:
-                _, old = self._index_cache.popitem(last=False)
-                self.io.close(old.fd)
-        return idx
+        return self.descriptors.open_index(sfile, write=write)
 
     def open_ids(self, *, write: bool = False) -> IdTable:
         """Open the id table; the lock holder gets a cached, writable handle."""
-        root = self.fd("root")
-        if not self._holding():
-            return IdTable.open(self.io, root, self.store_id, write=write)
-        if self._ids_cache is not None and self._ids_cache.epoch == self._epoch:
-            return self._ids_cache
-        cached, self._ids_cache = self._ids_cache, None
-        if cached is not None:
-            try:
-                st = self.io.lstat(fmt.IDS_NAME, dir_fd=root)
-            except FileNotFoundError:
-                st = None
-            if st is not None and _same_file(st, cached.identity):
-                cached.epoch = self._epoch
-                self._ids_cache = cached
-                return cached
-            self.io.close(cached.fd)
-        ids = IdTable.open(self.io, root, self.store_id, write=True)
-        ids.keep = True
-        ids.epoch = self._epoch
-        self._ids_cache = ids
-        return ids
+        return self.descriptors.open_ids(write=write)
 
     # -- state and lock -----------------------------------------------------------------
 
     def read_state(self) -> fmt.State | None:
         """The current state; ``None`` if it is unreadable (or, on a read-only open,
         missing)."""
-        fd = self._fds.get("state")
+        fd = self.fd_table.get("state")
         if fd is None:
             self.fd("root")  # StoreClosed if closed
             return None
@@ -492,55 +371,18 @@ class EngineCore:
             if n <= 0:
                 raise OSError(errno.EIO, "write made no progress")
             done += n
-        self._my_gen = state.gen
+        self.my_gen = state.gen
         if before is not None:
             raw = before[0]
             self._state_cache = (raw[:offset] + data + raw[offset + len(data) :], state)
 
-    @contextmanager
-    def locked(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold the write lock: this instance's mutex, then ``flock(LOCK_EX)`` on
-        ``lock``. With ``wait=False`` yields ``False`` at once if either is taken."""
-        timeout = self.lock_timeout
-        deadline = time.monotonic() + timeout
-        if not self._mutex.acquire(timeout=timeout if wait else 0):
-            if not wait:
-                yield False
-                return
-            raise StoreTimeout(self._timeout_message())
-        try:
-            lock_fd = self.fd("lock")
-            delay = 0.0002
-            while True:
-                try:
-                    self.io.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if not wait:
-                        yield False
-                        return
-                    if left <= 0:
-                        raise StoreTimeout(self._timeout_message()) from None
-                    time.sleep(min(delay, left))
-                    delay = min(delay * 2, 0.005)
-            self._owner = threading.get_ident()
-            try:
-                yield True
-            finally:
-                self._owner = None
-                self.io.flock(lock_fd, fcntl.LOCK_UN)
-        finally:
-            self._mutex.release()
+    def locked(self, *, wait: bool = True) -> AbstractContextManager[bool]:
+        """Hold the write lock (see :meth:`.lock.WriteLock.held`)."""
+        return self.lock.held(wait=wait)
 
-    def _holding(self) -> bool:
-        return self._owner == threading.get_ident()
-
-    def _timeout_message(self) -> str:
-        return (
-            f"timed out after {self.lock_timeout:g}s waiting for the write lock of the file "
-            f"store at {self.root}; another process is writing (raise lock_timeout to wait longer)"
-        )
+    def holding(self) -> bool:
+        """Whether this thread holds the write lock."""
+        return self.lock.holding()
 
     def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
         """Create ``name`` exclusively with ``data`` (fsynced if ``sync``); on failure

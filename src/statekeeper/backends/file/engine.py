@@ -24,11 +24,13 @@ from ...errors import (
 from ...models import CheckpointHeader
 from ...record import NewRecord, RecordEdits, StoredRecord
 from . import format as fmt
-from .core import Txn
+from .budget import WORKER, Budget
+from .core import EngineCore, Txn
 from .index import IdTable, IndexDamaged
-from .opening import OpeningMixin
+from .rebuild import Rebuild
+from .recovery import Recovery
 
-__all__ = ["EngineWrites"]
+__all__ = ["Writes"]
 
 _COMPACT_MIN_DEAD = 64
 
@@ -41,64 +43,52 @@ class _Found:
     error: CheckpointDecodeError | None = None
 
 
-class EngineWrites(OpeningMixin):
+class Writes:
     """The one-record writes of the engine (:class:`.batch.FileEngine` adds batches)."""
+
+    def __init__(self, core: EngineCore, rebuild: Rebuild, recovery: Recovery) -> None:
+        self.core = core
+        self.rebuild = rebuild
+        self.recovery = recovery
 
     # -- save ---------------------------------------------------------------------------
 
-    def insert(self, record: NewRecord) -> CheckpointHeader:
-        with self.writing() as tx:
-            header = self._insert(tx, record, nowait=False)
-        assert header is not None
-        return header
+    def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
+        """Save ``record`` at the next sequence.
 
-    def insert_nowait(self, record: NewRecord) -> CheckpointHeader | None:
-        """:meth:`insert`, for a store without ``durable`` (``durability="fast"``), or
-        ``None`` at once with nothing written wherever :meth:`insert` could wait or
-        sync: the lock is taken (by a thread or a process), the state file is
+        Inline (a store without ``durable``, ``durability="fast"``, on its event
+        loop's thread), it blocks before anything is written wherever it could wait
+        or sync: the lock is taken (by a thread or a process), the state file is
         unreadable or torn, a crashed writer's journal needs finishing, the id table
-        needs growing, or the sync mark is due (it fsyncs). What it does is page-cache
-        work only, so a caller may run it on its event loop's thread instead of a
-        worker's (saving the hop) and fall back to :meth:`insert` in a worker when it
-        gets ``None``."""
-        if self.durable:
-            return None
-        with self.locked(wait=False) as got:
-            if not got:
-                return None
-            state = self.read_state()
-            if state is None or state.torn:
-                return None  # a rebuild or a scan of the records first
-            tx = self._txn(state)  # read under the lock just now: not read twice
-            journal = tx.state.journal
-            if journal is not None and not self._insert_done(tx, journal):
-                return None
-            if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
-                return None
-            return self._insert(tx, record, nowait=True)
+        needs growing, or the sync mark is due (it fsyncs). What it does inline is
+        page-cache work only, as a bare write and rename."""
+        if self.core.durable:
+            budget.block()
+        with self.recovery.writing(budget) as tx:
+            return self._insert(tx, record, budget)
 
-    def _insert(self, tx: Txn, record: NewRecord, *, nowait: bool) -> CheckpointHeader | None:
-        """The body of :meth:`insert`, under the lock (``nowait``: see
-        :meth:`insert_nowait`)."""
+    def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
+        """The body of :meth:`insert`, under the lock."""
+        if tx.state.hwm + 1 - tx.state.synced >= self.core.sync_interval:
+            budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
-        ids = self.open_ids(write=True)
+        ids = self.core.open_ids(write=True)
         try:
             if tx.state.ids_used + 1 > ids.capacity // 2:
-                if nowait:
-                    return None
+                budget.block()
                 ids.close()
-                ids = self._rebuild_ids(tx)
+                ids = self.rebuild.rebuild_ids(tx)
             live, free, fresh = ids.probe(key)
             if live:
-                self._check_new_id(tx, ids, record, live)
+                self.check_new_id(tx, ids, record, live)
                 live, free, fresh = ids.probe(key)
             seq = tx.state.hwm + 1
             stored = record.seal(seq)
-            data = stored.to_bytes(self.store_id)
-            self._check_size(data)
+            data = stored.to_bytes(self.core.store_id)
+            self.check_size(data)
             sfile = fmt.stream_file_name(record.stream)
-            path = self.record_path(seq, record.id)
-            bucket = self.bucket(seq, create=True)
+            path = self.core.record_path(seq, record.id)
+            bucket = self.core.bucket(seq, create=True)
             assert bucket is not None
             try:
                 tmp = fmt.temp_name(seq)
@@ -114,35 +104,39 @@ class EngineWrites(OpeningMixin):
                 try:
                     self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
                 except BaseException:
-                    self._quietly(lambda: tx.commit(journal=None, hwm=seq))
+                    self.rebuild.quietly(lambda: tx.commit(journal=None, hwm=seq))
                     raise
                 slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
                 try:
-                    self._index_new(tx, ids, sfile, record.stream, slot, key, at=(free, fresh))
+                    self.rebuild.index_new(
+                        tx, ids, sfile, record.stream, slot, key, at=(free, fresh)
+                    )
                 except BaseException:
                     # The caller will hear that the save failed, so take it back.
-                    self._quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
+                    self.rebuild.quietly(
+                        lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket)
+                    )
                     raise
             finally:
-                self.close_bucket(bucket)
-            self._done_gen = tx.state.gen
-            if self._sync_mark_if_due(tx, ids):
-                self._done_gen = tx.state.gen
+                self.core.close_bucket(bucket)
+            self.core.done_gen = tx.state.gen
+            if self.rebuild.sync_mark_if_due(tx, ids):
+                self.core.done_gen = tx.state.gen
         finally:
             ids.close()
         return stored.header
 
-    def _check_size(self, data: bytes) -> None:
-        if len(data) > self.max_record_bytes:
+    def check_size(self, data: bytes) -> None:
+        if len(data) > self.core.max_record_bytes:
             raise CheckpointEncodeError(
                 f"the record would be {len(data)} bytes, over this file store's "
-                f"{self.max_record_bytes}-byte limit for one record file"
+                f"{self.core.max_record_bytes}-byte limit for one record file"
             )
 
-    def _check_new_id(
+    def check_new_id(
         self, tx: Txn, ids: IdTable, record: NewRecord, live: list[tuple[int, int]]
     ) -> None:
-        found = self._find(ids, record.id, live)
+        found = self.find_record(ids, record.id, live)
         if found is None:
             return
         if found.record is None:
@@ -153,17 +147,17 @@ class EngineWrites(OpeningMixin):
         if not found.record.is_expired(record.now):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
         # An expired checkpoint behaves as deleted: remove it so the id can be reused.
-        self._delete_found(tx, ids, record.id, found)
+        self.delete_found(tx, ids, record.id, found)
 
     def _undo_insert(
         self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
     ) -> None:
         """Take back a published record whose indexing failed; the caller is told the
         save failed, so it must not appear later. Its sequence stays used."""
-        self.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
-        if self.durable:
-            self.io.fsync(bucket)
-        idx = self.open_index(sfile, write=True)
+        self.core.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
+        if self.core.durable:
+            self.core.io.fsync(bucket)
+        idx = self.core.open_index(sfile, write=True)
         if idx is not None:
             with idx:
                 if idx.count and idx.slot(idx.count - 1).seq == slot.seq:
@@ -182,21 +176,21 @@ class EngineWrites(OpeningMixin):
         and, if the rename already happened, ``name`` is removed (``previous is
         None``) or its previous bytes are put back.
         """
-        self.write_new(bucket, tmp, data, sync=self.durable)
+        self.core.write_new(bucket, tmp, data, sync=self.core.durable)
         try:
-            self.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            self.core.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
         except BaseException:
-            self.unlink_quiet(tmp, bucket)
+            self.core.unlink_quiet(tmp, bucket)
             raise
-        if not self.durable:
+        if not self.core.durable:
             return
         try:
-            self.io.fsync(bucket)
+            self.core.io.fsync(bucket)
         except BaseException:
             if previous is None:
-                self.unlink_quiet(name, bucket)
+                self.core.unlink_quiet(name, bucket)
             else:
-                self._quietly(lambda: self._put_back(bucket, tmp, name, previous))
+                self.rebuild.quietly(lambda: self._put_back(bucket, tmp, name, previous))
             raise
 
     def _put_back(self, bucket: int, tmp: str, name: str, previous: bytes) -> None:
@@ -205,12 +199,12 @@ class EngineWrites(OpeningMixin):
         seq = fmt.parse_temp_name(tmp)
         back = fmt.temp_name(seq) if seq is not None else f"{tmp}.undo"
         try:
-            self.write_new(bucket, back, previous, sync=self.durable)
-            self.io.rename(back, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-            if self.durable:
-                self.io.fsync(bucket)
+            self.core.write_new(bucket, back, previous, sync=self.core.durable)
+            self.core.io.rename(back, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            if self.core.durable:
+                self.core.io.fsync(bucket)
         finally:
-            self.unlink_quiet(back, bucket)
+            self.core.unlink_quiet(back, bucket)
 
     # -- update -------------------------------------------------------------------------
 
@@ -224,9 +218,9 @@ class EngineWrites(OpeningMixin):
         edits: RecordEdits | None = None,
         codec: str | None = None,
     ) -> CheckpointHeader:
-        with self.writing() as tx:
-            with self.open_ids() as ids:
-                found = self._find(ids, cid)
+        with self.recovery.writing() as tx:
+            with self.core.open_ids() as ids:
+                found = self.find_record(ids, cid)
             if found is not None and found.error is not None:
                 raise found.error
             if found is None or found.record is None or found.record.is_expired(now):
@@ -237,8 +231,8 @@ class EngineWrites(OpeningMixin):
                     f"checkpoint {cid!r} has etag {current.header.etag!r}, not {if_match!r}"
                 )
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
-            data = new.to_bytes(self.store_id)
-            self._check_size(data)
+            data = new.to_bytes(self.core.store_id)
+            self.check_size(data)
             self._replace(tx, found.seq, cid, current, new.header.expires_at, data, found.raw)
             return new.header
 
@@ -255,11 +249,11 @@ class EngineWrites(OpeningMixin):
         """Replace record ``seq`` with ``data``, keeping its index hint an upper bound
         of its expiry at every instant (raise the hint first, lower it after)."""
         sfile = fmt.stream_file_name(current.stream) if current is not None else None
-        path = self.record_path(seq, cid)
+        path = self.core.record_path(seq, cid)
         tmp = fmt.temp_name(seq)
         old = fmt.to_micros(current.header.expires_at) if current is not None else 0
         new = fmt.to_micros(expires_at)
-        bucket = self.bucket(seq)
+        bucket = self.core.bucket(seq)
         if bucket is None:
             raise CheckpointNotFound(cid)
         hinted = sfile is not None and old != new
@@ -273,28 +267,28 @@ class EngineWrites(OpeningMixin):
             published = False
             try:
                 if hinted and sfile is not None:
-                    self._set_hint(sfile, seq, _upper(old, new), sync=self.durable)
+                    self.rebuild.set_hint(sfile, seq, _upper(old, new), sync=self.core.durable)
                 self._publish(bucket, tmp, name, data, previous)
                 published = True
                 if hinted and sfile is not None:
-                    self._set_hint(sfile, seq, new, sync=False)
+                    self.rebuild.set_hint(sfile, seq, new, sync=False)
                 tx.commit(journal=None)
             except BaseException:
                 # The caller will hear that the update failed: put the old one back.
                 if published and previous is not None:
-                    self._quietly(lambda: self._put_back(bucket, tmp, name, previous))
+                    self.rebuild.quietly(lambda: self._put_back(bucket, tmp, name, previous))
                 if hinted and sfile is not None:
-                    self._quietly(lambda: self._set_hint(sfile, seq, old, sync=False))
-                self._quietly(lambda: tx.commit(journal=None))
+                    self.rebuild.quietly(lambda: self.rebuild.set_hint(sfile, seq, old, sync=False))
+                self.rebuild.quietly(lambda: tx.commit(journal=None))
                 raise
         finally:
-            self.close_bucket(bucket)
+            self.core.close_bucket(bucket)
 
     def write_raw(self, cid: str, data: bytes) -> None:
         """Overwrite record ``cid``'s bytes unchecked (the conformance kit's backdoor)."""
-        with self.writing() as tx:
-            with self.open_ids() as ids:
-                found = self._find(ids, cid)
+        with self.recovery.writing() as tx:
+            with self.core.open_ids() as ids:
+                found = self.find_record(ids, cid)
             if found is None:
                 raise CheckpointNotFound(cid)
             expires = found.record.header.expires_at if found.record is not None else None
@@ -303,8 +297,8 @@ class EngineWrites(OpeningMixin):
     # -- delete, prune, purge -------------------------------------------------------------
 
     def delete(self, cid: str, if_match: str | None, now: datetime) -> bool:
-        with self.writing() as tx, self.open_ids(write=True) as ids:
-            found = self._find(ids, cid)
+        with self.recovery.writing() as tx, self.core.open_ids(write=True) as ids:
+            found = self.find_record(ids, cid)
             if found is None:
                 return False
             if found.record is None:
@@ -318,17 +312,17 @@ class EngineWrites(OpeningMixin):
                         f"checkpoint {cid!r} has etag {found.record.header.etag!r}, "
                         f"not {if_match!r}"
                     )
-            self._delete_found(tx, ids, cid, found)
+            self.delete_found(tx, ids, cid, found)
             return True
 
-    def _delete_found(self, tx: Txn, ids: IdTable, cid: str, found: _Found) -> None:
+    def delete_found(self, tx: Txn, ids: IdTable, cid: str, found: _Found) -> None:
         if found.record is not None:
             sfile: str | None = fmt.stream_file_name(found.record.stream)
         else:
-            sfile = self._stream_of(found.seq, cid)
+            sfile = self.rebuild.stream_of(found.seq, cid)
         victims: list[tuple[int | None, fmt.Slot]] = [(None, fmt.Slot(found.seq, cid))]
         if sfile is not None:
-            idx = self.open_index(sfile)
+            idx = self.core.open_index(sfile)
             if idx is not None:
                 with idx:
                     pos = idx.find(found.seq)
@@ -336,15 +330,15 @@ class EngineWrites(OpeningMixin):
                         victims = [(pos, idx.slot(pos))]
         self._delete_slots(tx, ids, sfile or "", victims)
         if found.record is None:
-            self._delete_orphan_done(tx, [found.seq])
+            self.recovery.delete_orphan_done(tx, [found.seq])
 
     def _delete_slots(
         self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
     ) -> None:
-        """Delete records of one stream index (see :meth:`_delete_groups`)."""
-        self._delete_groups(tx, ids, {sfile: victims})
+        """Delete records of one stream index (see :meth:`delete_groups`)."""
+        self.delete_groups(tx, ids, {sfile: victims})
 
-    def _delete_groups(
+    def delete_groups(
         self, tx: Txn, ids: IdTable, groups: dict[str, list[tuple[int | None, fmt.Slot]]]
     ) -> None:
         """Delete records of one or more stream indexes (``""``: records no index
@@ -360,14 +354,14 @@ class EngineWrites(OpeningMixin):
         tx.commit(journal=fmt.Journal("delete", names, lo=min(seqs), hi=max(seqs)))
         tx.sync()
         for sfile, victims in groups.items():
-            idx = self.open_index(sfile, write=True) if sfile else None
+            idx = self.core.open_index(sfile, write=True) if sfile else None
             if idx is None:
                 continue
             with idx:
                 for pos, slot in victims:
                     if pos is not None:
                         idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
-                if self.durable:
+                if self.core.durable:
                     idx.sync()
         for victims in groups.values():
             for _, slot in victims:
@@ -375,23 +369,23 @@ class EngineWrites(OpeningMixin):
                 at = ids.find(key, slot.seq)
                 if at is not None:
                     ids.tombstone(at, key, slot.seq)
-        if self.durable:
+        if self.core.durable:
             ids.sync()
-        self._unlink_records([slot for victims in groups.values() for _, slot in victims])
+        self.rebuild.unlink_records([slot for victims in groups.values() for _, slot in victims])
         # Trim only once the files are gone: recovery finishes a delete from its
         # dead slots, so a slot must outlive its record file.
         for sfile in groups:
-            idx = self.open_index(sfile, write=True) if sfile else None
+            idx = self.core.open_index(sfile, write=True) if sfile else None
             if idx is not None:
                 with idx:
-                    self._trim(idx)
+                    self.rebuild.trim_dead(idx)
         tx.commit(journal=None)
 
     def prune(self, stream: str, keep_last: int, now: datetime) -> int:
         sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
-        with self.writing() as tx:
-            idx = self.open_index(sfile)
+        with self.recovery.writing() as tx:
+            idx = self.core.open_index(sfile)
             if idx is None:
                 return 0
             victims: list[tuple[int | None, fmt.Slot]] = []
@@ -404,7 +398,7 @@ class EngineWrites(OpeningMixin):
                         kept += 1
                     else:
                         victims.append((pos, slot))
-            with self.open_ids(write=True) as ids:
+            with self.core.open_ids(write=True) as ids:
                 self._delete_slots(tx, ids, sfile, victims)
             self._compact(tx, sfile)
             return len(victims)
@@ -412,15 +406,15 @@ class EngineWrites(OpeningMixin):
     def delete_stream(self, stream: str, now: datetime) -> int:
         sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
-        with self.writing() as tx:
-            idx = self.open_index(sfile)
+        with self.recovery.writing() as tx:
+            idx = self.core.open_index(sfile)
             if idx is None:
                 return 0
             with idx:
                 victims: list[tuple[int | None, fmt.Slot]] = [
                     (pos, slot) for pos, slot in idx.walk(0, 1) if slot.live
                 ]
-            with self.open_ids(write=True) as ids:
+            with self.core.open_ids(write=True) as ids:
                 self._delete_slots(tx, ids, sfile, victims)
             self._compact(tx, sfile)
             return sum(1 for _, slot in victims if not slot.expired(now_us))
@@ -430,10 +424,10 @@ class EngineWrites(OpeningMixin):
         so other writers are not held up for the whole pass."""
         now_us = fmt.to_micros(now)
         removed = 0
-        for sfile in sorted(self.index_files()):
-            with self.writing() as tx:
+        for sfile in sorted(self.core.index_files()):
+            with self.recovery.writing() as tx:
                 try:
-                    idx = self.open_index(sfile)
+                    idx = self.core.open_index(sfile)
                 except IndexDamaged:
                     continue
                 if idx is None:
@@ -443,7 +437,7 @@ class EngineWrites(OpeningMixin):
                         (pos, s) for pos, s in idx.walk(0, 1) if s.live and s.expired(now_us)
                     ]
                 if victims:
-                    with self.open_ids(write=True) as ids:
+                    with self.core.open_ids(write=True) as ids:
                         self._delete_slots(tx, ids, sfile, victims)
                     self._compact(tx, sfile)
                 removed += len(victims)
@@ -452,7 +446,7 @@ class EngineWrites(OpeningMixin):
     def _compact(self, tx: Txn, sfile: str) -> None:
         """Rewrite a stream index without its dead slots once they dominate it, and
         remove an index with nothing left."""
-        idx = self.open_index(sfile, write=True)
+        idx = self.core.open_index(sfile, write=True)
         if idx is None:
             return
         with idx:
@@ -461,16 +455,18 @@ class EngineWrites(OpeningMixin):
             dead = len(slots) - len(live)
             if live and (dead < _COMPACT_MIN_DEAD or dead <= len(live)):
                 return
-            self.forget(sfile)
+            self.core.forget(sfile)
             if not live:
-                self._uncount_index(tx)
-                self.unlink_missing_ok(sfile, self.fd("streams"))
-                if self.durable:
-                    self.io.fsync(self.fd("streams"))
+                self.rebuild.uncount_index(tx)
+                self.core.unlink_missing_ok(sfile, self.core.fd("streams"))
+                if self.core.durable:
+                    self.core.io.fsync(self.core.fd("streams"))
             else:
-                idx.rewrite(self.fd("streams"), live, self.store_id, durable=self.durable)
+                idx.rewrite(
+                    self.core.fd("streams"), live, self.core.store_id, durable=self.core.durable
+                )
 
-    def _find(
+    def find_record(
         self, ids: IdTable, cid: str, live: list[tuple[int, int]] | None = None
     ) -> _Found | None:
         """Where ``cid`` lives (expired or not); an unreadable record comes back with
@@ -478,7 +474,7 @@ class EngineWrites(OpeningMixin):
         the caller has them already."""
         for _, seq in ids.lookup(fmt.id_key(cid)) if live is None else live:
             try:
-                got = self.load_record(seq, cid)
+                got = self.core.load_record(seq, cid)
             except CheckpointDecodeError as exc:
                 return _Found(seq, None, None, exc)
             if got is not None:

@@ -1,8 +1,16 @@
-"""``list(None)`` and the listings of the file backend's read side: every stream
-in global sequence order from the bucket directories (no index needed), and
-``list_streams`` and ``info`` from the stream indexes. Lock-free like the rest
-of :mod:`.reads`, and blind to what a reader must not see yet (see
-:func:`.format.visible_cap`)."""
+"""The listings of the file backend's read side, and what every read shares.
+
+- :meth:`Listing.scan_all`: ``list(None)``, every stream in global sequence order
+  from the bucket directories (no index needed);
+- :meth:`Listing.list_streams` and :meth:`Listing.info`, from the stream indexes;
+- what the strict reads (:mod:`.reads`) and the page scans (:mod:`.pages`) share:
+  whether the indexes can be trusted (:meth:`Listing.records_only`,
+  :meth:`Listing.index_missing`), the survey a read that cannot trust them answers
+  from, and what a reader must not see yet (:meth:`Listing.unseen`, see
+  :func:`.format.visible_cap`).
+
+Lock-free like the rest of the read side.
+"""
 
 from __future__ import annotations
 
@@ -10,27 +18,95 @@ import bisect
 import heapq
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..._protocol import ScanQuery, skipped_from
 from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt
-from .core import RecordProblem
+from .budget import WORKER, Budget
+from .core import EngineCore, RecordProblem
 from .index import IndexDamaged
-from .reads import ReadsMixin, wanted
+from .survey import Survey, take_survey
 from .view import view_info, view_streams
 
-__all__ = ["ListingMixin"]
+__all__ = ["Listing", "wanted"]
 
 
-class ListingMixin(ReadsMixin):
-    """``list(None)``, ``list_streams`` and ``info``."""
+class Listing:
+    """``list(None)``, ``list_streams``, ``info``, and the read side's shared looks."""
 
-    _bucket_list: list[int] | None = None
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state``
+        #: counts (see :meth:`index_missing`).
+        self._streams_seen: tuple[int, int] | None = None
 
-    def _scan_all(self, q: ScanQuery, cap: int | None) -> list[StoredRecord | Skipped]:
+    def records_only(self, state: fmt.State | None) -> bool:
+        """Whether this read must go to the records (the indexes cannot be trusted)."""
+        return state is None or self.core.degraded is not None
+
+    def unseen(self, seq: int, damaged: bool, cap: int | None) -> bool:
+        """Whether a reader whose cap is ``cap`` leaves record ``seq`` out. A valid
+        record above the cap was saved after the read began; a damaged one is
+        left out only while a batch in flight holds its sequence (it is being
+        written), since damage above the high-water mark must still be reported."""
+        if cap is None or seq <= cap:
+            return False
+        if not damaged:
+            return True
+        state = self.core.read_state()
+        journal = state.journal if state is not None else None
+        return journal is not None and journal.op in fmt.BATCH_OPS and journal.lo <= seq
+
+    def survey_upto(self, state: fmt.State | None) -> Survey:
+        """:meth:`survey` without the records a reader that read ``state`` must
+        not see (see :func:`.format.visible_cap`)."""
+        cap = fmt.visible_cap(state, from_records=True)
+        s = self.survey()
+        if cap is not None:
+            s.entries = [e for e in s.entries if not self.unseen(e.seq, e.record is None, cap)]
+        return s
+
+    def survey(self) -> Survey:
+        """The whole store, from its records (O(store); see :mod:`.view`)."""
+        return take_survey(self.core)
+
+    def index_missing(self, state: fmt.State, budget: Budget) -> bool:
+        """Whether a stream index file went missing: fewer index files than ``state``
+        counts. Costs one ``fstat`` unless ``streams/`` changed since it last held
+        them all (then one listing, which blocks)."""
+        seen = self.streams_unchanged(state)
+        if seen is True:
+            return False
+        budget.block()
+        missing = len(self.core.index_files()) < (state.streams or 0)
+        if not missing:
+            self._streams_seen = seen
+        return missing
+
+    def streams_unchanged(self, state: fmt.State) -> Literal[True] | tuple[int, int]:
+        """``True`` if no stream index can be missing, known from ``state`` and one
+        ``fstat`` of ``streams/`` (it did not change since it last held every index
+        ``state`` counts); else what that ``fstat`` saw, for :meth:`index_missing`,
+        which lists the directory."""
+        if not state.streams:
+            return True
+        st = self.core.io.fstat(self.core.fd("streams"))
+        seen = (st.st_mtime_ns, st.st_size)
+        return True if seen == self._streams_seen else seen
+
+    def skipped(self, seq: int, cid: str | None, location: str, reason: str) -> Skipped:
+        return Skipped.model_construct(
+            id=cid,
+            sequence=seq,
+            location=self.core.where(location),
+            reason=reason,
+            error=CheckpointDecodeError.__name__,
+        )
+
+    def scan_all(self, q: ScanQuery, cap: int | None) -> list[StoredRecord | Skipped]:
         """Every stream in global sequence order: walk the bucket directories, which
         are named (and sorted) by sequence, and read only the records in the page."""
         buckets = self._buckets()
@@ -51,14 +127,14 @@ class ListingMixin(ReadsMixin):
         """The bucket numbers, ascending. Buckets are only ever added, each one above
         the last as the high-water mark grows, so a listing stays good until the
         high-water mark reaches a bucket it does not have."""
-        state = self.read_state()
+        state = self.core.read_state()
         top = fmt.bucket_of(state.hwm) if state is not None else None
-        cached = self._bucket_list
+        cached = self.core.buckets_listed
         if cached and top is not None and cached[-1] >= top:
             return cached
-        names = self.io.listdir(self.fd("records"))
+        names = self.core.io.listdir(self.core.fd("records"))
         buckets = sorted(b for b in map(fmt.parse_bucket_name, names) if b is not None)
-        self._bucket_list = buckets
+        self.core.buckets_listed = buckets
         return buckets
 
     def _scan_bucket(
@@ -69,10 +145,10 @@ class ListingMixin(ReadsMixin):
         asc = q.order == "asc"
 
         try:
-            bfd = self.open_dir(self.fd("records"), bname, create=False)
+            bfd = self.core.open_dir(self.core.fd("records"), bname, create=False)
         except IndexDamaged as exc:
             if q.bound is None or (base > q.bound if asc else base < q.bound):
-                out.append(self._skipped(base, None, f"{fmt.RECORDS_DIR}/{bname}", str(exc)))
+                out.append(self.skipped(base, None, f"{fmt.RECORDS_DIR}/{bname}", str(exc)))
             return
         if bfd is None:
             return
@@ -84,7 +160,7 @@ class ListingMixin(ReadsMixin):
                 if asc
                 else (q.bound - 1 if q.bound is not None else base + fmt.BUCKET_SIZE - 1)
             )
-            for found, kind, name in _bucket_entries(self.io.listdir(bfd), base, q.bound, asc):
+            for found, kind, name in _bucket_entries(self.core.io.listdir(bfd), base, q.bound, asc):
                 if len(out) >= q.limit:
                     return
                 seq = last if found is None else found
@@ -96,14 +172,14 @@ class ListingMixin(ReadsMixin):
                         got: list[StoredRecord | Skipped] = []
                         self._scan_record(bfd, name, seq, parsed[1], q, got, bucket)
                         damaged = bool(got) and isinstance(got[0], Skipped)
-                        if damaged and not self._unseen(seq, True, cap):
+                        if damaged and not self.unseen(seq, True, cap):
                             out.extend(got)
                     else:
                         self._scan_record(bfd, name, seq, parsed[1], q, out, bucket)
                 elif kind == 1:
                     if self._stray_temp(bfd, name, location):
                         out.append(
-                            self._skipped(
+                            self.skipped(
                                 seq,
                                 None,
                                 location,
@@ -112,7 +188,7 @@ class ListingMixin(ReadsMixin):
                         )
                 else:
                     out.append(
-                        self._skipped(
+                        self.skipped(
                             seq,
                             None,
                             location,
@@ -120,7 +196,7 @@ class ListingMixin(ReadsMixin):
                         )
                     )
         finally:
-            self.io.close(bfd)
+            self.core.io.close(bfd)
 
     def _scan_record(
         self,
@@ -132,19 +208,19 @@ class ListingMixin(ReadsMixin):
         out: list[StoredRecord | Skipped],
         bucket: int,
     ) -> None:
-        location = self.record_path(seq, cid)
+        location = self.core.record_path(seq, cid)
         if fmt.bucket_of(seq) != bucket:
-            out.append(self._skipped(seq, cid, location, "the record is in the wrong bucket"))
+            out.append(self.skipped(seq, cid, location, "the record is in the wrong bucket"))
             return
         try:
-            data = self.read_file(bfd, name)
+            data = self.core.read_file(bfd, name)
         except RecordProblem as exc:
-            out.append(self._skipped(seq, cid, location, exc.reason))
+            out.append(self.skipped(seq, cid, location, exc.reason))
             return
         if data is None:
             return  # deleted since the directory was listed
         try:
-            record = self.decode(data, seq, cid)
+            record = self.core.decode(data, seq, cid)
         except CheckpointDecodeError as exc:
             out.append(skipped_from(exc, cid, seq))
             return
@@ -154,11 +230,11 @@ class ListingMixin(ReadsMixin):
     def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
         """A temp file nobody is writing: not the current journal's (its one temp, or
         one of the sequences of a group commit in flight), and still there."""
-        state = self.read_state()
+        state = self.core.read_state()
         if state is not None and fmt.temp_in_flight(state.journal, location):
             return False
         try:
-            self.io.lstat(name, dir_fd=bfd)
+            self.core.io.lstat(name, dir_fd=bfd)
         except FileNotFoundError:
             return False
         return True
@@ -170,14 +246,14 @@ class ListingMixin(ReadsMixin):
         is matched on the stream name in each index's header, never on the file
         name (escaping changes prefixes, and long names are hashed), after a cheap
         pass over the file names that skips only those that cannot match."""
-        state = self.read_state()
+        state = self.core.read_state()
         cap = fmt.visible_cap(state)
-        if self._records_only(state) or (state is not None and self._index_missing(state)):
+        if self.records_only(state) or (state is not None and self.index_missing(state, WORKER)):
             return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
         now_us = fmt.to_micros(now)
         names: list[str] = []
         try:
-            for idx in self.readable_indexes(strict=True, prefix=prefix):
+            for idx in self.core.readable_indexes(strict=True, prefix=prefix):
                 with idx:
                     if idx.stream.startswith(prefix) and any(
                         s.live and not s.expired(now_us) and (cap is None or s.seq <= cap)
@@ -189,16 +265,16 @@ class ListingMixin(ReadsMixin):
         return names
 
     def info(self) -> dict[str, Any]:
-        extra = {"path": self.root, "durability": "full" if self.durable else "fast"}
-        state = self.read_state()
-        if self._records_only(state):
-            return {**view_info(self.survey()), **extra, "degraded": self.degraded or "state"}
+        extra = {"path": self.core.root, "durability": "full" if self.core.durable else "fast"}
+        state = self.core.read_state()
+        if self.records_only(state):
+            return {**view_info(self.survey()), **extra, "degraded": self.core.degraded or "state"}
         assert state is not None
-        if self._index_missing(state):
+        if self.index_missing(state, WORKER):
             return {**view_info(self.survey()), **extra, "degraded": "a stream index is missing"}
         streams = checkpoints = 0
         try:
-            for idx in self.readable_indexes(strict=True):
+            for idx in self.core.readable_indexes(strict=True):
                 with idx:
                     n = sum(1 for _, s in idx.walk(0, 1) if s.live)
                 if n:
@@ -247,3 +323,16 @@ def _bucket_entries(
             yield (int(k) if k.isdigit() else None), 2, name
         else:
             yield int(k), kind, name
+
+
+def wanted(record: StoredRecord, q: ScanQuery) -> bool:
+    """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
+    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop)."""
+    header = record.header
+    expires = header.expires_at
+    if expires is not None and expires <= q.now:
+        return False
+    if not q.tags:
+        return True
+    tags = header.tags
+    return all(tags.get(k) == v for k, v in q.tags.items())

@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
 from ..._protocol import ScanQuery
-from ...models import Checkpoint, Skipped
+from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt
 
@@ -34,7 +34,7 @@ __all__ = ["OrphanKey", "merge_orphans", "orphans_digest", "orphans_key"]
 
 #: What a reader's kept orphans are good for: ``state``'s marker and digest.
 OrphanKey = tuple[tuple[int, str], str | None]
-Entry = StoredRecord | Checkpoint | Skipped
+Entry = StoredRecord | Skipped
 
 
 def orphans_digest(orphans: Iterable[tuple[int, str]]) -> str:

@@ -13,11 +13,12 @@ cost them writes. Writers serialise on ``flock``; readers take no lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import weakref
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Self, TypeVar, cast
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import Field
 
@@ -31,10 +32,13 @@ from ...errors import BackendError, InvalidURL, StatekeeperError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord
 from .batch import FileEngine
+from .budget import WORKER, Budget, WouldBlock
 from .check import check_store
 from .index import IndexDamaged
 from .io import FileIO, OsFileIO
-from .reads import HOP, Entry, Hop, ProbeOf
+from .pages import Entry, PageEntries, ProbeOf
+from .savequeue import _SaveQueue
+from .survey import take_survey
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
 
@@ -160,6 +164,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             self.path,
             io if io is not None else OsFileIO(),
             durable=opts.durability == "full",
+            batch_sync=opts.batch_sync,
             lock_timeout=opts.lock_timeout,
             # Room for the largest state the codec accepts plus a header at its limits.
             max_record_bytes=2 * opts.max_bytes + (1 << 20),
@@ -167,7 +172,6 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             create=opts.create,
             read_only=opts.read_only,
         )
-        self._engine.batch_sync = opts.batch_sync
         #: Every operation's worker hop (see _run). Its threads end at close(), or
         #: when this store is collected unclosed (they would otherwise wait forever).
         self._door = door = ThreadDoor("statekeeper-file")
@@ -201,7 +205,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         files, and report foreign files (see :mod:`.check`). Writes nothing."""
 
         def checking() -> list[Problem]:
-            return check_store(self._engine, self._engine.survey())
+            return check_store(self._engine, take_survey(self._engine))
 
         return await self._run("verify", checking)
 
@@ -211,7 +215,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         ``drop_damaged``, first remove the damaged record files (found by name, so
         also those whose bytes no longer say their id). Holds the write lock for
         the rebuild."""
-        done = await self._run("repair", self._engine.repair, drop_damaged)
+        done = await self._run("repair", self._engine.recovery.repair, drop_damaged)
         rebuilt = {"stream_indexes": done["streams"], "id_table": 1, "state": 1}
         actions = [
             f"rebuilt {done['streams']} stream index(es), the id table and the state "
@@ -304,17 +308,17 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
         With ``durability="fast"`` such a lone save runs on the event loop's thread,
         without the worker hop, when it can do so without waiting or syncing
-        (:meth:`.engine.EngineWrites.insert_nowait`: page-cache writes only, as a
-        bare write + rename); otherwise it takes the hop as any other."""
+        (:meth:`.engine.Writes.insert` with an inline budget: page-cache writes
+        only, as a bare write + rename); where it would wait or sync, it takes the
+        hop as any other."""
         loop = asyncio.get_running_loop()
         queue = self._save_queues.get(loop)
         if queue is None:
             queue = self._save_queues[loop] = _SaveQueue()
         if not queue.busy:
             if not self._engine.durable:
-                header = self._call("save", self._engine.insert_nowait, record)
-                if header is not None:
-                    return header
+                with contextlib.suppress(WouldBlock):
+                    return self._call("save", self._engine.insert, record, Budget(inline=True))
             queue.busy = True
             try:
                 return await self._run("save", self._engine.insert, record)
@@ -377,22 +381,19 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """All or nothing, also after a crash; invisible to readers until complete;
         one fsync group (see :mod:`.batch`)."""
-        return await self._run("save_many", self._engine.insert_many, records)
+        return await self._run("save_many", self._engine.batches.insert_many, records)
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         """In the worker, one pass; a single id (the LangGraph saver's pending-writes
-        read) on the event loop's thread when it is the cheap read, as :meth:`_get`."""
-        if len(ids) == 1 and self._inline_reads:
-            got = self._call("load_many", self._engine.get_nowait, ids[0], now)
-            if got is not HOP:
-                return {} if got is None else {ids[0]: got}
-        return await self._run("load_many", self._engine.get_many, ids, now)
+        read) on the event loop's thread first, as :meth:`_get`."""
+        engine = self._engine
+        return await self._read("load_many", engine.reader.get_many, ids, now, inline=len(ids) == 1)
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
-        return await self._run("delete_many", self._engine.delete_many, ids, now)
+        return await self._run("delete_many", self._engine.batches.delete_many, ids, now)
 
     async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
-        return await self._run("list_streams", self._engine.list_streams, now, prefix)
+        return await self._run("list_streams", self._engine.listing.list_streams, now, prefix)
 
     async def _update(
         self,
@@ -406,72 +407,48 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         codec: str | None = None,
     ) -> CheckpointHeader:
         return await self._run(
-            "update", self._engine.update, id, state, if_match, now, etag, edits, codec
+            "update", self._engine.writes.update, id, state, if_match, now, etag, edits, codec
         )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
-        """On the event loop's thread when that is the cheap indexed read (see
-        :meth:`_latest`), else in the worker."""
-        engine = self._engine
-        return await self._point_read("load", engine.get_nowait, engine.get, id, now)
+        """On the event loop's thread first (see :meth:`_read`)."""
+        return await self._read("load", self._engine.reader.get, id, now)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
-        """With ``inline_reads`` (the default), right here on the event loop's thread
-        when it is the cheap indexed read (:meth:`.reads.ReadsMixin.latest_nowait`:
-        the state, an index tail and one record file, no lock, no wait, no retry);
-        wherever the read would do anything more, in the worker, exactly as without
-        the option. The hop costs more than that read."""
-        engine = self._engine
-        return await self._point_read(
-            "get_latest", engine.latest_nowait, engine.latest, stream, now
-        )
+        """On the event loop's thread first (see :meth:`_read`): the state, an index
+        tail and one record file, no lock, no wait, no retry."""
+        return await self._read("get_latest", self._engine.reader.latest, stream, now)
 
-    async def _point_read(
-        self,
-        what: str,
-        nowait: Callable[[str, datetime], StoredRecord | Hop | None],
-        worker: Callable[[str, datetime], StoredRecord | None],
-        key: str,
-        now: datetime,
-    ) -> StoredRecord | None:
-        """``nowait(key, now)`` on this thread with ``inline_reads``, unless it
-        answers :data:`.reads.HOP`; then (or without the option) ``worker(key, now)``
-        in the worker thread."""
-        if self._inline_reads:
-            got = self._call(what, nowait, key, now)
-            if got is not HOP:
-                return got
-        return await self._run(what, worker, key, now)
+    async def _read(self, what: str, read: Callable[..., T], *args: Any, inline: bool = True) -> T:
+        """``read(*args, budget)``, one function of the engine: with ``inline_reads``
+        (and ``inline``) first on this thread under an inline budget, and where it
+        would block (:class:`~.budget.WouldBlock`) the same function again in the
+        worker (see :mod:`.budget`). The hop costs more than such a read."""
+        if inline and self._inline_reads:
+            try:
+                return self._call(what, read, *args, Budget(inline=True))
+            except WouldBlock:
+                pass  # the worker reads it, below
+        return await self._run(what, read, *args, WORKER)
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
-        return (await self._scan_entries(query, probe=False))[0]
+        return (await self._scan_entries(query, None))[0]
 
     async def _scan_page(self, query: ScanQuery, probe: bool) -> PageScan:
         """A listed page's scan and its probe, read through one stream index in one
         worker hop (or none; see :meth:`_scan_entries`)."""
         if probe and query.metadata:  # the indexed probe knows no metadata filter
             return await super()._scan_page(query, probe)
-        page, found = await self._scan_entries(query, probe)
+        page, found = await self._scan_entries(query, self._probe_of(query) if probe else None)
         return PageScan(page, None if found is None else bool(found))
 
-    async def _scan_entries(
-        self, query: ScanQuery, probe: bool
-    ) -> tuple[list[Record], list[Record] | None]:
-        """One scan and, with ``probe``, the one-entry probe the other way from the
-        page's edge, in one worker hop (or none: with ``inline_reads``, a page of one
-        stream of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows, when
-        :meth:`.reads.ReadsMixin.scan_nowait` can answer it on this thread)."""
-        engine = self._engine
-        if self._inline_reads and query.limit <= INLINE_PAGE_ROWS:
-            probe_of = self._probe_of(query) if probe else None
-            got = self._call("list", engine.scan_nowait, query, probe_of, None)
-            if got is not HOP:
-                page, _, found = got
-                return _records(page), _records(found) if probe else None
-        if not probe:
-            return _records(await self._run("list", engine.scan, query, None)), None
-        page, found = await self._run("list", self._scan_and_probe, query)
-        return _records(page), _records(found)
+    async def _scan_entries(self, query: ScanQuery, probe_of: ProbeOf | None) -> PageEntries:
+        """One scan and, with ``probe_of``, the one-entry probe the other way from the
+        page's edge (:meth:`.pages.Pages.scan_page`), in one worker hop, or
+        none: a page of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows
+        runs on this thread first (see :meth:`_read`)."""
+        scan_page, inline = self._engine.pages.scan_page, query.limit <= INLINE_PAGE_ROWS
+        return await self._read("list", scan_page, query, probe_of, inline=inline)
 
     @staticmethod
     def _probe_of(query: ScanQuery) -> ProbeOf:
@@ -479,69 +456,41 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         ``query``: one entry the other way from the page's edge."""
 
         def probe_of(page: list[Entry]) -> ScanQuery:
-            return probe_query(query, probe_bound(query, _records(page)))
+            return probe_query(query, probe_bound(query, page))
 
         return probe_of
 
-    def _scan_and_probe(self, query: ScanQuery) -> tuple[list[Entry], list[Entry]]:
-        """The page of ``query`` and its probe (worker thread), read through one
-        stream index (:meth:`.reads.ReadsMixin.scan_and_probe`)."""
-        page, _, found = self._engine.scan_and_probe(query, self._probe_of(query), None)
-        return page, found
-
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
-        return await self._run("delete", self._engine.delete, id, if_match, now)
+        return await self._run("delete", self._engine.writes.delete, id, if_match, now)
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
-        return await self._run("delete_stream", self._engine.delete_stream, stream, now)
+        return await self._run("delete_stream", self._engine.writes.delete_stream, stream, now)
 
     async def _prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        return await self._run("prune", self._engine.prune, stream, keep_last, now)
+        return await self._run("prune", self._engine.writes.prune, stream, keep_last, now)
 
     async def _purge_expired(self, now: datetime) -> int:
-        return await self._run("purge_expired", self._engine.purge_expired, now)
+        return await self._run("purge_expired", self._engine.writes.purge_expired, now)
 
     async def _list_streams(self, now: datetime) -> list[str]:
-        return await self._run("list_streams", self._engine.list_streams, now)
+        return await self._run("list_streams", self._engine.listing.list_streams, now)
 
     async def _info(self) -> dict[str, Any]:
-        return await self._run("info", self._engine.info)
+        return await self._run("info", self._engine.listing.info)
 
     async def backdoor_read_raw(self, id: str) -> bytes:
         """The record file's bytes, unverified (conformance kit backdoor)."""
         self._require_open()
-        return await self._run("backdoor_read_raw", self._engine.read_raw, id)
+        return await self._run("backdoor_read_raw", self._engine.reader.read_raw, id)
 
     async def backdoor_write_raw(self, id: str, data: bytes) -> None:
         """Replace the record file's bytes, unverified (conformance kit backdoor)."""
         self._require_writable("backdoor_write_raw")
-        await self._run("backdoor_write_raw", self._engine.write_raw, id, bytes(data))
+        await self._run("backdoor_write_raw", self._engine.writes.write_raw, id, bytes(data))
 
 
 #: The most saves committed in one group.
 _MAX_GROUP = 256
-
-
-Record = StoredRecord | Skipped
-
-
-def _records(entries: list[Entry]) -> list[Record]:
-    """``entries`` as records: the engine's scans decode nothing when asked with no
-    decoders, so its entries are records (or skipped) only."""
-    return cast(list[Record], entries)
-
-
-class _SaveQueue:
-    """The saves of one event loop waiting for a group commit."""
-
-    __slots__ = ("busy", "drainer", "waiting")
-
-    def __init__(self) -> None:
-        #: A save or a group of this loop is in flight.
-        self.busy = False
-        self.waiting: list[tuple[NewRecord, asyncio.Future[CheckpointHeader]]] = []
-        #: The task committing the waiting saves (a reference keeps it alive).
-        self.drainer: asyncio.Task[None] | None = None
 
 
 def _errno_name(exc: OSError) -> str:

@@ -118,7 +118,7 @@ def take_survey(engine: EngineCore) -> Survey:
 
 
 def _survey_state(engine: EngineCore, s: Survey) -> None:
-    fd = engine._fds.get("state")
+    fd = engine.fd_table.get("state")
     if fd is None:
         s.state_problem = "the state file is missing"
         return
@@ -132,7 +132,7 @@ def _survey_state(engine: EngineCore, s: Survey) -> None:
 
 def _survey_records(engine: EngineCore, s: Survey) -> None:
     io = engine.io
-    records = engine._fds.get("records")
+    records = engine.fd_table.get("records")
     if records is None:
         return
     journal = s.state.journal if s.state is not None else None
@@ -205,7 +205,7 @@ def _stream_hint(data: bytes, seq: int, cid: str) -> str | None:
 
 def _survey_indexes(engine: EngineCore, s: Survey) -> None:
     io = engine.io
-    streams = engine._fds.get("streams")
+    streams = engine.fd_table.get("streams")
     if streams is None:
         return
     for sfile in sorted(io.listdir(streams)):

@@ -14,13 +14,15 @@ import errno
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fault_io import FaultHookIO
+
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file.budget import WORKER, Budget, WouldBlock
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     BackendError,
@@ -43,7 +45,12 @@ class Gate:
         engine = store._engine
         insert, insert_group = engine.insert, engine.insert_group
 
-        def gated_insert(record: Any) -> Any:
+        def gated_insert(record: Any, budget: Budget = WORKER) -> Any:
+            if budget.inline:
+                # A lone durability="fast" save would run on the loop's thread without
+                # the hop, past the gate: send every save through the worker, as under
+                # load.
+                raise WouldBlock
             if not self.entered.is_set():
                 self.entered.set()
                 assert self.release.wait(30), "the gate was never released"
@@ -57,9 +64,6 @@ class Gate:
 
         engine.insert = gated_insert  # type: ignore[method-assign]
         engine.insert_group = recorded_group  # type: ignore[method-assign]
-        # A lone durability="fast" save would run on the loop's thread without the
-        # hop, past the gate: send every save through the worker, as under load.
-        engine.insert_nowait = lambda record: None  # type: ignore[method-assign]
 
 
 async def queued_behind_one(
@@ -166,9 +170,10 @@ async def test_a_failing_save_in_a_group_fails_alone(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_a_group_reuses_an_expired_id(tmp_path: Path) -> None:
-    async with FileCheckpointStore(tmp_path / "s") as store:
-        await store.save("old", {"x": 1}, id="reused", ttl=0.01)
-        await asyncio.sleep(0.05)
+    now = [datetime(2030, 1, 1, tzinfo=UTC)]
+    async with FileCheckpointStore(tmp_path / "s", clock=lambda: now[0]) as store:
+        await store.save("old", {"x": 1}, id="reused", ttl=1)
+        now[0] += timedelta(seconds=10)  # it has expired
         gate = Gate(store)
         tasks, _ = await behind_one_in_flight(
             store, gate, [saving(store, "new", "reused"), saving(store, "other", "x")]
@@ -489,9 +494,9 @@ async def test_a_group_across_two_buckets_keeps_both_directories_open(
     not close one under it (regression: with one cached descriptor, the second
     bucket evicted and closed the first while its renames were still to come)."""
     import statekeeper as sk
-    from statekeeper.backends.file import core
+    from statekeeper.backends.file import descriptors
 
-    monkeypatch.setattr(core, "_BUCKETS_KEPT", 1)
+    monkeypatch.setattr(descriptors, "_BUCKETS_KEPT", 1)
     async with FileCheckpointStore(tmp_path / "s", durability="fast") as store:
         await store.save_many([sk.NewCheckpoint(stream="fill", state={}) for _ in range(996)])
         gate = Gate(store)

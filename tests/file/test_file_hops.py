@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from file_helpers import count_hops
+
 from statekeeper.backends.file import FileCheckpointStore
 
 pytestmark = pytest.mark.asyncio

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fault_io import FaultHookIO
+
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.errors import BackendError, CheckpointNotFound, StatekeeperError
 from statekeeper.models import Checkpoint

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from file_helpers import count_hops
+
 from statekeeper.backends.file import FileCheckpointStore
 
 pytestmark = pytest.mark.asyncio
@@ -51,7 +51,11 @@ async def test_a_fast_save_waits_in_the_worker_for_a_lock_held_elsewhere(tmp_pat
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # as another process's writer would
             task = asyncio.create_task(store.save("s", {"n": 1}))
-            await asyncio.sleep(0.2)
+            for _ in range(100):  # the inline attempt meets the lock: the hop is under way
+                if hops:
+                    break
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.05)  # (it cannot finish while the lock is held)
             assert not task.done(), "the save did not wait for the lock"
             assert hops == ["save"]
             fcntl.flock(fd, fcntl.LOCK_UN)

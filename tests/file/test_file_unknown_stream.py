@@ -21,11 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from cli_helpers import run_cli
-from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound
-from statekeeper.models import Checkpoint, Page, Skipped
 from test_file_damage import (
     DAMAGE,
     fill_two_streams,
@@ -35,6 +30,11 @@ from test_file_damage import (
     truncate,
     zero_fill,
 )
+
+from cli_helpers import run_cli
+from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound
+from statekeeper.models import Checkpoint, Page, Skipped
 
 RECORD_DAMAGE: dict[str, Callable[[Path], None]] = {
     "truncate": truncate,

@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from file_helpers import a_journal_in_flight, count_hops
 
 import statekeeper as sk
-from file_helpers import a_journal_in_flight, count_hops
 from statekeeper._protocol import ScanQuery
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file.budget import INLINE_RECORD_BYTES, Budget, WouldBlock
 from statekeeper.backends.file.index import StreamIndex, write_index
 from statekeeper.backends.file.io import OsFileIO
-from statekeeper.backends.file.reads import HOP, NOWAIT_RECORD_BYTES
 from statekeeper.errors import (
     BackendError,
     CheckpointDecodeError,
@@ -59,24 +59,16 @@ async def outcome(call: Callable[[], Awaitable[Any]]) -> tuple[str, Any]:
     return ("checkpoint", (got.id, got.sequence, got.state))
 
 
-async def hop_path(store: FileCheckpointStore, call: Callable[[], Awaitable[Any]]) -> Any:
-    """``call`` with ``inline_reads`` off for its duration: the worker path alone."""
-    store._inline_reads = False
-    try:
-        return await outcome(call)
-    finally:
-        store._inline_reads = True
-
-
-async def same_as_hop(
-    store: FileCheckpointStore, hops: list[str], what: str, call: Callable[[], Awaitable[Any]]
+async def one_hop(
+    hops: list[str], what: str, call: Callable[[], Awaitable[Any]]
 ) -> tuple[str, Any]:
-    """``call`` falls back to the worker hop (``what``) and gives what the hop path gives."""
+    """``call`` runs in the worker, in one hop (``what``), after its inline run
+    blocked; what it gave. (That the worker's answer is the one the inline run
+    would give where it answers is ``test_file_inline_differential.py``'s.)"""
     before = len(hops)
-    inline = await outcome(call)
+    got = await outcome(call)
     assert hops[before:] == [what], hops[before:]
-    assert inline == await hop_path(store, call)
-    return inline
+    return got
 
 
 def latest_of(store: FileCheckpointStore, stream: str) -> Callable[[], Awaitable[Any]]:
@@ -87,10 +79,17 @@ def load_of(store: FileCheckpointStore, cid: str) -> Callable[[], Awaitable[Any]
     return lambda: store.load(cid)
 
 
-def nowait(store: FileCheckpointStore, method: str, *args: Any) -> Any:
-    engine = store._engine
-    with engine.active():
-        return getattr(engine, method)(*args, store.now())
+def inline(store: FileCheckpointStore, read: Callable[..., Any], *args: Any) -> Any:
+    """``read(*args, now)``, an engine read, run inline right here: its answer, or
+    :data:`BLOCKS` where it would block."""
+    with store._engine.active():
+        try:
+            return read(*args, store.now(), Budget(inline=True))
+        except WouldBlock:
+            return BLOCKS
+
+
+BLOCKS = "blocks"
 
 
 async def test_get_latest_and_load_take_no_hop_and_see_every_commit(tmp_path: Path) -> None:
@@ -159,12 +158,12 @@ async def test_a_damaged_index_falls_back_to_the_records(tmp_path: Path) -> None
         saved = [await store.save("job", {"i": i}) for i in range(5)]
         hops = count_hops(store)
         (tmp_path / "s" / "streams" / "job.idx").write_bytes(b"\0" * 5000)
-        assert nowait(store, "latest_nowait", "job") is HOP
-        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got == ("checkpoint", (saved[-1].id, saved[-1].sequence, {"i": 4}))
         (tmp_path / "s" / "ids.idx").write_bytes(b"junk")
-        assert nowait(store, "get_nowait", saved[1].id) is HOP
-        got = await same_as_hop(store, hops, "load", lambda: store.load(saved[1].id))
+        assert inline(store, store._engine.reader.get, saved[1].id) == BLOCKS
+        got = await one_hop(hops, "load", lambda: store.load(saved[1].id))
         assert got == ("checkpoint", (saved[1].id, saved[1].sequence, {"i": 1}))
 
 
@@ -173,7 +172,7 @@ async def test_a_corrupt_newest_slot_falls_back(tmp_path: Path) -> None:
         saved = [await store.save("job", {"i": i}) for i in range(5)]
         hops = count_hops(store)
         flip(tmp_path / "s" / "streams" / "job.idx", -10)  # the newest slot's checksum
-        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id
 
 
@@ -184,8 +183,8 @@ async def test_a_missing_index_falls_back_to_the_records(tmp_path: Path) -> None
         assert await store.get_latest("nothing") is None  # streams/ seen whole
         hops = count_hops(store)
         (tmp_path / "s" / "streams" / "job.idx").unlink()
-        assert nowait(store, "latest_nowait", "job") is HOP
-        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id  # never None: the records still have it
 
 
@@ -204,11 +203,11 @@ async def test_a_torn_or_unreadable_state_falls_back(tmp_path: Path, how: str) -
         state.write_bytes(bytes(data))
         read = store._engine.read_state()
         assert read is None if how == "unreadable" else read is not None and read.torn
-        assert nowait(store, "latest_nowait", "job") is HOP
-        assert nowait(store, "get_nowait", saved[0].id) is HOP
-        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[0].id) == BLOCKS
+        got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id
-        got = await same_as_hop(store, hops, "load", lambda: store.load(saved[0].id))
+        got = await one_hop(hops, "load", lambda: store.load(saved[0].id))
         assert got[1][0] == saved[0].id
 
 
@@ -233,8 +232,8 @@ async def test_a_crashed_writers_journal_is_finished_in_the_worker(tmp_path: Pat
             await store.delete(saved[-1].id)
         state = store._engine.read_state()
         assert state is not None and state.journal is not None and state.journal.op == "delete"
-        assert nowait(store, "latest_nowait", "job") is HOP
-        assert nowait(store, "get_nowait", saved[0].id) is HOP
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[0].id) == BLOCKS
         hops = count_hops(store)
         latest = await store.get_latest("job")
         assert latest is not None and latest.id == saved[-2].id
@@ -262,14 +261,14 @@ async def test_a_damaged_newest_record_raises_as_the_hop_does(tmp_path: Path, da
             flip(path, -2)
         else:
             path.unlink()
-        assert nowait(store, "latest_nowait", "job") is HOP
-        assert nowait(store, "get_nowait", saved[-1].id) is HOP
-        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, store._engine.reader.get, saved[-1].id) == BLOCKS
+        got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[0] == "raised" and got[1][0] == "CheckpointDecodeError"
         with pytest.raises(CheckpointDecodeError) as caught:
             await store.get_latest("job")
         assert caught.value.id == saved[-1].id
-        got = await same_as_hop(store, hops, "load", lambda: store.load(saved[-1].id))
+        got = await one_hop(hops, "load", lambda: store.load(saved[-1].id))
         assert got[0] == "raised" and got[1][0] == "CheckpointDecodeError"
         # the older ones still load inline
         before = len(hops)
@@ -289,8 +288,8 @@ async def test_an_orphan_newer_than_the_answer_raises_as_the_hop_does(tmp_path: 
         assert state is not None and state.orphan == (job[-1].sequence, job[-1].id)
         hops = count_hops(store)
         for stream in ("other", "job", "never-used"):
-            assert nowait(store, "latest_nowait", stream) is HOP
-            got = await same_as_hop(store, hops, "get_latest", latest_of(store, stream))
+            assert inline(store, store._engine.reader.latest, stream) == BLOCKS
+            got = await one_hop(hops, "get_latest", latest_of(store, stream))
             assert got[0] == "raised" and "drop-damaged" in got[1][1]
         newer = await store.save("other", {"n": 2})
         before = len(hops)
@@ -341,7 +340,7 @@ async def test_a_tail_of_expired_checkpoints_is_walked_in_the_worker(tmp_path: P
         more = [await store.save("job", {"n": i}, ttl=timedelta(seconds=1)) for i in range(20)]
         now[0] += timedelta(seconds=10)
         hops.clear()
-        got = await same_as_hop(store, hops, "get_latest", lambda: store.get_latest("job"))
+        got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == keep.id and more
 
 
@@ -366,7 +365,7 @@ async def test_os_errors_give_the_hops_backend_errors(tmp_path: Path) -> None:
         io.armed = True
         calls = [("get_latest", latest_of(store, "job")), ("load", load_of(store, cp.id))]
         for what, call in calls:
-            got = await same_as_hop(store, hops, what, call)
+            got = await one_hop(hops, what, call)
             assert got[0] == "raised" and got[1][0] == BackendError.__name__
             assert "Input/output error (EIO)" in got[1][1]
         io.armed = False
@@ -377,12 +376,12 @@ async def test_os_errors_give_the_hops_backend_errors(tmp_path: Path) -> None:
 
 async def test_a_large_record_is_read_in_the_worker(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
-        big = await store.save("job", {"pad": "x" * (NOWAIT_RECORD_BYTES + 1)})
+        big = await store.save("job", {"pad": "x" * (INLINE_RECORD_BYTES + 1)})
         small = await store.save("other", {"n": 1})
         hops = count_hops(store)
-        got = await same_as_hop(store, hops, "get_latest", latest_of(store, "job"))
+        got = await one_hop(hops, "get_latest", latest_of(store, "job"))
         assert got[1][0] == big.id
-        got = await same_as_hop(store, hops, "load", load_of(store, big.id))
+        got = await one_hop(hops, "load", load_of(store, big.id))
         assert got[1][0] == big.id
         before = len(hops)
         assert (await store.get_latest("other")).id == small.id  # type: ignore[union-attr]
@@ -396,8 +395,8 @@ async def test_a_batch_in_flight_sends_reads_to_the_worker(tmp_path: Path) -> No
         engine = store._engine
         for op in ("batch", "batched", "delete", "update"):
             with a_journal_in_flight(store, tmp_path / "s", op, cp.sequence), engine.active():
-                assert engine.latest_nowait("job", store.now()) is HOP
-                assert engine.get_nowait(cp.id, store.now()) is HOP
+                assert inline(store, engine.reader.latest, "job") == BLOCKS
+                assert inline(store, engine.reader.get, cp.id) == BLOCKS
         hops = count_hops(store)
         assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
         assert hops == []
@@ -498,20 +497,19 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
                     return replace(query, order=back, bound=edge, limit=1)  # type: ignore[arg-type]
 
                 with engine.active():
-                    want = engine.scan(query)
+                    want, _ = engine.pages.scan_page(query, None)
                     io.opened.clear()
-                    page, probe, probed = engine.scan_and_probe(query, probe_of)
+                    page, probed = engine.pages.scan_page(query, probe_of)
                     assert io.opened.count("job.idx") == 1
-                    assert (page, probed) == (want, engine.scan(probe_of(want)))
-                    assert probe == probe_of(want)
+                    assert (page, probed) == (want, engine.pages.scan_page(probe_of(want), None)[0])
         index = tmp_path / "s" / "streams" / "job.idx"
         index.unlink()  # replaced by junk: a new file, whose header is not a store's
         index.write_bytes(b"\0" * 5000)
         query = ScanQuery("job", order, saved[13].sequence, 6, {}, now)  # type: ignore[arg-type]
         with engine.active():
-            page, _, probed = engine.scan_and_probe(query, lambda p: replace(query, limit=1))
-            assert page == engine.scan(query) and len(page) == 6
-            assert probed == engine.scan(replace(query, limit=1))
+            page, probed = engine.pages.scan_page(query, lambda p: replace(query, limit=1))
+            assert page == engine.pages.scan_page(query, None)[0] and len(page) == 6
+            assert probed == engine.pages.scan_page(replace(query, limit=1), None)[0]
 
 
 async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> None:
@@ -520,9 +518,9 @@ async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> 
         engine = store._engine
         with engine.active(), engine.locked() as got:
             assert got
-            assert engine.latest_nowait("job", store.now()) is HOP
-            assert engine.get_nowait(cp.id, store.now()) is HOP
-        assert nowait(store, "latest_nowait", "job").id == cp.id
+            assert inline(store, engine.reader.latest, "job") == BLOCKS
+            assert inline(store, engine.reader.get, cp.id) == BLOCKS
+        assert inline(store, engine.reader.latest, "job").id == cp.id
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
@@ -579,7 +577,7 @@ async def test_files_replaced_under_kept_descriptors_are_opened_afresh(tmp_path:
         saved = [await store.save("job", {"i": i}) for i in range(3)]
         assert (await store.get_latest("job")).id == saved[-1].id  # type: ignore[union-attr]
         assert (await store.load(saved[0].id)).id == saved[0].id
-        kept = store._engine._kept()
+        kept = store._engine.descriptors.mine()
         old_index, old_ids = kept.indexes["job.idx"].identity, kept.ids[0].identity  # type: ignore[index]
         await store.repair()
         newer = await store.save("job", {"i": 3})
@@ -602,6 +600,6 @@ async def test_an_id_table_header_damaged_under_a_kept_descriptor(tmp_path: Path
         data[10] ^= 0x55  # in the header, in place
         ids.write_bytes(bytes(data))
         hops = count_hops(store)
-        assert nowait(store, "get_nowait", saved[1].id) is HOP
-        got = await same_as_hop(store, hops, "load", load_of(store, saved[1].id))
+        assert inline(store, store._engine.reader.get, saved[1].id) == BLOCKS
+        got = await one_hop(hops, "load", load_of(store, saved[1].id))
         assert got[1][0] == saved[1].id

@@ -1,0 +1,375 @@
+"""Batches in the file backend's engine: ``save_many``, the group commit of
+concurrent saves (:meth:`Batches.insert_group`, S15), ``delete_many`` and
+``load_many``, each one worker-thread hop, the writes under one lock hold.
+
+``save_many`` (:meth:`Batches.insert_many`) is all or nothing, also after a
+crash at any point, and no reader sees part of it. Under the write lock:
+
+1. every id is checked (a live one raises ``PreconditionFailed`` before anything
+   is written), every record sealed and size-checked, sequences ``lo..hi``
+   reserved;
+2. the intent: ``state`` gets the high-water mark ``hi`` and the journal
+   ``batch lo..hi``, made durable (full) before the first record file exists;
+3. every record file is created under its final name (no temp, no rename: the
+   journal hides them), then the whole group is made durable at once: one
+   ``syncfs(2)`` of the store's file system, or one ``fsync`` per file where
+   ``syncfs`` is not usable (``batch_sync="fsync"``, other systems);
+4. the commit: the journal becomes ``batched lo..hi``, made durable. From here
+   recovery rolls the batch forward; before, it rolls it back;
+5. the stream indexes and the id table (soft, not flushed), then the journal is
+   cleared: that one write of ``state`` is the instant readers start to see
+   the batch.
+
+Readers take no lock: every read starts from ``state`` and shows nothing above
+:func:`.format.visible_cap` (``lo - 1`` while a batch is in the journal, else the
+high-water mark it read). Recovery, by the next lock holder, a writable open,
+``repair`` or a reader that finds the lock free: ``batch`` removes every record
+file ``lo..hi``; ``batched`` indexes them if each sequence has a valid record,
+and otherwise (only after a power cut in ``durability="fast"``) removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+
+from ...errors import (
+    CheckpointEncodeError,
+    PreconditionFailed,
+    StatekeeperError,
+)
+from ...models import CheckpointHeader
+from ...record import NewRecord, StoredRecord
+from . import format as fmt
+from .core import EngineCore, Txn
+from .engine import Writes
+from .index import IdTable
+from .io import syncfs_usable
+from .rebuild import Rebuild
+from .recovery import Recovery
+
+__all__ = ["Batches"]
+
+_log = logging.getLogger("statekeeper.backends.file")
+#: Longest journal of a delete_many (the index file names it names, joined);
+#: more streams than fit are deleted in several groups. A state copy is 2 KiB.
+_MAX_JOURNAL_NAMES = 1200
+
+
+class Batches:
+    """``save_many``, the group commit of concurrent saves and ``delete_many``: a
+    part of the engine, given its one-record writes (and, through them, the
+    recovery, the rebuild and the files)."""
+
+    def __init__(
+        self, core: EngineCore, rebuild: Rebuild, recovery: Recovery, writes: Writes
+    ) -> None:
+        self.core = core
+        self.rebuild = rebuild
+        self.recovery = recovery
+        self.writes = writes
+
+    # -- save_many ------------------------------------------------------------------------
+
+    def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        """Insert ``records`` atomically at consecutive sequences (module docstring)."""
+        n = len(records)
+        with self.recovery.writing() as tx:
+            ids = self.core.open_ids(write=True)
+            try:
+                self._check_new_ids(tx, ids, records)
+                if tx.state.ids_used + n > ids.capacity // 2:
+                    ids.close()
+                    ids = self.rebuild.rebuild_ids(tx)
+                lo = tx.state.hwm + 1
+                hi = lo + n - 1
+                sealed = [record.seal(lo + i) for i, record in enumerate(records)]
+                blobs = [one.to_bytes(self.core.store_id) for one in sealed]
+                for data in blobs:
+                    self.writes.check_size(data)
+                tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
+                tx.sync()  # the intent is durable before any record file exists
+                try:
+                    self._write_batch(sealed, blobs)
+                    tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
+                    tx.sync()
+                except BaseException:
+                    self.rebuild.quietly(lambda: self.recovery.roll_back_batch(tx, lo, hi))
+                    raise
+                try:
+                    took = self.recovery.index_batch(tx, ids, sealed)
+                    tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+                    # Durably: a torn later write of state falls back to the other
+                    # copy, which must not be this batch's "batch" intent (that
+                    # would take back an acknowledged batch).
+                    tx.sync()
+                except BaseException:
+                    # The caller will hear that save_many failed: take it all back.
+                    self.rebuild.quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+                    raise
+                self.rebuild.sync_mark_if_due(tx, ids)
+            finally:
+                ids.close()
+        return [one.header for one in sealed]
+
+    # -- group commit (S15) ---------------------------------------------------------------
+
+    def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
+        """Save ``records`` as independent saves that share one lock hold and one
+        fsync group (group commit, S15); one outcome per record, in order.
+
+        A record whose id is live (or taken earlier in the group) gets
+        :class:`PreconditionFailed`, an oversized one :class:`CheckpointEncodeError`:
+        it fails alone and takes no sequence. The others get consecutive sequences
+        in the order given, under the journal ``batched lo..hi`` (readers see none
+        of them until the journal is cleared, so no listing skips a lower one):
+
+        1. each record is written to a temp file in its bucket; the temp files are
+           made durable as one group (one ``syncfs``, or one ``fsync`` each with
+           ``batch_sync="fsync"``);
+        2. each is renamed to its final name, in sequence order, and each bucket
+           directory touched is fsynced once: from here every record is complete
+           under its final name, as after a one-record save;
+        3. the stream indexes and the id table (soft), then the journal is cleared
+           (one write of ``state``, not flushed: a power cut that loses it leaves
+           ``batched``, which recovery rolls forward over the records that are
+           there, or an older state, which restart recovery repairs from the
+           records above the sync mark).
+
+        A crash before step 3 ends leaves records that no caller was told about;
+        recovery keeps the ones that reached their final names (as it does for a
+        one-record save cut after its rename) and removes the temp files. An error
+        (ENOSPC, EIO) fails the whole group: it is taken back durably (journal
+        ``batch``, flushed, then every temp and record file of ``lo..hi`` removed)
+        and raised; no record of it stays.
+        """
+        out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
+        with self.recovery.writing() as tx:
+            ids = self.core.open_ids(write=True)
+            try:
+                admitted = self._admit_group(tx, ids, records, out)
+                if tx.state.ids_used + len(admitted) > ids.capacity // 2:
+                    ids.close()
+                    ids = self.rebuild.rebuild_ids(tx)
+                lo = tx.state.hwm + 1
+                sealed: list[StoredRecord] = []
+                blobs: list[bytes] = []
+                for i in admitted:
+                    one = records[i].seal(lo + len(sealed))
+                    data = one.to_bytes(self.core.store_id)
+                    try:
+                        self.writes.check_size(data)
+                    except CheckpointEncodeError as exc:
+                        out[i] = exc
+                        continue
+                    out[i] = one.header
+                    sealed.append(one)
+                    blobs.append(data)
+                if sealed:
+                    self._commit_group(tx, ids, lo, sealed, blobs)
+            finally:
+                ids.close()
+        assert all(one is not None for one in out)
+        return [one for one in out if one is not None]
+
+    def _admit_group(
+        self,
+        tx: Txn,
+        ids: IdTable,
+        records: list[NewRecord],
+        out: list[CheckpointHeader | StatekeeperError | None],
+    ) -> list[int]:
+        """The positions of the records whose ids are free (an expired holder is
+        removed, as a one-record save does); the others get their error in ``out``."""
+        admitted: list[int] = []
+        taken: set[str] = set()
+        for i, record in enumerate(records):
+            if record.id in taken:
+                out[i] = PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+                continue
+            live, _, _ = ids.probe(fmt.id_key(record.id))
+            if live:
+                try:
+                    self.writes.check_new_id(tx, ids, record, live)
+                except PreconditionFailed as exc:
+                    out[i] = exc
+                    continue
+            taken.add(record.id)
+            admitted.append(i)
+        return admitted
+
+    def _commit_group(
+        self, tx: Txn, ids: IdTable, lo: int, sealed: list[StoredRecord], blobs: list[bytes]
+    ) -> None:
+        """Steps 1 to 3 of :meth:`insert_group` for the admitted records."""
+        hi = lo + len(sealed) - 1
+        tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
+        try:
+            self._publish_group(sealed, blobs)
+        except BaseException:
+            self.rebuild.quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            raise
+        try:
+            took = self.recovery.index_batch(tx, ids, sealed)
+            tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+        except BaseException:
+            self.rebuild.quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            raise
+        self.rebuild.sync_mark_if_due(tx, ids)
+
+    def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
+        """Temp files, one sync group, renames in sequence order, one fsync per
+        bucket directory. On failure the caller removes what is left."""
+        by_syncfs = self._by_syncfs()
+        buckets: dict[int, int] = {}
+        moves: list[tuple[int, str, str]] = []
+        try:
+            for record, data in zip(sealed, blobs, strict=True):
+                seq = record.sequence
+                number = fmt.bucket_of(seq)
+                bucket = buckets.get(number)
+                if bucket is None:
+                    # Its own descriptor, not the writer's cached one: a group may
+                    # span two buckets, and the small cache could close the first.
+                    bucket = self.core.open_dir(
+                        self.core.fd("records"), fmt.bucket_name(number), create=True
+                    )
+                    assert bucket is not None
+                    buckets[number] = bucket
+                tmp = fmt.temp_name(seq)
+                self.core.write_new(bucket, tmp, data, sync=self.core.durable and not by_syncfs)
+                moves.append((bucket, tmp, fmt.record_name(seq, record.id)))
+            if by_syncfs:
+                self._syncfs(buckets.values())
+            for bucket, tmp, name in moves:
+                self.core.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            if self.core.durable:
+                for bucket in buckets.values():
+                    self.core.io.fsync(bucket)
+        finally:
+            for bucket in buckets.values():
+                with contextlib.suppress(OSError):
+                    self.core.io.close(bucket)
+
+    def _by_syncfs(self) -> bool:
+        """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
+        if not self.core.durable or self.core.batch_sync == "fsync":
+            return False
+        return self.core.batch_sync == "syncfs" or syncfs_usable(self.core.io)
+
+    def _syncfs(self, fds: Iterable[int]) -> None:
+        """One ``syncfs`` per file system the descriptors are on."""
+        devices = {self.core.io.fstat(fd).st_dev: fd for fd in fds}
+        for fd in devices.values():
+            self.core.io.syncfs(fd)  # type: ignore[attr-defined]
+
+    def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
+        """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
+        then remove the expired checkpoints whose ids the batch reuses."""
+        expired = []
+        for record in records:
+            live, _, _ = ids.probe(fmt.id_key(record.id))
+            if not live:
+                continue
+            found = self.writes.find_record(ids, record.id, live)
+            if found is None:
+                continue
+            if found.record is None:
+                raise PreconditionFailed(
+                    f"checkpoint id {record.id!r} is taken by an unreadable checkpoint "
+                    f"(sequence {found.seq}); delete it first"
+                )
+            if not found.record.is_expired(record.now):
+                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+            expired.append((record.id, found))
+        for cid, found in expired:
+            self.writes.delete_found(tx, ids, cid, found)
+
+    def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
+        """Create every record file, then make them durable as one group."""
+        by_syncfs = self._by_syncfs()
+        buckets: dict[int, int] = {}
+        try:
+            for record, data in zip(sealed, blobs, strict=True):
+                number = fmt.bucket_of(record.sequence)
+                bucket = buckets.get(number)
+                if bucket is None:
+                    bucket = self.core.open_dir(
+                        self.core.fd("records"), fmt.bucket_name(number), create=True
+                    )
+                    assert bucket is not None
+                    buckets[number] = bucket
+                name = fmt.record_name(record.sequence, record.id)
+                self.core.write_new(bucket, name, data, sync=self.core.durable and not by_syncfs)
+            if not self.core.durable:
+                return
+            if by_syncfs:
+                # One writeback of the file system: the records' bytes and names.
+                self._syncfs(buckets.values())
+            else:
+                for fd in buckets.values():
+                    self.core.io.fsync(fd)
+        finally:
+            for fd in buckets.values():
+                with contextlib.suppress(OSError):
+                    self.core.io.close(fd)
+
+    def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
+        """Take back a committed batch whose indexing failed: back to ``batch``
+        (durably, so a crash now rolls it back too), then roll it back."""
+        tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
+        tx.sync()
+        sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
+        self.recovery.roll_back_batch(tx, lo, hi, sfiles)
+
+    # -- delete_many ----------------------------------------------------------------------
+
+    def delete_many(self, cids: list[str], now: datetime) -> int:
+        """Delete the live ones among ``cids`` under one lock hold, as few journaled
+        operations as the journal can name (one, unless the streams' index names
+        do not fit in it), each with one flush per file it touches."""
+        with self.recovery.writing() as tx, self.core.open_ids(write=True) as ids:
+            groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
+            unreadable: list[int] = []
+            for cid in cids:
+                found = self.writes.find_record(ids, cid)
+                if found is None:
+                    continue
+                if found.record is not None:
+                    if found.record.is_expired(now):
+                        continue
+                    sfile: str | None = fmt.stream_file_name(found.record.stream)
+                else:
+                    unreadable.append(found.seq)
+                    sfile = self.rebuild.stream_of(found.seq, cid)
+                victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
+                if sfile is not None:
+                    idx = self.core.open_index(sfile)
+                    if idx is not None:
+                        with idx:
+                            pos = idx.find(found.seq)
+                            if pos is not None:
+                                victim = (pos, idx.slot(pos))
+                groups.setdefault(sfile or "", []).append(victim)
+            for chunk in _chunks(groups):
+                self.writes.delete_groups(tx, ids, chunk)
+            if unreadable:
+                self.recovery.delete_orphan_done(tx, unreadable)
+            return sum(len(victims) for victims in groups.values())
+
+
+def _chunks(
+    groups: dict[str, list[tuple[int | None, fmt.Slot]]],
+) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:
+    """``groups`` split so that each part's index names fit in one journal."""
+    out: list[dict[str, list[tuple[int | None, fmt.Slot]]]] = [{}]
+    length = 0
+    for sfile, victims in groups.items():
+        if out[-1] and length + len(sfile) + 1 > _MAX_JOURNAL_NAMES:
+            out.append({})
+            length = 0
+        out[-1][sfile] = victims
+        length += len(sfile) + 1
+    return out
