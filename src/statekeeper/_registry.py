@@ -13,7 +13,7 @@ from ._url import StoreURL
 from .errors import BackendNotFound, InvalidURL
 
 if TYPE_CHECKING:
-    from ._protocol import BaseCheckpointStore
+    from ._core.store import BaseCheckpointStore
 
 __all__ = ["ENTRY_POINT_GROUP", "available_backends", "open_store", "register_backend"]
 
@@ -76,7 +76,7 @@ def available_backends() -> dict[str, str]:
 
 
 def _load(target: str, scheme: str) -> type[BaseCheckpointStore]:
-    from ._protocol import BaseCheckpointStore
+    from ._core.store import BaseCheckpointStore
 
     module_name, _, attr = target.partition(":")
     try:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, overload
 
-from ._protocol import TTL, BaseCheckpointStore, Order, StoreInfo
+from ._core.interface import TTL, Order, StoreInfo
+from ._core.store import BaseCheckpointStore
 from ._registry import open_store as _open_async
 from ._url import StoreURL
 from .models import (

@@ -20,7 +20,7 @@ import pytest
 from file_helpers import a_journal_in_flight, count_hops
 
 import statekeeper as sk
-from statekeeper._protocol import ScanQuery
+from statekeeper._core.query import ScanQuery
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import format as fmt
 from statekeeper.backends.file.budget import INLINE_RECORD_BYTES, Budget, WouldBlock

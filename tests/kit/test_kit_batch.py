@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import pytest
 
-from statekeeper._primitives import StorePrimitives
+from statekeeper._core.primitives import StorePrimitives
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
 from statekeeper.config import Capabilities
 from statekeeper.models import CheckpointHeader

@@ -22,9 +22,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from statekeeper._primitives import StorePrimitives
-from statekeeper._protocol import Order, ScanQuery
-from statekeeper._validate import Scalar, check_metadata_filter, check_tags
+from statekeeper._core.interface import Order
+from statekeeper._core.primitives import StorePrimitives
+from statekeeper._core.query import ScanQuery
+from statekeeper._core.validate import Scalar, check_metadata_filter, check_tags
 from statekeeper.backends.memory import MemoryCheckpointStore
 from statekeeper.backends.memory.storage import Entry
 from statekeeper.codec import Codec

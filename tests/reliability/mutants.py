@@ -33,7 +33,9 @@ from typing import Any, ClassVar, Literal
 from filelock import FileLock
 
 from statekeeper import Capabilities, StoreOptions, StoreURL
-from statekeeper._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
+from statekeeper._core.primitives import StoreIdentity
+from statekeeper._core.query import ScanQuery
+from statekeeper._core.store import BaseCheckpointStore
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage, _Entry
 from statekeeper.errors import CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Skipped

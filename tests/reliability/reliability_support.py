@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import statekeeper
-from statekeeper._protocol import BaseCheckpointStore
+from statekeeper._core.store import BaseCheckpointStore
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.testing.services import require_services, service_url
 

@@ -25,8 +25,4 @@ From the bottom up:
   ``delete_many``.
 - ``store``: ``BaseCheckpointStore``, every public method, checking that the store
   is open and handing the rest to the modules above.
-
-The old top-level modules (``statekeeper._protocol``, ``_paging``,
-``_primitives``, ``_batch``, ``_writes``, ``_integrity``, ``_validate``,
-``_interface``) re-export these names until every import has moved.
 """

@@ -38,7 +38,7 @@ class ScanQuery:
     sequence, strictly beyond ``bound`` (``> bound`` for ``asc``, ``< bound`` for
     ``desc``; no bound when ``None``). When ``metadata`` is not empty, only
     records whose top-level metadata matches it
-    (:func:`statekeeper._validate.metadata_matches`) count, but only backends that
+    (:func:`statekeeper._core.validate.metadata_matches`) count, but only backends that
     declare ``capabilities.metadata_filter`` are ever asked that; for the others
     the base class filters by scanning. A record that cannot be read is returned
     as :class:`Skipped` whatever the filters say.
@@ -71,7 +71,7 @@ class PageScan:
 
 
 def probe_bound(scanned: ScanQuery, page: Sequence[Entry]) -> int:
-    """Where :func:`~statekeeper._paging.list_page` probes next, after the scan
+    """Where :func:`~statekeeper._core.paging.list_page` probes next, after the scan
     ``scanned`` (which has a bound) returned ``page``: from the page's first entry,
     or, for an empty page, from one step past the bound in the scan's order (kept
     within a cursor's range).
@@ -90,7 +90,7 @@ def probe_bound(scanned: ScanQuery, page: Sequence[Entry]) -> int:
 
 
 def probe_query(scanned: ScanQuery, edge: int) -> ScanQuery:
-    """The one-entry probe :func:`~statekeeper._paging.list_page` asks for after
+    """The one-entry probe :func:`~statekeeper._core.paging.list_page` asks for after
     ``scanned``: the other way from ``edge`` (:func:`probe_bound`), the rest of the
     query the same (``dataclasses.replace`` without its per-call field walk)."""
     q = scanned

@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - older typer, on click itself
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from .._protocol import BaseCheckpointStore
+    from .._core.store import BaseCheckpointStore
 
 __all__ = [
     "DebugOpt",

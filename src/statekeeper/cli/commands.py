@@ -41,7 +41,7 @@ from .output import (
 )
 
 if TYPE_CHECKING:
-    from .._protocol import BaseCheckpointStore
+    from .._core.store import BaseCheckpointStore
     from ..models import Checkpoint, Page
 
 __all__ = ["app", "run"]

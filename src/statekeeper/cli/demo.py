@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from .._protocol import BaseCheckpointStore
+from .._core.store import BaseCheckpointStore
 from .._registry import ENV_URL, open_store
 from ..models import Checkpoint
 

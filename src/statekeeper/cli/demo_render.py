@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from .._protocol import BaseCheckpointStore
+from .._core.store import BaseCheckpointStore
 from ..models import Checkpoint
 from .demo import DemoFailed, DemoResult, demo_stream_name, run_demo, stage_name
 from .hints import command

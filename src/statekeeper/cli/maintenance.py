@@ -39,7 +39,7 @@ from .hints import command
 from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, Output, count, problems_table
 
 if TYPE_CHECKING:
-    from .._protocol import BaseCheckpointStore
+    from .._core.store import BaseCheckpointStore
     from ..models import Problem, RepairReport, VerifyReport
     from .ops import CopyResult
 

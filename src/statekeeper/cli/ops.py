@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._protocol import BaseCheckpointStore
+from .._core.store import BaseCheckpointStore
 from ..errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,

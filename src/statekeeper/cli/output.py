@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from .._protocol import BaseCheckpointStore
+    from .._core.store import BaseCheckpointStore
     from ..models import CheckpointHeader, Skipped
 
 __all__ = [

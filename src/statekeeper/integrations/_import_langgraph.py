@@ -27,7 +27,7 @@ from ..errors import StatekeeperError, StoreNotFound
 from ._import_common import Advance, ImportResult, chunks
 
 if TYPE_CHECKING:
-    from .._protocol import BaseCheckpointStore
+    from .._core.store import BaseCheckpointStore
 
 Rows = list[tuple[str, str, str]]
 

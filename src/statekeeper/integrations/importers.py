@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .._protocol import BaseCheckpointStore
+from .._core.store import BaseCheckpointStore
 from ..errors import CheckpointDecodeError, StatekeeperError, StoreNotFound
 from ._import_common import Advance, ImportProblem, ImportResult, chunks
 from ._import_langgraph import (

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Literal
 
-from ..._protocol import ScanQuery, skipped_from
+from ..._core.query import ScanQuery
+from ..._core.validate import skipped_from
 from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord

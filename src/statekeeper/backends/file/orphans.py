@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
-from ..._protocol import ScanQuery
+from ..._core.query import ScanQuery
 from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..._protocol import ScanQuery, skipped_from
+from ..._core.query import ScanQuery
+from ..._core.validate import skipped_from
 from ...errors import CheckpointDecodeError, ConcurrentModificationError
 from ...models import Skipped
 from ...record import StoredRecord
@@ -33,7 +34,7 @@ _PAGE_SLOTS = 256
 
 #: What a scan gives: records and skipped entries.
 Entry = StoredRecord | Skipped
-#: The probe a page scan runs after the page (see :func:`statekeeper._paging.probe_query`).
+#: The probe a page scan runs after the page (see :func:`statekeeper._core.query.probe_query`).
 ProbeOf = Callable[[list[Entry]], ScanQuery]
 #: A page and, when asked, its probe's entries.
 PageEntries = tuple[list[Entry], list[Entry] | None]

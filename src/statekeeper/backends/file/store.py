@@ -22,10 +22,11 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import Field
 
-from ..._integrity import repair_records
-from ..._paging import INLINE_PAGE_ROWS, PageScan, probe_bound, probe_query
-from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
-from ..._threads import ThreadDoor
+from ..._core.integrity import repair_records
+from ..._core.primitives import StoreIdentity
+from ..._core.query import INLINE_PAGE_ROWS, PageScan, ScanQuery, probe_bound, probe_query
+from ..._core.store import BaseCheckpointStore
+from ..._runtime.threads import ThreadDoor
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import BackendError, InvalidURL, StatekeeperError
@@ -445,14 +446,14 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _scan_entries(self, query: ScanQuery, probe_of: ProbeOf | None) -> PageEntries:
         """One scan and, with ``probe_of``, the one-entry probe the other way from the
         page's edge (:meth:`.pages.Pages.scan_page`), in one worker hop, or
-        none: a page of up to :data:`~statekeeper._paging.INLINE_PAGE_ROWS` rows
+        none: a page of up to :data:`~statekeeper._core.query.INLINE_PAGE_ROWS` rows
         runs on this thread first (see :meth:`_read`)."""
         scan_page, inline = self._engine.pages.scan_page, query.limit <= INLINE_PAGE_ROWS
         return await self._read("list", scan_page, query, probe_of, inline=inline)
 
     @staticmethod
     def _probe_of(query: ScanQuery) -> ProbeOf:
-        """The probe :func:`statekeeper._paging.list_page` asks for after the page of
+        """The probe :func:`statekeeper._core.paging.list_page` asks for after the page of
         ``query``: one entry the other way from the page's edge."""
 
         def probe_of(page: list[Entry]) -> ScanQuery:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..._protocol import ScanQuery, skipped_from
+from ..._core.query import ScanQuery
+from ..._core.validate import skipped_from
 from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..._protocol import skipped_from
+from ..._core.validate import skipped_from
 from ...errors import CheckpointDecodeError
 from ...models import Checkpoint, Skipped
 from ...record import StateDecoder, StoredRecord, read_checkpoint, read_record

@@ -17,9 +17,10 @@ from typing import Any, ClassVar, Literal, Self, TypeVar, cast
 
 import sqlalchemy as sa
 
-from ..._integrity import repair_records
-from ..._paging import INLINE_PAGE_ROWS, PageScan, probe_bound
-from ..._protocol import BaseCheckpointStore, ScanQuery, StoreIdentity
+from ..._core.integrity import repair_records
+from ..._core.primitives import StoreIdentity
+from ..._core.query import INLINE_PAGE_ROWS, PageScan, ScanQuery, probe_bound
+from ..._core.store import BaseCheckpointStore
 from ..._registry import builtin_class
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -307,10 +308,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self, query: ScanQuery, probe: bool
     ) -> tuple[list[StoredRecord | Skipped], list[StoredRecord | Skipped] | None]:
         """One keyset scan and, with ``probe``, the one-row probe the other way from
-        the page's edge (its first entry, or the bound's neighbour when the page is
-        empty: :func:`~statekeeper._paging.probe_bound`), in one worker hop or round
-        trip (or none: a page of at most :data:`INLINE_PAGE_ROWS` runs as
-        :meth:`Runtime.point_read` does)."""
+        the page's edge (:func:`~statekeeper._core.query.probe_bound`), in one worker
+        hop or round trip (a page of up to :data:`INLINE_PAGE_ROWS`: as point_read)."""
         tags, meta = dict(query.tags), dict(query.metadata)
         has_stream, bound = query.stream is not None, query.bound
         stmt = self._st.scan(has_stream, query.order, bound is not None, len(tags), len(meta))

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from ..._validate import scalar_kind
+from ..._core.validate import scalar_kind
 
 __all__ = [
     "VKEY_INLINE",

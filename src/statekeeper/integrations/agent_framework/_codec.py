@@ -27,7 +27,7 @@ from agent_framework._workflows._checkpoint_encoding import (
     encode_checkpoint_value,
 )
 
-from ..._validate import ID_PATTERN, MAX_STREAM_LEN
+from ..._core.validate import ID_PATTERN, MAX_STREAM_LEN
 from ...models import CheckpointHeader, NewCheckpoint
 
 #: ``metadata["format"]`` of every record this adapter writes: the framework's JSON.

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 
-from ..._protocol import BaseCheckpointStore
+from ..._core.store import BaseCheckpointStore
 
 logger = logging.getLogger("statekeeper.integrations.agent_framework")
 

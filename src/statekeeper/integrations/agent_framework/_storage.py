@@ -15,7 +15,7 @@ from typing import Self
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
-from ..._protocol import BaseCheckpointStore
+from ..._core.store import BaseCheckpointStore
 from ..._registry import open_store
 from ...errors import (
     CheckpointDecodeError,

@@ -34,7 +34,7 @@ from ._merge import Merge
 from ._records import Records
 
 if TYPE_CHECKING:
-    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper._core.store import BaseCheckpointStore
 
 logger = logging.getLogger("statekeeper.integrations.langgraph")
 

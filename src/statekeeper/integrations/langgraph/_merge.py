@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from statekeeper.models import Checkpoint, Skipped
 
 if TYPE_CHECKING:
-    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper._core.store import BaseCheckpointStore
 
 _PAGE = 250
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from statekeeper.errors import InvalidOptions
 
 if TYPE_CHECKING:
-    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper._core.store import BaseCheckpointStore
     from statekeeper.sync import SyncCheckpointStore
 
 S = TypeVar("S")

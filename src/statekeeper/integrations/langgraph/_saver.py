@@ -34,7 +34,7 @@ from ._records import Records
 from ._writes import PendingWrites
 
 if TYPE_CHECKING:
-    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper._core.store import BaseCheckpointStore
     from statekeeper.sync import SyncCheckpointStore
 
 __all__ = ["StatekeeperSaver"]

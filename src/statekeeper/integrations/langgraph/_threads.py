@@ -21,7 +21,7 @@ from ._merge import Merge
 from ._records import Records
 
 if TYPE_CHECKING:
-    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper._core.store import BaseCheckpointStore
 
 _BATCH = 500  # a copy batch holds a checkpoint and its writes record: <= 1000 items
 

@@ -25,7 +25,7 @@ from statekeeper.errors import CheckpointNotFound, PreconditionFailed
 from . import _layout as lay
 
 if TYPE_CHECKING:
-    from statekeeper._protocol import BaseCheckpointStore
+    from statekeeper._core.store import BaseCheckpointStore
 
 _CAS_ATTEMPTS = 50
 #: Writes records remembered (a super-step writes to one checkpoint of each thread

@@ -309,7 +309,7 @@ def _renamed(stmt: Executable, prefix: str) -> Executable:
 @lru_cache(maxsize=256)
 def paired_scan_sql(st: Statements, order: Order, ntags: int, nmeta: int) -> PgSql:
     """A page of one stream past a bound, and in the same statement the one-row
-    probe the other way that :func:`statekeeper._paging.list_page` asks for next
+    probe the other way that :func:`statekeeper._core.paging.list_page` asks for next
     (does anything precede the page?).
 
     Rows are ``(part, seq, id, record)``, part 0 the page and 1 the probe. The

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
-from ...._paging import probe_bound, probe_query
-from ...._protocol import ScanQuery, StoreIdentity
+from ...._core.primitives import StoreIdentity
+from ...._core.query import ScanQuery, probe_bound, probe_query
 from ...._url import StoreURL
 from ....config import StoreOptions
 from ....models import CheckpointHeader, Problem, RepairReport, Skipped

@@ -1,3 +1,0 @@
-"""Moved to :mod:`statekeeper._runtime.threads`; this name stays for the file store."""
-
-from ._runtime.threads import ThreadDoor as ThreadDoor
