@@ -21,6 +21,7 @@ SOURCES = sorted(Path(memory.__file__).parent.glob("*.py"))
 #: private names the memory store may use, each explained in its module docstring
 FAST_PATHS = {
     "statekeeper.models.trusted_header",
+    "statekeeper.models.trusted_checkpoint",
     "statekeeper.record.trusted_stored_record",
     "statekeeper.record.verified_record",
     "statekeeper.record.header_values",

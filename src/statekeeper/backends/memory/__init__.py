@@ -22,9 +22,10 @@ stream, with one entry per checkpoint, and the check that they agree.
 
 **For backend authors reading this as an example:** it imports what a plugin may
 (the exports of ``statekeeper``, ``statekeeper.errors`` and ``statekeeper.record``)
-with three exceptions, private helpers that skip work on values already checked:
-``statekeeper.models.trusted_header`` (a header without validating its values
-again, instead of ``CheckpointHeader.model_construct``, about half its cost),
+with four exceptions, private helpers that skip work on values already checked:
+``statekeeper.models.trusted_header`` and ``statekeeper.models.trusted_checkpoint``
+(a header, or the checkpoint a save returns, without validating its values again,
+instead of ``model_construct``, about half its cost),
 ``statekeeper.record.verified_record`` (a record from checked header values that
 builds its header model only if asked, instead of ``StoredRecord(header=...)``:
 a read then builds one model, the checkpoint it returns) and

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from statekeeper import (
     BaseCheckpointStore,
     Capabilities,
+    Checkpoint,
     CheckpointHeader,
     Problem,
     ScanQuery,
@@ -30,7 +31,7 @@ from statekeeper.errors import (
 from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
 # private, for speed: see the package docstring
-from ...models import trusted_header
+from ...models import trusted_checkpoint, trusted_header
 from .storage import Entry, MemoryStorage, fresh, remove_sorted
 
 __all__ = ["MemoryCheckpointStore"]
@@ -131,28 +132,37 @@ class MemoryCheckpointStore(BaseCheckpointStore):
     # -- primitives ------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        with self.storage.lock:
+            self._check_free(record)
+            return trusted_header(record.header_values(self._insert_locked(record)))
+
+    async def _insert_checkpoint(self, record: NewRecord, state: Any) -> Checkpoint:
+        # save's path: the checkpoint it returns is the one model built
         data = self.storage
         with data.lock:
             # _check_free, inline: one call less on every save
             existing = data.by_id.get(record.id)
             if existing is not None and existing.live(record.now):
                 raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-            return self._insert_locked(record)
+            seq = self._insert_locked(record)
+        return trusted_checkpoint(record.header_values(seq), state)
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         # one hold of the lock: consecutive sequences, and no reader sees half
         with self.storage.lock:
             for record in records:
                 self._check_free(record)
-            return [self._insert_locked(record) for record in records]
+            seqs = [self._insert_locked(record) for record in records]
+        return [trusted_header(r.header_values(s)) for r, s in zip(records, seqs, strict=True)]
 
     def _check_free(self, record: NewRecord) -> None:
         existing = self.storage.by_id.get(record.id)
         if existing is not None and existing.live(record.now):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
 
-    def _insert_locked(self, record: NewRecord) -> CheckpointHeader:
-        """Insert ``record`` at the next sequence; the caller holds the lock.
+    def _insert_locked(self, record: NewRecord) -> int:
+        """Insert ``record`` at the next sequence and return it; the caller holds the
+        lock.
 
         Without metadata the envelope is left pending and built on first use (a
         read, ``backdoor_read_raw``): it would be built from the same immutable
@@ -192,20 +202,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             data.stream_seqs[stream] = [seq]
         else:
             seqs.append(seq)
-        return trusted_header(
-            {
-                "id": rid,
-                "stream": stream,
-                "sequence": seq,
-                "created_at": record.created_at,
-                "updated_at": record.updated_at,
-                "etag": record.etag,
-                "parent_id": record.parent_id,
-                "tags": record.tags,
-                "metadata": record.metadata,
-                "expires_at": record.expires_at,
-            }
-        )
+        return seq
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         with self.storage.lock:
