@@ -309,3 +309,25 @@ async def test_the_saved_checkpoint_is_the_one_the_default_insert_checkpoint_giv
         batch = [record(i, {"m": i}) for i in (7, 8)]
         assert await fast._insert_many(batch) == await default._insert_many(batch)
         assert [h.sequence for h in await fast._insert_many([record(9, {})])] == [6]
+
+
+@pytest.mark.asyncio
+async def test_a_subclass_that_changes_insert_still_decides_every_save() -> None:
+    """The memory store's own ``_insert_checkpoint`` skips ``_insert``; a subclass
+    that overrides ``_insert`` (the kit's mutants do) must still see every save and
+    import go through it."""
+    from statekeeper.models import CheckpointHeader as Header
+    from statekeeper.record import NewRecord
+
+    seen: list[str] = []
+
+    class Counting(MemoryCheckpointStore):
+        async def _insert(self, record: NewRecord) -> Header:
+            seen.append(record.id)
+            return await super()._insert(record)
+
+    async with Counting() as store:
+        cp = await store.save("s", {"a": 1}, id="one")
+        await store.import_checkpoint(cp.model_copy(update={"id": "two"}), {"a": 2})
+        assert seen == ["one", "two"]
+        assert (await store.load("two")).state == {"a": 2}

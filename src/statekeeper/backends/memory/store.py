@@ -138,6 +138,9 @@ class MemoryCheckpointStore(BaseCheckpointStore):
 
     async def _insert_checkpoint(self, record: NewRecord, state: Any) -> Checkpoint:
         # save's path: the checkpoint it returns is the one model built
+        if type(self)._insert is not MemoryCheckpointStore._insert:
+            # a subclass's own _insert (a test's mutant) still decides every save
+            return await super()._insert_checkpoint(record, state)
         data = self.storage
         with data.lock:
             # _check_free, inline: one call less on every save
