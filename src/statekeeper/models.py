@@ -116,6 +116,8 @@ def trusted_checkpoint(values: dict[str, Any], state: Any) -> Checkpoint:
     :func:`trusted_header` takes them) and its decoded ``state``, without validating
     them again: what ``checkpoint_with_state(trusted_header(values), state)`` gives,
     without the header in between."""
+    if state is None:  # the template's own state: the values are the whole update
+        return _copy_checkpoint(update=values)
     return _copy_checkpoint(update={**values, "state": state})
 
 

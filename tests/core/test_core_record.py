@@ -448,6 +448,9 @@ def test_read_models_are_the_validated_ones() -> None:
     # the values are the ones given, never the template's placeholders
     made = trusted_checkpoint(dict(values), 7)
     assert made.model_dump() == {**values, "state": 7}
+    bare = trusted_checkpoint(dict(values), None)
+    assert bare.model_dump() == {**values, "state": None} and bare == Checkpoint(**values)  # type: ignore[arg-type]
+    assert bare.model_fields_set == set(Checkpoint.model_fields)
     assert made.tags is values["tags"] and made.metadata is values["metadata"]
 
 

@@ -264,31 +264,41 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         else:
             stop = len(seqs) if query.bound is None else bisect_left(seqs, query.bound)
             indices = range(stop - 1, -1, -1)
+        by_seq, by_id = data.by_seq, data.by_id
         for i in indices:
-            rid = data.by_seq[seqs[i]]
-            yield rid, data.by_id[rid]
+            rid = by_seq[seqs[i]]
+            yield rid, by_id[rid]
 
     async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
         out: list[StoredRecord | Skipped] = []
+        now, tags, limit = query.now, query.tags, query.limit
         with self.storage.lock:
             for rid, entry in self._iter(query):
-                if not entry.live(query.now):
+                expires = entry.expires_at  # entry.live(now), inline: once per entry
+                if expires is not None and expires <= now:
                     continue
-                if query.tags and any(entry.tags.get(k) != v for k, v in query.tags.items()):
+                if tags and any(entry.tags.get(k) != v for k, v in tags.items()):
                     continue
                 try:
                     out.append(self._parse(rid, entry))
                 except CheckpointDecodeError as exc:
                     out.append(skipped_from(exc, rid, entry.sequence))
-                if len(out) >= query.limit:
+                if len(out) >= limit:
                     break
         return out
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
-        with self.storage.lock:
-            for rid, entry in self._iter(ScanQuery(stream, "desc", None, 1, {}, now)):
-                if entry.live(now):
-                    return self._parse(rid, entry)
+        # the newest live entry of the stream: _iter's descending walk, without a query
+        data = self.storage
+        with data.lock:
+            seqs = data.stream_seqs.get(stream)
+            if seqs:
+                by_seq, by_id = data.by_seq, data.by_id
+                for i in range(len(seqs) - 1, -1, -1):
+                    rid = by_seq[seqs[i]]
+                    entry = by_id[rid]
+                    if entry.live(now):
+                        return self._parse(rid, entry)
         return None
 
     async def _delete(self, id: str, *, if_match: str | None, now: datetime) -> bool:
