@@ -688,3 +688,26 @@ def test_a_verified_record_is_a_stored_record_whose_header_is_built_once_when_as
         assert lazy.header.etag == "e1" and lazy.header.tags == {"k": "v"}
     # a record is not equal to what is not a record
     assert read != values and read != read.header
+
+
+def test_a_record_replaced_with_a_checkpoint_as_header_gives_no_old_state() -> None:
+    """Regression: a verified record given a ``Checkpoint`` (or a header subclass)
+    as its header through ``dataclasses.replace`` must not carry that checkpoint's
+    state, or a subclass's own fields, into the checkpoints and values it gives."""
+    import dataclasses
+
+    from statekeeper.models import Checkpoint
+    from statekeeper.record import checkpoint_of, header_values, verified_record
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    values = {
+        "id": "i", "stream": "s", "sequence": 3, "created_at": t0, "updated_at": t0,
+        "etag": "e", "parent_id": None, "tags": {}, "metadata": {}, "expires_at": None,
+    }  # fmt: skip
+    lazy = verified_record(dict(values), b"{}", "sk-json/1", None)
+    old = Checkpoint(**values, state={"old": 1})  # type: ignore[arg-type]
+    swapped = dataclasses.replace(lazy, header=old)
+    assert header_values(swapped) == values
+    assert checkpoint_of(swapped, None).state is None
+    assert checkpoint_of(swapped, {"new": 1}).state == {"new": 1}
+    assert swapped.header is old

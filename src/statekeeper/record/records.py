@@ -322,7 +322,7 @@ class _VerifiedRecord(StoredRecord):
     ) -> None:
         # what dataclasses.replace calls: the header is a model already
         _set_model(self, header)
-        _set_values(self, vars(header))
+        _set_values(self, _fields_of(header))
         _stored_state(self, state)
         _stored_codec(self, codec)
         _stored_ttl(self, ttl)
@@ -370,14 +370,19 @@ def header_values(record: StoredRecord) -> dict[str, Any]:
     it has none yet. Read-only: the dict may be the record's own."""
     if type(record) is _VerifiedRecord:
         return record._values
-    header = record.header
-    values = vars(header)
-    if type(header) is CheckpointHeader:
-        return values
-    return {k: values[k] for k in _HEADER_KEYS}  # a Checkpoint, a subclass: fields only
+    return _fields_of(record.header)
 
 
 _HEADER_KEYS = tuple(CheckpointHeader.model_fields)
+
+
+def _fields_of(header: CheckpointHeader) -> dict[str, Any]:
+    """A header model's fields by name: its own ``vars`` when it is exactly a
+    ``CheckpointHeader``, else (a ``Checkpoint``, a subclass) the header fields only."""
+    values = vars(header)
+    if type(header) is CheckpointHeader:
+        return values
+    return {k: values[k] for k in _HEADER_KEYS}
 
 
 def checkpoint_of(record: StoredRecord, state: Any) -> Checkpoint:
