@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -68,65 +68,47 @@ class Checkpoint(CheckpointHeader):
 
 
 _HEADER_ORDER = tuple(CheckpointHeader.model_fields)
-_HEADER_FIELDS = frozenset(_HEADER_ORDER)
-_CHECKPOINT_FIELDS = frozenset(Checkpoint.model_fields)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-
-class _SharedFieldsSet(set[str]):
-    """The ``model_fields_set`` that every header and checkpoint built by the read
-    paths shares: all fields are set, in every one of them.
-
-    One shared object instead of a new set each: a listing of 10,000 checkpoints
-    then makes 10,000 fewer objects for the cyclic garbage collector to track, which
-    measured 7-30% of a listing's time (issue 15). Pydantic copies the set before it
-    changes it (``model_copy(update=...)``), and frozen models never add to it; a
-    caller that tries to change it gets ``TypeError`` instead of changing every
-    checkpoint. ``copy()`` gives a plain ``set``.
-    """
-
-    __slots__ = ()
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError("model_fields_set of a checkpoint that was read is shared and read-only")
-
-    add = discard = remove = pop = clear = update = _refuse
-    difference_update = intersection_update = symmetric_difference_update = _refuse
-    __ior__ = __iand__ = __isub__ = __ixor__ = _refuse
-
-    def copy(self) -> set[str]:
-        return set(self)
-
-    def __copy__(self) -> set[str]:
-        return set(self)
-
-    def __deepcopy__(self, memo: Any) -> set[str]:
-        return set(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (set, (list(self),))
-
-
-_HEADER_FIELD_SET = _SharedFieldsSet(_HEADER_FIELDS)
-_CHECKPOINT_FIELD_SET = _SharedFieldsSet(_CHECKPOINT_FIELDS)
-_construct_header = CheckpointHeader.model_construct
-_construct_checkpoint = Checkpoint.model_construct
-
-# The read and write paths build their models with pydantic's public
-# ``model_construct``, given the shared fields set above through its ``_fields_set``
-# parameter: about 2.5 us more per model than writing pydantic's private slots did
-# (which this module did until issue 23). Validating instead (``model_validate``)
-# costs about the same but would refuse what a trusted construction passes today (a
-# naive timestamp from a user's clock is a decode error when read, not a save error).
+# The read and write paths build their models with pydantic's public ``model_copy``:
+# a copy of a template whose every field the update replaces (``model_copy`` copies
+# the template's ``__dict__`` and fields set, then applies ``update`` without
+# validating it). That is a complete, normal model (every field set, its own
+# ``model_fields_set``), built for about half of what ``model_construct`` costs
+# (whose loop over the fields is pydantic's Python code), measured in the report of
+# issue 23. Validating instead (``model_validate``) costs more and would refuse what
+# a trusted construction passes today (a naive timestamp from a user's clock is a
+# decode error when read, not a save error). The templates are never handed out;
+# their placeholder values never reach a caller, because every field is replaced.
+_PLACEHOLDER: dict[str, Any] = {
+    "id": "",
+    "stream": "",
+    "sequence": 1,
+    "created_at": _EPOCH,
+    "updated_at": _EPOCH,
+    "etag": "",
+    "parent_id": None,
+    "tags": {},
+    "metadata": {},
+    "expires_at": None,
+}
+_copy_header = CheckpointHeader.model_construct(set(_HEADER_ORDER), **_PLACEHOLDER).model_copy
+_copy_checkpoint = Checkpoint.model_construct(
+    set(Checkpoint.model_fields), **_PLACEHOLDER, state=None
+).model_copy
 
 
 def trusted_header(values: dict[str, Any]) -> CheckpointHeader:
     """A header from values already checked field by field, without validating
-    them again: pydantic's ``model_construct``, every field set.
+    them again (pydantic's ``model_copy`` of a template, every field replaced and
+    set).
 
-    For the read paths; ``values`` must hold exactly the header fields, with the
-    right types.
+    For the read and write paths; ``values`` must hold exactly the header fields
+    (every one of them), with the right types. It is not kept: the header holds
+    the same values (the same ``tags`` and ``metadata`` objects), in a dict of its
+    own.
     """
-    return _construct_header(_HEADER_FIELD_SET, **values)
+    return _copy_header(update=values)
 
 
 def trusted_checkpoint(values: dict[str, Any], state: Any) -> Checkpoint:
@@ -134,15 +116,19 @@ def trusted_checkpoint(values: dict[str, Any], state: Any) -> Checkpoint:
     :func:`trusted_header` takes them) and its decoded ``state``, without validating
     them again: what ``checkpoint_with_state(trusted_header(values), state)`` gives,
     without the header in between."""
-    return _construct_checkpoint(_CHECKPOINT_FIELD_SET, **values, state=state)
+    if state is None:  # the template's own state: the values are the whole update
+        return _copy_checkpoint(update=values)
+    return _copy_checkpoint(update={**values, "state": state})
 
 
 def checkpoint_with_state(header: CheckpointHeader, state: Any) -> Checkpoint:
     """``header`` plus ``state`` as a :class:`Checkpoint`, without re-validation."""
     values = vars(header)
-    if type(header) is not CheckpointHeader:  # a Checkpoint: its own state is not wanted
+    kind = type(header)
+    if kind is not CheckpointHeader and kind is not Checkpoint:  # a subclass's own fields
         values = {name: values[name] for name in _HEADER_ORDER}
-    return _construct_checkpoint(_CHECKPOINT_FIELD_SET, **values, state=state)
+    # a Checkpoint's own state is replaced: the update's "state" comes last
+    return _copy_checkpoint(update={**values, "state": state})
 
 
 class Skipped(BaseModel):

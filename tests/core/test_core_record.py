@@ -384,11 +384,11 @@ def test_trusted_stored_record_is_stored_record_field_for_field() -> None:
 
 def test_read_models_are_the_validated_ones() -> None:
     """trusted_header, trusted_checkpoint and checkpoint_with_state build models
-    with pydantic's public ``model_construct``: what they build equals, dumps, copies
-    and pickles as the models built directly, and keeps the state object it was
-    given. They share one read-only fields-set (every field is set in each), which
-    refuses a change rather than changing every checkpoint, and copies into a plain
-    set."""
+    with pydantic's public ``model_copy`` of a template: what they build equals,
+    dumps, copies and pickles as the models built directly, and keeps the state
+    object it was given. Each has every field set, in a plain set of its own (a
+    change to one model's set reaches no other model, nor the template), and no
+    placeholder value of the template shows through."""
     import copy
     import pickle
     from datetime import timedelta
@@ -434,19 +434,24 @@ def test_read_models_are_the_validated_ones() -> None:
     # a checkpoint made from a checkpoint takes the new state, not the old one
     again = checkpoint_with_state(checkpoint_with_state(header, state), None)
     assert again.state is None and again.header() == header
-    for change in (
-        lambda s: s.discard("id"),
-        lambda s: s.add("x"),
-        lambda s: s.clear(),
-        lambda s: s.update({"x"}),
-        lambda s: s.__ior__({"x"}),
-        lambda s: s.pop(),
+    assert type(header.model_fields_set) is set
+    header.model_fields_set.discard("id")  # the caller's own model: nobody else's set
+    for other in (
+        trusted_header(dict(values)),
+        trusted_checkpoint(dict(values), None),
+        checkpoint_with_state(header, None),
     ):
-        with pytest.raises(TypeError, match="shared and read-only"):
-            change(header.model_fields_set)
-    assert header.model_fields_set == set(CheckpointHeader.model_fields)
+        assert type(other.model_fields_set) is set
+        assert other.model_fields_set == set(type(other).model_fields)
     for twin in (copy.copy(header), header.model_copy(update={"etag": "g"})):
         assert type(twin.model_fields_set) is set
+    # the values are the ones given, never the template's placeholders
+    made = trusted_checkpoint(dict(values), 7)
+    assert made.model_dump() == {**values, "state": 7}
+    bare = trusted_checkpoint(dict(values), None)
+    assert bare.model_dump() == {**values, "state": None} and bare == Checkpoint(**values)  # type: ignore[arg-type]
+    assert bare.model_fields_set == set(Checkpoint.model_fields)
+    assert made.tags is values["tags"] and made.metadata is values["metadata"]
 
 
 def _both_ways(
@@ -572,7 +577,7 @@ def test_read_checkpoint_is_read_record_then_the_strict_decode() -> None:
                     continue
                 got = read_checkpoint(data, lambda n: f"tbl[seq={n}]", decoders=decoders, **args)  # type: ignore[arg-type]
                 want = strict(rec)
-                kinds.append(type(got).__name__)
+                kinds.append("StoredRecord" if isinstance(got, StoredRecord) else "Checkpoint")
                 if isinstance(got, Checkpoint):
                     assert want[0] == "ok", (data[:60], want)
                     assert (got, got.__dict__, repr(got.state)) == want[1:]
@@ -603,3 +608,106 @@ def test_read_record_words_a_location_only_for_an_error() -> None:
     with pytest.raises(CheckpointDecodeError) as info:
         read_record(good, location_of, store_id="store-1", id="cp-1", sequence=70)
     assert asked == [70] and info.value.location == "tbl[seq=70]"
+
+
+def test_a_verified_record_is_a_stored_record_whose_header_is_built_once_when_asked() -> None:
+    """A record that a read verified (``from_bytes``, ``read_record``, ``seal``) holds
+    its checked header values and builds its header model on first use, once. In
+    every other way it is a ``StoredRecord``: equal to the eagerly built one (and it
+    to it), the same repr and hash failure, frozen, ``dataclasses.replace`` keeps
+    working, and it copies and pickles as a plain ``StoredRecord``. ``checkpoint_of``
+    and ``header_values`` give the same for either kind, and ``checkpoint_of``
+    builds no header model."""
+    import copy
+    import dataclasses
+    import pickle
+    from datetime import timedelta
+
+    from statekeeper.models import Checkpoint, CheckpointHeader
+    from statekeeper.record import (
+        NewRecord,
+        RecordEdits,
+        StoredRecord,
+        checkpoint_of,
+        header_values,
+        read_record,
+        trusted_stored_record,
+    )
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    new = NewRecord(
+        id="cp-1", stream="s", state=b'{"a":1}', codec="sk-json/1", created_at=t0,
+        updated_at=t0, etag="e1", parent_id=None, tags={"k": "v"}, metadata={"m": [1]},
+        ttl=5.0, expires_at=t0 + timedelta(seconds=5),
+    )  # fmt: skip
+    sealed = new.seal(7)
+    blob = sealed.to_bytes("store-1")
+    read = read_record(blob, lambda n: f"row {n}", store_id="store-1", id="cp-1", sequence=7)
+    from_bytes = StoredRecord.from_bytes(blob, location="x", expect_sequence=7)
+    values = dict(header_values(read))
+    eager = StoredRecord(
+        header=CheckpointHeader(**values), state=new.state, codec="sk-json/1", ttl=5.0
+    )
+    plain = trusted_stored_record(eager.header, new.state, "sk-json/1", 5.0)
+    for lazy in (sealed, read, from_bytes):
+        assert isinstance(lazy, StoredRecord)
+        # nothing below needs the header model
+        assert (lazy.id, lazy.sequence, lazy.stream) == ("cp-1", 7, "s")
+        assert not lazy.is_expired(t0) and lazy.is_expired(t0 + timedelta(seconds=5))
+        assert lazy.to_bytes("store-1") == blob == eager.to_bytes("store-1")
+        assert header_values(lazy) == header_values(eager) == values
+        cp = checkpoint_of(lazy, {"a": 1})
+        assert type(cp) is Checkpoint and cp == checkpoint_of(eager, {"a": 1})
+        assert cp.model_fields_set == set(Checkpoint.model_fields)
+        assert checkpoint_of(lazy, None) == Checkpoint(**values)
+        # the header: built when asked, once, the same model every time
+        header = lazy.header
+        assert type(header) is CheckpointHeader and lazy.header is header
+        assert header == eager.header and header.model_fields_set == set(values)
+        for other in (eager, plain):
+            assert lazy == other and other == lazy
+            assert not (lazy != other)  # noqa: SIM202
+        assert repr(lazy) == repr(eager)
+        with pytest.raises(TypeError):
+            hash(lazy)  # as the eager one: its header holds dicts
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            lazy.state = b"x"  # type: ignore[misc]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            lazy.header = header  # type: ignore[misc]
+        for twin in (copy.copy(lazy), copy.deepcopy(lazy), pickle.loads(pickle.dumps(lazy))):
+            assert type(twin) is StoredRecord and twin == eager
+        changed = dataclasses.replace(lazy, state=b"{}")
+        assert changed.state == b"{}" and changed.header == header
+        assert changed == dataclasses.replace(eager, state=b"{}")
+        # an update gives the same record from either kind
+        edits = RecordEdits(tags={"n": "w"}, metadata={"z": 1}, parent_id="p")
+        later = t0 + timedelta(seconds=1)
+        a = lazy.updated(b"{}", now=later, etag="e2", edits=edits, codec="raw/1")
+        b = eager.updated(b"{}", now=later, etag="e2", edits=edits, codec="raw/1")
+        assert a == b and a.to_bytes("store-1") == b.to_bytes("store-1")
+        assert lazy.header.etag == "e1" and lazy.header.tags == {"k": "v"}
+    # a record is not equal to what is not a record
+    assert read != values and read != read.header
+
+
+def test_a_record_replaced_with_a_checkpoint_as_header_gives_no_old_state() -> None:
+    """Regression: a verified record given a ``Checkpoint`` (or a header subclass)
+    as its header through ``dataclasses.replace`` must not carry that checkpoint's
+    state, or a subclass's own fields, into the checkpoints and values it gives."""
+    import dataclasses
+
+    from statekeeper.models import Checkpoint
+    from statekeeper.record import checkpoint_of, header_values, verified_record
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    values = {
+        "id": "i", "stream": "s", "sequence": 3, "created_at": t0, "updated_at": t0,
+        "etag": "e", "parent_id": None, "tags": {}, "metadata": {}, "expires_at": None,
+    }  # fmt: skip
+    lazy = verified_record(dict(values), b"{}", "sk-json/1", None)
+    old = Checkpoint(**values, state={"old": 1})  # type: ignore[arg-type]
+    swapped = dataclasses.replace(lazy, header=old)
+    assert header_values(swapped) == values
+    assert checkpoint_of(swapped, None).state is None
+    assert checkpoint_of(swapped, {"new": 1}).state == {"new": 1}
+    assert swapped.header is old

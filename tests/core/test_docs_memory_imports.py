@@ -4,7 +4,7 @@ each exception and its reason.
 
 A plugin may import the names a public module exports (``__all__`` of
 ``statekeeper``, ``statekeeper.errors``, ``statekeeper.record``, ...). The memory
-store also uses two private constructors for speed; its module docstring must say
+store also uses a few private constructors for speed; its module docstring must say
 so, with the measured cost of doing without, so that no author copies them unawares.
 """
 
@@ -19,7 +19,13 @@ import statekeeper.backends.memory as memory
 #: the package's modules (its own imports between them are not a plugin's concern)
 SOURCES = sorted(Path(memory.__file__).parent.glob("*.py"))
 #: private names the memory store may use, each explained in its module docstring
-FAST_PATHS = {"statekeeper.models.trusted_header", "statekeeper.record.trusted_stored_record"}
+FAST_PATHS = {
+    "statekeeper.models.trusted_header",
+    "statekeeper.models.trusted_checkpoint",
+    "statekeeper.record.trusted_stored_record",
+    "statekeeper.record.verified_record",
+    "statekeeper.record.header_values",
+}
 
 
 def _imports() -> list[tuple[str, str]]:

@@ -274,3 +274,60 @@ async def test_a_read_kept_from_a_pending_envelope_yields_to_a_backdoor_write_or
         latest = await store.get_latest("job")
         assert latest is not None and (latest.id, latest.state) == (other.id, {"v": 3})
         assert latest.etag != other.etag
+
+
+@pytest.mark.asyncio
+async def test_the_saved_checkpoint_is_the_one_the_default_insert_checkpoint_gives() -> None:
+    """The memory store builds the checkpoint ``save`` returns straight from the
+    record and its sequence (one model); it must be what the primitives' default
+    (``_insert``'s header with the state) gives, for one record or several, with
+    and without metadata, and a complete model whose state is the caller's object."""
+    from datetime import UTC, datetime
+
+    from statekeeper._core.primitives import StorePrimitives
+    from statekeeper.models import Checkpoint
+    from statekeeper.record import NewRecord
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def record(i: int, metadata: dict[str, Any]) -> NewRecord:
+        return NewRecord(
+            id=f"cp-{i}", stream="s", state=b'{"a":1}', codec="sk-json/1", created_at=t0,
+            updated_at=t0, etag=f"e{i}", parent_id=None, tags={"k": "v"}, metadata=metadata,
+            ttl=None, expires_at=None,
+        )  # fmt: skip
+
+    async with MemoryCheckpointStore() as fast, MemoryCheckpointStore() as default:
+        for i, metadata in enumerate(({}, {"m": [1]}, {}), 1):
+            state = {"a": 1}
+            got = await fast._insert_checkpoint(record(i, metadata), state)
+            want = await StorePrimitives._insert_checkpoint(default, record(i, metadata), state)
+            assert type(got) is Checkpoint and got.state is state
+            assert got == want and got.model_dump() == want.model_dump()
+            assert got.model_fields_set == want.model_fields_set == set(Checkpoint.model_fields)
+            assert got.header() == await fast.load(got.id, include_state=False)
+        batch = [record(i, {"m": i}) for i in (7, 8)]
+        assert await fast._insert_many(batch) == await default._insert_many(batch)
+        assert [h.sequence for h in await fast._insert_many([record(9, {})])] == [6]
+
+
+@pytest.mark.asyncio
+async def test_a_subclass_that_changes_insert_still_decides_every_save() -> None:
+    """The memory store's own ``_insert_checkpoint`` skips ``_insert``; a subclass
+    that overrides ``_insert`` (the kit's mutants do) must still see every save and
+    import go through it."""
+    from statekeeper.models import CheckpointHeader as Header
+    from statekeeper.record import NewRecord
+
+    seen: list[str] = []
+
+    class Counting(MemoryCheckpointStore):
+        async def _insert(self, record: NewRecord) -> Header:
+            seen.append(record.id)
+            return await super()._insert(record)
+
+    async with Counting() as store:
+        cp = await store.save("s", {"a": 1}, id="one")
+        await store.import_checkpoint(cp.model_copy(update={"id": "two"}), {"a": 2})
+        assert seen == ["one", "two"]
+        assert (await store.load("two")).state == {"a": 2}

@@ -18,7 +18,7 @@ from datetime import datetime
 from ..cursor import CursorSigner, query_fingerprint
 from ..errors import CheckpointNotFound, InvalidQuery, PreconditionFailed
 from ..models import Checkpoint, NewCheckpoint, checkpoint_with_state
-from ..record import NewRecord, StoredRecord
+from ..record import NewRecord, StoredRecord, checkpoint_of
 from .primitives import StorePrimitives
 from .validate import MAX_BATCH, Scalar, check_id, check_ids, check_metadata_filter, check_tags
 
@@ -56,7 +56,7 @@ async def load_many(
         if include_state:
             found[id] = decode(record)
         else:
-            found[id] = checkpoint_with_state(record.header, None)
+            found[id] = checkpoint_of(record, None)
     return found
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from ..codec import Codec, CodecLimits
 from ..config import StoreOptions
 from ..errors import CheckpointDecodeError, InvalidOptions
-from ..models import Checkpoint, checkpoint_with_state
+from ..models import Checkpoint
 from ..rawcodec import RawCodec
-from ..record import StoredRecord
+from ..record import StoredRecord, checkpoint_of
 
 __all__ = ["StoreCodecs", "decode_strict", "store_codecs"]
 
@@ -64,4 +64,4 @@ def decode_strict(decoders: dict[str, StateCodec], record: StoredRecord) -> Chec
         raise CheckpointDecodeError(
             exc.reason, id=record.id, location=exc.location, sequence=record.sequence
         ) from exc
-    return checkpoint_with_state(record.header, state)
+    return checkpoint_of(record, state)

@@ -23,8 +23,8 @@ from datetime import datetime
 
 from ..cursor import CursorSigner, query_fingerprint
 from ..errors import CheckpointDecodeError, InvalidQuery
-from ..models import Checkpoint, Page, Skipped, checkpoint_with_state
-from ..record import StoredRecord
+from ..models import Checkpoint, Page, Skipped
+from ..record import StoredRecord, checkpoint_of, header_values
 from .interface import Order
 from .primitives import StorePrimitives
 from .query import (
@@ -81,7 +81,7 @@ async def scan(
         )
         for entry in batch:
             if isinstance(entry, Skipped) or metadata_matches(
-                entry.header.metadata, query.metadata
+                header_values(entry)["metadata"], query.metadata
             ):
                 found.append(entry)
                 if len(found) == query.limit:
@@ -177,7 +177,7 @@ async def list_page(
         if isinstance(entry, Skipped):
             skipped.append(entry)
         elif not include_state:
-            items.append(checkpoint_with_state(entry.header, None))
+            items.append(checkpoint_of(entry, None))
         else:
             try:
                 items.append(decode(entry))

@@ -19,7 +19,14 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..errors import CheckpointDecodeError
-from ..models import CheckpointHeader, Problem, RepairReport, Skipped
+from ..models import (
+    Checkpoint,
+    CheckpointHeader,
+    Problem,
+    RepairReport,
+    Skipped,
+    checkpoint_with_state,
+)
 from ..record import NewRecord, RecordEdits, StoredRecord
 from .integrity import RecordWalker, repair_records
 from .query import PageScan, ScanQuery, probe_bound, probe_query
@@ -153,6 +160,17 @@ class StorePrimitives(ABC):
         """Names of streams with at least one live checkpoint (any order)."""
 
     # -- primitives with defaults ----------------------------------------------------
+
+    async def _insert_checkpoint(self, record: NewRecord, state: Any) -> Checkpoint:
+        """:meth:`_insert`, then what ``save`` and ``import_checkpoint`` return: the
+        inserted checkpoint with ``state`` (the caller's object, not decoded).
+
+        The same rules as :meth:`_insert`. The default builds the checkpoint from
+        the header :meth:`_insert` returns. A backend may override it to build that
+        one model from ``record.header_values(sequence)`` without a header model in
+        between (the memory store does); it must return what the default would.
+        """
+        return checkpoint_with_state(await self._insert(record), state)
 
     async def _get_many(self, ids: builtins.list[str], now: datetime) -> dict[str, StoredRecord]:
         """The live records among ``ids`` (distinct, valid), by id; missing ones absent.

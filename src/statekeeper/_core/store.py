@@ -226,8 +226,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             ttl=ttl,
             id=id,
         )
-        header = await self._insert(record)
-        return checkpoint_with_state(header, state)
+        return await self._insert_checkpoint(record, state)
 
     async def import_checkpoint(self, checkpoint: CheckpointHeader, state: Any) -> Checkpoint:
         """Insert a checkpoint copied from another store, keeping its id, timestamps,
@@ -238,8 +237,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """
         self._require_writable("import")
         record = writes.imported_record(self.codec, self.json_codec, self.now, checkpoint, state)
-        header = await self._insert(record)
-        return checkpoint_with_state(header, state)
+        return await self._insert_checkpoint(record, state)
 
     async def get_latest(self, stream: str) -> Checkpoint | None:
         """The live checkpoint of ``stream`` with the highest sequence, or ``None``.

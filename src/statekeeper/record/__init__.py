@@ -37,7 +37,9 @@ Data flows one way, each module importing only those listed before it:
 - ``verify``: the one body every read of a record runs: frame, header, and the
   expected store id, id and sequence, with every error worded.
 - ``records``: :class:`NewRecord`, :class:`StoredRecord` (``to_bytes``,
-  ``from_bytes``) and :class:`RecordEdits`.
+  ``from_bytes``) and :class:`RecordEdits`; a record that a read verified builds
+  its header model only when asked for it (``checkpoint_of`` builds the checkpoint
+  a read returns straight from the verified values: one model per checkpoint).
 - ``read``: a backend's reads, :func:`read_record` and :func:`read_checkpoint`.
 
 Where encryption at rest goes: the state bytes a record carries are the codec's
@@ -59,8 +61,11 @@ from statekeeper.record.records import NewRecord, RecordEdits, StoredRecord
 
 # the save and read paths' constructors of values already checked (exempt from the
 # compatibility promise of the names above)
+from statekeeper.record.records import checkpoint_of as checkpoint_of
+from statekeeper.record.records import header_values as header_values
 from statekeeper.record.records import trusted_new_record as trusted_new_record
 from statekeeper.record.records import trusted_stored_record as trusted_stored_record
+from statekeeper.record.records import verified_record as verified_record
 
 __all__ = [
     "FORMAT_VERSION",

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from statekeeper.errors import CheckpointDecodeError
-from statekeeper.models import Checkpoint, trusted_checkpoint, trusted_header
-from statekeeper.record.records import StoredRecord, trusted_stored_record
+from statekeeper.models import Checkpoint, trusted_checkpoint
+from statekeeper.record.records import StoredRecord, verified_record
 from statekeeper.record.verify import verify
 
 __all__ = ["StateDecoder", "read_checkpoint", "read_record"]
@@ -78,7 +78,7 @@ def read_checkpoint(
         decoded = _open_state(decoder, state)
         if decoded is not _REFUSED:
             return trusted_checkpoint(values, decoded)
-    return trusted_stored_record(trusted_header(values), state, codec, ttl)
+    return verified_record(values, state, codec, ttl)
 
 
 _REFUSED: Any = object()

@@ -9,7 +9,13 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from statekeeper.models import CheckpointHeader, trusted_header
+from statekeeper.models import (
+    Checkpoint,
+    CheckpointHeader,
+    checkpoint_with_state,
+    trusted_checkpoint,
+    trusted_header,
+)
 from statekeeper.record import frame
 from statekeeper.record.header import FORMAT_VERSION, encode_header
 from statekeeper.record.verify import Where, verify
@@ -18,8 +24,11 @@ __all__ = [
     "NewRecord",
     "RecordEdits",
     "StoredRecord",
+    "checkpoint_of",
+    "header_values",
     "trusted_new_record",
     "trusted_stored_record",
+    "verified_record",
 ]
 
 
@@ -53,24 +62,26 @@ class NewRecord:
         return self.written_at if self.written_at is not None else self.updated_at
 
     def seal(self, sequence: int) -> StoredRecord:
-        """The stored form of this record at ``sequence``."""
-        # the fields were validated when the record was made; model_construct would
-        # cost several times more for the same unvalidated model
-        header = trusted_header(
-            {
-                "id": self.id,
-                "stream": self.stream,
-                "sequence": sequence,
-                "created_at": self.created_at,
-                "updated_at": self.updated_at,
-                "etag": self.etag,
-                "parent_id": self.parent_id,
-                "tags": self.tags,
-                "metadata": self.metadata,
-                "expires_at": self.expires_at,
-            }
-        )
-        return StoredRecord(header=header, state=self.state, codec=self.codec, ttl=self.ttl)
+        """The stored form of this record at ``sequence``.
+
+        Its header model is built only if it is asked for (``to_bytes`` and the
+        checkpoint a save returns need only its values)."""
+        return verified_record(self.header_values(sequence), self.state, self.codec, self.ttl)
+
+    def header_values(self, sequence: int) -> dict[str, Any]:
+        """The header fields of this record stored at ``sequence`` (a new dict)."""
+        return {
+            "id": self.id,
+            "stream": self.stream,
+            "sequence": sequence,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "etag": self.etag,
+            "parent_id": self.parent_id,
+            "tags": self.tags,
+            "metadata": self.metadata,
+            "expires_at": self.expires_at,
+        }
 
 
 # NewRecord's slot setters, in field order: trusted_new_record sets each slot once,
@@ -142,28 +153,47 @@ class RecordEdits:
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
-    """A checkpoint as stored: its header, its encoded state and its TTL."""
+    """A checkpoint as stored: its header, its encoded state and its TTL.
+
+    Equal to another ``StoredRecord`` (of any subclass) with equal fields. A record
+    that a read verified (:meth:`from_bytes`, :func:`~statekeeper.record.read_record`)
+    builds its ``header`` model on first use, from the values it verified.
+    """
 
     header: CheckpointHeader
     state: bytes
     codec: str
     ttl: float | None = None
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoredRecord):
+            return NotImplemented
+        return (self.header, self.state, self.codec, self.ttl) == (
+            other.header,
+            other.state,
+            other.codec,
+            other.ttl,
+        )
+
+    def _fields(self) -> dict[str, Any]:
+        """The header's fields by name (read-only), without building a header model."""
+        return vars(self.header)
+
     @property
     def id(self) -> str:
-        return self.header.id
+        return self._fields()["id"]  # type: ignore[no-any-return]
 
     @property
     def sequence(self) -> int:
-        return self.header.sequence
+        return self._fields()["sequence"]  # type: ignore[no-any-return]
 
     @property
     def stream(self) -> str:
-        return self.header.stream
+        return self._fields()["stream"]  # type: ignore[no-any-return]
 
     def is_expired(self, now: datetime) -> bool:
         """Whether this record has expired at ``now`` (it then behaves as deleted)."""
-        expires = self.header.expires_at
+        expires = self._fields()["expires_at"]
         return expires is not None and expires <= now
 
     def updated(
@@ -189,6 +219,9 @@ class StoredRecord:
                 update["metadata"] = edits.metadata
             if edits.parent_id is not None:
                 update["parent_id"] = edits.parent_id
+        if type(self) is _VerifiedRecord:
+            values = {**self._fields(), **update}
+            return verified_record(values, state, codec or self.codec, self.ttl)
         header = self.header.model_copy(update=update)
         return replace(self, header=header, state=state, codec=codec or self.codec)
 
@@ -198,21 +231,22 @@ class StoredRecord:
         ``positional`` leaves the sequence out (``"seq": null``): the backend stores
         it beside the bytes and passes it back as ``expect_sequence`` when reading.
         """
-        h = self.header
+        h = self._fields()
+        expires = h["expires_at"]
         head = encode_header(
             {
                 "v": FORMAT_VERSION,
                 "store": store_id,
-                "id": h.id,
-                "stream": h.stream,
-                "seq": None if positional else h.sequence,
-                "created": h.created_at.isoformat(),
-                "updated": h.updated_at.isoformat(),
-                "etag": h.etag,
-                "parent": h.parent_id,
-                "tags": h.tags,
-                "meta": h.metadata,
-                "expires": h.expires_at.isoformat() if h.expires_at else None,
+                "id": h["id"],
+                "stream": h["stream"],
+                "seq": None if positional else h["sequence"],
+                "created": h["created_at"].isoformat(),
+                "updated": h["updated_at"].isoformat(),
+                "etag": h["etag"],
+                "parent": h["parent_id"],
+                "tags": h["tags"],
+                "meta": h["metadata"],
+                "expires": expires.isoformat() if expires else None,
                 "ttl": self.ttl,
                 "codec": self.codec,
             }
@@ -249,7 +283,7 @@ class StoredRecord:
             expect_sequence=expect_sequence,
         )
         if cls is StoredRecord:
-            return trusted_stored_record(trusted_header(values), state, codec, ttl)
+            return verified_record(values, state, codec, ttl)
         return cls(header=trusted_header(values), state=state, codec=codec, ttl=ttl)
 
 
@@ -270,3 +304,91 @@ def trusted_stored_record(
     _stored_codec(record, codec)
     _stored_ttl(record, ttl)
     return record
+
+
+class _VerifiedRecord(StoredRecord):
+    """A :class:`StoredRecord` made from checked header values, which builds its
+    ``header`` model on first use: a read that returns a checkpoint (or a save that
+    returns one) builds that one model from the values, and no header model beside
+    it. Pickles and copies as a plain :class:`StoredRecord`."""
+
+    __slots__ = ("_model", "_values")
+
+    _model: CheckpointHeader | None
+    _values: dict[str, Any]
+
+    def __init__(
+        self, header: CheckpointHeader, state: bytes, codec: str, ttl: float | None = None
+    ) -> None:
+        # what dataclasses.replace calls: the header is a model already
+        _set_model(self, header)
+        _set_values(self, _fields_of(header))
+        _stored_state(self, state)
+        _stored_codec(self, codec)
+        _stored_ttl(self, ttl)
+
+    @property
+    def header(self) -> CheckpointHeader:
+        model = self._model
+        if model is None:
+            model = trusted_header(self._values)
+            _set_model(self, model)
+        return model
+
+    def _fields(self) -> dict[str, Any]:
+        return self._values
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StoredRecord, (self.header, self.state, self.codec, self.ttl))
+
+    def __repr__(self) -> str:
+        return repr(StoredRecord(self.header, self.state, self.codec, self.ttl))
+
+
+_set_model = _VerifiedRecord.__dict__["_model"].__set__
+_set_values = _VerifiedRecord.__dict__["_values"].__set__
+
+
+def verified_record(
+    values: dict[str, Any], state: bytes, codec: str, ttl: float | None
+) -> StoredRecord:
+    """A record from checked header ``values`` (exactly the header fields, as
+    :func:`~statekeeper.models.trusted_header` takes them), whose header model is
+    built only when it is asked for. ``values`` is kept: the caller must not change
+    it."""
+    record: _VerifiedRecord = object.__new__(_VerifiedRecord)
+    _set_model(record, None)
+    _set_values(record, values)
+    _stored_state(record, state)
+    _stored_codec(record, codec)
+    _stored_ttl(record, ttl)
+    return record
+
+
+def header_values(record: StoredRecord) -> dict[str, Any]:
+    """``record``'s header fields by name, without building its header model where
+    it has none yet. Read-only: the dict may be the record's own."""
+    if type(record) is _VerifiedRecord:
+        return record._values
+    return _fields_of(record.header)
+
+
+_HEADER_KEYS = tuple(CheckpointHeader.model_fields)
+
+
+def _fields_of(header: CheckpointHeader) -> dict[str, Any]:
+    """A header model's fields by name: its own ``vars`` when it is exactly a
+    ``CheckpointHeader``, else (a ``Checkpoint``, a subclass) the header fields only."""
+    values = vars(header)
+    if type(header) is CheckpointHeader:
+        return values
+    return {k: values[k] for k in _HEADER_KEYS}
+
+
+def checkpoint_of(record: StoredRecord, state: Any) -> Checkpoint:
+    """The :class:`~statekeeper.models.Checkpoint` of ``record`` with ``state``:
+    ``checkpoint_with_state(record.header, state)``, built without the header model
+    where the record has none yet (one model per checkpoint a read returns)."""
+    if type(record) is _VerifiedRecord:
+        return trusted_checkpoint(record._values, state)
+    return checkpoint_with_state(record.header, state)

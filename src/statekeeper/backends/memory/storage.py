@@ -19,8 +19,7 @@ from statekeeper import Problem
 from statekeeper.record import NewRecord, StoredRecord
 
 # private, for speed: see the package docstring
-from ...models import trusted_header
-from ...record import trusted_stored_record
+from ...record import header_values, verified_record
 
 __all__ = ["Entry", "MemoryStorage", "fresh", "json_copy", "remove_sorted"]
 
@@ -95,21 +94,10 @@ class Entry:
         record = self._pending
         if record is None:
             return None
-        header = trusted_header(
-            {
-                "id": record.id,
-                "stream": record.stream,
-                "sequence": self.sequence,
-                "created_at": record.created_at,
-                "updated_at": record.updated_at,
-                "etag": record.etag,
-                "parent_id": record.parent_id,
-                "tags": self.tags,
-                "metadata": {},
-                "expires_at": record.expires_at,
-            }
-        )
-        return StoredRecord(header=header, state=record.state, codec=record.codec, ttl=record.ttl)
+        values = record.header_values(self.sequence)
+        values["tags"] = self.tags
+        values["metadata"] = {}
+        return verified_record(values, record.state, record.codec, record.ttl)
 
     def read_pending(self) -> StoredRecord | None:
         """What parsing the pending envelope would give, without building it, or
@@ -160,10 +148,10 @@ def json_copy(value: Any) -> Any:
 
 def fresh(record: StoredRecord) -> StoredRecord:
     """``record`` with a header of its own: the caller may mutate tags and metadata."""
-    values = record.header.__dict__.copy()
+    values = header_values(record).copy()
     values["tags"] = values["tags"].copy()
     values["metadata"] = json_copy(values["metadata"])
-    return trusted_stored_record(trusted_header(values), record.state, record.codec, record.ttl)
+    return verified_record(values, record.state, record.codec, record.ttl)
 
 
 @dataclass
