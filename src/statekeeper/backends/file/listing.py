@@ -24,7 +24,7 @@ from ..._core.query import ScanQuery
 from ..._core.validate import skipped_from
 from ...errors import CheckpointDecodeError
 from ...models import Skipped
-from ...record import StoredRecord
+from ...record import StoredRecord, header_values
 from . import format as fmt
 from .budget import WORKER, Budget
 from .core import EngineCore, RecordProblem
@@ -328,12 +328,14 @@ def _bucket_entries(
 
 def wanted(record: StoredRecord, q: ScanQuery) -> bool:
     """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
-    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop)."""
-    header = record.header
-    expires = header.expires_at
+    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop). Reads the
+    verified header values, so a page builds no header model for a row it passes over
+    or returns (list builds the one model a returned checkpoint needs)."""
+    values = header_values(record)
+    expires = values["expires_at"]
     if expires is not None and expires <= q.now:
         return False
     if not q.tags:
         return True
-    tags = header.tags
+    tags = values["tags"]
     return all(tags.get(k) == v for k, v in q.tags.items())
