@@ -400,9 +400,9 @@ def test_threads_through_the_blocking_facade_are_grouped(tmp_path: Path) -> None
         threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
         for thread in threads:
             thread.start()
-        # each thread's save reaches the loop's queue behind the one in flight
+        # each thread's save reaches the writer's queue behind the one in flight
         deadline = 30.0
-        while sum(len(q.waiting) for q in store._save_queues.values()) < 6 and deadline > 0:
+        while store._saves.pending < 7 and deadline > 0:  # 6 queued, 1 in flight
             threading.Event().wait(0.01)
             deadline -= 0.01
         gate.release.set()
