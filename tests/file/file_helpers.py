@@ -12,7 +12,8 @@ from statekeeper.backends.file import format as fmt
 
 
 def count_hops(store: FileCheckpointStore) -> list[str]:
-    """Record the name of every worker hop ``store`` makes from now on (the list grows)."""
+    """Record the name of every worker hop ``store`` makes from now on (the list
+    grows), saves to the writer thread included."""
     hops: list[str] = []
     run = store._run
 
@@ -21,6 +22,13 @@ def count_hops(store: FileCheckpointStore) -> list[str]:
         return await run(what, func, *args)
 
     store._run = counted  # type: ignore[method-assign]
+    saves, save = store._saves, store._saves.save
+
+    def counted_save(insert: Any, record: Any) -> Any:
+        hops.append("save")  # a save's hop is to the writer thread (its group commit)
+        return save(insert, record)
+
+    saves.save = counted_save  # type: ignore[method-assign]
     return hops
 
 

@@ -29,6 +29,7 @@ from statekeeper.errors import (
     CheckpointEncodeError,
     CheckpointNotFound,
     PreconditionFailed,
+    StoreClosed,
 )
 from statekeeper.models import Checkpoint
 
@@ -400,9 +401,9 @@ def test_threads_through_the_blocking_facade_are_grouped(tmp_path: Path) -> None
         threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
         for thread in threads:
             thread.start()
-        # each thread's save reaches the loop's queue behind the one in flight
+        # each thread's save reaches the writer's queue behind the one in flight
         deadline = 30.0
-        while sum(len(q.waiting) for q in store._save_queues.values()) < 6 and deadline > 0:
+        while store._saves.pending < 7 and deadline > 0:  # 6 queued, 1 in flight
             threading.Event().wait(0.01)
             deadline -= 0.01
         gate.release.set()
@@ -512,3 +513,67 @@ async def test_a_group_across_two_buckets_keeps_both_directories_open(
             assert latest is not None and latest.id == f"g{i}"
         assert (tmp_path / "s" / "records" / "00000000000000001").is_dir()
         assert (await store.verify()).ok
+
+
+@pytest.mark.asyncio
+async def test_close_while_saves_wait(tmp_path: Path) -> None:
+    """The store closes while saves are queued behind one in flight: the one in
+    flight returns; each queued one either returns (and is there after a reopen)
+    or raises StoreClosed and wrote nothing; the store reopens clean."""
+    async with FileCheckpointStore(tmp_path / "s") as store:
+        gate = Gate(store)
+        ids = [f"w{i}" for i in range(5)]
+        tasks, first = await queued_behind_one(
+            store, gate, [saving(store, f"s{i}", cid) for i, cid in enumerate(ids)]
+        )
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0)
+        gate.release.set()
+        await closing
+        lead = await first
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(one, Checkpoint | StoreClosed) for one in out), out
+    async with FileCheckpointStore(tmp_path / "s") as again:
+        assert (await again.load("first")).sequence == lead.sequence
+        for cid, one in zip(ids, out, strict=True):
+            if isinstance(one, Checkpoint):
+                assert (await again.load(cid)).sequence == one.sequence
+            else:
+                with pytest.raises(CheckpointNotFound):
+                    await again.load(cid)
+        assert (await again.verify()).ok
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_saves_and_groups_on_a_writer_of_its_own(tmp_path: Path) -> None:
+    """The parent's writer thread does not exist in a forked child: the child's
+    saves, alone and concurrent, start a writer of its own and all return."""
+    store = FileCheckpointStore(tmp_path / "s")
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(store.open())
+        loop.run_until_complete(store.save("parent", {"n": 0}))  # the writer runs
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                child = asyncio.new_event_loop()
+
+                async def in_child() -> int:
+                    await store.save("child", {"alone": True})
+                    saved = await asyncio.gather(*(store.save("child", {"i": i}) for i in range(8)))
+                    return len(saved)
+
+                code = 0 if child.run_until_complete(asyncio.wait_for(in_child(), 20)) == 8 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        # the parent's writer still serves the parent
+        loop.run_until_complete(store.save("parent", {"n": 1}))
+        page = loop.run_until_complete(store.list("child", limit=100))
+        assert len(page.items) == 9
+        assert loop.run_until_complete(store.verify()).ok
+    finally:
+        loop.run_until_complete(store.close())
+        loop.close()

@@ -1,9 +1,10 @@
 """Group commit on the file backend (S15): a crash anywhere inside a group of
 concurrent saves loses no save that returned, and recovery gives a consistent store.
 
-A group is formed deterministically: one save and ``WIDTH`` more are started in
-the same turn of the event loop, so the first goes alone and the others queue
-behind it and are committed together (a spy on ``insert_group`` checks it).
+A group is formed deterministically: one save is started, and once it is on the
+writer thread ``WIDTH`` more; the first is held there until the others have
+queued behind it, so it goes alone and they are committed together (a spy on
+``insert_group`` checks it).
 
 Two kinds of crash:
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -44,28 +47,46 @@ WIDTH = 6  # saves in the group, each to its own stream
 
 
 async def concurrent_saves(store: FileCheckpointStore, tag: str, acked: set[str]) -> None:
-    """One save plus ``WIDTH`` more started in the same turn: the ``WIDTH`` form a
-    group. ``acked`` gets each id whose save returned."""
+    """One save, and once it is on the writer thread ``WIDTH`` more: the ``WIDTH``
+    form a group. ``acked`` gets each id whose save returned."""
 
     async def one(stream: str, cid: str) -> None:
         await store.save(stream, {"id": cid}, id=cid)
         acked.add(cid)
 
-    await asyncio.gather(
-        one(f"{tag}-lead", f"{tag}-lead"),
-        *(one(f"g{i}", f"{tag}-{i}") for i in range(WIDTH)),
-    )
+    entered = LEAD_IN[f"{tag}-lead"] = threading.Event()
+    lead = asyncio.create_task(one(f"{tag}-lead", f"{tag}-lead"))
+    assert await asyncio.to_thread(entered.wait, 30), "the lead save never started"
+    await asyncio.gather(lead, *(one(f"g{i}", f"{tag}-{i}") for i in range(WIDTH)))
+
+
+#: Set when a lead save (by id) has started on the writer thread (see spy_groups).
+LEAD_IN: dict[str, threading.Event] = {}
 
 
 def spy_groups(store: FileCheckpointStore) -> list[int]:
+    """Record the size of every group; hold each lead save on the writer thread
+    until the ``WIDTH`` saves started with it have queued behind it (so they form
+    one group however the threads interleave)."""
     sizes: list[int] = []
     engine = store._engine
-    insert_group = engine.insert_group
+    insert, insert_group = engine.insert, engine.insert_group
+
+    def gated(record: Any, *rest: Any) -> Any:
+        if record.id in LEAD_IN:
+            LEAD_IN[record.id].set()
+            waited = 0
+            while store._saves.pending < WIDTH + 1:  # the lead's own save, and WIDTH
+                assert waited < 30_000, "the saves never queued behind the lead"
+                time.sleep(0.001)
+                waited += 1
+        return insert(record, *rest)
 
     def spied(records: list[Any]) -> Any:
         sizes.append(len(records))
         return insert_group(records)
 
+    engine.insert = gated  # type: ignore[method-assign]
     engine.insert_group = spied  # type: ignore[method-assign]
     return sizes
 

@@ -12,7 +12,6 @@ cost them writes. Writers serialise on ``flock``; readers take no lock.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import weakref
@@ -26,6 +25,7 @@ from ..._core.integrity import repair_records
 from ..._core.primitives import StoreIdentity
 from ..._core.query import INLINE_PAGE_ROWS, PageScan, ScanQuery, probe_bound, probe_query
 from ..._core.store import BaseCheckpointStore
+from ..._runtime.finalizer import when_collected
 from ..._runtime.threads import ThreadDoor
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -35,10 +35,9 @@ from ...record import NewRecord, RecordEdits, StoredRecord
 from .batch import FileEngine
 from .budget import WORKER, Budget, WouldBlock
 from .check import check_store
-from .index import IndexDamaged
 from .io import FileIO, OsFileIO
 from .pages import Entry, PageEntries, ProbeOf
-from .savequeue import _SaveQueue
+from .saves import FileSaves, SaveWriter, engine_call
 from .survey import take_survey
 
 __all__ = ["FileCheckpointStore", "FileStoreOptions"]
@@ -173,16 +172,17 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             create=opts.create,
             read_only=opts.read_only,
         )
-        #: Every operation's worker hop (see _run). Its threads end at close(), or
+        #: Every operation's worker hop (see _run), and the saves' writer thread
+        #: with its group commit (see _insert). Their threads end at close(), or
         #: when this store is collected unclosed (they would otherwise wait forever).
         self._door = door = ThreadDoor("statekeeper-file")
-        weakref.finalize(self, door.close)
+        self._saves = saves = SaveWriter(
+            "statekeeper-file-writer", FileSaves(self._engine, self.path)
+        )
+        self._release: weakref.finalize[[], object] = when_collected(self, _Release(door, saves))
         #: ``get_latest``, ``load`` and pages try the event loop's thread first (see
         #: _point_read and _scan_entries).
         self._inline_reads = opts.inline_reads
-        self._save_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _SaveQueue] = (
-            weakref.WeakKeyDictionary()
-        )
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
@@ -259,24 +259,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._door.run(self._call, what, func, *args)
 
     def _call(self, what: str, func: Callable[..., T], *args: Any) -> T:
-        engine = self._engine
-        try:
-            with engine.active():
-                return func(*args)
-        except StatekeeperError:
-            raise
-        except IndexDamaged as exc:
-            raise BackendError(
-                f"{what} failed in the file store at {self.path}: {exc}; "
-                "FileCheckpointStore.repair() rebuilds the indexes from the records",
-                orig=exc,
-            ) from exc
-        except OSError as exc:
-            raise BackendError(
-                f"{what} failed in the file store at {self.path}: "
-                f"{exc.strerror or exc} ({_errno_name(exc)})",
-                orig=exc,
-            ) from exc
+        return engine_call(self._engine, self.path, what, func, *args)
 
     # -- primitives ---------------------------------------------------------------------
 
@@ -300,84 +283,26 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
             await self._door.run(self._engine.close_fds)
         finally:
             self._door.close()
+            self._saves.close()
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
-        """Group commit (S15): a save made while another of this event loop is in
-        flight waits, and the waiting ones go together in the next worker hop
-        (:meth:`.batch.FileEngine.insert_group`: one lock hold, one fsync group,
-        one outcome each). A save with none in flight goes alone, at once.
+        """Group commit (S15) on the shared runtime (:mod:`.saves`): a save goes to
+        the writer thread; the saves queued there while another is in flight go
+        together (:meth:`.batch.FileEngine.insert_group`: one lock hold, one fsync
+        group, one outcome each), each returning once that group's fsyncs returned.
+        A save with none in flight goes alone, at once.
 
         With ``durability="fast"`` such a lone save runs on the event loop's thread,
         without the worker hop, when it can do so without waiting or syncing
         (:meth:`.engine.Writes.insert` with an inline budget: page-cache writes
         only, as a bare write + rename); where it would wait or sync, it takes the
         hop as any other."""
-        loop = asyncio.get_running_loop()
-        queue = self._save_queues.get(loop)
-        if queue is None:
-            queue = self._save_queues[loop] = _SaveQueue()
-        if not queue.busy:
-            if not self._engine.durable:
-                with contextlib.suppress(WouldBlock):
-                    return self._call("save", self._engine.insert, record, Budget(inline=True))
-            queue.busy = True
-            try:
-                return await self._run("save", self._engine.insert, record)
-            finally:
-                self._next_group(queue, loop)
-        waiter: asyncio.Future[CheckpointHeader] = loop.create_future()
-        queue.waiting.append((record, waiter))
-        return await waiter
-
-    def _next_group(self, queue: _SaveQueue, loop: asyncio.AbstractEventLoop) -> None:
-        """Hand the saves that queued meanwhile to a task that commits them in groups,
-        or mark the queue idle."""
-        if queue.waiting:
-            queue.drainer = loop.create_task(self._drain(queue))
-        else:
-            queue.busy = False
-
-    async def _drain(self, queue: _SaveQueue) -> None:
-        """Commit the waiting saves in groups until none waits. Every waiter gets
-        its own outcome; a waiter cancelled before its group started is left out
-        (nothing of it is written)."""
-        try:
-            while queue.waiting:
-                group = [(r, w) for r, w in queue.waiting[:_MAX_GROUP] if not w.done()]
-                del queue.waiting[:_MAX_GROUP]
-                if not group:
-                    continue
-                try:
-                    if len(group) == 1:
-                        outcomes: list[CheckpointHeader | StatekeeperError] = [
-                            await self._run("save", self._engine.insert, group[0][0])
-                        ]
-                    else:
-                        records = [record for record, _ in group]
-                        outcomes = await self._run("save", self._engine.insert_group, records)
-                except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-                    for _, waiter in group:
-                        waiter.cancel()
-                    raise
-                except BaseException as exc:
-                    # Every save of the group hears the error that failed it.
-                    for _, waiter in group:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
-                    continue
-                for (_, waiter), outcome in zip(group, outcomes, strict=True):
-                    if waiter.done():
-                        continue
-                    if isinstance(outcome, CheckpointHeader):
-                        waiter.set_result(outcome)
-                    else:
-                        waiter.set_exception(outcome)
-        finally:
-            for _, waiter in queue.waiting:
-                waiter.cancel()
-            queue.waiting.clear()
-            queue.busy = False
-            queue.drainer = None
+        engine, saves = self._engine, self._saves
+        if not saves.pending and not engine.durable:
+            with contextlib.suppress(WouldBlock):
+                return self._call("save", engine.insert, record, Budget(inline=True))
+        header: CheckpointHeader = await saves.save(engine.insert, record)
+        return header
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """All or nothing, also after a crash; invisible to readers until complete;
@@ -490,11 +415,15 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         await self._run("backdoor_write_raw", self._engine.writes.write_raw, id, bytes(data))
 
 
-#: The most saves committed in one group.
-_MAX_GROUP = 256
+class _Release:
+    """The finalizer's release of a store's threads (it holds the threads' owners,
+    never the store)."""
 
+    __slots__ = ("door", "saves")
 
-def _errno_name(exc: OSError) -> str:
-    import errno
+    def __init__(self, door: ThreadDoor, saves: SaveWriter) -> None:
+        self.door, self.saves = door, saves
 
-    return errno.errorcode.get(exc.errno or 0, f"errno {exc.errno}")
+    def __call__(self) -> None:
+        self.door.close()
+        self.saves.close()
