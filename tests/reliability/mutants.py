@@ -36,7 +36,8 @@ from statekeeper import Capabilities, StoreOptions, StoreURL
 from statekeeper._core.primitives import StoreIdentity
 from statekeeper._core.query import ScanQuery
 from statekeeper._core.store import BaseCheckpointStore
-from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage, _Entry
+from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
+from statekeeper.backends.memory.storage import Entry
 from statekeeper.errors import CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Skipped
 from statekeeper.record import NewRecord, RecordEdits, StoredRecord
@@ -90,7 +91,7 @@ class SnapshotStore(MemoryCheckpointStore):
         data = MemoryStorage(doc["store_id"], bytes.fromhex(doc["key"]), doc["hwm"])
         for rid, seq, stream, blob, tags, expires in doc["entries"]:
             exp = datetime.fromisoformat(expires) if expires else None
-            data.by_id[rid] = _Entry(seq, stream, base64.b64decode(blob), tags, exp)
+            data.by_id[rid] = Entry(seq, stream, base64.b64decode(blob), tags, exp)
             data.by_seq[seq] = rid
         data.all_seqs = sorted(data.by_seq)
         for seq in data.all_seqs:
@@ -160,7 +161,7 @@ class SnapshotStore(MemoryCheckpointStore):
                 self._write()
         return StoreIdentity(self.storage.store_id, self.storage.cursor_key, 1)
 
-    def _parse(self, id: str, entry: _Entry) -> StoredRecord:
+    def _parse(self, id: str, entry: Entry) -> StoredRecord:
         blob = entry.blob
         if self.bug == "ignore_checksum":
             blob = _recrc(blob)

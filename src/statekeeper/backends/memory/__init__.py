@@ -36,12 +36,7 @@ exempt from the compatibility promise of the public API, so a plugin should not 
 them; the from-scratch backend of the backend author guide needs none.
 """
 
-from .storage import Entry, MemoryStorage
+from .storage import MemoryStorage
 from .store import MemoryCheckpointStore
-
-#: The entry's name before the module became a package; tests/reliability/mutants.py
-#: imports it from here. A re-export only, to go when that import moves to
-#: ``statekeeper.backends.memory.storage.Entry``.
-_Entry = Entry
 
 __all__ = ["MemoryCheckpointStore", "MemoryStorage"]
