@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._registry import available_backends, open_store, register_backend
     from ._url import StoreURL
     from .config import Capabilities, StoreOptions
+    from .encryption.keys import KeyProvider, Keyring
     from .models import (
         Checkpoint,
         CheckpointHeader,
@@ -54,6 +55,8 @@ _LAZY: dict[str, str] = {
     "StoreURL": "._url",
     "Capabilities": ".config",
     "StoreOptions": ".config",
+    "Keyring": ".encryption.keys",
+    "KeyProvider": ".encryption.keys",
     **dict.fromkeys(
         (
             "Checkpoint",
@@ -95,6 +98,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointHeader",
     "CheckpointStore",
+    "KeyProvider",
+    "Keyring",
     "NewCheckpoint",
     "Page",
     "Problem",

@@ -45,6 +45,26 @@ class StoreOptions(BaseModel):
     #: file where the backend can avoid it); every write method raises
     #: :class:`~statekeeper.errors.ReadOnlyStore`. Implies ``create=False``.
     read_only: bool = False
+    #: Encryption at rest (S16): a :class:`~statekeeper.encryption.Keyring`, a
+    #: :class:`~statekeeper.encryption.KeyProvider`, ``"env"`` (the keys in
+    #: ``STATEKEEPER_KEYS``) or ``"<provider>[:<argument>]"`` of the
+    #: ``statekeeper.keys`` entry points. ``None``: states are stored in plaintext.
+    encryption: Any = None
+    #: With ``encryption``: seal tags and metadata too (filters on them then raise
+    #: :class:`~statekeeper.errors.InvalidQuery`).
+    encrypt_metadata: bool = False
+
+    @field_validator("encryption")
+    @classmethod
+    def _encryption_kind(cls, value: Any) -> Any:
+        from .encryption.keys import KeyProvider, Keyring
+
+        if value is None or isinstance(value, str | Keyring | KeyProvider):
+            return value
+        raise ValueError(
+            f"encryption must be a Keyring, a KeyProvider or a provider name such as "
+            f"'env', got {type(value).__name__}"
+        )
 
     @model_validator(mode="before")
     @classmethod

@@ -8,6 +8,8 @@ them. Where a builtin is what callers already catch, the error inherits it too.
     StatekeeperError
     ├── CheckpointNotFound (KeyError)          no live checkpoint has that id
     ├── CheckpointDecodeError                  a stored record cannot be read or decoded
+    │   ├── RecordNotEncrypted                 plaintext in a store opened with encryption
+    │   └── RecordUndecryptable                unknown key, or a tag that fails (S16)
     ├── CheckpointEncodeError (ValueError)     state this store could never load
     ├── PreconditionFailed                     etag mismatch, or the id already exists
     ├── ConcurrentModificationError            writers kept disturbing a read (retryable)
@@ -44,6 +46,8 @@ __all__ = [
     "InvalidURL",
     "PreconditionFailed",
     "ReadOnlyStore",
+    "RecordNotEncrypted",
+    "RecordUndecryptable",
     "StatekeeperError",
     "StoreClosed",
     "StoreFormatError",
@@ -96,6 +100,17 @@ class CheckpointDecodeError(StatekeeperError):
             where.append(f"at {location}")
         prefix = " ".join(where) or "a record"
         super().__init__(f"{prefix} cannot be decoded: {reason}")
+
+
+class RecordNotEncrypted(CheckpointDecodeError):
+    """A record in plaintext in a store opened with encryption (S16): it is never
+    read as data. ``statekeeper rekey`` encrypts a store that was plaintext."""
+
+
+class RecordUndecryptable(CheckpointDecodeError):
+    """An encrypted record that does not open: its key id is not in the keyring, or
+    its authentication tag fails (altered, or moved from another checkpoint, stream
+    or store)."""
 
 
 class CheckpointEncodeError(StatekeeperError, ValueError):

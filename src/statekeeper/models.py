@@ -185,6 +185,14 @@ class Problem(BaseModel):
       file, a link, a FIFO); reported, never followed.
     - ``"unchecked"``: a part of the store this backend could not check; a report
       with one is never "all readable".
+    - ``"plaintext"``: in a store opened with encryption (S16), a record that is not
+      encrypted; it is never read as data (``statekeeper rekey`` encrypts a store
+      that was plaintext).
+    - ``"undecryptable"``: an encrypted record under a key the keyring lacks, or
+      whose authentication fails (altered, or moved from elsewhere).
+    - ``"retired-key"``: a readable record under a key of the ring that is not the
+      active one. A notice, not damage: ``ok`` stays true; ``statekeeper rekey``
+      moves it to the active key.
 
     ``location`` says where (a path, a row key), ``reason`` is a human sentence.
     ``id``, ``sequence`` and ``stream`` are set where they are known.
@@ -198,6 +206,10 @@ class Problem(BaseModel):
     id: str | None = None
     sequence: int | None = None
     stream: str | None = None
+
+
+#: Problem kinds that are notices: reported, but the store is sound.
+_NOTICES = frozenset({"retired-key"})
 
 
 class VerifyReport(BaseModel):
@@ -217,8 +229,9 @@ class VerifyReport(BaseModel):
 
     @property
     def ok(self) -> bool:
-        """True only if every check ran (``complete``) and found no problem."""
-        return self.complete and not self.problems
+        """True only if every check ran (``complete``) and found no problem (a
+        ``"retired-key"`` notice is not one)."""
+        return self.complete and all(p.kind in _NOTICES for p in self.problems)
 
 
 class RepairReport(BaseModel):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..codec import Codec, CodecLimits
 from ..config import StoreOptions
+from ..encryption.envelope import SEALED_PREFIX, key_id_of
 from ..errors import CheckpointDecodeError, InvalidOptions
 from ..models import Checkpoint
 from ..rawcodec import RawCodec
@@ -55,9 +56,14 @@ def decode_strict(decoders: dict[str, StateCodec], record: StoredRecord) -> Chec
     :class:`CheckpointDecodeError` naming the record."""
     decoder = decoders.get(record.codec)
     if decoder is None:
-        raise CheckpointDecodeError(
-            f"unknown codec {record.codec!r}", id=record.id, sequence=record.sequence
-        )
+        reason = f"unknown codec {record.codec!r}"
+        if record.codec.startswith(SEALED_PREFIX):
+            kid = key_id_of(record.codec, record.state)
+            reason = (
+                f"record is encrypted (key id {kid!r}) and this store was opened without "
+                "encryption: open it with encryption= (a Keyring, or 'env')"
+            )
+        raise CheckpointDecodeError(reason, id=record.id, sequence=record.sequence)
     try:
         state = decoder.decode(record.state)
     except CheckpointDecodeError as exc:

@@ -63,10 +63,15 @@ PAGE = 500
 Progress = Callable[[int], None]
 
 
+#: The problem kinds of records that an encrypted store refuses (S16), by the error
+#: a read raises for them; any other unreadable record is ``"damaged-record"``.
+_REFUSALS = {"RecordNotEncrypted": "plaintext", "RecordUndecryptable": "undecryptable"}
+
+
 def damaged_problem(entry: Skipped, stream: str | None = None) -> Problem:
     """A :class:`Problem` for a record that a tolerant listing skipped."""
     return Problem(
-        kind="damaged-record",
+        kind=_REFUSALS.get(entry.error, "damaged-record"),
         location=entry.location,
         reason=entry.reason,
         id=entry.id,
@@ -232,7 +237,7 @@ async def _settled(store: Verifiable, stream: str) -> bool:
 
 def _decode_problem(exc: CheckpointDecodeError, stream: str | None) -> Problem:
     return Problem(
-        kind="damaged-record",
+        kind=_REFUSALS.get(type(exc).__name__, "damaged-record"),
         location=exc.location or "",
         reason=exc.reason,
         id=exc.id,

@@ -34,7 +34,6 @@ from ..models import (
     Page,
     RepairReport,
     VerifyReport,
-    checkpoint_with_state,
 )
 from ..rawcodec import RawCodec
 from ..record import StoredRecord
@@ -44,7 +43,9 @@ from .integrity import verify_store
 from .interface import TTL, Order, StoreInfo, store_info
 from .paging import list_page
 from .primitives import StoreIdentity, StorePrimitives
-from .validate import Scalar, check_id, check_if_match, check_stream, new_etag
+from .rekey import with_key_notices
+from .sealing import Encryption, SealedPrimitives
+from .validate import Scalar, check_id, check_if_match, check_stream
 
 __all__ = ["BaseCheckpointStore", "OptionsT"]
 
@@ -108,6 +109,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         self._ttl_rule = writes.TtlRule(self.capabilities.ttl, self.backend_name)
         self._identity: StoreIdentity | None = None
         self._signer: CursorSigner | None = None
+        self._encryption = Encryption.of(self.options)  # S16 (None: plaintext)
+        self._sealed: SealedPrimitives | None = None  # while open and encrypted
 
     # -- construction -----------------------------------------------------------------
 
@@ -140,6 +143,9 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """Open (create if needed) the store. Opening an open store does nothing."""
         if self._identity is None:
             identity = await self._open()
+            if self._encryption is not None:
+                args = (identity.store_id, self.describe(), self.now())
+                self._sealed = await self._encryption.open(self, *args)
             self._signer = CursorSigner(identity.cursor_key)
             self._identity = identity
 
@@ -148,6 +154,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         if self._identity is not None:
             self._identity = None
             self._signer = None
+            self._sealed = None
             await self._close()
 
     async def __aenter__(self) -> Self:
@@ -226,7 +233,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             ttl=ttl,
             id=id,
         )
-        return await self._insert_checkpoint(record, state)
+        return await (self._sealed or self)._insert_checkpoint(record, state)
 
     async def import_checkpoint(self, checkpoint: CheckpointHeader, state: Any) -> Checkpoint:
         """Insert a checkpoint copied from another store, keeping its id, timestamps,
@@ -237,7 +244,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """
         self._require_writable("import")
         record = writes.imported_record(self.codec, self.json_codec, self.now, checkpoint, state)
-        return await self._insert_checkpoint(record, state)
+        return await (self._sealed or self)._insert_checkpoint(record, state)
 
     async def get_latest(self, stream: str) -> Checkpoint | None:
         """The live checkpoint of ``stream`` with the highest sequence, or ``None``.
@@ -250,7 +257,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """
         self._require_open()
         check_stream(stream)
-        record = await self._latest(stream, self.now())
+        record = await (self._sealed or self)._latest(stream, self.now())
         return None if record is None else self._decode_strict(record)
 
     @overload
@@ -267,7 +274,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """
         self._require_open()
         check_id(id, what="id")
-        record = await self._get(id, self.now())
+        record = await (self._sealed or self)._get(id, self.now())
         if record is None:
             raise CheckpointNotFound(id)
         return self._decode_strict(record) if include_state else record.header
@@ -284,7 +291,9 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         ``state`` is ``None``) and nothing is decoded.
         """
         self._require_open()
-        return await batch.load_many(self, self.now, self._decode_strict, ids, include_state)
+        return await batch.load_many(
+            self._sealed or self, self.now, self._decode_strict, ids, include_state
+        )
 
     async def cursor_at(
         self,
@@ -306,7 +315,9 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         position, not an item.
         """
         signer = self._open_signer()
-        return await batch.cursor_at(self, self.now, signer, id, order, tags, metadata)
+        return await batch.cursor_at(
+            self._sealed or self, self.now, signer, id, order, tags, metadata
+        )
 
     async def list(
         self,
@@ -340,7 +351,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """
         signer = self._open_signer()
         return await list_page(
-            self,
+            self._sealed or self,
             signer,
             self.now,
             self._decode_strict,
@@ -376,21 +387,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         store could not load.
         """
         self._require_writable("update")
-        check_id(id, what="id")
-        check_if_match(if_match)
-        edits = writes.record_edits(self.json_codec, tags, metadata, parent_id)
-        state_bytes = self.codec.encode(state)
-        # codec always: the new state is in this store's codec, whatever the old one was
-        header = await self._update(
-            id,
-            state=state_bytes,
-            if_match=if_match,
-            now=self.now(),
-            etag=new_etag(),
-            edits=edits,
-            codec=self.codec.name,
-        )
-        return checkpoint_with_state(header, state)
+        update = writes.updater(self.codec, self.json_codec, self.now, id, if_match)
+        return await update(self._sealed or self, state, tags, metadata, parent_id)
 
     async def delete(self, id: str, *, if_match: str | None = None) -> bool:
         """Delete checkpoint ``id``; return whether anything was removed.
@@ -432,7 +430,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """
         self._require_writable("save_many")
         make = partial(writes.new_record, self.codec, self.json_codec, self.now, self._ttl_rule)
-        return await batch.save_many(self, make, items)
+        return await batch.save_many(self._sealed or self, make, items)
 
     async def delete_many(self, ids: Iterable[str]) -> int:
         """Delete the live checkpoints among ``ids``; return how many were removed.
@@ -477,7 +475,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         records checked since its last call.
         """
         self._require_open()
-        return await verify_store(self, progress)
+        report = await verify_store(self, progress)
+        return await with_key_notices(report, self._sealed, self.now)
 
     async def repair(self, *, drop_damaged: bool = False) -> RepairReport:
         """Rebuild what can be rebuilt from the records, and report what stays damaged.
