@@ -19,10 +19,15 @@ From the bottom up:
 - ``primitives``: ``StorePrimitives``, what a backend implements, and the
   defaults of the optional primitives; ``StoreIdentity``.
 - ``writes``: arguments of ``save``, ``import_checkpoint`` and ``update`` turned
-  into records (validated and encoded; nothing written).
+  into records (validated and encoded; nothing written), and ``update``'s body.
 - ``paging``: ``list()``: cursors turned into keyset scans.
 - ``batch``: the bodies of ``load_many``, ``cursor_at``, ``save_many`` and
   ``delete_many``.
+- ``sealing``: encryption at rest (S16): ``SealedPrimitives``, a backend's
+  primitives with every record sealed on the way in and opened on the way out,
+  and ``Encryption``, a store's ``encryption=`` option resolved.
+- ``rekey``: rotation and migration (``statekeeper rekey``), and the
+  ``"retired-key"`` notices of ``verify()``.
 - ``store``: ``BaseCheckpointStore``, every public method, checking that the store
   is open and handing the rest to the modules above.
 """
