@@ -108,4 +108,8 @@ class KeyProvider(Protocol):
     :class:`~statekeeper.errors.InvalidOptions` with a reason that names no key.
     """
 
-    def keyring(self) -> Keyring: ...
+    def keyring(self) -> Keyring:
+        """The keyring the store seals and opens its records with (called once,
+        when the store is built); raise :class:`~statekeeper.errors.InvalidOptions`,
+        naming no key, when the keys cannot be had."""
+        ...
