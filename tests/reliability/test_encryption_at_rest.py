@@ -198,10 +198,10 @@ class Site:
             key = f"{{{self.prefix}}}:r:{id}"
             assert await self.redis().set(key, data, xx=True, keepttl=True)
             return
-        if self.kind == "mysql":  # aiomysql fails to escape bytes in a text statement
-            value, params = "UNHEX(:r)", {"r": data.hex(), "id": id}
-        else:
-            value, params = ":r", {"r": data, "id": id}
+        # aiomysql fails to escape bytes in a text statement: MySQL gets them in hex
+        mysql = self.kind == "mysql"
+        value = "UNHEX(:r)" if mysql else ":r"
+        params: dict[str, Any] = {"r": data.hex() if mysql else data, "id": id}
         await self._sql(f"UPDATE {{t}} SET record = {value} WHERE id = :id", params)
 
     def _record_file(self, id: str) -> Path:
