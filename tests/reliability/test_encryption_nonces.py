@@ -27,6 +27,7 @@ import pytest
 import statekeeper
 import statekeeper.sync
 from sql_helpers import finish_children, start_children
+from statekeeper._core.rekey import rekey_store
 from statekeeper.encryption import Keyring
 from statekeeper.record.frame import split
 
@@ -185,3 +186,40 @@ def test_an_update_draws_a_new_nonce(keys: Keyring, stores: dict[str, str]) -> N
         seen = asyncio.run(run(url))
         assert len(seen) == 21
         assert len(set(seen)) == 21
+
+
+def test_a_rekey_seals_every_record_under_a_new_nonce(stores: dict[str, str]) -> None:
+    """Rotation re-seals each record (same id, stream and state) with a fresh nonce
+    under the new key; a second run, with nothing to do, rewrites nothing."""
+    old, new = os.urandom(32), os.urandom(32)
+    count = 60
+
+    async def run(url: str) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        async with statekeeper.open_store(
+            url, encryption=Keyring({"k1": old}, active="k1")
+        ) as store:
+            ids = [
+                cp.id
+                for cp in await store.save_many(
+                    [statekeeper.NewCheckpoint(stream="s", state={"i": i}) for i in range(count)]
+                )
+            ]
+            before = [envelope_nonce(await store.backdoor_read_raw(i))[1] for i in ids]
+        rotated = Keyring({"k2": new, "k1": old}, active="k2")
+        report = await rekey_store(statekeeper.open_store(url, encryption=rotated))
+        assert report.rekeyed == count, report
+        async with statekeeper.open_store(url, encryption=rotated) as store:
+            sealed = [envelope_nonce(await store.backdoor_read_raw(i)) for i in ids]
+            assert {key_id for key_id, _ in sealed} == {"k2"}
+            assert [(await store.load(i)).state for i in ids] == [{"i": i} for i in range(count)]
+        again = await rekey_store(statekeeper.open_store(url, encryption=rotated))
+        assert (again.rekeyed, again.current) == (0, count), again
+        async with statekeeper.open_store(url, encryption=rotated) as store:
+            kept = [envelope_nonce(await store.backdoor_read_raw(i))[1] for i in ids]
+        return before, [nonce for _, nonce in sealed], kept
+
+    for url in stores.values():
+        before, after, kept = asyncio.run(run(url))
+        assert len(set(after)) == count
+        assert not set(before) & set(after)
+        assert kept == after  # the second run left the records as they were
