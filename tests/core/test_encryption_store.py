@@ -167,10 +167,11 @@ async def test_every_read_and_write_path_round_trips(
         async with open_at("memory://") as other:
             imported = await other.import_checkpoint(source, source.state)
         (tmp_path / "dst").mkdir()
-        async with open_at(url_of(backend, tmp_path / "dst"), encryption=RING, codec=codec) as dst:
+        dst_url = url_of(backend, tmp_path / "dst")
+        async with open_at(dst_url, encryption=RING, codec=codec, encrypt_metadata=meta) as dst:
             copied = await dst.import_checkpoint(imported, imported.state)
             back = await dst.load(cp.id)
-            assert_sealed(*(await raw_parts(dst, cp.id)), metadata_inside=False)
+            assert_sealed(*(await raw_parts(dst, cp.id)), metadata_inside=meta)
         for c in (copied, back):
             assert (c.id, c.etag, c.created_at, c.tags, c.metadata, c.parent_id) == (
                 source.id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import statekeeper as sk
+from sql_helpers import drop_store, new_prefix
 from statekeeper.backends.memory import MemoryCheckpointStore
 from statekeeper.encryption import Keyring
 from statekeeper.errors import (
@@ -30,6 +31,7 @@ from statekeeper.errors import (
     StoreFormatError,
 )
 from statekeeper.record import StoredRecord, frame
+from statekeeper.testing import service_url
 
 K0 = os.urandom(32)
 K1 = os.urandom(32)
@@ -40,6 +42,11 @@ TAG_VALUE = "MARKER-TAG-5eed"
 META_VALUE = "MARKER-META-d00d"
 
 
+SERVERS = {"postgresql": "postgres", "mysql": "mysql"}
+#: the tests that need no reopening also run on the SQL servers, where they are set
+ANYWHERE = [*BACKENDS, *SERVERS]
+
+
 def url_of(backend: str, path: Path) -> str:
     path.mkdir(parents=True, exist_ok=True)
     return {
@@ -47,6 +54,31 @@ def url_of(backend: str, path: Path) -> str:
         "file": f"file://{path}/files",
         "sqlite": f"sqlite:///{path}/store.db",
     }[backend]
+
+
+Opener = Callable[..., sk.BaseCheckpointStore]
+
+
+@pytest.fixture
+def opener(tmp_path: Path) -> Iterator[Opener]:
+    """``opener(backend, place="a", **options)``: an unopened store of ``backend``,
+    the same store for the same ``place``; on a server (its URL from the
+    environment, else the test skips) under a fresh table prefix, dropped after."""
+    made: list[tuple[str, str]] = []
+    prefixes: dict[tuple[str, str], str] = {}
+
+    def open_(backend: str, place: str = "a", **options: Any) -> sk.BaseCheckpointStore:
+        if backend not in SERVERS:
+            return sk.open_store(url_of(backend, tmp_path / place), **options)
+        url = service_url(SERVERS[backend])
+        if (backend, place) not in prefixes:
+            prefixes[backend, place] = new_prefix()
+            made.append((url, prefixes[backend, place]))
+        return sk.open_store(url, table_prefix=prefixes[backend, place], **options)
+
+    yield open_
+    for url, prefix in made:
+        drop_store(url, prefix)
 
 
 async def read_parts(store: sk.BaseCheckpointStore, id: str) -> tuple[bytes, bytes]:
@@ -146,17 +178,27 @@ EDITS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
 }
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+SERVER_EDITS = [
+    "ciphertext-byte",
+    "nonce",
+    "key-id-in-ring",
+    "key-id-not-in-ring",
+    "flags-metadata-bit",
+]
+
+
+@pytest.mark.parametrize(
+    ("backend", "edit"),
+    [(b, e) for b in BACKENDS for e in sorted(EDITS)]
+    + [(b, e) for b in SERVERS for e in SERVER_EDITS],
+)
 @pytest.mark.parametrize("meta", [False, True], ids=["meta-header", "meta-sealed"])
-@pytest.mark.parametrize("edit", sorted(EDITS))
 @pytest.mark.asyncio
 async def test_an_edited_envelope_is_refused(
-    backend: str, meta: bool, edit: str, tmp_path: Path
+    backend: str, meta: bool, edit: str, opener: Opener
 ) -> None:
     change, reason = EDITS[edit]
-    async with sk.open_store(
-        url_of(backend, tmp_path), encryption=RING, encrypt_metadata=meta
-    ) as st:
+    async with opener(backend, encryption=RING, encrypt_metadata=meta) as st:
         older = await st.save("s", {"n": "older"})
         victim = await st.save("s", {"n": "newer", "secret": SECRET}, tags={"t": TAG_VALUE})
         await edit_envelope(change)(st, victim.id)
@@ -166,12 +208,12 @@ async def test_an_edited_envelope_is_refused(
         assert ("undecryptable", victim.id) in {(p.kind, p.id) for p in report.problems}
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ANYWHERE)
 @pytest.mark.asyncio
 async def test_an_envelope_moved_to_another_checkpoint_of_the_stream_is_refused(
-    backend: str, tmp_path: Path
+    backend: str, opener: Opener
 ) -> None:
-    async with sk.open_store(url_of(backend, tmp_path), encryption=RING) as st:
+    async with opener(backend, encryption=RING) as st:
         older = await st.save("s", {"n": "older"})
         victim = await st.save("s", {"n": "newer"})
         _, old_envelope = await read_parts(st, older.id)
@@ -181,10 +223,10 @@ async def test_an_envelope_moved_to_another_checkpoint_of_the_stream_is_refused(
         await assert_refused(st, "s", victim.id, older.id, RecordUndecryptable, UNDECRYPTABLE)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ANYWHERE)
 @pytest.mark.asyncio
-async def test_an_envelope_moved_to_another_stream_is_refused(backend: str, tmp_path: Path) -> None:
-    async with sk.open_store(url_of(backend, tmp_path), encryption=RING) as st:
+async def test_an_envelope_moved_to_another_stream_is_refused(backend: str, opener: Opener) -> None:
+    async with opener(backend, encryption=RING) as st:
         # the same id in another stream: only the stream differs in what the tag binds
         elsewhere = await st.save("other", {"n": "elsewhere"}, id="the-id")
         _, envelope = await read_parts(st, elsewhere.id)
@@ -201,17 +243,17 @@ async def test_an_envelope_moved_to_another_stream_is_refused(backend: str, tmp_
         await assert_refused(st, "s", victim.id, older.id, RecordUndecryptable, UNDECRYPTABLE)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ANYWHERE)
 @pytest.mark.asyncio
 async def test_an_envelope_moved_from_another_store_with_the_same_keyring_is_refused(
-    backend: str, tmp_path: Path
+    backend: str, opener: Opener
 ) -> None:
     # the same id and stream in both stores: only the store id differs in the binding
-    async with sk.open_store(url_of(backend, tmp_path / "b"), encryption=RING) as other:
+    async with opener(backend, "b", encryption=RING) as other:
         twin = await other.save("s", {"n": "twin"}, id="the-id")
         _, envelope = await read_parts(other, twin.id)
         other_id = other.store_id
-    async with sk.open_store(url_of(backend, tmp_path / "a"), encryption=RING) as st:
+    async with opener(backend, "a", encryption=RING) as st:
         assert st.store_id != other_id
         older = await st.save("s", {"n": "older"})
         victim = await st.save("s", {"n": "newer"}, id="the-id")
@@ -220,13 +262,13 @@ async def test_an_envelope_moved_from_another_store_with_the_same_keyring_is_ref
         await assert_refused(st, "s", victim.id, older.id, RecordUndecryptable, UNDECRYPTABLE)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ANYWHERE)
 @pytest.mark.asyncio
-async def test_a_whole_record_from_another_store_is_refused(backend: str, tmp_path: Path) -> None:
-    async with sk.open_store(url_of(backend, tmp_path / "b"), encryption=RING) as other:
+async def test_a_whole_record_from_another_store_is_refused(backend: str, opener: Opener) -> None:
+    async with opener(backend, "b", encryption=RING) as other:
         twin = await other.save("s", {"n": "twin"}, id="the-id")
         raw = await other.backdoor_read_raw(twin.id)
-    async with sk.open_store(url_of(backend, tmp_path / "a"), encryption=RING) as st:
+    async with opener(backend, "a", encryption=RING) as st:
         older = await st.save("s", {"n": "older"})
         victim = await st.save("s", {"n": "newer"}, id="the-id")
         await st.backdoor_write_raw(victim.id, raw)
@@ -255,15 +297,13 @@ async def planted_plaintext(store: sk.BaseCheckpointStore, victim: str, state: A
     await store.backdoor_write_raw(victim, plain.to_bytes(store.store_id, positional=positional))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ANYWHERE)
 @pytest.mark.parametrize("meta", [False, True], ids=["meta-header", "meta-sealed"])
 @pytest.mark.asyncio
 async def test_a_planted_plaintext_record_is_never_read(
-    backend: str, meta: bool, tmp_path: Path
+    backend: str, meta: bool, opener: Opener
 ) -> None:
-    async with sk.open_store(
-        url_of(backend, tmp_path), encryption=RING, encrypt_metadata=meta
-    ) as st:
+    async with opener(backend, encryption=RING, encrypt_metadata=meta) as st:
         older = await st.save("s", {"n": "older"})
         victim = await st.save("s", {"n": "newer"})
         await planted_plaintext(st, victim.id, {"n": "planted", "secret": SECRET})
