@@ -262,6 +262,50 @@ async def test_an_envelope_moved_from_another_store_with_the_same_keyring_is_ref
         await assert_refused(st, "s", victim.id, older.id, RecordUndecryptable, UNDECRYPTABLE)
 
 
+def edit_header(head: bytes, **fields: Any) -> bytes:
+    values = json.loads(head)
+    assert set(fields) <= set(values)
+    return json.dumps({**values, **fields}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize("backend", ANYWHERE)
+@pytest.mark.asyncio
+async def test_an_edited_inner_codec_in_the_header_is_refused(backend: str, opener: Opener) -> None:
+    async with opener(backend, encryption=RING) as st:
+        older = await st.save("s", {"n": "older"})
+        victim = await st.save("s", {"n": "newer"})
+        raw_name = sk.open_store("memory://", codec="raw").codec.name
+        head, envelope = await read_parts(st, victim.id)
+        # the inner codec is bound too: the envelope cannot be read as another codec
+        await write_parts(st, victim.id, edit_header(head, codec="aes256gcm:" + raw_name), envelope)
+        await assert_refused(st, "s", victim.id, older.id, RecordUndecryptable, UNDECRYPTABLE)
+        # and a header that claims plaintext does not make the envelope data
+        await write_parts(st, victim.id, edit_header(head, codec=st.json_codec.name), envelope)
+        await assert_refused(st, "s", victim.id, older.id, RecordNotEncrypted, "not encrypted")
+
+
+@pytest.mark.parametrize("backend", ANYWHERE)
+@pytest.mark.asyncio
+async def test_a_record_relabelled_to_another_stream_is_refused(
+    backend: str, opener: Opener
+) -> None:
+    async with opener(backend, encryption=RING) as st:
+        older = await st.save("s", {"n": "older"})
+        other = await st.save("t", {"n": "other"})
+        victim = await st.save("s", {"n": "newer"})
+        head, envelope = await read_parts(st, victim.id)
+        await write_parts(st, victim.id, edit_header(head, stream="t"), envelope)
+        with pytest.raises(RecordUndecryptable, match=UNDECRYPTABLE):
+            await st.load(victim.id)
+        with pytest.raises(CheckpointDecodeError):  # the backend may see the edit first
+            await st.get_latest("s")
+        latest_t = await st.get_latest("t")
+        assert latest_t is not None and latest_t.id == other.id
+        page = await st.list("s")
+        assert [c.id for c in page.items] == [older.id]
+        assert [s.id for s in page.skipped] == [victim.id]
+
+
 @pytest.mark.parametrize("backend", ANYWHERE)
 @pytest.mark.asyncio
 async def test_a_whole_record_from_another_store_is_refused(backend: str, opener: Opener) -> None:
