@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 import statekeeper as sk
+from sql_helpers import drop_store, new_prefix
 from statekeeper import NewCheckpoint
 from statekeeper.encryption import Keyring
 from statekeeper.errors import (
@@ -24,23 +26,46 @@ from statekeeper.errors import (
     StoreFormatError,
 )
 from statekeeper.record import frame
+from statekeeper.testing import service_url
 
 K0 = os.urandom(32)
 K1 = os.urandom(32)
 RING = Keyring({"k1": K1, "k0": K0}, active="k1")
-BACKENDS = ["memory", "file", "sqlite"]
-DURABLE = ["file", "sqlite"]
+SERVERS = {"postgresql": "postgres", "mysql": "mysql"}
+BACKENDS = ["memory", "file", "sqlite", *SERVERS]
+DURABLE = ["file", "sqlite", *SERVERS]
 SECRET = "MARKER-SECRET-7f3a"
 TAG_VALUE = "MARKER-TAG-91c2"
 META_VALUE = "MARKER-META-4be0"
 
 
-def url_of(backend: str, tmp_path: Path) -> str:
-    return {
-        "memory": "memory://",
-        "file": f"file://{tmp_path}/files",
-        "sqlite": f"sqlite:///{tmp_path}/store.db",
-    }[backend]
+Place = Callable[..., str]
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Iterator[Place]:
+    """``place(backend, name="a")``: the URL of a store of ``backend``, the same for
+    the same name; on a server (its URL from the environment, else the test skips)
+    under a fresh table prefix, whose tables are dropped afterwards."""
+    prefixes: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def where(backend: str, name: str = "a") -> str:
+        if backend not in SERVERS:
+            path = tmp_path / name
+            path.mkdir(exist_ok=True)
+            return {
+                "memory": "memory://",
+                "file": f"file://{path}/files",
+                "sqlite": f"sqlite:///{path}/store.db",
+            }[backend]
+        if (backend, name) not in prefixes:
+            prefixes[backend, name] = (service_url(SERVERS[backend]), new_prefix())
+        url, prefix = prefixes[backend, name]
+        return f"{url}{'&' if '?' in url else '?'}table_prefix={prefix}"
+
+    yield where
+    for url, prefix in prefixes.values():
+        drop_store(url, prefix)
 
 
 def open_at(url: str, **options: Any) -> sk.BaseCheckpointStore:
@@ -76,11 +101,11 @@ def assert_sealed(header: dict[str, Any], envelope: bytes, *, metadata_inside: b
 @pytest.mark.parametrize("meta", [False, True], ids=["meta-header", "meta-sealed"])
 @pytest.mark.asyncio
 async def test_every_read_and_write_path_round_trips(
-    backend: str, codec: str, meta: bool, tmp_path: Path
+    backend: str, codec: str, meta: bool, place: Place
 ) -> None:
     tags = {"t": TAG_VALUE}
     metadata = {"m": META_VALUE, "nested": {"n": [1, 2.5, None, True]}}
-    store = open_at(url_of(backend, tmp_path), encryption=RING, encrypt_metadata=meta, codec=codec)
+    store = open_at(place(backend), encryption=RING, encrypt_metadata=meta, codec=codec)
     async with store:
         parent = await store.save("s", state_of(codec, 0))
         cp = await store.save(
@@ -166,8 +191,7 @@ async def test_every_read_and_write_path_round_trips(
         source = await store.load(cp.id)
         async with open_at("memory://") as other:
             imported = await other.import_checkpoint(source, source.state)
-        (tmp_path / "dst").mkdir()
-        dst_url = url_of(backend, tmp_path / "dst")
+        dst_url = place(backend, "dst")
         async with open_at(dst_url, encryption=RING, codec=codec, encrypt_metadata=meta) as dst:
             copied = await dst.import_checkpoint(imported, imported.state)
             back = await dst.load(cp.id)
@@ -186,8 +210,8 @@ async def test_every_read_and_write_path_round_trips(
 
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
-async def test_a_store_of_the_other_codec_reads_the_records(backend: str, tmp_path: Path) -> None:
-    url = url_of(backend, tmp_path)
+async def test_a_store_of_the_other_codec_reads_the_records(backend: str, place: Place) -> None:
+    url = place(backend)
     async with open_at(url, encryption=RING, codec="raw") as store:
         raw_cp = await store.save("s", b"\x00\xffbytes")
     async with open_at(url, encryption=RING, codec="json") as store:
@@ -205,9 +229,9 @@ async def test_a_store_of_the_other_codec_reads_the_records(backend: str, tmp_pa
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.asyncio
 async def test_filters_on_sealed_metadata_are_refused_with_a_reason(
-    backend: str, tmp_path: Path
+    backend: str, place: Place
 ) -> None:
-    async with open_at(url_of(backend, tmp_path), encryption=RING, encrypt_metadata=True) as st:
+    async with open_at(place(backend), encryption=RING, encrypt_metadata=True) as st:
         ids = [
             (await st.save("s", {"n": n}, tags={"t": "x"}, metadata={"m": n})).id for n in range(5)
         ]
@@ -240,8 +264,8 @@ async def test_filters_on_sealed_metadata_are_refused_with_a_reason(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.asyncio
-async def test_without_encrypt_metadata_filters_work(backend: str, tmp_path: Path) -> None:
-    async with open_at(url_of(backend, tmp_path), encryption=RING) as store:
+async def test_without_encrypt_metadata_filters_work(backend: str, place: Place) -> None:
+    async with open_at(place(backend), encryption=RING) as store:
         a = await store.save("s", {"n": 1}, tags={"t": "x"}, metadata={"m": 1})
         await store.save("s", {"n": 2}, tags={"t": "y"}, metadata={"m": 2})
         assert [c.id for c in (await store.list("s", tags={"t": "x"})).items] == [a.id]
@@ -257,9 +281,9 @@ async def test_without_encrypt_metadata_filters_work(backend: str, tmp_path: Pat
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
 async def test_switching_encrypt_metadata_keeps_every_record_readable(
-    backend: str, tmp_path: Path
+    backend: str, place: Place
 ) -> None:
-    url = url_of(backend, tmp_path)
+    url = place(backend)
     written: dict[str, tuple[dict[str, str], dict[str, Any]]] = {}
     for n, meta in enumerate([False, True, False, True]):
         async with open_at(url, encryption=RING, encrypt_metadata=meta) as store:
@@ -307,9 +331,9 @@ async def test_switching_encrypt_metadata_keeps_every_record_readable(
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
 async def test_a_plaintext_store_with_records_refuses_encryption(
-    backend: str, tmp_path: Path
+    backend: str, place: Place
 ) -> None:
-    url = url_of(backend, tmp_path)
+    url = place(backend)
     async with open_at(url) as store:
         cp = await store.save("s", {"plain": True})
     store = open_at(url, encryption=RING)
@@ -323,8 +347,8 @@ async def test_a_plaintext_store_with_records_refuses_encryption(
 
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
-async def test_an_empty_plaintext_store_opens_with_encryption(backend: str, tmp_path: Path) -> None:
-    url = url_of(backend, tmp_path)
+async def test_an_empty_plaintext_store_opens_with_encryption(backend: str, place: Place) -> None:
+    url = place(backend)
     async with open_at(url) as store:
         plain_id = store.store_id
     async with open_at(url, encryption=RING) as store:
@@ -338,9 +362,9 @@ async def test_an_empty_plaintext_store_opens_with_encryption(backend: str, tmp_
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
 async def test_an_encrypted_store_opened_without_encryption_reads_nothing(
-    backend: str, tmp_path: Path
+    backend: str, place: Place
 ) -> None:
-    url = url_of(backend, tmp_path)
+    url = place(backend)
     async with open_at(url, encryption=RING, encrypt_metadata=True) as store:
         cp = await store.save("s", {"secret": SECRET}, tags={"t": TAG_VALUE})
     async with open_at(url) as store:
@@ -363,9 +387,9 @@ async def test_an_encrypted_store_opened_without_encryption_reads_nothing(
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
 async def test_rotation_reads_old_and_new_and_a_dropped_key_is_undecryptable(
-    backend: str, tmp_path: Path
+    backend: str, place: Place
 ) -> None:
-    url = url_of(backend, tmp_path)
+    url = place(backend)
     async with open_at(url, encryption=Keyring({"k0": K0}, active="k0")) as store:
         old = await store.save("s", {"n": "old"}, tags={"t": "old"})
         assert (await raw_parts(store, old.id))[1][7:9] == b"k0"
@@ -403,9 +427,9 @@ async def test_rotation_reads_old_and_new_and_a_dropped_key_is_undecryptable(
 @pytest.mark.parametrize("backend", DURABLE)
 @pytest.mark.asyncio
 async def test_an_update_under_a_new_active_key_reseals_the_record(
-    backend: str, tmp_path: Path
+    backend: str, place: Place
 ) -> None:
-    url = url_of(backend, tmp_path)
+    url = place(backend)
     async with open_at(url, encryption=Keyring({"k0": K0}, active="k0")) as store:
         cp = await store.save("s", {"n": 1}, metadata={"m": 1}, ttl=timedelta(hours=1))
     async with open_at(url, encryption=Keyring({"k1": K1, "k0": K0}, active="k1")) as store:
