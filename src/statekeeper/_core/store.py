@@ -349,12 +349,13 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         ``state=None``. A page costs O(limit), whatever its offset.
         """
         signer = self._open_signer()
+        sealed = self._sealed  # sealing metadata, it refuses a metadata filter itself
         return await list_page(
-            self._sealed or self,
+            sealed or self,
             signer,
             self.now,
             self._decode_strict,
-            self.capabilities.metadata_filter,
+            self.capabilities.metadata_filter or bool(sealed and sealed.sealer.seals_metadata),
             stream,
             limit=limit,
             order=order,
