@@ -46,6 +46,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PROBLEM",
     "EXIT_USAGE",
+    "KEYS_ENV",
     "CliError",
     "Output",
     "compact_table",
@@ -66,6 +67,12 @@ EXIT_PROBLEM = 1
 EXIT_USAGE = 2
 #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
 EXIT_INTERRUPTED = 130
+#: Set (non-empty), every command opens its stores with ``encryption="env"``, which
+#: reads the keys from it (``statekeeper.encryption.ENV_VAR``; named here so that
+#: ``--help`` imports nothing of the encryption package).
+KEYS_ENV = "STATEKEEPER_KEYS"
+#: What a record encrypted in a store opened without keys says (``_core.codecs``).
+_WITHOUT_KEYS = "opened without encryption"
 
 #: Errors that mean the command line itself was wrong, not the store.
 _USAGE_ERRORS = (InvalidURL, InvalidOptions, BackendNotFound, InvalidQuery)
@@ -107,6 +114,9 @@ class Output:
     store_url: str | None = None
     #: Where :attr:`url` came from: ``"option"``, ``"env"`` or ``"default"``.
     url_source: str | None = None
+    #: Whether the stores of this command were opened with encryption
+    #: (``$STATEKEEPER_KEYS`` set, or an ``encryption=`` option in the URL).
+    encrypted: bool = False
     _secrets: set[str] = field(default_factory=set)
 
     # -- URLs and stores -------------------------------------------------------------
@@ -153,20 +163,36 @@ class Output:
         except InvalidURL:
             return self.scrub(url)
 
-    def open(self, url: str, **options: Any) -> BaseCheckpointStore:
+    def open(self, url: str, *, keys: bool = True, **options: Any) -> BaseCheckpointStore:
         """An unopened store for ``url`` (the scheme and options are checked now).
 
         ``options`` are the command's: ``read_only=True`` for commands that only
         read, ``create=False`` for those that change a store but never make one.
+        The one rule for encryption (SPEC §4): with ``$STATEKEEPER_KEYS`` set and
+        not empty, the store is opened with ``encryption="env"``, else without;
+        an ``encryption=`` option in the URL itself wins. ``keys=False`` opens it
+        without, whatever the variable says (``rekey`` counts a plaintext store so).
         """
         self.remember(url)
-        return open_store(url, **options)
+        named = _url_names_encryption(url)
+        if keys and keys_set() and not named:
+            options = {**options, "encryption": "env"}
+        store = open_store(url, **options)
+        if keys:
+            self.encrypted = self.encrypted or named or "encryption" in options
+        return store
 
     def scrub(self, text: str) -> str:
         """``text`` with every known password, and anything shaped like one, hidden."""
         for secret in sorted(self._secrets, key=len, reverse=True):
             text = text.replace(secret, "***")
         return _URL_PASSWORD.sub(r"\1***@", text)
+
+    def keys_hint(self, reasons: list[str]) -> None:
+        """After a list of unreadable records: if some are encrypted and this
+        command had no keys, say how to give it them."""
+        if not self.encrypted and any(_WITHOUT_KEYS in r for r in reasons):
+            self.line(without_keys_hint(), "yellow")
 
     # -- results ---------------------------------------------------------------------
 
@@ -241,9 +267,12 @@ class Output:
         except StatekeeperError as exc:
             code = EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_PROBLEM
             details: dict[str, Any] = {}
+            message = str(exc)
             if isinstance(exc, CheckpointDecodeError):
                 details = {"id": exc.id, "location": exc.location, "reason": exc.reason}
-            self._report(str(exc), code, type(exc).__name__, details)
+                if not self.encrypted and _WITHOUT_KEYS in exc.reason:
+                    message += f"; {without_keys_hint()}"
+            self._report(message, code, type(exc).__name__, details)
         except Exception as exc:
             hint = "" if self.debug else " (run with --debug for the traceback)"
             message = f"unexpected {type(exc).__name__}: {exc}{hint}"
@@ -262,6 +291,25 @@ class Output:
             self.emit({"error": error})
         self.stderr.print(Text(f"error: {one_line}", style="bold red"), soft_wrap=True)
         raise SystemExit(code)
+
+
+def keys_set() -> bool:
+    """Whether ``$STATEKEEPER_KEYS`` is set and not empty."""
+    return bool(os.environ.get(KEYS_ENV, "").strip())
+
+
+def without_keys_hint() -> str:
+    return (
+        f"the records are encrypted: set {KEYS_ENV}='id:base64key[,id:base64key...]' "
+        "(the active key first, then the retired ones) and run the command again"
+    )
+
+
+def _url_names_encryption(url: str) -> bool:
+    try:
+        return "encryption" in StoreURL.parse(url).query
+    except InvalidURL:
+        return False  # open_store says what is wrong with it
 
 
 # -- tables shared by several commands ---------------------------------------------------
@@ -328,6 +376,9 @@ CHECK_NAMES = {
     "source": "unreadable in the source",
     "destination": "refused by the destination",
     "conflict": "id conflict",
+    "plaintext": "plaintext in an encrypted store",
+    "undecryptable": "cannot be decrypted",
+    "retired-key": "under a retired key",
 }
 
 
