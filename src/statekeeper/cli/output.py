@@ -192,7 +192,7 @@ class Output:
         """After a list of unreadable records: if some are encrypted and this
         command had no keys, say how to give it them."""
         if not self.encrypted and any(_WITHOUT_KEYS in r for r in reasons):
-            self.line(without_keys_hint(), "yellow")
+            self.line(f"these records are encrypted: {without_keys_hint()}", "yellow")
 
     # -- results ---------------------------------------------------------------------
 
@@ -271,6 +271,8 @@ class Output:
             if isinstance(exc, CheckpointDecodeError):
                 details = {"id": exc.id, "location": exc.location, "reason": exc.reason}
                 if not self.encrypted and _WITHOUT_KEYS in exc.reason:
+                    # the API's advice (encryption=...) in the command line's words
+                    message = message.split(f"{_WITHOUT_KEYS}:", 1)[0] + _WITHOUT_KEYS
                     message += f"; {without_keys_hint()}"
             self._report(message, code, type(exc).__name__, details)
         except Exception as exc:
@@ -300,8 +302,8 @@ def keys_set() -> bool:
 
 def without_keys_hint() -> str:
     return (
-        f"the records are encrypted: set {KEYS_ENV}='id:base64key[,id:base64key...]' "
-        "(the active key first, then the retired ones) and run the command again"
+        f"set {KEYS_ENV}='id:base64key[,id:base64key...]' (the active key first, then "
+        "the retired ones) and run the command again"
     )
 
 
