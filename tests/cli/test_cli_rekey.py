@@ -356,3 +356,34 @@ def test_the_keys_variable_is_the_one_encryption_env_reads() -> None:
     from statekeeper.encryption import ENV_VAR
 
     assert KEYS_ENV == ENV_VAR == "STATEKEEPER_KEYS"
+
+
+def test_rekey_interrupted_with_ctrl_c_says_how_far_it_got(tmp_path: Path) -> None:
+    url = url_of(tmp_path, "sqlite", fast=True)
+    made = asyncio.run(seed(url, items(3000), None))
+    ids = [cp.id for cp in made]
+    proc = subprocess.Popen(
+        [*ENTRY, "rekey", "--url", url, "--json"],
+        cwd=tmp_path,
+        env=cli_env(keys_env("k1")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while proc.poll() is None:
+            if asyncio.run(key_ids(url, ids[:1]))[ids[0]] == "k1":
+                proc.send_signal(signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    error = json.loads(out)["error"]
+    assert error["type"] == "KeyboardInterrupt" and error["examined"] >= 0
+    assert "run the same command again to continue" in error["message"]
+    assert "Traceback" not in out + err
+    doc = run_cli("rekey", "--url", url, "--json", cwd=tmp_path, env=keys_env("k1")).json()
+    assert doc["ok"] and doc["already_current"] >= 1
+    assert doc["already_current"] + doc["rekeyed"] == len(ids)
+    assert set(asyncio.run(key_ids(url, ids)).values()) == {"k1"}
