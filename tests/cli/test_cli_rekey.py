@@ -387,3 +387,31 @@ def test_rekey_interrupted_with_ctrl_c_says_how_far_it_got(tmp_path: Path) -> No
     assert doc["ok"] and doc["already_current"] >= 1
     assert doc["already_current"] + doc["rekeyed"] == len(ids)
     assert set(asyncio.run(key_ids(url, ids)).values()) == {"k1"}
+
+
+def test_rekey_keeps_sealed_tags_and_metadata_sealed_unless_the_url_says(tmp_path: Path) -> None:
+    url = url_of(tmp_path, "sqlite")
+
+    async def write() -> list[Checkpoint]:
+        async with statekeeper.open_store(url, encryption=ring("k0"), encrypt_metadata=True) as st:
+            return [
+                await st.save("s", {"i": i}, tags={"who": MARKER}, metadata={"m": MARKER})
+                for i in range(3)
+            ]
+
+    made = asyncio.run(write())
+    # rotating a store that seals its metadata: it still does afterwards
+    doc = run_cli("rekey", "--url", url, "--json", cwd=tmp_path, env=keys_env("k1", "k0")).json()
+    assert doc["rekeyed"] == 3 and doc["ok"]
+    assert files_with_marker(tmp_path) == []
+    after, _ = asyncio.run(listing(url, ring("k1")))
+    assert after == [fields(cp) for cp in made]
+    # and a rerun finds it current, rather than unsealing it
+    doc = run_cli("rekey", "--url", url, "--json", cwd=tmp_path, env=keys_env("k1")).json()
+    assert (doc["rekeyed"], doc["already_current"]) == (0, 3)
+    # ?encrypt_metadata=false chooses, on purpose, to keep tags and metadata in the clear
+    plain_meta = f"{url}?encrypt_metadata=false"
+    doc = run_cli("rekey", "--url", plain_meta, "--json", cwd=tmp_path, env=keys_env("k1")).json()
+    assert doc["rekeyed"] == 3
+    assert files_with_marker(tmp_path)  # the tags and metadata are readable now
+    assert asyncio.run(listing(url, ring("k1")))[0] == [fields(cp) for cp in made]

@@ -58,6 +58,7 @@ __all__ = [
     "problems_table",
     "skipped_json",
     "state_json",
+    "url_names",
     "when",
 ]
 
@@ -174,7 +175,7 @@ class Output:
         without, whatever the variable says (``rekey`` counts a plaintext store so).
         """
         self.remember(url)
-        named = _url_names_encryption(url)
+        named = url_names(url, "encryption")
         if keys and keys_set() and not named:
             options = {**options, "encryption": "env"}
         store = open_store(url, **options)
@@ -307,9 +308,10 @@ def without_keys_hint() -> str:
     )
 
 
-def _url_names_encryption(url: str) -> bool:
+def url_names(url: str, option: str) -> bool:
+    """Whether the query of ``url`` sets ``option``."""
     try:
-        return "encryption" in StoreURL.parse(url).query
+        return option in StoreURL.parse(url).query
     except InvalidURL:
         return False  # open_store says what is wrong with it
 

@@ -28,6 +28,7 @@ from .output import (
     count,
     problems_table,
     skipped_json,
+    url_names,
 )
 
 if TYPE_CHECKING:
@@ -45,9 +46,10 @@ def rekey(
     Re-encrypts the records under retired keys and encrypts a plaintext store, in
     place: ids, sequences, etags, timestamps, expiry and order stay. Needs
     STATEKEEPER_KEYS='id:base64key,...', the active key first, then every retired
-    key the store still holds. Safe to re-run, and resumable after a crash. Never
-    creates a store. Exit 1 if a record could not be opened (each is listed and
-    stays as it was).
+    key the store still holds. A store whose newest record seals its tags and
+    metadata keeps doing so (?encrypt_metadata=true|false in the URL chooses).
+    Safe to re-run, and resumable after a crash. Never creates a store. Exit 1 if
+    a record could not be opened (each is listed and stays as it was).
     """
     out, g = setup(ctx, json_, debug)
     code = 0
@@ -80,7 +82,12 @@ def rekey(
         async def main() -> int:
             from .._core.rekey import rekey_store
 
-            total = await _count(out, target)
+            total, sealed_metadata = await _survey(out, target)
+            rekeyed = store
+            if sealed_metadata and not url_names(target, "encrypt_metadata"):
+                # keep the store's setting: never move sealed tags and metadata into
+                # the clear because the command line was not told about them
+                rekeyed = out.open(target, encrypt_metadata=True, **Mode.WRITE.options())
             progress, advance = progress_bar(out, "rekeying", total)
 
             def step(n: int) -> None:
@@ -89,7 +96,7 @@ def rekey(
 
             with progress:
                 try:
-                    report = await rekey_store(store, progress=step)
+                    report = await rekey_store(rekeyed, progress=step)
                 except ReadOnlyStore as exc:
                     out.fail(f"the store cannot be written, so nothing was rekeyed: {exc}")
             _print(out, report)
@@ -111,21 +118,34 @@ def rekey(
         raise typer.Exit(code)
 
 
-async def _count(out: Output, url: str) -> int | None:
-    """The store's checkpoints, for the progress bar, read from the store opened
-    read-only and without the keys (a plaintext store opens so too); ``None`` if
-    that cannot be said. A store that is not there is an error: nothing is created."""
-    counter: BaseCheckpointStore = out.open(url, keys=False, **Mode.READ.options())
+async def _survey(out: Output, url: str) -> tuple[int | None, bool]:
+    """The store's checkpoints, for the progress bar (``None`` if that cannot be
+    said), and whether its newest record seals its tags and metadata, read from the
+    store opened read-only and without the keys (a plaintext store opens so too).
+    A store that is not there is an error: nothing is created."""
+    from .._core.query import ScanQuery
+    from ..encryption.envelope import Sealer
+    from ..record import StoredRecord
+
+    try:
+        counter: BaseCheckpointStore = out.open(url, keys=False, **Mode.READ.options())
+    except StatekeeperError:
+        return None, False  # rekey_store opens it itself and says what is wrong
     try:
         await counter.open()
     except StoreNotFound as exc:
         raise no_store(out, counter, "rekey", Mode.WRITE) from exc
     except StatekeeperError:
-        return None  # rekey_store opens it itself and says what is wrong
+        return None, False  # rekey_store opens it itself and says what is wrong
     try:
-        return (await counter.info()).checkpoints
+        total = (await counter.info()).checkpoints
+        newest = await counter._scan(ScanQuery(None, "desc", None, 1, {}, counter.now(), True))
+        sealed = any(
+            isinstance(r, StoredRecord) and Sealer.carries_metadata(r.state) for r in newest
+        )
+        return total, sealed
     except StatekeeperError:
-        return None
+        return None, False
     finally:
         await counter.close()
 
