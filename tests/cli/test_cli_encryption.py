@@ -277,3 +277,15 @@ def test_the_cipher_is_imported_only_with_the_keys(encrypted: str, tmp_path: Pat
     make(plain, None)
     assert "cryptography" not in _modules(tmp_path, None, "latest", "orders", "--url", plain)
     assert "cryptography" in _modules(tmp_path, KEYS, "latest", "orders", "--url", encrypted)
+
+
+def test_the_demo_with_keys_set_writes_an_encrypted_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    # the killed child and the resuming parent both open the store with the keys
+    doc = run_cli("demo", "--url", url, "--steps", "4", "--json", cwd=tmp_path, env=KEYS).json()
+    assert doc["ok"] is True, doc
+    assert raw_key_ids(url) == {"k1"}
+    code, out, _ = invoke("verify", "--url", url)
+    text = flat(out)
+    assert code == 1 and "set STATEKEEPER_KEYS=" in text
+    assert "repair what can be rebuilt" not in text  # repair cannot give it the keys

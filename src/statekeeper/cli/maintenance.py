@@ -39,7 +39,15 @@ from .base import (
     setup,
 )
 from .hints import command
-from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, Output, count, problems_table
+from .output import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+    Output,
+    count,
+    needs_keys,
+    problems_table,
+)
 
 if TYPE_CHECKING:
     from .._core.store import BaseCheckpointStore
@@ -129,7 +137,9 @@ def _print_verify(out: Output, report: VerifyReport) -> None:
             "an undecryptable record names a key that is not in $STATEKEEPER_KEYS, or was "
             "altered: add the key it names after the active one and verify again"
         )
-    if kinds - {"unchecked", "plaintext", "undecryptable"}:
+    # repair rebuilds neither a key nor a record that is encrypted and read without keys
+    skip = {"unchecked", "plaintext", "undecryptable"}
+    if any(p.kind not in skip and not needs_keys(p.reason) for p in problems):
         out.line(f"repair what can be rebuilt: {command('repair', *out.url_args())}")
 
 

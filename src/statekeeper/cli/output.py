@@ -52,7 +52,9 @@ __all__ = [
     "compact_table",
     "count",
     "header_json",
+    "key_options",
     "kv_table",
+    "needs_keys",
     "plain",
     "printable",
     "problems_table",
@@ -175,12 +177,12 @@ class Output:
         without, whatever the variable says (``rekey`` counts a plaintext store so).
         """
         self.remember(url)
-        named = url_names(url, "encryption")
-        if keys and keys_set() and not named:
-            options = {**options, "encryption": "env"}
+        if keys:
+            options = {**key_options(url), **options}
         store = open_store(url, **options)
         if keys:
-            self.encrypted = self.encrypted or named or "encryption" in options
+            named = url_names(url, "encryption") or "encryption" in options
+            self.encrypted = self.encrypted or named
         return store
 
     def scrub(self, text: str) -> str:
@@ -192,7 +194,7 @@ class Output:
     def keys_hint(self, reasons: list[str]) -> None:
         """After a list of unreadable records: if some are encrypted and this
         command had no keys, say how to give it them."""
-        if not self.encrypted and any(_WITHOUT_KEYS in r for r in reasons):
+        if not self.encrypted and any(needs_keys(r) for r in reasons):
             self.line(f"these records are encrypted: {without_keys_hint()}", "yellow")
 
     # -- results ---------------------------------------------------------------------
@@ -299,6 +301,18 @@ class Output:
 def keys_set() -> bool:
     """Whether ``$STATEKEEPER_KEYS`` is set and not empty."""
     return bool(os.environ.get(KEYS_ENV, "").strip())
+
+
+def needs_keys(reason: str) -> bool:
+    """Whether a record was unreadable because it is encrypted and the store was
+    opened without keys."""
+    return _WITHOUT_KEYS in reason
+
+
+def key_options(url: str) -> dict[str, Any]:
+    """The options that open the store at ``url`` as SPEC §4 says: ``encryption="env"``
+    with ``$STATEKEEPER_KEYS`` set, unless the URL names its own ``encryption``."""
+    return {"encryption": "env"} if keys_set() and not url_names(url, "encryption") else {}
 
 
 def without_keys_hint() -> str:
