@@ -72,8 +72,10 @@ def test_every_command_on_a_memory_store(tmp_path: Path) -> None:
         "streams",
         "high_water_mark",
         "capabilities",
+        "encryption",
         "extra",
     }
+    assert info["encryption"] == {"enabled": False, "active_key": None, "encrypt_metadata": False}
 
     # streams: paged by name, with a count cap that says when it is a lower bound
     first = seeded("streams", "--limit", "2", "--count-limit", "3", *url, cwd=tmp_path)

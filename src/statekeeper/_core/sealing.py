@@ -199,8 +199,10 @@ class SealedPrimitives(StorePrimitives):
         self, current: StoredRecord, values: dict[str, Any]
     ) -> tuple[dict[str, str], dict[str, Any], bool]:
         """The tags and metadata of ``current``, and whether its envelope carries
-        them (then it must open to give them) rather than its header."""
-        if inner_codec(current.codec) is not None and self._sealer.carries_metadata(current.state):
+        them (then it must open to give them) rather than its header. A plaintext
+        record is refused (:class:`~statekeeper.errors.RecordNotEncrypted`), as every
+        read refuses it: its header's tags and metadata are never sealed as real."""
+        if inner_codec(current.codec) is None or self._sealer.carries_metadata(current.state):
             opened = header_values(self.open_record(current))
             return opened["tags"], opened["metadata"], True
         return values["tags"], values["metadata"], False

@@ -27,14 +27,7 @@ from ..codec import Codec
 from ..config import Capabilities, StoreOptions, validate_options
 from ..cursor import CursorSigner
 from ..errors import CheckpointNotFound, ReadOnlyStore, StoreClosed
-from ..models import (
-    Checkpoint,
-    CheckpointHeader,
-    NewCheckpoint,
-    Page,
-    RepairReport,
-    VerifyReport,
-)
+from ..models import Checkpoint, CheckpointHeader, NewCheckpoint, Page, RepairReport, VerifyReport
 from ..rawcodec import RawCodec
 from ..record import StoredRecord
 from . import batch, validate, writes
@@ -108,6 +101,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         self._clock = clock or partial(datetime.now, UTC)
         self._ttl_rule = writes.TtlRule(self.capabilities.ttl, self.backend_name)
         self._identity: StoreIdentity | None = None
+        self._opening: StoreIdentity | None = None  # opened by the backend, not yet by open()
         self._signer: CursorSigner | None = None
         self._encryption = Encryption.of(self.options)  # S16 (None: plaintext)
         self._sealed: SealedPrimitives | None = None  # while open and encrypted
@@ -136,8 +130,9 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
 
     @property
     def store_id(self) -> str:
-        """The persisted store id (raises :class:`StoreClosed` before :meth:`open`)."""
-        return self._require_open().store_id
+        """The persisted store id (raises :class:`StoreClosed` before :meth:`open`;
+        the backend's primitives that :meth:`open` calls may read it)."""
+        return (self._identity or self._opening or self._require_open()).store_id
 
     async def open(self) -> None:
         """Open (create if needed) the store. Opening an open store does nothing."""
@@ -145,7 +140,11 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             identity = await self._open()
             if self._encryption is not None:
                 args = (identity.store_id, self.describe(), self.now())
-                self._sealed = await self._encryption.open(self, *args)
+                self._opening = identity  # its check reads the newest record
+                try:
+                    self._sealed = await self._encryption.open(self, *args)
+                finally:
+                    self._opening = None
             self._signer = CursorSigner(identity.cursor_key)
             self._identity = identity
 
@@ -350,12 +349,13 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         ``state=None``. A page costs O(limit), whatever its offset.
         """
         signer = self._open_signer()
+        sealed = self._sealed  # sealing metadata, it refuses a metadata filter itself
         return await list_page(
-            self._sealed or self,
+            sealed or self,
             signer,
             self.now,
             self._decode_strict,
-            self.capabilities.metadata_filter,
+            self.capabilities.metadata_filter or bool(sealed and sealed.sealer.seals_metadata),
             stream,
             limit=limit,
             order=order,

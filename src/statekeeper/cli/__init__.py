@@ -14,7 +14,9 @@ measures the time).
 - :mod:`.commands`: ``demo``, ``info``, ``streams``, ``ls``, ``show``, ``latest``;
   registers every command in ``--help`` order.
 - :mod:`.maintenance`: ``verify``, ``repair``, ``copy``, ``prune``, ``purge``.
-- :mod:`.output`: the store URL, rich or ``--json`` output, errors and exit codes.
+- :mod:`.rekeying`: ``rekey``, every record under the active key of ``$STATEKEEPER_KEYS``.
+- :mod:`.output`: the store URL, opening a store (with ``encryption="env"`` when
+  ``$STATEKEEPER_KEYS`` is set), rich or ``--json`` output, errors and exit codes.
 - :mod:`.hints`: commands printed for the user to run next, so that they run as printed.
 - :mod:`.ops`: the long-running work of ``streams`` and ``copy``.
 - :mod:`.demo` and :mod:`.demo_render`: ``statekeeper demo`` and how it tells its story.

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from ..errors import StoreNotFound
+from ..errors import StoreFormatError, StoreNotFound
 from .hints import command as hint_command
-from .output import EXIT_PROBLEM, CliError, Output
+from .output import EXIT_PROBLEM, KEYS_ENV, CliError, Output
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click.exceptions import BadParameter, ClickException
@@ -41,6 +41,7 @@ __all__ = [
     "app",
     "no_store",
     "opened",
+    "plaintext_refused",
     "progress_bar",
     "run_async",
     "run_command",
@@ -209,8 +210,41 @@ async def opened(
         await store.open()
     except StoreNotFound as exc:
         raise no_store(out, store, command, mode, role) from exc
+    except StoreFormatError as exc:
+        raise plaintext_refused(out, store, exc, role) or exc from exc
     async with store:
         yield store
+
+
+def plaintext_refused(
+    out: Output,
+    store: BaseCheckpointStore,
+    exc: StoreFormatError,
+    role: str = "store",
+    url: str | None = None,
+) -> CliError | None:
+    """The error for a plaintext store opened with the keys of ``$STATEKEEPER_KEYS``
+    (``None`` for any other format error): encrypt it with ``rekey``, or read it
+    without the keys."""
+    if getattr(store, "_encryption", None) is None or "plaintext records" not in str(exc):
+        return None
+    where = out.scrub(store.describe())
+    message = f"the store at {where}"
+    message += f" ({role})" if role != "store" else ""
+    message += (
+        f" holds plaintext records, and with ${KEYS_ENV} set every command opens stores "
+        "with encryption, which never reads plaintext. "
+    )
+    url_args = ["--url", out.safe_url(url)] if url is not None else out.url_args()
+    if role == "SRC":
+        message += "Copy it as it is with --plaintext-src (DST is still encrypted)"
+    elif role == "DST":
+        message += "Copy into it as plaintext with --plaintext-dst, or encrypt it first with: "
+        message += hint_command("rekey", *url_args)
+    else:
+        message += f"Encrypt it with: {hint_command('rekey', *url_args)}"
+    message += f"; or unset {KEYS_ENV} to read it as plaintext"
+    return CliError(message, EXIT_PROBLEM, kind="StoreFormatError")
 
 
 def no_store(

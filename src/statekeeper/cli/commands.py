@@ -8,7 +8,9 @@ Every command works on any store URL the registry can open, plugins included:
 common options ``--url``, ``--json`` and ``--debug`` may be given before the
 command or after it. Commands that only read open the store with
 ``read_only=True``: they write nothing and never create a store, so a mistyped
-URL is ``StoreNotFound`` (exit 1), not a new empty store. Exit statuses: 0 ok,
+URL is ``StoreNotFound`` (exit 1), not a new empty store. With
+``$STATEKEEPER_KEYS`` set, every store is opened with ``encryption="env"``
+(:meth:`.output.Output.open`). Exit statuses: 0 ok,
 1 a problem found in the data or the store, 2 a usage error. See ``docs/cli.md``.
 
 Importing this module imports typer, and no more of statekeeper than ``--help``
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from . import importing, maintenance
+from . import importing, maintenance, rekeying
 from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, app, run_command
 from .hints import command
 from .output import (
@@ -98,6 +100,7 @@ def info(
     async def body(out: Output, store: BaseCheckpointStore) -> None:
         si = await store.info()
         caps = {name: getattr(si.capabilities, name) for name in vars(si.capabilities)}
+        encryption = _encryption_json(store)
         if out.json:
             out.emit(
                 {
@@ -109,6 +112,7 @@ def info(
                     "streams": si.streams,
                     "high_water_mark": si.high_water_mark,
                     "capabilities": caps,
+                    "encryption": encryption,
                     "extra": si.extra,
                 }
             )
@@ -122,11 +126,32 @@ def info(
             ("streams", si.streams),
             ("high-water mark", si.high_water_mark),
             ("capabilities", ", ".join(k for k, v in caps.items() if v) or "none"),
+            ("encryption", _encryption_text(encryption)),
         ]
         rows += [(str(k), out.scrub(plain(v))) for k, v in si.extra.items()]
         out.say(kv_table("store", rows))
 
     run_command(ctx, url, json_, debug, Mode.READ, body)
+
+
+def _encryption_json(store: BaseCheckpointStore) -> dict[str, Any]:
+    """Whether ``store`` was opened with encryption, its active key id and whether
+    it seals metadata: ids only, never a key."""
+    encryption = getattr(store, "_encryption", None)
+    if encryption is None:
+        return {"enabled": False, "active_key": None, "encrypt_metadata": False}
+    return {
+        "enabled": True,
+        "active_key": encryption.keyring.active,
+        "encrypt_metadata": bool(encryption.metadata),
+    }
+
+
+def _encryption_text(encryption: dict[str, Any]) -> str:
+    if not encryption["enabled"]:
+        return "off (opened without keys)"
+    sealed = ", tags and metadata too" if encryption["encrypt_metadata"] else ""
+    return f"on, active key {encryption['active_key']!r}{sealed}"
 
 
 def streams(
@@ -298,6 +323,7 @@ def _render_page(
     if page.skipped:
         skipped = [skipped_json(e) for e in page.skipped]
         problems_table(out, "unreadable checkpoints (left out of the listing)", skipped)
+        out.keys_hint([s["reason"] for s in skipped])
     args = ["--order", order, "--limit", str(limit)]
     args += [f"--tag={k}={v}" for k, v in tags.items()]
     args += out.url_args()
@@ -394,6 +420,7 @@ _COMMANDS = (
     maintenance.repair,
     maintenance.copy,
     importing.import_,
+    rekeying.rekey,
     maintenance.prune,
     maintenance.purge,
 )

@@ -33,6 +33,7 @@ from typing import IO, Any
 from .._core.store import BaseCheckpointStore
 from .._registry import ENV_URL, open_store
 from ..models import Checkpoint
+from .output import key_options
 
 __all__ = ["DemoResult", "demo_stream_name", "run_demo", "run_job"]
 
@@ -128,7 +129,9 @@ def _child_main(argv: list[str]) -> int:
         send(f"saved {cp.metadata['step']} {cp.sequence} {cp.id}")
 
     async def job() -> None:
-        async with open_store(os.environ[ENV_URL]) as store:
+        url = os.environ[ENV_URL]
+        # the parent's store, opened the way the parent opened it ($STATEKEEPER_KEYS)
+        async with open_store(url, **key_options(url)) as store:
             await run_job(store, stream, steps, before_save=wait_for_go, after_save=saved)
         send("done")
 

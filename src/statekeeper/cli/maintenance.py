@@ -9,7 +9,9 @@
   and runs :meth:`~statekeeper.BaseCheckpointStore.repair`. Damaged checkpoints
   stay (exit 1) until ``--drop-damaged``, the only way they go away.
 - ``copy`` reads its source with ``read_only=True``; its destination may be created.
-  It names both stores as arguments and refuses a global ``--url``. Interrupted
+  It names both stores as arguments and refuses a global ``--url``. With
+  ``$STATEKEEPER_KEYS`` set both are opened with the keys (a new destination is
+  encrypted); ``--plaintext-src`` / ``--plaintext-dst`` open one side without. Interrupted
   (Ctrl-C, exit 130), it says how far it got; running it again continues.
 - ``prune`` and ``purge`` change a store, so they open it with ``create=False``.
 
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..errors import StatekeeperError
+from ..errors import StatekeeperError, StoreFormatError
 from .base import (
     DebugOpt,
     JsonOpt,
@@ -30,13 +32,22 @@ from .base import (
     StreamArg,
     UrlOpt,
     opened,
+    plaintext_refused,
     progress_bar,
     run_async,
     run_command,
     setup,
 )
 from .hints import command
-from .output import EXIT_INTERRUPTED, EXIT_PROBLEM, EXIT_USAGE, Output, count, problems_table
+from .output import (
+    EXIT_INTERRUPTED,
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+    Output,
+    count,
+    needs_keys,
+    problems_table,
+)
 
 if TYPE_CHECKING:
     from .._core.store import BaseCheckpointStore
@@ -82,17 +93,53 @@ def verify(
     run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
+#: Problem kinds that are notices: they do not make a report fail (``retired-key``).
+_NOTICES = ("retired-key",)
+#: How many notices the table shows; the verdict counts them all.
+_NOTICES_SHOWN = 5
+
+
 def _print_verify(out: Output, report: VerifyReport) -> None:
-    problems_table(out, "problems", [_problem_json(p) for p in report.problems])
+    problems = [p for p in report.problems if p.kind not in _NOTICES]
+    notices = [p for p in report.problems if p.kind in _NOTICES]
+    problems_table(out, "problems", [_problem_json(p) for p in problems])
+    shown = [_problem_json(p) for p in notices[:_NOTICES_SHOWN]]
+    problems_table(out, "notices (readable, not problems)", shown)
+    if len(notices) > _NOTICES_SHOWN:
+        out.line(f"... and {len(notices) - _NOTICES_SHOWN} more notices (--json lists them all)")
+    out.keys_hint([p.reason for p in problems])
     checked = f"checked {count(report.records, 'checkpoint')} in {count(report.streams, 'stream')}"
+    rekey = command("rekey", *out.url_args())
     if report.ok:
         out.line(f"{checked}, and every index and table against them: ok", "green")
+        if notices:
+            out.line(
+                f"{count(len(notices), 'record')} still under a retired key (readable while "
+                f"that key stays in $STATEKEEPER_KEYS); move them to the active key: {rekey}",
+                "yellow",
+            )
         return
-    verdict = f"{checked}: {count(len(report.problems), 'problem')}"
+    verdict = f"{checked}: {count(len(problems), 'problem')}"
+    if notices:
+        verdict += f" (and {count(len(notices), 'record')} under a retired key)"
     if not report.complete:
         verdict += ", and not fully checked"
     out.line(verdict, "bold red")
-    if any(p.kind != "unchecked" for p in report.problems):
+    kinds = {p.kind for p in problems}
+    if "plaintext" in kinds:
+        out.line(
+            "a plaintext record in an encrypted store was not written through these keys: "
+            "left from before the store was encrypted, or planted. Check it; "
+            f"if it is yours, rekey encrypts it: {rekey}"
+        )
+    if "undecryptable" in kinds:
+        out.line(
+            "an undecryptable record names a key that is not in $STATEKEEPER_KEYS, or was "
+            "altered: add the key it names after the active one and verify again"
+        )
+    # repair rebuilds neither a key nor a record that is encrypted and read without keys
+    skip = {"unchecked", "plaintext", "undecryptable"}
+    if any(p.kind not in skip and not needs_keys(p.reason) for p in problems):
         out.line(f"repair what can be rebuilt: {command('repair', *out.url_args())}")
 
 
@@ -173,6 +220,19 @@ def copy(
     destination: Annotated[str, typer.Argument(metavar="DST", help="Store URL to copy into.")],
     json_: JsonOpt = False,
     debug: DebugOpt = False,
+    plaintext_src: Annotated[
+        bool,
+        typer.Option(
+            "--plaintext-src", help="Read SRC without encryption, even with $STATEKEEPER_KEYS set."
+        ),
+    ] = False,
+    plaintext_dst: Annotated[
+        bool,
+        typer.Option(
+            "--plaintext-dst",
+            help="Write DST without encryption, even with $STATEKEEPER_KEYS set: a decrypted copy.",
+        ),
+    ] = False,
 ) -> None:
     """Copy every checkpoint of store SRC into store DST, in order.
 
@@ -180,6 +240,9 @@ def copy(
     Ids, streams, timestamps, etags, parent links, tags, metadata and expiry are kept;
     relative order is kept. Checkpoints already in DST (same id, stream and etag) are
     skipped; a different one with the same id is reported as a conflict (exit 1).
+    With $STATEKEEPER_KEYS set, both stores are opened with those keys, so DST is
+    written encrypted, the safe default; --plaintext-src and --plaintext-dst open one
+    side without them.
     """
     from .ops import CopyResult, copy_store
 
@@ -192,18 +255,23 @@ def copy(
                 f"{command('copy', 'SRC', 'DST')} (to copy the store at --url, pass it as SRC)",
                 EXIT_USAGE,
             )
-        src = out.open(source, **Mode.READ.options())
-        dst = out.open(destination, **Mode.CREATE.options())
+        src = out.open(source, keys=not plaintext_src, **Mode.READ.options())
+        dst = out.open(destination, keys=not plaintext_dst, **Mode.CREATE.options())
         result = CopyResult()
         total: int | None = None
 
         async def main() -> int:
             nonlocal total
-            async with opened(out, src, "copy", Mode.READ, "SRC"), dst:
-                total = (await src.info()).checkpoints
-                progress, advance = progress_bar(out, "copying", total)
-                with progress:
-                    await copy_store(src, dst, advance, result)
+            async with opened(out, src, "copy", Mode.READ, "SRC"):
+                try:
+                    await dst.open()
+                except StoreFormatError as exc:
+                    raise plaintext_refused(out, dst, exc, "DST", destination) or exc from exc
+                async with dst:
+                    total = (await src.info()).checkpoints
+                    progress, advance = progress_bar(out, "copying", total)
+                    with progress:
+                        await copy_store(src, dst, advance, result)
             problems = [p.as_json() for p in result.problems]
             if out.json:
                 out.emit(
@@ -218,6 +286,7 @@ def copy(
                 )
             else:
                 problems_table(out, "not copied", problems)
+                out.keys_hint([p["reason"] for p in problems if p["check"] == "source"])
                 out.line(
                     f"copied {result.copied}, already present {result.already_present}, "
                     f"not copied {len(problems)} (of {result.seen} in the source)",

@@ -46,17 +46,21 @@ __all__ = [
     "EXIT_OK",
     "EXIT_PROBLEM",
     "EXIT_USAGE",
+    "KEYS_ENV",
     "CliError",
     "Output",
     "compact_table",
     "count",
     "header_json",
+    "key_options",
     "kv_table",
+    "needs_keys",
     "plain",
     "printable",
     "problems_table",
     "skipped_json",
     "state_json",
+    "url_names",
     "when",
 ]
 
@@ -66,6 +70,12 @@ EXIT_PROBLEM = 1
 EXIT_USAGE = 2
 #: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
 EXIT_INTERRUPTED = 130
+#: Set (non-empty), every command opens its stores with ``encryption="env"``, which
+#: reads the keys from it (``statekeeper.encryption.ENV_VAR``; named here so that
+#: ``--help`` imports nothing of the encryption package).
+KEYS_ENV = "STATEKEEPER_KEYS"
+#: What a record encrypted in a store opened without keys says (``_core.codecs``).
+_WITHOUT_KEYS = "opened without encryption"
 
 #: Errors that mean the command line itself was wrong, not the store.
 _USAGE_ERRORS = (InvalidURL, InvalidOptions, BackendNotFound, InvalidQuery)
@@ -107,6 +117,9 @@ class Output:
     store_url: str | None = None
     #: Where :attr:`url` came from: ``"option"``, ``"env"`` or ``"default"``.
     url_source: str | None = None
+    #: Whether the stores of this command were opened with encryption
+    #: (``$STATEKEEPER_KEYS`` set, or an ``encryption=`` option in the URL).
+    encrypted: bool = False
     _secrets: set[str] = field(default_factory=set)
 
     # -- URLs and stores -------------------------------------------------------------
@@ -153,20 +166,36 @@ class Output:
         except InvalidURL:
             return self.scrub(url)
 
-    def open(self, url: str, **options: Any) -> BaseCheckpointStore:
+    def open(self, url: str, *, keys: bool = True, **options: Any) -> BaseCheckpointStore:
         """An unopened store for ``url`` (the scheme and options are checked now).
 
         ``options`` are the command's: ``read_only=True`` for commands that only
         read, ``create=False`` for those that change a store but never make one.
+        The one rule for encryption (SPEC §4): with ``$STATEKEEPER_KEYS`` set and
+        not empty, the store is opened with ``encryption="env"``, else without;
+        an ``encryption=`` option in the URL itself wins. ``keys=False`` opens it
+        without, whatever the variable says (``rekey`` counts a plaintext store so).
         """
         self.remember(url)
-        return open_store(url, **options)
+        if keys:
+            options = {**key_options(url), **options}
+        store = open_store(url, **options)
+        if keys:
+            named = url_names(url, "encryption") or "encryption" in options
+            self.encrypted = self.encrypted or named
+        return store
 
     def scrub(self, text: str) -> str:
         """``text`` with every known password, and anything shaped like one, hidden."""
         for secret in sorted(self._secrets, key=len, reverse=True):
             text = text.replace(secret, "***")
         return _URL_PASSWORD.sub(r"\1***@", text)
+
+    def keys_hint(self, reasons: list[str]) -> None:
+        """After a list of unreadable records: if some are encrypted and this
+        command had no keys, say how to give it them."""
+        if not self.encrypted and any(needs_keys(r) for r in reasons):
+            self.line(f"these records are encrypted: {without_keys_hint()}", "yellow")
 
     # -- results ---------------------------------------------------------------------
 
@@ -241,9 +270,14 @@ class Output:
         except StatekeeperError as exc:
             code = EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_PROBLEM
             details: dict[str, Any] = {}
+            message = str(exc)
             if isinstance(exc, CheckpointDecodeError):
                 details = {"id": exc.id, "location": exc.location, "reason": exc.reason}
-            self._report(str(exc), code, type(exc).__name__, details)
+                if not self.encrypted and _WITHOUT_KEYS in exc.reason:
+                    # the API's advice (encryption=...) in the command line's words
+                    message = message.split(f"{_WITHOUT_KEYS}:", 1)[0] + _WITHOUT_KEYS
+                    message += f"; {without_keys_hint()}"
+            self._report(message, code, type(exc).__name__, details)
         except Exception as exc:
             hint = "" if self.debug else " (run with --debug for the traceback)"
             message = f"unexpected {type(exc).__name__}: {exc}{hint}"
@@ -262,6 +296,38 @@ class Output:
             self.emit({"error": error})
         self.stderr.print(Text(f"error: {one_line}", style="bold red"), soft_wrap=True)
         raise SystemExit(code)
+
+
+def keys_set() -> bool:
+    """Whether ``$STATEKEEPER_KEYS`` is set and not empty."""
+    return bool(os.environ.get(KEYS_ENV, "").strip())
+
+
+def needs_keys(reason: str) -> bool:
+    """Whether a record was unreadable because it is encrypted and the store was
+    opened without keys."""
+    return _WITHOUT_KEYS in reason
+
+
+def key_options(url: str) -> dict[str, Any]:
+    """The options that open the store at ``url`` as SPEC §4 says: ``encryption="env"``
+    with ``$STATEKEEPER_KEYS`` set, unless the URL names its own ``encryption``."""
+    return {"encryption": "env"} if keys_set() and not url_names(url, "encryption") else {}
+
+
+def without_keys_hint() -> str:
+    return (
+        f"set {KEYS_ENV}='id:base64key[,id:base64key...]' (the active key first, then "
+        "the retired ones) and run the command again"
+    )
+
+
+def url_names(url: str, option: str) -> bool:
+    """Whether the query of ``url`` sets ``option``."""
+    try:
+        return option in StoreURL.parse(url).query
+    except InvalidURL:
+        return False  # open_store says what is wrong with it
 
 
 # -- tables shared by several commands ---------------------------------------------------
@@ -328,6 +394,9 @@ CHECK_NAMES = {
     "source": "unreadable in the source",
     "destination": "refused by the destination",
     "conflict": "id conflict",
+    "plaintext": "plaintext in an encrypted store",
+    "undecryptable": "cannot be decrypted",
+    "retired-key": "under a retired key",
 }
 
 

@@ -91,6 +91,12 @@ class Keyring:
     def __hash__(self) -> int:
         return hash((self._active, tuple(sorted(self._keys))))
 
+    def __copy__(self) -> Keyring:
+        return self  # immutable: a copy (of the options that hold it) shares it
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Keyring:
+        return self
+
     def __reduce__(self) -> tuple[object, ...]:
         # pickling would write the keys wherever the pickle goes; refuse it
         raise TypeError("a Keyring is not picklable: it would carry its keys along")

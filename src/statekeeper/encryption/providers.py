@@ -46,7 +46,10 @@ def parse_keys(text: str, source: str) -> Keyring:
             keys[kid] = base64.b64decode(encoded.strip(), validate=True)
         except (binascii.Error, ValueError):
             raise InvalidOptions(f"{source}: the key of {kid!r} is not valid base64") from None
-    return Keyring(keys, active=next(iter(keys)))
+    try:
+        return Keyring(keys, active=next(iter(keys)))
+    except InvalidOptions as exc:  # a bad id or key length: say where it came from
+        raise InvalidOptions(f"{source}: {exc}") from None
 
 
 def env_keys(argument: str | None = None) -> Keyring:
