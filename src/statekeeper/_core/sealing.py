@@ -119,16 +119,22 @@ class SealedPrimitives(StorePrimitives):
             return header
         return header.model_copy(update={"tags": tags, "metadata": metadata})
 
-    def _query(self, query: ScanQuery) -> ScanQuery:
-        """The scan the backend runs: always with the states (every listed record is
-        opened, so none is returned unauthenticated), and no filter on what the
-        backend cannot see."""
-        if self._sealer.seals_metadata and (query.tags or query.metadata):
+    def check_filters(self, tags: Any, metadata: Any) -> None:
+        """Refuse filters on tags or metadata where the envelope seals them. The store
+        calls it before a listing: a backend without a native metadata filter is
+        scanned with the filter left out, which must not answer it either."""
+        if self._sealer.seals_metadata and (tags or metadata):
             raise InvalidQuery(
                 "this store encrypts tags and metadata (encrypt_metadata=True), so it "
                 "cannot filter on them: filter the listed items yourself, or keep the "
                 "fields you filter on out of encrypted metadata"
             )
+
+    def _query(self, query: ScanQuery) -> ScanQuery:
+        """The scan the backend runs: always with the states (every listed record is
+        opened, so none is returned unauthenticated), and no filter on what the
+        backend cannot see."""
+        self.check_filters(query.tags, query.metadata)
         return query if query.include_state else replace(query, include_state=True)
 
     # -- records in -------------------------------------------------------------------

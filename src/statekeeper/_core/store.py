@@ -350,6 +350,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         ``state=None``. A page costs O(limit), whatever its offset.
         """
         signer = self._open_signer()
+        if self._sealed is not None:
+            self._sealed.check_filters(tags, metadata)
         return await list_page(
             self._sealed or self,
             signer,
