@@ -143,11 +143,12 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         """Open (create if needed) the store. Opening an open store does nothing."""
         if self._identity is None:
             identity = await self._open()
-            if self._encryption is not None:
-                args = (identity.store_id, self.describe(), self.now())
-                self._sealed = await self._encryption.open(self, *args)
+            if self._encryption is not None:  # sealed first: the check reads records
+                self._sealed = self._encryption.seal(self, identity.store_id, self.describe())
             self._signer = CursorSigner(identity.cursor_key)
             self._identity = identity
+            if self._encryption is not None:
+                await self._encryption.check(self, self.describe(), self.now())
 
     async def close(self) -> None:
         """Close the store. Closing a closed store does nothing; reopening is allowed."""
