@@ -141,6 +141,10 @@ class KitBase:
     #: e.g. ``{"inline": {"inline_reads": True}, "worker": {"inline_reads": False}}``.
     #: Empty (the default): every test runs once, with the kit's options only.
     option_sets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: Per option set, by name: multiplies the state machine's examples in that set
+    #: only (on top of :attr:`examples_scale`), e.g. ``{"encrypted": 0.4}`` for a slow
+    #: server where the other set already covers the backend's statements.
+    option_set_examples: ClassVar[Mapping[str, float]] = {}
 
     _kit_factory: StoreFactory
     _kit_opened: list[BaseCheckpointStore]
@@ -196,6 +200,15 @@ class KitBase:
                 HealthCheck.filter_too_much,
             ],
         )
+
+    def option_set_settings(self, base: settings, kit_options: Mapping[str, Any]) -> settings:
+        """``base`` with the examples scaled by :attr:`option_set_examples` for the
+        option set ``kit_options`` came from (unchanged when it names none)."""
+        names = [n for n, opts in self.option_sets.items() if dict(opts) == dict(kit_options)]
+        scale = self.option_set_examples.get(names[0], 1.0) if names else 1.0
+        if scale == 1.0:
+            return base
+        return settings(base, max_examples=max(1, round(base.max_examples * scale)))
 
     @pytest_asyncio.fixture(loop_scope="function")
     async def store(
@@ -311,7 +324,9 @@ class KitBase:
             cp.id
             for cp in page.items
             if all(k in cp.tags and cp.tags[k] == v for k, v in (tags or {}).items())
-            and all(k in cp.metadata and same(cp.metadata[k], v) for k, v in (metadata or {}).items())
+            and all(
+                k in cp.metadata and same(cp.metadata[k], v) for k, v in (metadata or {}).items()
+            )
         ]
 
     @staticmethod

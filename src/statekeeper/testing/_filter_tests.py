@@ -365,6 +365,8 @@ class FilterTests(KitBase):
                 await store.update(cp.id, {"v": 3}, **edits)
         loaded = await store.load(cp.id)
         assert loaded.header() == mine.header()
-        assert (await self.filtered_ids(store, "job", metadata={"m": 1}, tags={"kind": "b"})) == [cp.id]
+        assert (await self.filtered_ids(store, "job", metadata={"m": 1}, tags={"kind": "b"})) == [
+            cp.id
+        ]
         with pytest.raises(CheckpointNotFound):
             await store.update("never-saved", {}, tags={"k": "v"})
