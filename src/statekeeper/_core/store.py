@@ -309,6 +309,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         position, not an item.
         """
         signer = self._open_signer()
+        if self._sealed is not None:  # a cursor for a filter no listing can answer
+            self._sealed.check_filters(tags, metadata)
         return await batch.cursor_at(
             self._sealed or self, self.now, signer, id, order, tags, metadata
         )
