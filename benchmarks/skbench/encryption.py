@@ -107,11 +107,14 @@ def target_us(kb: int) -> float:
 
 def big_state(step: int, size: int = 100_000) -> dict[str, Any]:
     """The ~1 KB state of :func:`make_state` with its tool message grown to ``size``
-    bytes of text: a long tool result, as an agent's state gets one. A few long
-    strings rather than thousands of small objects, so that decoding it (the same
-    on both sides) adds little noise to what encryption adds."""
+    characters of text: a long tool result, as an agent's state gets one. Words drawn
+    at random (seeded by ``step``), so the text compresses about as prose does, not as
+    a repeated phrase would (PostgreSQL compresses a plaintext state; a ciphertext
+    does not compress). A few long strings rather than thousands of small objects,
+    so that decoding it (the same on both sides) adds little noise."""
     state = make_state(step)
-    text = " ".join(_WORDS[(step + i) % len(_WORDS)] for i in range(size // 5))
+    rng = random.Random(step)
+    text = " ".join(rng.choice(_WORDS) for _ in range(size // 5))
     state["messages"][2]["content"] = f"tool {step}: " + text[:size]
     return state
 
@@ -231,7 +234,7 @@ class Subjects:
         self.workdir = workdir
         self.pg = pg
         self.stores: dict[str, Any] = {}
-        self.prefixes: list[str] = []
+        self.prefixes: dict[str, str] = {}
 
     async def open(self) -> None:
         import statekeeper as sk
@@ -240,7 +243,7 @@ class Subjects:
         for n, variant in enumerate(VARIANTS):
             url, options = _url(self.backend, self.workdir / f"store{n}", self.pg)
             if "table_prefix" in options:
-                self.prefixes.append(options["table_prefix"])
+                self.prefixes[variant] = options["table_prefix"]
             if self.durability is not None:
                 options["durability"] = self.durability
             if variant in RAW_VARIANTS:
@@ -256,8 +259,30 @@ class Subjects:
         for store in self.stores.values():
             await store.close()
         self.stores.clear()
-        for prefix in self.prefixes:
+        for prefix in self.prefixes.values():
             await _drop_tables(self.pg, prefix)
+
+    async def stored_sizes(self) -> dict[str, dict[str, int]]:
+        """PostgreSQL only: per variant and size, the bytes a record takes in its
+        table (``pg_column_size``, after TOAST compression) and its own length."""
+        import asyncpg  # type: ignore[import-untyped,unused-ignore]
+
+        out: dict[str, dict[str, int]] = {}
+        conn = await asyncpg.connect(self.pg.replace("postgresql+asyncpg://", "postgresql://", 1))
+        try:
+            for variant, prefix in self.prefixes.items():
+                for label in SIZES:
+                    row = await conn.fetchrow(
+                        f"SELECT avg(pg_column_size(record))::bigint AS stored, "
+                        f'avg(octet_length(record))::bigint AS length FROM "{prefix}checkpoints" '
+                        "WHERE stream = $1",
+                        _stream(LATEST, label),
+                    )
+                    out.setdefault(variant, {})[label] = int(row["stored"])
+                    out[variant][label + " length"] = int(row["length"])
+        finally:
+            await conn.close()
+        return out
 
     async def fill_and_check(self, by_size: dict[str, dict[str, Any]]) -> None:
         """Fill the get_latest streams, then check each store once: the state read
@@ -349,6 +374,11 @@ async def measure_config(
         )
     info = results.configs[name]
     info["reps"] = reps
+    if subjects.prefixes:
+        try:
+            info["stored"] = await subjects.stored_sizes()
+        except Exception as exc:  # a fact for the notes, never fatal
+            info["stored_error"] = f"{type(exc).__name__}: {exc}"
     info["encoded"] = {
         label: len(subjects.stores[PLAIN].codec.encode(state)) for label, state in by_size.items()
     }

@@ -138,6 +138,7 @@ def render(results: EncResults, compare_section: str | None = None) -> str:
         elif "error" in info:
             lines.append(f"| {config} | - | - | ERROR: {info['error']} | | | | | |")
     lines.append("")
+    lines += _notes(results, rows)
     lines += ["### Every store, median (p10-p90) per call", ""]
     lines.append("| store | operation | state | plaintext | encrypted | calls a chunk |")
     lines.append("|---|---|---|---|---|---|")
@@ -167,11 +168,11 @@ def _method(results: EncResults) -> list[str]:
         '`codec="raw"`, which save the JSON codec\'s bytes of the same state (the '
         "*raw codec* rows: the envelope seals the same bytes, and no JSON is decoded). "
         "The 1 KB state is the ~1 KB state above; the 100 KB state is the same with its "
-        f"tool message grown to 100,000 characters of text ({encoded}). Every save "
-        "carries the same two tags and metadata. Before anything is timed, each store is "
-        "checked once: `get_latest` returns the state, tags and metadata saved, and the "
-        "encrypted stores' records at rest do not hold a "
-        "marker string of the state.",
+        "tool message grown to 100,000 characters of words drawn at random "
+        f"({encoded}). Every save carries the same two tags and metadata. Before "
+        "anything is timed, each store is checked once: `get_latest` returns the state, "
+        "tags and metadata saved, and the encrypted stores' records at rest do not hold "
+        "a marker string of the state.",
         "",
         f"{rounds} rounds. In each, every operation and size (in an order shuffled per "
         "round) runs one chunk of calls on each of the six stores (in an order rotated "
@@ -187,6 +188,32 @@ def _method(results: EncResults) -> list[str]:
         "`fsync`), the run cannot resolve the target on that row.",
         "",
     ]
+
+
+def _notes(results: EncResults, rows: list[dict[str, Any]]) -> list[str]:
+    """What the run's own figures say about the rows that need reading."""
+    out = []
+    memory = {(r["op"], r["size"]): r["added"].median for r in rows if r["config"] == "memory"}
+    for config, info in results.configs.items():
+        stored = info.get("stored")
+        if not stored or PLAIN not in stored or SEALED not in stored:
+            continue
+        label = list(SIZES)[-1]
+        plain, sealed = stored[PLAIN], stored[SEALED]
+        line = (
+            f"- {config}: a {label} record takes {plain[label]:,} bytes in its table "
+            f"plaintext (its length {plain[label + ' length']:,}: TOAST compresses it) and "
+            f"{sealed[label]:,} bytes encrypted (length {sealed[label + ' length']:,}: a "
+            "ciphertext does not compress), so an encrypted save writes that much more, "
+            "WAL included, and a read reads it."
+        )
+        if ("save", label) in memory:
+            line += (
+                f" The cipher itself adds {_us(memory[('save', label)])} to the same save "
+                "on the memory store, which does no I/O."
+            )
+        out.append(line)
+    return (["Reading the rows:", "", *out, ""]) if out else []
 
 
 def _raw(results: EncResults) -> list[str]:
