@@ -200,13 +200,31 @@ def _notes(results: EncResults, rows: list[dict[str, Any]]) -> list[str]:
             continue
         label = list(SIZES)[-1]
         plain, sealed = stored[PLAIN], stored[SEALED]
+        save = next(
+            (
+                r["added"]
+                for r in rows
+                if (r["config"], r["op"], r["size"]) == (config, "save", label)
+            ),
+            None,
+        )
         line = (
             f"- {config}: a {label} record takes {plain[label]:,} bytes in its table "
-            f"plaintext (its length {plain[label + ' length']:,}: TOAST compresses it) and "
-            f"{sealed[label]:,} bytes encrypted (length {sealed[label + ' length']:,}: a "
-            "ciphertext does not compress), so an encrypted save writes that much more, "
-            "WAL included, and a read reads it."
+            f"plaintext (its length {plain[label + ' length']:,}: the server compresses it) "
+            f"and {sealed[label]:,} bytes encrypted (length {sealed[label + ' length']:,}: "
+            "a ciphertext does not compress). The server's work on the row therefore "
+            "differs by more than the cipher can cost"
         )
+        if save is not None:
+            faster = save.median < 0
+            line += f": here encryption changes the {label} save by {_us(save.median)}, " + (
+                "faster, as compressing the plaintext costs the server more than "
+                "storing the ciphertext's extra bytes"
+                if faster
+                else "slower, as the ciphertext's extra bytes cost the server more "
+                "than compressing the plaintext"
+            )
+        line += "."
         if ("save", label) in memory:
             line += (
                 f" The cipher itself adds {_us(memory[('save', label)])} to the same save "
