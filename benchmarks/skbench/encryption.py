@@ -2,7 +2,7 @@
 
 For each backend and durability (memory; SQLite and file at ``durability="full"``
 and ``"fast"``; PostgreSQL at both when ``STATEKEEPER_TEST_POSTGRES_URL`` is set),
-six stores of the same backend are opened, each its own database, directory or
+eight stores of the same backend are opened, each its own database, directory or
 table prefix:
 
 - ``plaintext``: no ``encryption=``, the baseline;
@@ -14,7 +14,12 @@ table prefix:
   that save the JSON codec's bytes of the same state. The envelope seals the same
   bytes, but no JSON is decoded: at 100 KB the JSON decode costs milliseconds here,
   and its noise on a shared machine hides a difference of 100 µs, which these
-  rows resolve.
+  rows resolve;
+- ``plaintext + AES-GCM call`` and ``plaintext + envelope call``: plaintext stores
+  whose every call first makes one AES-256-GCM call (encrypt for a save, decrypt for
+  a read) or one envelope call (``Sealer.seal`` / ``Sealer.open``) on the same bytes:
+  what that call costs in place, between the backend's own work, where the caches
+  are not warm for it as they are in a loop of the call alone.
 
 Each holds a stream per state size for ``get_latest`` (a few checkpoints, never
 written to while measured) and one for the saves, pruned back (untimed) after every
@@ -24,7 +29,7 @@ equals the one saved, and where the backend has raw access, the encrypted stores
 bytes at rest do not hold a marker string the state holds.
 
 Rounds: in each, every (operation, size) in an order shuffled per round runs one
-chunk of calls on each of the six stores, in an order rotated per round, so
+chunk of calls on each of the eight stores, in an order rotated per round, so
 background load falls on all four alike. The collector is off while a round runs.
 A chunk has the same number of calls on every store (calibrated once on the
 plaintext store: about ``chunk_seconds`` of calls, at most ``WRITE_CAP`` for saves).
@@ -44,12 +49,12 @@ import random
 import secrets
 import statistics
 import time
-import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .encryption_raw import measure_raw, raw_calls
 from .payload import _WORDS, make_state
 
 __all__ = [
@@ -72,7 +77,15 @@ PLAIN, TWIN, SEALED, SEALED_META = (
     "encrypted + metadata",
 )
 RAW_PLAIN, RAW_SEALED = "plaintext, raw codec", "encrypted, raw codec"
-VARIANTS = (PLAIN, TWIN, SEALED, SEALED_META, RAW_PLAIN, RAW_SEALED)
+#: Plaintext stores whose calls also make, first, one call of the cipher alone or of
+#: the envelope alone on the same bytes: what that call costs in place, on this path.
+WITH_AES, WITH_ENVELOPE = "plaintext + AES-GCM call", "plaintext + envelope call"
+VARIANTS = (PLAIN, TWIN, SEALED, SEALED_META, RAW_PLAIN, RAW_SEALED, WITH_AES, WITH_ENVELOPE)
+#: The call each of them adds, by op: names in :func:`_raw_calls`.
+EXTRA_CALLS = {
+    WITH_AES: {"save": "AES-256-GCM encrypt", "get_latest": "AES-256-GCM decrypt"},
+    WITH_ENVELOPE: {"save": "seal", "get_latest": "open"},
+}
 RAW_VARIANTS = frozenset({RAW_PLAIN, RAW_SEALED})
 #: Each family's baseline: chunks of a family have the number of calls it calibrates.
 FAMILIES = {"json": PLAIN, "raw": RAW_PLAIN}
@@ -97,7 +110,6 @@ READ_CAP = 200
 PREFILL = 5
 MARKER = "sk-bench-marker-7f3a"
 TAGS = {"run": "bench", "shard": "3"}
-RAW_SAMPLES = 25
 
 
 def target_us(kb: int) -> float:
@@ -226,7 +238,7 @@ async def _drop_tables(url: str, prefix: str) -> None:
 
 
 class Subjects:
-    """The six stores of one config, opened, filled and checked."""
+    """The eight stores of one config, opened, filled and checked."""
 
     def __init__(self, backend: str, durability: str | None, workdir: Path, pg: str) -> None:
         self.backend = backend
@@ -334,13 +346,36 @@ def _call(store: Any, op: str, label: str, state: dict[str, Any]) -> Any:
     return store.get_latest(stream)
 
 
-async def _chunk(store: Any, op: str, label: str, state: dict[str, Any], reps: int) -> list[int]:
+async def _chunk(
+    store: Any,
+    op: str,
+    label: str,
+    state: dict[str, Any],
+    reps: int,
+    extra: Callable[[], object] | None = None,
+) -> list[int]:
     out = []
     clock = time.perf_counter_ns
     for _ in range(reps):
         t0 = clock()
+        if extra is not None:
+            extra()
         await _call(store, op, label, state)
         out.append(clock() - t0)
+    return out
+
+
+def _extras(by_size: dict[str, Any]) -> dict[tuple[str, str, str], Callable[[], object]]:
+    """The extra call of each :data:`EXTRA_CALLS` variant, by (variant, op, size)."""
+    import statekeeper as sk
+
+    codec = sk.open_store("memory://").codec
+    out = {}
+    for label, state in by_size.items():
+        calls = raw_calls(codec.name, codec.encode(state), TAGS)
+        for variant, names in EXTRA_CALLS.items():
+            for op, name in names.items():
+                out[variant, op, label] = calls[name]
     return out
 
 
@@ -365,6 +400,7 @@ async def measure_config(
     by_size = states()
     await subjects.fill_and_check(by_size)
     per_variant = {v: _states_of(v, by_size) for v in VARIANTS}
+    extras = _extras(by_size)
     keys = [(op, label) for op in OPS for label in SIZES]
     reps = {}
     for op, label in keys:
@@ -399,7 +435,8 @@ async def measure_config(
                 for variant in variants:
                     store, state = subjects.stores[variant], per_variant[variant][label]
                     n = reps[key][family_of(variant)]
-                    samples = await _chunk(store, op, label, state, n)
+                    extra = extras.get((variant, op, label))
+                    samples = await _chunk(store, op, label, state, n, extra)
                     cells[key][variant].append(samples)
         finally:
             gc.enable()
@@ -409,64 +446,10 @@ async def measure_config(
     results.cells[name] = cells
 
 
-def measure_raw(settings: EncSettings, results: EncResults) -> None:
-    """The envelope alone: :class:`Sealer` seal and open of each size's encoded state,
-    with and without metadata inside, and AES-256-GCM encrypt and decrypt of the
-    same bytes (the floor: the cipher, nothing of the envelope)."""
-    import statekeeper as sk
-
-    codec = sk.open_store("memory://").codec
-    for label, state in states().items():
-        for name, fn in _raw_calls(codec.name, codec.encode(state)).items():
-            number = max(1, round(settings.raw_seconds / max(_once(fn), 1e-9)))
-            samples = [
-                t / number * 1e9 for t in timeit.repeat(fn, number=number, repeat=RAW_SAMPLES)
-            ]
-            results.raw.setdefault(name, {})[label] = samples
-
-
-def _raw_calls(codec: str, data: bytes) -> dict[str, Callable[[], object]]:
-    """The calls :func:`measure_raw` times on ``data``, each checked once."""
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-    from statekeeper.encryption.envelope import Sealer
-
-    keyring = _keyring()
-    sealer = Sealer(keyring, "store-0123456789abcdef", metadata=False)
-    meta_sealer = Sealer(keyring, "store-0123456789abcdef", metadata=True)
-    cipher = AESGCM(os.urandom(32))
-    nonce, aad = os.urandom(12), b"a" * 80
-    ident, stream = "0193f0c2a1b27c3d9e4f5a6b7c8d9e0f", "save-1KB"
-    meta = {"step": 1, "source": "loop"}
-    sealed_codec, envelope = sealer.seal(ident, stream, codec, data, TAGS, meta)
-    meta_codec, meta_envelope = meta_sealer.seal(ident, stream, codec, data, TAGS, meta)
-    if sealer.open(ident, stream, sealed_codec, envelope).state != data:
-        raise AssertionError("the envelope did not open to its state")
-    if meta_sealer.open(ident, stream, meta_codec, meta_envelope).metadata != meta:
-        raise AssertionError("the envelope did not open to its metadata")
-    ciphertext = cipher.encrypt(nonce, data, aad)
-    return {
-        "seal": lambda: sealer.seal(ident, stream, codec, data, TAGS, meta),
-        "open": lambda: sealer.open(ident, stream, sealed_codec, envelope),
-        "seal, metadata inside": lambda: meta_sealer.seal(ident, stream, codec, data, TAGS, meta),
-        "open, metadata inside": lambda: meta_sealer.open(ident, stream, meta_codec, meta_envelope),
-        "AES-256-GCM encrypt": lambda: cipher.encrypt(nonce, data, aad),
-        "AES-256-GCM decrypt": lambda: cipher.decrypt(nonce, ciphertext, aad),
-    }
-
-
-def _once(fn: Any) -> float:
-    fn()
-    t0 = time.perf_counter()
-    for _ in range(10):
-        fn()
-    return (time.perf_counter() - t0) / 10
-
-
 async def run(settings: EncSettings, workdir: Path, results: EncResults) -> None:
     results.loads.append(f"start {loadavg()}")
     results.say("the envelope alone")
-    measure_raw(settings, results)
+    measure_raw(states(), TAGS, settings.raw_seconds, results)
     for name, backend, durability in CONFIGS:
         if settings.only and not any(k in name for k in settings.only):
             continue
