@@ -350,9 +350,18 @@ def _raw(results: EncResults) -> list[str]:
 
 def _compare(section: str) -> list[str]:
     """A ``bench_compare`` section, its headings one level down."""
-    body = section.splitlines()
+    body = section.splitlines()[1:]
+    while body and not body[0].strip():
+        body.pop(0)
     out = [COMPARE_HEADING, ""]
-    for line in body[1:]:
+    out.append(
+        "A `bench_compare` run, included as it wrote its section (`--compare`): the "
+        "plaintext stores of the commit before encryption and of a commit with it, side "
+        "by side, every ratio against 10%. The commits and that run's own command, date "
+        "and load are in its first paragraph."
+    )
+    out.append("")
+    for line in body:
         out.append("#" + line if line.startswith("### ") else line)
     out.append("")
     return out
