@@ -97,7 +97,8 @@ def render(results: EncResults, compare_section: str | None = None) -> str:
             if "paths" in meta
             else ""
         )
-        + ". Every figure in the first three tables comes from that one run."
+        + ". Every figure in this section comes from that one run, except those of the "
+        "`bench_compare` run included at its end, which names its own."
         + (
             f" The text was re-rendered from the run's raw figures by `{meta['rerendered']}`."
             if "rerendered" in meta
