@@ -249,3 +249,15 @@ def bench_compare(session: nox.Session) -> None:
     ``-- --docs`` also puts the section into docs/benchmarks.md. No peers needed."""
     _sync(session)
     session.run("python", "benchmarks/compare.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_encryption(session: nox.Session) -> None:
+    """What encryption at rest adds to save and get_latest (1 KB and 100 KB states),
+    plaintext against encrypted stores of each backend side by side, and the envelope
+    alone; PostgreSQL when STATEKEEPER_TEST_POSTGRES_URL is set. ``-- --quick`` for
+    ~1 minute; ``-- --docs --compare FILE.md`` also puts the section (with that
+    bench_compare run's tables for the plaintext stores) into docs/benchmarks.md.
+    No peers needed."""
+    _sync(session)
+    session.run("python", "benchmarks/encryption.py", *session.posargs)

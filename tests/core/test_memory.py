@@ -1,4 +1,5 @@
-"""The in-memory backend runs the conformance kit (SPEC S1-S8, S11)."""
+"""The in-memory backend runs the conformance kit (SPEC S1-S8, S11), plaintext,
+encrypted (S16) and encrypted with sealed tags and metadata."""
 
 from __future__ import annotations
 
@@ -7,13 +8,25 @@ from typing import Any
 import pytest
 
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
-from statekeeper.errors import CheckpointDecodeError, CheckpointEncodeError
+from statekeeper.errors import (
+    CheckpointDecodeError,
+    CheckpointEncodeError,
+    InvalidQuery,
+    StoreFormatError,
+)
 from statekeeper.models import CheckpointHeader, NewCheckpoint
 from statekeeper.record import StoredRecord
-from statekeeper.testing import CheckpointStoreTests, StoreFactory
+from statekeeper.testing import CheckpointStoreTests, StoreFactory, encrypted_options, kit_keyring
 
 
 class TestMemoryConformance(CheckpointStoreTests):
+    # The fake is the backend users test against, so it runs every set in full.
+    option_sets = {
+        "plain": {},
+        "encrypted": encrypted_options(),
+        "sealed-metadata": encrypted_options(metadata=True),
+    }
+
     @pytest.fixture
     def store_factory(self) -> StoreFactory:
         storage = MemoryStorage()
@@ -331,3 +344,46 @@ async def test_a_subclass_that_changes_insert_still_decides_every_save() -> None
         await store.import_checkpoint(cp.model_copy(update={"id": "two"}), {"a": 2})
         assert seen == ["one", "two"]
         assert (await store.load("two")).state == {"a": 2}
+
+
+@pytest.mark.asyncio
+async def test_sealed_metadata_filters_are_refused_where_the_backend_scans_them() -> None:
+    """Regression: memory has no native metadata filter, so list(metadata=) filtered
+    by scanning with the filter left out of the backend's query, and answered it from
+    the opened metadata where a SQL store raised InvalidQuery (an empty store too)."""
+    async with MemoryCheckpointStore(encryption=kit_keyring(), encrypt_metadata=True) as store:
+        assert store.capabilities.metadata_filter is False
+        for _ in range(2):  # empty, then with a matching checkpoint
+            for stream in (None, "job"):
+                for query in ({"metadata": {"m": 1}}, {"tags": {"k": "v"}}):
+                    with pytest.raises(InvalidQuery, match="encrypt_metadata=True"):
+                        await store.list(stream, **query)
+            await store.save("job", {}, tags={"k": "v"}, metadata={"m": 1})
+        page = await store.list("job")
+        assert [(cp.tags, cp.metadata) for cp in page.items] == [({"k": "v"}, {"m": 1})] * 2
+
+
+class _ReadsNeedStoreId(MemoryCheckpointStore):
+    """A backend whose reads check each record's store id, as the Redis plugin's do."""
+
+    async def _scan(self, query: Any) -> Any:
+        assert self.store_id
+        return await super()._scan(query)
+
+
+@pytest.mark.asyncio
+async def test_encrypted_open_checks_the_newest_record_once_the_store_is_open() -> None:
+    """Regression: the plaintext check of an encrypted open scanned the newest record
+    before the store counted as open, so a backend whose reads use ``store_id`` (the
+    Redis plugin) raised StoreClosed on every reopen of a non-empty store."""
+    storage, keyring = MemoryStorage(), kit_keyring()
+    async with _ReadsNeedStoreId(storage=storage, encryption=keyring) as store:
+        cp = await store.save("job", {"n": 1})
+    async with _ReadsNeedStoreId(storage=storage, encryption=keyring) as store:
+        assert (await store.load(cp.id)).state == {"n": 1}
+    async with _ReadsNeedStoreId(storage=storage) as plain:
+        await plain.save("job", {"n": "plaintext"})
+    refused = _ReadsNeedStoreId(storage=storage, encryption=keyring)
+    with pytest.raises(StoreFormatError, match="rekey"):
+        await refused.open()
+    assert not refused.is_open, "a refused open left the store open"

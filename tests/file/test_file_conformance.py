@@ -1,7 +1,8 @@
 """The conformance kit against the file backend (a fresh directory per test), with
 inline reads on and off: each read's one function runs on the event loop's thread
 first (``inline_reads=True``, the default) or only in the worker (``False``), and
-the contract holds either way."""
+the contract holds either way. The fast class runs it plaintext and encrypted (S16):
+sealing sits above the backend, so the fsyncing class runs plaintext only."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.testing import CheckpointStoreTests
+from statekeeper.testing import CheckpointStoreTests, encrypted_options
 
 
 @pytest.fixture(params=[True, False], ids=["inline", "worker"])
@@ -36,7 +37,10 @@ class TestFileConformance(CheckpointStoreTests):
 
 
 class TestFileConformanceFast(CheckpointStoreTests):
-    """The same contract with ``durability="fast"`` (no fsyncs)."""
+    """The same contract with ``durability="fast"`` (no fsyncs), plaintext and
+    encrypted."""
+
+    option_sets = {"plain": {}, "encrypted": encrypted_options()}
 
     @pytest.fixture
     def store_factory(

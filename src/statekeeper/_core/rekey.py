@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from ..cursor import MAX_POSITION
 from ..encryption.envelope import inner_codec, key_id_of
 from ..errors import CheckpointDecodeError, CheckpointNotFound, InvalidOptions, PreconditionFailed
 from ..models import Problem, Skipped, VerifyReport
@@ -79,13 +80,17 @@ class Rekeyable(Protocol):
 
 
 async def rekey_store(
-    store: Rekeyable, progress: Callable[[int], None] | None = None
+    store: Rekeyable,
+    progress: Callable[[int], None] | None = None,
+    *,
+    encrypt_plaintext: bool | None = None,
 ) -> RekeyReport:
     """Open ``store`` (unopened, built with ``encryption=``; a plaintext store
     opens too), rewrite every record that is not under the active key, and close
     it. ``progress`` is called with the number of records examined since its last
-    call. Raises :class:`~statekeeper.errors.InvalidOptions` for a store built
-    without encryption."""
+    call. ``encrypt_plaintext`` says which plaintext records are encrypted (see
+    :func:`rekey_records`). Raises :class:`~statekeeper.errors.InvalidOptions` for a
+    store built without encryption."""
     encryption = store._encryption
     if encryption is None:
         raise InvalidOptions(
@@ -99,7 +104,7 @@ async def rekey_store(
         encryption.rekeying = False
     try:
         assert store._sealed is not None, "an open encrypted store has sealed primitives"
-        return await rekey_records(store._sealed, store.now, progress)
+        return await rekey_records(store._sealed, store.now, progress, encrypt_plaintext)
     finally:
         await store.close()
 
@@ -108,13 +113,30 @@ async def rekey_records(
     sealed: SealedPrimitives,
     now: Callable[[], datetime],
     progress: Callable[[int], None] | None = None,
+    encrypt_plaintext: bool | None = None,
 ) -> RekeyReport:
     """Rewrite every live record of an open store whose ``sealed`` primitives are
-    given that is not sealed under the active key; see the module docstring."""
+    given that is not sealed under the active key; see the module docstring.
+
+    Which plaintext records are encrypted: all with ``encrypt_plaintext=True``,
+    none with ``False``. By default (``None``) those that a migration explains: all
+    of them in a store with no encrypted record, and, in a store that has some,
+    those after its last encrypted record in sequence order, which is what a
+    migration interrupted part way leaves (the walk goes in that order). A plaintext
+    record below an encrypted one was not written by a store being migrated (it may
+    be planted): it is left as it is and reported in ``failed``, so that a rotation
+    never makes it look authentic. A first pass over the records finds the last
+    encrypted one (nothing is decrypted).
+    """
     inner = sealed.inner
     sealer = sealed.sealer
     active = sealer.keyring.active
     report = RekeyReport(active)
+    # plaintext records below this sequence are left alone (0: none is)
+    if encrypt_plaintext is None:
+        plaintext_from = await _last_sealed(inner, now)
+    else:
+        plaintext_from = 0 if encrypt_plaintext else MAX_POSITION + 1
     bound: int | None = None
     while True:
         batch = await inner._scan(ScanQuery(None, "asc", bound, PAGE, {}, now(), True))
@@ -124,11 +146,50 @@ async def rekey_records(
             report.examined += 1
             if isinstance(entry, Skipped):
                 report.failed.append(entry)
+            elif plaintext_from and entry.sequence < plaintext_from and _plaintext(entry):
+                report.failed.append(_unexplained(sealed, entry, plaintext_from))
             else:
                 await _reseal(sealed, inner, entry, active, report)
         bound = batch[-1].sequence
         if progress is not None:
             progress(len(batch))
+
+
+def _plaintext(record: StoredRecord) -> bool:
+    return inner_codec(record.codec) is None
+
+
+async def _last_sealed(inner: StorePrimitives, now: Callable[[], datetime]) -> int:
+    """The sequence of the last live encrypted record (0: none)."""
+    last = 0
+    bound: int | None = None
+    while True:
+        batch = await inner._scan(ScanQuery(None, "asc", bound, PAGE, {}, now(), True))
+        if not batch:
+            return last
+        for entry in batch:
+            if isinstance(entry, StoredRecord) and not _plaintext(entry):
+                last = entry.sequence
+        bound = batch[-1].sequence
+
+
+def _unexplained(sealed: SealedPrimitives, record: StoredRecord, first: int) -> Skipped:
+    """The report of a plaintext record that no migration explains."""
+    if first > MAX_POSITION:
+        why = "a plaintext record, left as it is (encrypt_plaintext is off)"
+    else:
+        why = (
+            f"a plaintext record below an encrypted one (at sequence {first}): no "
+            "migration leaves that, so it may be planted; left as it is. "
+            "Delete it if you did not write it, or pass --encrypt-plaintext to encrypt it"
+        )
+    return Skipped(
+        id=record.id,
+        sequence=record.sequence,
+        location=sealed.where(record.id),
+        reason=why,
+        error="RecordNotEncrypted",
+    )
 
 
 async def _reseal(

@@ -20,7 +20,7 @@ import builtins
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import StoreOptions
 from ..encryption.envelope import Refused, Sealer, inner_codec
@@ -38,7 +38,14 @@ from ..errors import (
     StoreFormatError,
 )
 from ..models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
-from ..record import NewRecord, RecordEdits, StoredRecord, header_values, verified_record
+from ..record import (
+    NewRecord,
+    RecordEdits,
+    StoredRecord,
+    header_values,
+    trusted_new_record,
+    verified_record,
+)
 from .primitives import StoreIdentity, StorePrimitives
 from .query import PageScan, ScanQuery
 from .validate import skipped_from
@@ -80,9 +87,24 @@ class SealedPrimitives(StorePrimitives):
         codec, envelope = self._sealer.seal(
             record.id, record.stream, record.codec, record.state, record.tags, record.metadata
         )
-        if self._sealer.seals_metadata:
-            return replace(record, state=envelope, codec=codec, tags={}, metadata={})
-        return replace(record, state=envelope, codec=codec)
+        inside = self._sealer.seals_metadata
+        # every field as ``dataclasses.replace`` would copy it, through the save path's
+        # own constructor: ``replace`` is most of what encryption adds to a 1 KB save
+        return trusted_new_record(
+            id=record.id,
+            stream=record.stream,
+            state=envelope,
+            codec=codec,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            etag=record.etag,
+            parent_id=record.parent_id,
+            tags={} if inside else record.tags,
+            metadata={} if inside else record.metadata,
+            ttl=record.ttl,
+            expires_at=record.expires_at,
+            written_at=record.written_at,
+        )
 
     def open_record(self, record: StoredRecord) -> StoredRecord:
         """``record`` with its state opened (plaintext, in its inner codec), or the
@@ -119,16 +141,22 @@ class SealedPrimitives(StorePrimitives):
             return header
         return header.model_copy(update={"tags": tags, "metadata": metadata})
 
-    def _query(self, query: ScanQuery) -> ScanQuery:
-        """The scan the backend runs: always with the states (every listed record is
-        opened, so none is returned unauthenticated), and no filter on what the
-        backend cannot see."""
-        if self._sealer.seals_metadata and (query.tags or query.metadata):
+    def check_filters(self, tags: Any, metadata: Any) -> None:
+        """Refuse filters on tags or metadata where the envelope seals them. The store
+        calls it before a listing: a backend without a native metadata filter is
+        scanned with the filter left out, which must not answer it either."""
+        if self._sealer.seals_metadata and (tags or metadata):
             raise InvalidQuery(
                 "this store encrypts tags and metadata (encrypt_metadata=True), so it "
                 "cannot filter on them: filter the listed items yourself, or keep the "
                 "fields you filter on out of encrypted metadata"
             )
+
+    def _query(self, query: ScanQuery) -> ScanQuery:
+        """The scan the backend runs: always with the states (every listed record is
+        opened, so none is returned unauthenticated), and no filter on what the
+        backend cannot see."""
+        self.check_filters(query.tags, query.metadata)
         return query if query.include_state else replace(query, include_state=True)
 
     # -- records in -------------------------------------------------------------------
@@ -291,6 +319,14 @@ class SealedPrimitives(StorePrimitives):
         return await self._inner._repair(drop_damaged)
 
 
+class _OpenedStore(Protocol):
+    """What :meth:`Encryption.check` needs of the store it checks."""
+
+    async def _scan(self, query: ScanQuery) -> builtins.list[StoredRecord | Skipped]: ...
+
+    async def close(self) -> None: ...
+
+
 class Encryption:
     """A store's ``encryption=`` option, resolved at construction: its keyring and
     whether it seals metadata; :meth:`open` gives the sealed primitives of the
@@ -315,17 +351,19 @@ class Encryption:
             return None
         return cls(resolve_keyring(options.encryption), options.encrypt_metadata)
 
-    async def open(
-        self, store: StorePrimitives, store_id: str, describe: str, now: datetime
-    ) -> SealedPrimitives:
+    def seal(self, store: StorePrimitives, store_id: str, describe: str) -> SealedPrimitives:
         """The sealed primitives of ``store``, which just opened as ``store_id``
-        (``describe`` says where it lives, ``now`` is its clock's time).
+        (``describe`` says where it lives)."""
+        sealer = Sealer(self.keyring, store_id, metadata=self.metadata)
+        return SealedPrimitives(store, sealer, lambda rid: f"{describe} checkpoint {rid}")
 
-        Refuses (:class:`~statekeeper.errors.StoreFormatError`, the store closed
+    async def check(self, store: _OpenedStore, describe: str, now: datetime) -> None:
+        """Refuse (:class:`~statekeeper.errors.StoreFormatError`, the store closed
         again) a store whose newest record is plaintext, which encryption would make
         unreadable, unless this is ``statekeeper rekey``, which encrypts it. One
-        record is read.
-        """
+        record is read, through the backend, once the store is open (with its sealed
+        primitives in place): a backend's reads may need its ``store_id``. ``now`` is
+        the store's clock's time."""
         try:
             if not self.rekeying:
                 top = await store._scan(ScanQuery(None, "desc", None, 1, {}, now, True))
@@ -337,7 +375,5 @@ class Encryption:
                         "STATEKEEPER_KEYS set), or open it without encryption"
                     )
         except BaseException:
-            await store._close()
+            await store.close()
             raise
-        sealer = Sealer(self.keyring, store_id, metadata=self.metadata)
-        return SealedPrimitives(store, sealer, lambda rid: f"{describe} checkpoint {rid}")

@@ -101,7 +101,6 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         self._clock = clock or partial(datetime.now, UTC)
         self._ttl_rule = writes.TtlRule(self.capabilities.ttl, self.backend_name)
         self._identity: StoreIdentity | None = None
-        self._opening: StoreIdentity | None = None  # opened by the backend, not yet by open()
         self._signer: CursorSigner | None = None
         self._encryption = Encryption.of(self.options)  # S16 (None: plaintext)
         self._sealed: SealedPrimitives | None = None  # while open and encrypted
@@ -130,23 +129,19 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
 
     @property
     def store_id(self) -> str:
-        """The persisted store id (raises :class:`StoreClosed` before :meth:`open`;
-        the backend's primitives that :meth:`open` calls may read it)."""
-        return (self._identity or self._opening or self._require_open()).store_id
+        """The persisted store id (raises :class:`StoreClosed` before :meth:`open`)."""
+        return self._require_open().store_id
 
     async def open(self) -> None:
         """Open (create if needed) the store. Opening an open store does nothing."""
         if self._identity is None:
             identity = await self._open()
-            if self._encryption is not None:
-                args = (identity.store_id, self.describe(), self.now())
-                self._opening = identity  # its check reads the newest record
-                try:
-                    self._sealed = await self._encryption.open(self, *args)
-                finally:
-                    self._opening = None
+            if self._encryption is not None:  # sealed first: the check reads records
+                self._sealed = self._encryption.seal(self, identity.store_id, self.describe())
             self._signer = CursorSigner(identity.cursor_key)
             self._identity = identity
+            if self._encryption is not None:
+                await self._encryption.check(self, self.describe(), self.now())
 
     async def close(self) -> None:
         """Close the store. Closing a closed store does nothing; reopening is allowed."""
@@ -314,6 +309,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         position, not an item.
         """
         signer = self._open_signer()
+        if self._sealed is not None:  # a cursor for a filter no listing can answer
+            self._sealed.check_filters(tags, metadata)
         return await batch.cursor_at(
             self._sealed or self, self.now, signer, id, order, tags, metadata
         )
@@ -349,13 +346,14 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         ``state=None``. A page costs O(limit), whatever its offset.
         """
         signer = self._open_signer()
-        sealed = self._sealed  # sealing metadata, it refuses a metadata filter itself
+        if self._sealed is not None:
+            self._sealed.check_filters(tags, metadata)
         return await list_page(
-            sealed or self,
+            self._sealed or self,
             signer,
             self.now,
             self._decode_strict,
-            self.capabilities.metadata_filter or bool(sealed and sealed.sealer.seals_metadata),
+            self.capabilities.metadata_filter,
             stream,
             limit=limit,
             order=order,

@@ -12,7 +12,7 @@ is listed, and stays as it was); 2 without keys or for a read-only store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -39,12 +39,26 @@ __all__ = ["rekey", "rekey_json"]
 
 
 def rekey(
-    ctx: typer.Context, url: UrlOpt = None, json_: JsonOpt = False, debug: DebugOpt = False
+    ctx: typer.Context,
+    url: UrlOpt = None,
+    encrypt_plaintext: Annotated[
+        bool,
+        typer.Option(
+            "--encrypt-plaintext",
+            help="Also encrypt plaintext records that lie below an encrypted one "
+            "(by default they are reported, not encrypted: no migration leaves them).",
+        ),
+    ] = False,
+    json_: JsonOpt = False,
+    debug: DebugOpt = False,
 ) -> None:
     """Encrypt every record under the active key of $STATEKEEPER_KEYS.
 
     Re-encrypts the records under retired keys and encrypts a plaintext store, in
-    place: ids, sequences, etags, timestamps, expiry and order stay. Needs
+    place: ids, sequences, etags, timestamps, expiry and order stay. A plaintext
+    record below an encrypted one in sequence order (which no interrupted run
+    leaves, so it may be planted) is reported and left as it is, unless
+    --encrypt-plaintext. Needs
     STATEKEEPER_KEYS='id:base64key,...', the active key first, then every retired
     key the store still holds. A store whose newest record seals its tags and
     metadata keeps doing so (?encrypt_metadata=true|false in the URL chooses).
@@ -96,7 +110,9 @@ def rekey(
 
             with progress:
                 try:
-                    report = await rekey_store(rekeyed, progress=step)
+                    report = await rekey_store(
+                        rekeyed, progress=step, encrypt_plaintext=encrypt_plaintext or None
+                    )
                 except ReadOnlyStore as exc:
                     out.fail(f"the store cannot be written, so nothing was rekeyed: {exc}")
             _print(out, report)

@@ -48,6 +48,22 @@ class attributes ``state_machine_examples``, ``state_machine_steps`` and
 (the option comes from this package's pytest plugin, which also registers the
 ``conformance`` marker that every kit test carries).
 
+Encryption at rest (SPEC S16) is in the core, so every backend has it; run the kit
+encrypted too with an option set from :func:`encrypted_options`, which holds a
+fresh test keyring::
+
+    from statekeeper.testing import CheckpointStoreTests, encrypted_options
+
+    class TestMyStoreConformance(CheckpointStoreTests):
+        option_sets = {"plain": {}, "encrypted": encrypted_options()}
+
+Under it every kit test runs encrypted, and the encryption tests
+(``test_encrypted_*``, skipped in plaintext sets) check that nothing is plaintext at
+rest and that a tampered, moved, planted or unknown-key record is refused
+(``raw_access`` for those that touch stored bytes). ``encrypted_options(metadata=True)``
+seals tags and metadata too; the kit's filter tests then check that tag and
+metadata filters raise ``InvalidQuery`` and skip the rest.
+
 :func:`service_url` gives tests the URL of a real database server, or skips.
 
 The kit needs pytest, pytest-asyncio and Hypothesis (the ``testing`` extra) and
@@ -79,12 +95,14 @@ if "pytest" in sys.modules:
         "statekeeper.testing._filter_tests",
         "statekeeper.testing._write_tests",
         "statekeeper.testing._codec_tests",
+        "statekeeper.testing._encryption_tests",
         "statekeeper.testing._stateful_tests",
         "statekeeper.testing._model",
     )
 
 if TYPE_CHECKING:
     from ._base import FakeClock, KitColor, KitModel, KitRecord, StoreFactory, assert_same_value
+    from .encryption import encrypted_options, kit_keyring, rotated_keyring
     from .history import HistoryReport, HistoryViolation, analyze_history, check_history
     from .invariants import InvariantViolation, Report, Violation, check_invariants, list_all
     from .kit import CheckpointStoreTests
@@ -128,8 +146,11 @@ __all__ = [
     "build_state_machine",
     "check_history",
     "check_invariants",
+    "encrypted_options",
     "fork_workload",
+    "kit_keyring",
     "list_all",
+    "rotated_keyring",
     "service_url",
     "writer_loop",
 ]
@@ -139,6 +160,9 @@ __all__ = [
 # workload child process imports neither the kit nor pytest.
 _LAZY = {
     "service_url": "services",
+    "encrypted_options": "encryption",
+    "kit_keyring": "encryption",
+    "rotated_keyring": "encryption",
     "CheckpointStoreTests": "kit",
     "CheckpointStoreStateMachine": "stateful",
     "build_state_machine": "stateful",

@@ -15,6 +15,9 @@ from pydantic import BaseModel
 
 from .._core.interface import Order
 from .._core.store import BaseCheckpointStore
+from ..encryption.envelope import Sealer, inner_codec
+from ..encryption.providers import resolve_keyring
+from ..errors import InvalidQuery
 from ..models import Checkpoint, Page
 from ..record import StoredRecord
 from .plugin import examples_scale
@@ -138,6 +141,10 @@ class KitBase:
     #: e.g. ``{"inline": {"inline_reads": True}, "worker": {"inline_reads": False}}``.
     #: Empty (the default): every test runs once, with the kit's options only.
     option_sets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: Per option set, by name: multiplies the state machine's examples in that set
+    #: only (on top of :attr:`examples_scale`), e.g. ``{"encrypted": 0.4}`` for a slow
+    #: server where the other set already covers the backend's statements.
+    option_set_examples: ClassVar[Mapping[str, float]] = {}
 
     _kit_factory: StoreFactory
     _kit_opened: list[BaseCheckpointStore]
@@ -194,6 +201,15 @@ class KitBase:
             ],
         )
 
+    def option_set_settings(self, base: settings, kit_options: Mapping[str, Any]) -> settings:
+        """``base`` with the examples scaled by :attr:`option_set_examples` for the
+        option set ``kit_options`` came from (unchanged when it names none)."""
+        names = [n for n, opts in self.option_sets.items() if dict(opts) == dict(kit_options)]
+        scale = self.option_set_examples.get(names[0], 1.0) if names else 1.0
+        if scale == 1.0:
+            return base
+        return settings(base, max_examples=max(1, round(base.max_examples * scale)))
+
     @pytest_asyncio.fixture(loop_scope="function")
     async def store(
         self, kit_factory: StoreFactory, request: pytest.FixtureRequest
@@ -248,13 +264,89 @@ class KitBase:
                 "(its save_many may write the items one after another)"
             )
 
+    @staticmethod
+    def is_encrypted(store: BaseCheckpointStore) -> bool:
+        """Whether ``store`` was built with ``encryption=`` (SPEC S16)."""
+        return store.options.encryption is not None
+
+    @staticmethod
+    def seals_metadata(store: BaseCheckpointStore) -> bool:
+        """Whether ``store`` seals tags and metadata (``encrypt_metadata=True``)."""
+        return store.options.encryption is not None and store.options.encrypt_metadata
+
+    @staticmethod
+    def require_encryption(store: BaseCheckpointStore) -> None:
+        if store.options.encryption is None:
+            pytest.skip(
+                "an encryption test: this option set is plaintext (name an encrypted "
+                "one, statekeeper.testing.encrypted_options(), in option_sets)"
+            )
+
+    async def require_metadata_filters(self, store: BaseCheckpointStore) -> None:
+        """Skip a test of filters on tags or metadata in a store that seals them
+        (``encrypt_metadata=True``), once it checked that such filters are refused
+        with :class:`~statekeeper.errors.InvalidQuery` (SPEC S16), never answered."""
+        if not self.seals_metadata(store):
+            return
+        for query in ({"tags": {"k": "v"}}, {"metadata": {"m": 1}}):
+            with pytest.raises(InvalidQuery):
+                await store.list(None, **query)
+        pytest.skip(
+            "filters on tags and metadata: this store seals them (encrypt_metadata=True), "
+            "and refuses such filters with InvalidQuery (checked)"
+        )
+
+    async def filtered_ids(
+        self,
+        store: BaseCheckpointStore,
+        stream: str | None,
+        *,
+        tags: Mapping[str, str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """The ids ``store.list(stream, tags=, metadata=)`` gives (newest first).
+
+        In a store that seals tags and metadata, that filter must raise
+        :class:`~statekeeper.errors.InvalidQuery`; the ids are then those of the
+        unfiltered listing whose tags and metadata (opened from their envelopes)
+        match, so a test of what a write did to them holds encrypted too."""
+        if not self.seals_metadata(store):
+            return ids(await store.list(stream, tags=tags, metadata=metadata))
+        with pytest.raises(InvalidQuery):
+            await store.list(stream, tags=tags, metadata=metadata)
+        page = await store.list(stream, include_state=False, limit=1000)
+        assert page.next_cursor is None, "filtered_ids reads one page of at most 1000"
+
+        def same(value: Any, wanted: Any) -> bool:
+            return type(value) is type(wanted) and value == wanted
+
+        return [
+            cp.id
+            for cp in page.items
+            if all(k in cp.tags and cp.tags[k] == v for k, v in (tags or {}).items())
+            and all(
+                k in cp.metadata and same(cp.metadata[k], v) for k, v in (metadata or {}).items()
+            )
+        ]
+
+    @staticmethod
+    def sealer_of(store: BaseCheckpointStore) -> Sealer:
+        """A sealer with the keys of the opened, encrypted ``store``: it seals and opens
+        states as the store does, for the tests that build or read envelopes through
+        the backdoor."""
+        assert store.options.encryption is not None, "sealer_of needs an encrypted store"
+        keyring = resolve_keyring(store.options.encryption)
+        return Sealer(keyring, store.store_id, metadata=store.options.encrypt_metadata)
+
     async def save_undecodable(
         self, store: BaseCheckpointStore, stream: str, **kwargs: Any
     ) -> tuple[BaseCheckpointStore, Checkpoint]:
         """Save a checkpoint whose envelope is valid but whose state cannot be decoded.
 
         With the backdoor (``raw_access``) the state bytes are replaced by bytes no
-        codec reads, inside a well-formed, checksummed envelope; without it the state
+        codec reads, inside a well-formed, checksummed envelope (in an encrypted store
+        sealed under its key, so the envelope opens and only the codec fails); without
+        it the state
         names a class that the store (reopened without an allowlist) refuses. Returns
         the store to go on with (reopened in the second case) and the checkpoint.
         """
@@ -262,7 +354,15 @@ class KitBase:
             cp = await store.save(stream, {"fine": "for now"}, **kwargs)
             raw = await store.backdoor_read_raw(cp.id)
             record = StoredRecord.from_bytes(raw, location="kit", expect_sequence=cp.sequence)
-            unreadable = dataclasses.replace(record, state=b'{"$sk": "no such tag" \xff')
+            junk = b'{"$sk": "no such tag" \xff'
+            if self.is_encrypted(store):
+                # sealed as the store seals, so it opens and only the codec fails
+                codec = inner_codec(record.codec)
+                assert codec is not None, f"an encrypted store stored codec {record.codec!r}"
+                _, junk = self.sealer_of(store).seal(
+                    cp.id, stream, codec, junk, cp.tags, cp.metadata
+                )
+            unreadable = dataclasses.replace(record, state=junk)
             await store.backdoor_write_raw(cp.id, unreadable.to_bytes(store.store_id))
             return store, cp
         store = await self.reopen(store, allowed_types=[KitModel])

@@ -342,8 +342,10 @@ class BatchTests(KitBase):
         saved = await self.save_steps(store, "job", 2, metadata={"m": 1})
         reader = await self.open_store(read_only=True)
         assert list(await reader.load_many(ids(saved))) == ids(saved)
-        cursor = await reader.cursor_at(saved[1].id, metadata={"m": 1})
-        assert ids(await reader.list("job", after=cursor, metadata={"m": 1})) == [saved[0].id]
+        # a metadata filter, unless the store seals metadata (then it refuses filters)
+        query: dict[str, Any] = {} if self.seals_metadata(store) else {"metadata": {"m": 1}}
+        cursor = await reader.cursor_at(saved[1].id, **query)
+        assert ids(await reader.list("job", after=cursor, **query)) == [saved[0].id]
         assert await reader.list_streams(prefix="j") == ["job"]
         writes: dict[str, Any] = {
             "save_many": lambda: reader.save_many(_items("job", 1)),

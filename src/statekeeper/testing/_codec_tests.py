@@ -119,8 +119,15 @@ class CodecTests(KitBase):
         if store.capabilities.raw_access:
             raw = await store.backdoor_read_raw(saved[1].id)
             record = StoredRecord.from_bytes(raw, location="kit", expect_sequence=saved[1].sequence)
-            assert (record.codec, record.state) == ("raw", payloads[1]), "not stored verbatim"
-            assert raw.endswith(payloads[1])
+            if self.is_encrypted(store):
+                # verbatim inside the envelope: sealed as raw bytes, not as JSON
+                assert record.codec == "aes256gcm:raw"
+                opened = self.sealer_of(store).open(saved[1].id, "raw", record.codec, record.state)
+                assert (opened.codec, opened.state) == ("raw", payloads[1]), "not sealed verbatim"
+                assert payloads[1] not in raw, "the raw state is in the stored bytes"
+            else:
+                assert (record.codec, record.state) == ("raw", payloads[1]), "not stored verbatim"
+                assert raw.endswith(payloads[1])
 
     @asyncio_test
     async def test_raw_codec_refuses_anything_but_bytes(self, store: BaseCheckpointStore) -> None:

@@ -9,10 +9,14 @@ repeated by the model that checks it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
+
 from .._core.interface import Order
+from .._core.store import BaseCheckpointStore
+from ..errors import InvalidQuery
 from ..models import Checkpoint, Page
 from ._base import assert_same_value
 
@@ -85,6 +89,21 @@ class SavedCursor:
     cursor: str
     query: Query
     position: int
+
+
+def refuses_filter(store: BaseCheckpointStore, query: Query, attempt: Callable[[], object]) -> bool:
+    """Whether ``query`` filters on tags or metadata that ``store`` seals
+    (``encrypt_metadata=True``): then ``attempt``, a listing of it, must raise
+    :class:`~statekeeper.errors.InvalidQuery` (SPEC S16), which this checks, and the
+    rule has nothing more to compare."""
+    options = store.options
+    if options.encryption is None or not options.encrypt_metadata:
+        return False
+    if not (query.tags or query.metadata):
+        return False
+    with pytest.raises(InvalidQuery):
+        attempt()
+    return True
 
 
 def same_scalar(have: Any, want: Any) -> bool:

@@ -3,6 +3,8 @@ run in lockstep with its reference model, sized by the kit's knobs."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -14,11 +16,15 @@ __all__ = ["StatefulTests"]
 
 class StatefulTests(KitBase):
     def test_state_machine_matches_reference_model(
-        self, kit_factory: StoreFactory, request: pytest.FixtureRequest
+        self,
+        kit_factory: StoreFactory,
+        kit_options: dict[str, Any],
+        request: pytest.FixtureRequest,
     ) -> None:
         """Random programs of saves, updates, deletes, prunes, listings with cursors and
         reopens leave the store and the reference model in agreement."""
+        base = self.state_machine_settings(request.config)
         run_state_machine_as_test(
             build_state_machine(kit_factory),
-            settings=self.state_machine_settings(request.config),
+            settings=self.option_set_settings(base, kit_options),
         )

@@ -3,7 +3,7 @@
 Usage, capability skips and the backdoor are described in :mod:`statekeeper.testing`.
 The tests are grouped by contract clause in private modules, one class each
 (``CoreTests``, ``WriteTests``, ``ReadTests``, ``ListTests``, ``BatchTests``,
-``FilterTests``, ``CodecTests``, ``StatefulTests``), all on
+``FilterTests``, ``CodecTests``, ``EncryptionTests``, ``StatefulTests``), all on
 :class:`~statekeeper.testing._base.KitBase`, which holds the fixtures, helpers and
 knobs. :class:`CheckpointStoreTests` is the one public entry point and the only
 class a backend's tests subclass.
@@ -32,6 +32,7 @@ from ._base import KitBase, StoreFactory
 from ._batch_tests import BatchTests
 from ._codec_tests import CodecTests
 from ._core_tests import CoreTests
+from ._encryption_tests import EncryptionTests
 from ._filter_tests import FilterTests
 from ._list_tests import ListTests
 from ._read_tests import ReadTests
@@ -49,6 +50,7 @@ GROUPS: tuple[type[KitBase], ...] = (
     BatchTests,
     FilterTests,
     CodecTests,
+    EncryptionTests,
     StatefulTests,
 )
 
@@ -95,6 +97,13 @@ class CheckpointStoreTests(KitBase):
 
         class TestMyStoreConformance(CheckpointStoreTests):
             option_sets = {"inline": {"inline_reads": True}, "worker": {"inline_reads": False}}
+
+    To run it encrypted (SPEC S16), name a set from
+    :func:`~statekeeper.testing.encrypted_options` (a fresh test keyring); the
+    ``test_encrypted_*`` tests run there and skip in plaintext sets::
+
+        class TestMyStoreConformance(CheckpointStoreTests):
+            option_sets = {"plain": {}, "encrypted": encrypted_options()}
     """
 
     pytestmark = [pytest.mark.conformance]
