@@ -18,7 +18,7 @@ reported; expired records are not rewritten (``purge_expired`` reclaims them).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -137,11 +137,7 @@ async def rekey_records(
         plaintext_from = await _last_sealed(inner, now)
     else:
         plaintext_from = 0 if encrypt_plaintext else MAX_POSITION + 1
-    bound: int | None = None
-    while True:
-        batch = await inner._scan(ScanQuery(None, "asc", bound, PAGE, {}, now(), True))
-        if not batch:
-            return report
+    async for batch in _walk(inner, now):
         for entry in batch:
             report.examined += 1
             if isinstance(entry, Skipped):
@@ -150,9 +146,9 @@ async def rekey_records(
                 report.failed.append(_unexplained(sealed, entry, plaintext_from))
             else:
                 await _reseal(sealed, inner, entry, active, report)
-        bound = batch[-1].sequence
         if progress is not None:
             progress(len(batch))
+    return report
 
 
 def _plaintext(record: StoredRecord) -> bool:
@@ -162,14 +158,21 @@ def _plaintext(record: StoredRecord) -> bool:
 async def _last_sealed(inner: StorePrimitives, now: Callable[[], datetime]) -> int:
     """The sequence of the last live encrypted record (0: none)."""
     last = 0
-    bound: int | None = None
-    while True:
-        batch = await inner._scan(ScanQuery(None, "asc", bound, PAGE, {}, now(), True))
-        if not batch:
-            return last
+    async for batch in _walk(inner, now):
         for entry in batch:
             if isinstance(entry, StoredRecord) and not _plaintext(entry):
                 last = entry.sequence
+    return last
+
+
+async def _walk(
+    inner: StorePrimitives, now: Callable[[], datetime]
+) -> AsyncIterator[builtins.list[StoredRecord | Skipped]]:
+    """Every live record of the backend ``inner``, as stored, in sequence order, a
+    scan of :data:`PAGE` at a time."""
+    bound: int | None = None
+    while batch := await inner._scan(ScanQuery(None, "asc", bound, PAGE, {}, now(), True)):
+        yield batch
         bound = batch[-1].sequence
 
 
@@ -251,11 +254,7 @@ async def retired_key_problems(
     sealer, inner = sealed.sealer, sealed.inner
     active = sealer.keyring.active
     found: builtins.list[Problem] = []
-    bound: int | None = None
-    while True:
-        batch = await inner._scan(ScanQuery(None, "asc", bound, PAGE, {}, now(), True))
-        if not batch:
-            return found
+    async for batch in _walk(inner, now):
         for entry in batch:
             if isinstance(entry, StoredRecord):
                 kid = key_id_of(entry.codec, entry.state)
@@ -271,7 +270,7 @@ async def retired_key_problems(
                             stream=entry.stream,
                         )
                     )
-        bound = batch[-1].sequence
+    return found
 
 
 async def with_key_notices(
