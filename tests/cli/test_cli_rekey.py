@@ -124,6 +124,22 @@ async def key_ids(url: str, ids: list[str]) -> dict[str, str | None]:
         return {rid: key_id(await store.backdoor_read_raw(rid)) for rid in ids}
 
 
+async def signal_once_under_way(
+    proc: subprocess.Popen[Any], url: str, first: str, sig: int
+) -> bool:
+    """Send ``sig`` to the ``rekey`` in ``proc`` once record ``first`` (the lowest
+    sequence: rekey goes in sequence order) is under the new key, so the run is part
+    way; ``False`` if it finished first. One reader polls (no store opened per poll,
+    so a loaded machine still catches the run under way)."""
+    async with statekeeper.open_store(url, read_only=True) as store:
+        while proc.poll() is None:
+            if key_id(await store.backdoor_read_raw(first)) == "k1":
+                proc.send_signal(sig)
+                return True
+            await asyncio.sleep(0.001)  # a poll interval, not a deadline
+    return False
+
+
 def files_with_marker(tmp_path: Path) -> list[Path]:
     """The files under ``tmp_path`` (the database, its WAL, the store's files) in
     which the state marker can be read."""
@@ -254,30 +270,32 @@ def test_records_under_a_key_not_given_fail_and_are_listed(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
 def test_rekey_killed_with_sigkill_resumes_and_loses_nothing(tmp_path: Path, kind: str) -> None:
-    url = url_of(tmp_path, kind, fast=True)
-    # older records under the old key, newer ones in plaintext: rekey moves both
-    made = asyncio.run(seed(url, items(2000), ring("k0")))
-    made += asyncio.run(seed(url, items(2000, offset=2000), None))
-    ids = [cp.id for cp in made]
-    expected = [fields(cp) for cp in made]
-    env = cli_env(keys_env("k1", "k0"))
-    proc = subprocess.Popen(
-        [*ENTRY, "rekey", "--url", url, "--json"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        # Records are rekeyed in sequence order: once the first one is under the
-        # new key the run is under way, so it is killed there (no clock involved).
-        while proc.poll() is None:
-            if asyncio.run(key_ids(url, ids[:1]))[ids[0]] == "k1":
-                proc.send_signal(signal.SIGKILL)
-                break
-    finally:
-        proc.wait(timeout=120)
+    # a run that finishes before the test sees it under way proves nothing: the
+    # store is made again, twice as large, until one is killed part way
+    for n in (2000, 6000, 18000):
+        root = tmp_path / f"n{n}"
+        root.mkdir()
+        url = url_of(root, kind, fast=True)
+        # older records under the old key, newer ones in plaintext: rekey moves both
+        made = asyncio.run(seed(url, items(n), ring("k0")))
+        made += asyncio.run(seed(url, items(n, offset=n), None))
+        ids = [cp.id for cp in made]
+        proc = subprocess.Popen(
+            [*ENTRY, "rekey", "--url", url, "--json"],
+            cwd=root,
+            env=cli_env(keys_env("k1", "k0")),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            killed = asyncio.run(signal_once_under_way(proc, url, ids[0], signal.SIGKILL))
+        finally:
+            proc.wait(timeout=300)
+        if killed:
+            break
     assert proc.returncode == -signal.SIGKILL, "rekey finished before it could be killed"
+    tmp_path = root
+    expected = [fields(cp) for cp in made]
 
     halfway = asyncio.run(key_ids(url, ids))
     done = sum(1 for kid in halfway.values() if kid == "k1")
@@ -359,25 +377,27 @@ def test_the_keys_variable_is_the_one_encryption_env_reads() -> None:
 
 
 def test_rekey_interrupted_with_ctrl_c_says_how_far_it_got(tmp_path: Path) -> None:
-    url = url_of(tmp_path, "sqlite", fast=True)
-    made = asyncio.run(seed(url, items(3000), None))
-    ids = [cp.id for cp in made]
-    proc = subprocess.Popen(
-        [*ENTRY, "rekey", "--url", url, "--json"],
-        cwd=tmp_path,
-        env=cli_env(keys_env("k1")),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        while proc.poll() is None:
-            if asyncio.run(key_ids(url, ids[:1]))[ids[0]] == "k1":
-                proc.send_signal(signal.SIGINT)
-                break
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    for n in (3000, 9000, 27000):  # again larger until a run is interrupted part way
+        root = tmp_path / f"n{n}"
+        root.mkdir()
+        url = url_of(root, "sqlite", fast=True)
+        ids = [cp.id for cp in asyncio.run(seed(url, items(n), None))]
+        proc = subprocess.Popen(
+            [*ENTRY, "rekey", "--url", url, "--json"],
+            cwd=root,
+            env=cli_env(keys_env("k1")),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            interrupted = asyncio.run(signal_once_under_way(proc, url, ids[0], signal.SIGINT))
+            out, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        if interrupted and proc.returncode == 130:
+            break
+    tmp_path = root
     assert proc.returncode == 130, (proc.returncode, out, err)
     error = json.loads(out)["error"]
     assert error["type"] == "KeyboardInterrupt" and error["examined"] >= 0

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from ..config import StoreOptions
 from ..encryption.envelope import Refused, Sealer, inner_codec
-from ..encryption.keys import Keyring
+from ..encryption.keys import Keyring, aesgcm
 from ..encryption.providers import resolve_keyring
 from ..errors import (
     CheckpointDecodeError,
@@ -349,6 +349,7 @@ class Encryption:
                     "encrypt_metadata=True needs encryption= (a Keyring, or 'env')"
                 )
             return None
+        aesgcm()  # the extra is installed, or say so now rather than at the first save
         return cls(resolve_keyring(options.encryption), options.encrypt_metadata)
 
     def seal(self, store: StorePrimitives, store_id: str, describe: str) -> SealedPrimitives:

@@ -16,7 +16,7 @@ from ..errors import InvalidOptions
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["KEY_BYTES", "KeyProvider", "Keyring"]
+__all__ = ["KEY_BYTES", "KeyProvider", "Keyring", "aesgcm"]
 
 #: AES-256: every key is exactly 32 bytes.
 KEY_BYTES = 32
@@ -75,9 +75,7 @@ class Keyring:
         """The AES-256-GCM cipher of key ``kid`` (built once); ``KeyError`` if unknown."""
         cipher = self._ciphers.get(kid)
         if cipher is None:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-            cipher = self._ciphers[kid] = AESGCM(self._keys[kid])
+            cipher = self._ciphers[kid] = aesgcm()(self._keys[kid])
         return cipher
 
     def __repr__(self) -> str:
@@ -100,6 +98,19 @@ class Keyring:
     def __reduce__(self) -> tuple[object, ...]:
         # pickling would write the keys wherever the pickle goes; refuse it
         raise TypeError("a Keyring is not picklable: it would carry its keys along")
+
+
+def aesgcm() -> type[AESGCM]:
+    """pyca/cryptography's AES-256-GCM, or :class:`~statekeeper.errors.InvalidOptions`
+    saying how to install it (the ``encryption`` extra)."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise InvalidOptions(
+            "encryption at rest needs the cryptography package, which is not installed: "
+            "pip install 'statekeeper[encryption]'"
+        ) from None
+    return AESGCM
 
 
 @runtime_checkable
