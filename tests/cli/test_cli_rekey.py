@@ -124,6 +124,10 @@ async def key_ids(url: str, ids: list[str]) -> dict[str, str | None]:
         return {rid: key_id(await store.backdoor_read_raw(rid)) for rid in ids}
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def signal_once_under_way(
     proc: subprocess.Popen[Any], url: str, first: str, sig: int
 ) -> bool:
@@ -389,6 +393,9 @@ def test_rekey_interrupted_with_ctrl_c_says_how_far_it_got(tmp_path: Path) -> No
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # as from a terminal: a pytest-xdist worker ignores SIGINT, and a child
+            # inherits that, so Ctrl-C would never reach the command line
+            preexec_fn=_sigint_default,
         )
         try:
             interrupted = asyncio.run(signal_once_under_way(proc, url, ids[0], signal.SIGINT))
