@@ -83,11 +83,19 @@ def inner_codec(codec: str) -> str | None:
 def key_id_of(codec: str, state: bytes) -> str | None:
     """The key id a record's envelope names (``None``: not sealed, or no envelope
     to read one from); nothing is decrypted."""
-    if not codec.startswith(SEALED_PREFIX) or not state.startswith(_MAGIC) or len(state) < 7:
+    head = _head(state) if codec.startswith(SEALED_PREFIX) else None
+    return None if head is None else head[2]
+
+
+def _head(envelope: bytes) -> tuple[int, int, str, int] | None:
+    """``(algorithm, flags, key id, where the nonce starts)`` of ``envelope``, read
+    from its bytes before the nonce; ``None`` where those are not all there."""
+    if len(envelope) < 7 or not envelope.startswith(_MAGIC):
         return None
-    n = state[6]
-    kid = state[7 : 7 + n]
-    return kid.decode("ascii", "replace") if len(kid) == n else None
+    end = 7 + envelope[6]
+    if len(envelope) < end:
+        return None
+    return envelope[4], envelope[5], envelope[7:end].decode("ascii", "replace"), end
 
 
 class Sealer:
@@ -151,14 +159,14 @@ class Sealer:
             )
         if len(envelope) < 7 or not envelope.startswith(_MAGIC):
             raise Refused("undecryptable", "malformed encryption envelope")
-        alg, flags, n = envelope[4], envelope[5], envelope[6]
-        if alg != _ALG:
-            raise Refused("undecryptable", f"unknown encryption algorithm {alg} in the envelope")
-        head_end = 7 + n
-        kid_bytes = envelope[7:head_end]
-        kid = kid_bytes.decode("ascii", "replace")
-        if len(kid_bytes) != n or len(envelope) < head_end + _NONCE + _TAG:
+        if envelope[4] != _ALG:
+            raise Refused(
+                "undecryptable", f"unknown encryption algorithm {envelope[4]} in the envelope"
+            )
+        head = _head(envelope)
+        if head is None or len(envelope) < head[3] + _NONCE + _TAG:
             raise Refused("undecryptable", "truncated encryption envelope")
+        _, flags, kid, head_end = head
         if kid not in self._keyring:
             raise Refused(
                 "unknown-key",
