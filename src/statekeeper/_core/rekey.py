@@ -1,6 +1,6 @@
 """Rotation and migration (``statekeeper rekey``): every record under the active key.
 
-:func:`rekey` walks a store's records in sequence order, straight from the backend,
+:func:`rekey_store` walks a store's records in sequence order, straight from the backend,
 and rewrites each one that is plaintext, under a retired key, or sealed with the
 other ``encrypt_metadata`` setting: opened (the tag checked), sealed under the
 active key with a fresh nonce, and written back by the backend's ``_update`` with
@@ -203,7 +203,7 @@ async def _reseal(
     report: RekeyReport,
 ) -> None:
     sealer = sealed.sealer
-    plaintext = inner_codec(record.codec) is None
+    plaintext = _plaintext(record)
     carried = not plaintext and sealer.carries_metadata(record.state)
     if (
         not plaintext

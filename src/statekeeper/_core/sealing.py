@@ -20,7 +20,7 @@ import builtins
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ..config import StoreOptions
 from ..encryption.envelope import Refused, Sealer, inner_codec
@@ -55,6 +55,9 @@ __all__ = ["Encryption", "SealedPrimitives"]
 #: How often an update without ``if_match`` re-reads a record that a concurrent
 #: writer changed between its read (for the stream the tag binds) and its write.
 _UPDATE_TRIES = 8
+
+#: What a write returns (a header, or a checkpoint), with its tags and metadata.
+H = TypeVar("H", bound=CheckpointHeader)
 
 
 class SealedPrimitives(StorePrimitives):
@@ -122,7 +125,9 @@ class SealedPrimitives(StorePrimitives):
             values = {**values, "tags": opened.tags, "metadata": opened.metadata}
         return verified_record(values, opened.state, opened.codec, record.ttl)
 
-    def _entries(self, entries: builtins.list[StoredRecord | Skipped]) -> builtins.list[Any]:
+    def _entries(
+        self, entries: builtins.list[StoredRecord | Skipped]
+    ) -> builtins.list[StoredRecord | Skipped]:
         out: builtins.list[StoredRecord | Skipped] = []
         for entry in entries:
             if isinstance(entry, Skipped):
@@ -134,7 +139,7 @@ class SealedPrimitives(StorePrimitives):
                 out.append(skipped_from(exc, entry.id, entry.sequence))
         return out
 
-    def _reveal(self, header: Any, tags: dict[str, str], metadata: dict[str, Any]) -> Any:
+    def _reveal(self, header: H, tags: dict[str, str], metadata: dict[str, Any]) -> H:
         """What a write returns: with the tags and metadata the caller gave, where the
         backend saw only empty ones."""
         if not self._sealer.seals_metadata:
@@ -163,11 +168,11 @@ class SealedPrimitives(StorePrimitives):
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         header = await self._inner._insert(self.seal_new(record))
-        return self._reveal(header, record.tags, record.metadata)  # type: ignore[no-any-return]
+        return self._reveal(header, record.tags, record.metadata)
 
     async def _insert_checkpoint(self, record: NewRecord, state: Any) -> Checkpoint:
         checkpoint = await self._inner._insert_checkpoint(self.seal_new(record), state)
-        return self._reveal(checkpoint, record.tags, record.metadata)  # type: ignore[no-any-return]
+        return self._reveal(checkpoint, record.tags, record.metadata)
 
     async def _insert_many(
         self, records: builtins.list[NewRecord]
@@ -218,7 +223,7 @@ class SealedPrimitives(StorePrimitives):
                 if if_match is not None:
                     raise
                 continue
-            return self._reveal(header, tags, metadata)  # type: ignore[no-any-return]
+            return self._reveal(header, tags, metadata)
         raise ConcurrentModificationError(
             f"checkpoint {id!r} kept changing while it was updated; retry the update"
         )
@@ -329,8 +334,9 @@ class _OpenedStore(Protocol):
 
 class Encryption:
     """A store's ``encryption=`` option, resolved at construction: its keyring and
-    whether it seals metadata; :meth:`open` gives the sealed primitives of the
-    opened store. ``rekeying`` is set by ``statekeeper rekey`` only."""
+    whether it seals metadata; :meth:`seal` gives the sealed primitives of the
+    opened store, and :meth:`check` refuses a plaintext one. ``rekeying`` is set by
+    ``statekeeper rekey`` only."""
 
     __slots__ = ("keyring", "metadata", "rekeying")
 
