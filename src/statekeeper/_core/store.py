@@ -385,8 +385,10 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         store could not load.
         """
         self._require_writable("update")
-        update = writes.updater(self.codec, self.json_codec, self.now, id, if_match)
-        return await update(self._sealed or self, state, tags, metadata, parent_id)
+        return await writes.update(
+            self._sealed or self, self.codec, self.json_codec, self.now, id, state,
+            if_match=if_match, tags=tags, metadata=metadata, parent_id=parent_id,
+        )  # fmt: skip
 
     async def delete(self, id: str, *, if_match: str | None = None) -> bool:
         """Delete checkpoint ``id``; return whether anything was removed.

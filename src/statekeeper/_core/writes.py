@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from os import urandom as _urandom
@@ -29,7 +29,7 @@ from .interface import TTL
 from .primitives import StorePrimitives
 from .validate import check_id, check_if_match, check_stream, check_tags, new_etag
 
-__all__ = ["TtlRule", "check_ttl", "imported_record", "new_record", "record_edits", "updater"]
+__all__ = ["TtlRule", "check_ttl", "imported_record", "new_record", "record_edits", "update"]
 
 Clock = Callable[[], datetime]
 
@@ -157,36 +157,36 @@ def imported_record(
     )
 
 
-def updater(
-    codec: Codec | RawCodec, json_codec: Codec, clock: Clock, id: str, if_match: str | None
-) -> Callable[..., Awaitable[Checkpoint]]:
-    """The body of ``update(id, ..., if_match=)``, given the primitives to write with
-    and the state, tags, metadata and parent: validated and encoded first (nothing
-    written on a refusal), then one ``_update``. The new state is always in this
-    store's codec, whatever the old one was."""
+async def update(
+    primitives: StorePrimitives,
+    codec: Codec | RawCodec,
+    json_codec: Codec,
+    clock: Clock,
+    id: str,
+    state: Any,
+    *,
+    if_match: str | None,
+    tags: Mapping[str, str] | None,
+    metadata: Mapping[str, Any] | None,
+    parent_id: str | None,
+) -> Checkpoint:
+    """The body of ``update(id, state, if_match=, tags=, metadata=, parent_id=)``,
+    written through ``primitives``: validated and encoded first (nothing written on
+    a refusal), then one ``_update``. The new state is always in this store's codec,
+    whatever the old one was."""
     check_id(id, what="id")
     check_if_match(if_match)
-
-    async def update(
-        primitives: StorePrimitives,
-        state: Any,
-        tags: Mapping[str, str] | None,
-        metadata: Mapping[str, Any] | None,
-        parent_id: str | None,
-    ) -> Checkpoint:
-        edits = record_edits(json_codec, tags, metadata, parent_id)
-        header = await primitives._update(
-            id,
-            state=codec.encode(state),
-            if_match=if_match,
-            now=clock(),
-            etag=new_etag(),
-            edits=edits,
-            codec=codec.name,
-        )
-        return checkpoint_with_state(header, state)
-
-    return update
+    edits = record_edits(json_codec, tags, metadata, parent_id)
+    header = await primitives._update(
+        id,
+        state=codec.encode(state),
+        if_match=if_match,
+        now=clock(),
+        etag=new_etag(),
+        edits=edits,
+        codec=codec.name,
+    )
+    return checkpoint_with_state(header, state)
 
 
 def record_edits(
