@@ -207,6 +207,12 @@ class Problem(BaseModel):
     sequence: int | None = None
     stream: str | None = None
 
+    @property
+    def is_notice(self) -> bool:
+        """Whether this is a notice (``"retired-key"``): reported, but the store is
+        sound, so it leaves :attr:`VerifyReport.ok` true."""
+        return self.kind in _NOTICES
+
 
 #: Problem kinds that are notices: reported, but the store is sound.
 _NOTICES = frozenset({"retired-key"})
@@ -231,7 +237,7 @@ class VerifyReport(BaseModel):
     def ok(self) -> bool:
         """True only if every check ran (``complete``) and found no problem (a
         ``"retired-key"`` notice is not one)."""
-        return self.complete and all(p.kind in _NOTICES for p in self.problems)
+        return self.complete and all(p.is_notice for p in self.problems)
 
 
 class RepairReport(BaseModel):

@@ -93,15 +93,13 @@ def verify(
     run_command(ctx, url, json_, debug, Mode.READ, body)
 
 
-#: Problem kinds that are notices: they do not make a report fail (``retired-key``).
-_NOTICES = ("retired-key",)
 #: How many notices the table shows; the verdict counts them all.
 _NOTICES_SHOWN = 5
 
 
 def _print_verify(out: Output, report: VerifyReport) -> None:
-    problems = [p for p in report.problems if p.kind not in _NOTICES]
-    notices = [p for p in report.problems if p.kind in _NOTICES]
+    problems = [p for p in report.problems if not p.is_notice]
+    notices = [p for p in report.problems if p.is_notice]
     problems_table(out, "problems", [_problem_json(p) for p in problems])
     shown = [_problem_json(p) for p in notices[:_NOTICES_SHOWN]]
     problems_table(out, "notices (readable, not problems)", shown)
