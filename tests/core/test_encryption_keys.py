@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -389,3 +390,15 @@ async def test_a_store_describes_itself_without_its_keys(
             texts.append(repr(await store.verify()))
         for text in texts:
             assert_no_key(text, K0, K1)
+
+
+def test_rotated_adds_an_active_key_and_keeps_the_others_retired() -> None:
+    old, new = os.urandom(32), os.urandom(32)
+    ring = Keyring({"k0": old}, active="k0")
+    rotated = ring.rotated("k1", new)
+    assert rotated == Keyring({"k0": old, "k1": new}, active="k1")
+    assert ring == Keyring({"k0": old}, active="k0")  # a new ring; this one unchanged
+    with pytest.raises(InvalidOptions, match="'k0' is already in the keyring"):
+        rotated.rotated("k0", os.urandom(32))
+    with pytest.raises(InvalidOptions, match="must be 32 bytes"):
+        ring.rotated("k2", b"short")

@@ -68,6 +68,14 @@ class Keyring:
         """Every key id of the ring, sorted."""
         return tuple(sorted(self._keys))
 
+    def rotated(self, key_id: str, key: bytes) -> Keyring:
+        """A new keyring: this one with ``key`` added under ``key_id`` and made
+        active, every key of this one kept, retired (its records still open).
+        :class:`~statekeeper.errors.InvalidOptions` if ``key_id`` is in the ring."""
+        if key_id in self._keys:
+            raise InvalidOptions(f"key id {key_id!r} is already in the keyring")
+        return Keyring({**self._keys, key_id: key}, active=key_id)
+
     def __contains__(self, kid: object) -> bool:
         return kid in self._keys
 

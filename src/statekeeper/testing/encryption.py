@@ -46,12 +46,9 @@ def kit_keyring(key_id: str = KIT_KEY_ID) -> Keyring:
 
 def rotated_keyring(keyring: Keyring, new_key_id: str) -> Keyring:
     """``keyring`` with one more random key, ``new_key_id``, made active: every key
-    of ``keyring`` stays, retired (its records still open)."""
-    if new_key_id in keyring:
-        raise ValueError(f"key id {new_key_id!r} is already in the keyring")
-    keys = {kid: keyring._keys[kid] for kid in keyring.key_ids}  # the kit's own reach
-    keys[new_key_id] = os.urandom(KEY_BYTES)
-    return Keyring(keys, active=new_key_id)
+    of ``keyring`` stays, retired (its records still open). Raises
+    :class:`~statekeeper.errors.InvalidOptions` (a ``ValueError``) if the id is taken."""
+    return keyring.rotated(new_key_id, os.urandom(KEY_BYTES))
 
 
 def encrypted_options(*, metadata: bool = False, keyring: Keyring | None = None) -> dict[str, Any]:
