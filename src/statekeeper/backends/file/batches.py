@@ -44,7 +44,7 @@ from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import format as fmt
 from .core import EngineCore, Txn
-from .engine import Writes
+from .engine import Found, Writes
 from .index import IdTable
 from .io import syncfs_usable
 from .rebuild import Rebuild
@@ -92,7 +92,7 @@ class Batches:
                 tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
                 tx.sync()  # the intent is durable before any record file exists
                 try:
-                    self._write_batch(sealed, blobs)
+                    self._write_files(sealed, blobs, renamed=False)
                     tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
                     tx.sync()
                 except BaseException:
@@ -222,6 +222,19 @@ class Batches:
     def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
         """Temp files, one sync group, renames in sequence order, one fsync per
         bucket directory. On failure the caller removes what is left."""
+        self._write_files(sealed, blobs, renamed=True)
+
+    def _write_files(
+        self, sealed: list[StoredRecord], blobs: list[bytes], *, renamed: bool
+    ) -> None:
+        """Create every record file, then make them durable as one group: each file
+        fsynced, or one ``syncfs`` for all (``batch_sync``), then each bucket
+        directory fsynced. ``renamed``: each file is written under a temp name and
+        renamed in sequence order once all are durable (the group commit, whose
+        records are indexed only after); else written under its own name (a
+        ``save_many``, whose journal says which files are its own). A directory
+        is fsynced after a ``syncfs`` only for the renames, which came after it."""
+        durable = self.core.durable
         by_syncfs = self._by_syncfs()
         buckets: dict[int, int] = {}
         moves: list[tuple[int, str, str]] = []
@@ -238,14 +251,17 @@ class Batches:
                     )
                     assert bucket is not None
                     buckets[number] = bucket
-                tmp = fmt.temp_name(seq)
-                self.core.write_new(bucket, tmp, data, sync=self.core.durable and not by_syncfs)
-                moves.append((bucket, tmp, fmt.record_name(seq, record.id)))
+                name = fmt.record_name(seq, record.id)
+                written = fmt.temp_name(seq) if renamed else name
+                self.core.write_new(bucket, written, data, sync=durable and not by_syncfs)
+                if renamed:
+                    moves.append((bucket, written, name))
             if by_syncfs:
+                # One writeback of the file system: the records' bytes and names.
                 self._syncfs(buckets.values())
             for bucket, tmp, name in moves:
                 self.core.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-            if self.core.durable:
+            if durable and (renamed or not by_syncfs):
                 for bucket in buckets.values():
                     self.core.io.fsync(bucket)
         finally:
@@ -268,53 +284,13 @@ class Batches:
     def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
         """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
         then remove the expired checkpoints whose ids the batch reuses."""
-        expired = []
+        expired: list[tuple[str, Found]] = []
         for record in records:
             live, _, _ = ids.probe(fmt.id_key(record.id))
-            if not live:
-                continue
-            found = self.writes.find_record(ids, record.id, live)
-            if found is None:
-                continue
-            if found.record is None:
-                raise PreconditionFailed(
-                    f"checkpoint id {record.id!r} is taken by an unreadable checkpoint "
-                    f"(sequence {found.seq}); delete it first"
-                )
-            if not found.record.is_expired(record.now):
-                raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-            expired.append((record.id, found))
+            if live:
+                self.writes.check_new_id(tx, ids, record, live, expired)
         for cid, found in expired:
             self.writes.delete_found(tx, ids, cid, found)
-
-    def _write_batch(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
-        """Create every record file, then make them durable as one group."""
-        by_syncfs = self._by_syncfs()
-        buckets: dict[int, int] = {}
-        try:
-            for record, data in zip(sealed, blobs, strict=True):
-                number = fmt.bucket_of(record.sequence)
-                bucket = buckets.get(number)
-                if bucket is None:
-                    bucket = self.core.open_dir(
-                        self.core.fd("records"), fmt.bucket_name(number), create=True
-                    )
-                    assert bucket is not None
-                    buckets[number] = bucket
-                name = fmt.record_name(record.sequence, record.id)
-                self.core.write_new(bucket, name, data, sync=self.core.durable and not by_syncfs)
-            if not self.core.durable:
-                return
-            if by_syncfs:
-                # One writeback of the file system: the records' bytes and names.
-                self._syncfs(buckets.values())
-            else:
-                for fd in buckets.values():
-                    self.core.io.fsync(fd)
-        finally:
-            for fd in buckets.values():
-                with contextlib.suppress(OSError):
-                    self.core.io.close(fd)
 
     def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
         """Take back a committed batch whose indexing failed: back to ``batch``

@@ -11,7 +11,6 @@ record file goes, so a power cut never resurrects a deleted checkpoint.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -30,13 +29,15 @@ from .index import IdTable, IndexDamaged
 from .rebuild import Rebuild
 from .recovery import Recovery
 
-__all__ = ["Writes"]
+__all__ = ["Found", "Writes"]
 
 _COMPACT_MIN_DEAD = 64
 
 
 @dataclass
-class _Found:
+class Found:
+    """Where an id lives: its sequence and record (``None`` if unreadable: ``error``)."""
+
     seq: int
     record: StoredRecord | None
     raw: bytes | None
@@ -134,7 +135,12 @@ class Writes:
             )
 
     def check_new_id(
-        self, tx: Txn, ids: IdTable, record: NewRecord, live: list[tuple[int, int]]
+        self,
+        tx: Txn,
+        ids: IdTable,
+        record: NewRecord,
+        live: list[tuple[int, int]],
+        expired: list[tuple[str, Found]] | None = None,
     ) -> None:
         found = self.find_record(ids, record.id, live)
         if found is None:
@@ -146,8 +152,11 @@ class Writes:
             )
         if not found.record.is_expired(record.now):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
-        # An expired checkpoint behaves as deleted: remove it so the id can be reused.
-        self.delete_found(tx, ids, record.id, found)
+        # expired behaves as deleted: remove it (a batch, checking all ids first, later)
+        if expired is not None:
+            expired.append((record.id, found))
+        else:
+            self.delete_found(tx, ids, record.id, found)
 
     def _undo_insert(
         self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
@@ -315,7 +324,7 @@ class Writes:
             self.delete_found(tx, ids, cid, found)
             return True
 
-    def delete_found(self, tx: Txn, ids: IdTable, cid: str, found: _Found) -> None:
+    def delete_found(self, tx: Txn, ids: IdTable, cid: str, found: Found) -> None:
         if found.record is not None:
             sfile: str | None = fmt.stream_file_name(found.record.stream)
         else:
@@ -468,7 +477,7 @@ class Writes:
 
     def find_record(
         self, ids: IdTable, cid: str, live: list[tuple[int, int]] | None = None
-    ) -> _Found | None:
+    ) -> Found | None:
         """Where ``cid`` lives (expired or not); an unreadable record comes back with
         ``record=None`` and its error. ``live`` is the id table's entries for it, if
         the caller has them already."""
@@ -476,14 +485,10 @@ class Writes:
             try:
                 got = self.core.load_record(seq, cid)
             except CheckpointDecodeError as exc:
-                return _Found(seq, None, None, exc)
+                return Found(seq, None, None, exc)
             if got is not None:
-                return _Found(seq, got[0], got[1])
+                return Found(seq, got[0], got[1])
         return None
-
-
-_CREAT = os.O_CREAT
-_APPEND = os.O_APPEND
 
 
 def _sibling(path: str, name: str) -> str:
