@@ -54,6 +54,8 @@ def test_an_option_of_one_dialect_is_declared_by_that_dialect_only(name: str) ->
         (MysqlOptions, "listing_wait", "PostgreSQL's (its listing horizon); MySQL/MariaDB"),
         (PostgresOptions, "inline_reads", "SQLite's (point reads on the event loop's thread)"),
         (MysqlOptions, "inline_reads", "a server's reads are network round trips, so drop it"),
+        (PostgresOptions, "inline_writes", "SQLite's (single-record writes on the event loop"),
+        (MysqlOptions, "inline_writes", "a server's writes are network round trips, so drop"),
     ],
 )
 def test_the_options_type_refuses_another_dialects_option_naming_it(

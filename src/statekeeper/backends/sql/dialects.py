@@ -77,6 +77,9 @@ class Session(Protocol):
 
 T = TypeVar("T")
 
+#: The largest state a single-record write hands to :meth:`Runtime.point_write`.
+INLINE_WRITE_BYTES = 64 * 1024
+
 
 class Runtime(Protocol):
     """Where a store's operations run: connections, threads or an async engine."""
@@ -101,6 +104,10 @@ class Runtime(Protocol):
 
     async def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in one write transaction, committed if ``fn`` returns."""
+
+    async def point_write(self, fn: Callable[[Session], T]) -> T:
+        """As :meth:`write`, for ``fn`` that writes one record (where the runtime may
+        run it without a thread hop: SQLite under ``durability="fast"``)."""
 
     async def locked_write(
         self,

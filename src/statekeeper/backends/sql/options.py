@@ -45,6 +45,11 @@ DIALECT_OPTIONS: dict[str, tuple[str, str, str]] = {
         "point reads on the event loop's thread",
         "a server's reads are network round trips",
     ),
+    "inline_writes": (
+        "SQLite",
+        "single-record writes on the event loop's thread under durability='fast'",
+        "a server's writes are network round trips",
+    ),
 }
 
 

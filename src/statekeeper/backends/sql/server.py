@@ -218,6 +218,10 @@ class ServerRuntime:
         async with engine.begin() as conn:
             return await conn.run_sync(lambda c: fn(SaSession(c, family)))
 
+    async def point_write(self, fn: Callable[[SaSession], T]) -> T:
+        """As :meth:`write`: a server's write is a network round trip however small."""
+        return await self.write(fn)
+
     async def locked_write(
         self,
         lock: Callable[[SaSession], None],

@@ -24,21 +24,12 @@ from ..._core.store import BaseCheckpointStore
 from ..._registry import builtin_class
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
-from ...errors import (
-    CheckpointNotFound,
-    StoreClosed,
-    StoreFormatError,
-)
+from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import (
-    NewRecord,
-    RecordEdits,
-    StoredRecord,
-    read_record,
-)
+from ...record import NewRecord, RecordEdits, StoredRecord, read_record
 from . import integrity, migrations, updates, writes
 from .compiler import Compiler
-from .dialects import Family, Runtime, Session
+from .dialects import INLINE_WRITE_BYTES, Family, Runtime, Session
 from .entries import scanned_entries
 from .options import SqlOptions, family_of
 from .schema import (
@@ -172,8 +163,12 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     async def _read(self, fn: Callable[[Session], T]) -> T:
         return await self._rt().read(fn)
 
-    async def _write(self, fn: Callable[[Session], T]) -> T:
-        return await self._rt().write(fn)
+    async def _write(self, fn: Callable[[Session], T], size: int | None = None) -> T:
+        """``fn`` in a write transaction; ``size``: the state bytes of the one record it
+        writes, if it writes one (up to INLINE_WRITE_BYTES: a point write)."""
+        rt = self._rt()
+        small = size is not None and size <= INLINE_WRITE_BYTES
+        return await (rt.point_write(fn) if small else rt.write(fn))
 
     async def _guard(self, what: str, call: Awaitable[T]) -> T:
         """Await ``call``, turning driver errors into statekeeper errors."""
@@ -232,7 +227,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
         op = partial(writes.insert_one, st=self._st, record=record, store_id=self._store_id)
-        return await self._guard("saving", self._write(op))
+        return await self._guard("saving", self._write(op, len(record.state)))
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """One transaction: one counter bump for the batch, every id checked, one
@@ -266,7 +261,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             edits=edits,
             codec=codec,
         )
-        return await self._guard("updating", self._write(op))
+        return await self._guard("updating", self._write(op, len(state)))
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
@@ -355,7 +350,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         op = partial(
             updates.delete, st=self._st, parse=self._parse, id=id, if_match=if_match, now=now
         )
-        return await self._guard("deleting", self._write(op))
+        return await self._guard("deleting", self._write(op, 0))
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
         op = partial(updates.delete_stream, st=self._st, stream=stream, now=now)

@@ -31,6 +31,12 @@ class SqliteOptions(SqlOptions):
     #: instead); ``False`` runs them on the reader threads. Saves, larger pages and
     #: batches, and every other call always run on the store's threads.
     inline_reads: bool = True
+    #: Under ``durability="fast"``, run a save, update or delete of one checkpoint
+    #: (a state of up to 64 KiB) on the event loop's thread, on a connection of its
+    #: own, when the writer thread is idle and the write lock is free (else it goes
+    #: to the writer thread, as every write does under ``durability="full"``, whose
+    #: COMMIT waits for an fsync); ``False`` sends every write to the writer thread.
+    inline_writes: bool = True
 
 
 #: Options of the other SQL dialects, each with why SQLite has no use for it.

@@ -1,5 +1,6 @@
 """SQLite execution: one worker thread per connection, one thread hop per operation,
-group commit on the writer, and bounded reads on the event loop's thread.
+group commit on the writer, and bounded reads (and, under ``durability="fast"``,
+single-record writes) on the event loop's thread.
 
 Why not SQLAlchemy's ``sqlite+aiosqlite`` engine: aiosqlite already runs each
 connection on its own thread, but the async adapter awaits that thread once per
@@ -12,7 +13,9 @@ execute, compiled once for SQLite and run through the stdlib ``sqlite3`` driver
 (which is also what aiosqlite wraps).
 
 Writes go through the one writer thread, several per transaction (SPEC S15, see
-:class:`~.workers.SqliteWriter`).
+:class:`~.workers.SqliteWriter`), except a write of one record at
+``synchronous=NORMAL`` that finds the writer idle and the lock free
+(:meth:`SqliteRuntime.point_write`).
 
 Connections never cross threads (``check_same_thread`` stays on) and never cross
 ``fork``: a child process that uses a store opened by its parent gets fresh
@@ -27,6 +30,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from ...._runtime.inline import HOP, Budget, try_inline
@@ -34,7 +38,7 @@ from ...._runtime.worker import pick
 from ..compiler import Compiler
 from .connect import BUSY_CODES, Connector, OpenMode, error_code, prepare_file, with_busy_timeout
 from .session import SqliteSession
-from .workers import SqliteWorker, SqliteWriter
+from .workers import SqliteWorker, SqliteWriter, run_alone
 
 __all__ = ["SqliteRuntime"]
 
@@ -53,6 +57,25 @@ _INTERRUPT = 9
 #: more than about 2 ms of SQLite's work.
 _INLINE_OPS = 20_000
 _INLINE_STEP = 1_000
+#: Inline writes between two WAL checkpoints run on the writer thread. The inline
+#: writer's connection never checkpoints by itself (a checkpoint syncs and copies
+#: pages: milliseconds the event loop should not be kept for); a write of one
+#: checkpoint adds 3 to 6 WAL pages, so this is about SQLite's own 1,000 pages.
+_CHECKPOINT_EVERY = 200
+
+
+def _begin_now(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE`` without waiting: the inline writer's busy timeout is 0, so
+    a write lock held elsewhere is an immediate SQLITE_BUSY (the write then hops)."""
+    conn.execute("BEGIN IMMEDIATE")
+
+
+def _passive_checkpoint(conn: sqlite3.Connection) -> None:
+    """Copy what the WAL holds into the database file as far as readers allow (on
+    the writer's thread). Upkeep only: if it cannot finish now, the next one will,
+    and the writer's own commits and ``close`` checkpoint too."""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 def _would_block(exc: Exception) -> bool:
@@ -89,6 +112,7 @@ class SqliteRuntime:
         echo: bool,
         mode: OpenMode = "rwc",
         inline_reads: bool = True,
+        inline_writes: bool = True,
     ) -> None:
         self.path = path
         self.mode: OpenMode = mode
@@ -108,6 +132,11 @@ class SqliteRuntime:
         # loop's), with that thread's id; see point_read
         self._inline: tuple[int, SqliteSession] | None = None
         self._budget = Budget(_INLINE_OPS, _INLINE_STEP)  # of the running point read
+        # a COMMIT syncs nothing below FULL, so it may run on the event loop's thread
+        self._inline_writes = inline_writes and mode != "ro" and synchronous.upper() != "FULL"
+        self._inline_writer: tuple[int, SqliteSession] | None = None  # as _inline
+        self._write_budget = Budget(_INLINE_OPS, _INLINE_STEP)
+        self._inline_commits = 0  # since the last checkpoint handed to the writer
 
     def _connect_writer(self) -> sqlite3.Connection:
         if self.mode == "ro":
@@ -121,10 +150,9 @@ class SqliteRuntime:
             # Forked: the parent's threads do not exist here, and its connections
             # must be neither used nor closed by this process.
             _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
-            if self._inline is not None:
-                _FORK_ORPHANS.append(self._inline)
+            _FORK_ORPHANS.extend([c for c in (self._inline, self._inline_writer) if c is not None])
             self._writer, self._readers, self._pid = None, [], os.getpid()
-            self._inline = None
+            self._inline = self._inline_writer = None
 
     def _writer_worker(self) -> SqliteWriter:
         self._check_fork()
@@ -153,6 +181,77 @@ class SqliteRuntime:
         is once ``fn``'s writes are as durable as ``synchronous`` makes them.
         """
         return await self._writer_worker().run(fn)
+
+    async def point_write(self, fn: Callable[[SqliteSession], T]) -> T:
+        """As :meth:`write`, for ``fn`` that writes one record (a save, an update or a
+        delete of one checkpoint, with its index rows): right here on the calling
+        thread when that cannot wait for anything, else as :meth:`write` does.
+
+        Only under ``synchronous=NORMAL`` (``durability="fast"``), where COMMIT
+        syncs nothing: it appends to the WAL, about 30 µs, while the round trip to
+        the writer thread costs two thread wake-ups and more than the whole write.
+        Under ``FULL`` a COMMIT waits for an fsync, which the event loop must not, so
+        every write goes to the writer thread. The inline write runs on a connection
+        of its own (made on first use) with ``busy_timeout = 0`` and the same body
+        as the writer's lone write (:func:`~.workers.run_alone`), under the read
+        budget while ``fn`` runs. It hops to the writer thread, ``fn`` run again
+        there, when:
+
+        - the writer thread has calls queued or running (they go first, and group);
+        - ``BEGIN IMMEDIATE`` finds the write lock taken (another process writes, or
+          a read-only check of another connection's checkpoint holds it): SQLite
+          says busy at once and nothing has been written;
+        - ``fn`` runs over the budget (SQLite interrupts it) or meets a lock: the
+          transaction is rolled back first.
+
+        Any other error is the write's own (a taken id, a failed ``if_match``) and is
+        raised as the writer would raise it. Commit order is still sequence order:
+        the counter row is bumped inside the transaction, by whichever connection
+        holds the write lock. The inline connection never checkpoints the WAL
+        itself: after every :data:`_CHECKPOINT_EVERY` inline commits, the next
+        point write first waits (the loop free) for a passive checkpoint on the
+        writer thread, as SQLite's own auto-checkpoint makes every thousandth
+        commit wait for one.
+        """
+        session = self._inline_writer_session()
+        if session is not None and self._inline_commits >= _CHECKPOINT_EVERY:
+            # Before this write, not beside it: SQLite starts the WAL over only when
+            # a write begins after a checkpoint that copied every frame, so one
+            # running while the loop keeps appending would let the WAL grow forever.
+            self._inline_commits = 0
+            await self._writer_worker().call(_passive_checkpoint)
+        if session is not None and (self._writer is None or self._writer.pending == 0):
+            got = try_inline(partial(self._run_inline_write, fn=fn), session, _would_block)
+            if got is not HOP:
+                self._inline_commits += 1
+                return got
+        return await self.write(fn)
+
+    def _run_inline_write(self, session: SqliteSession, fn: Callable[[SqliteSession], T]) -> T:
+        budget, conn = self._write_budget, session.conn
+
+        def budgeted(s: SqliteSession) -> T:
+            budget.start()
+            conn.set_progress_handler(budget.spend, _INLINE_STEP)
+            try:
+                return fn(s)
+            finally:  # never during COMMIT: an interrupted COMMIT may have committed
+                conn.set_progress_handler(None, 0)
+
+        result: T = run_alone(session, budgeted, (), _begin_now)
+        return result
+
+    def _inline_writer_session(self) -> SqliteSession | None:
+        """The inline writer's session on this thread, or ``None`` to use the writer."""
+        self._check_fork()
+        if self._inline_writer is None:
+            if not self._inline_writes:
+                return None
+            conn = self.connect(wait=False, check_same_thread=False)
+            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer thread does them
+            self._inline_writer = (threading.get_ident(), SqliteSession(conn, self.compiler))
+        owner, session = self._inline_writer
+        return session if owner == threading.get_ident() else None
 
     async def locked_write(
         self,
@@ -269,6 +368,11 @@ class SqliteRuntime:
         self._check_fork()
         writer, readers = self._writer, self._readers
         inline, self._inline = self._inline, None
+        inline_writer, self._inline_writer = self._inline_writer, None
+        if inline_writer is not None:
+            # before the readers and the writer: whichever closes last checkpoints
+            with contextlib.suppress(sqlite3.Error):
+                inline_writer[1].conn.close()
         self._writer, self._readers = None, []
         return writer, readers, None if inline is None else inline[1].conn
 

@@ -100,4 +100,5 @@ class SqliteCheckpointStore(SqlCheckpointStore):
             echo=options.echo,
             mode=_sqlite_mode(options),
             inline_reads=options.inline_reads,
+            inline_writes=options.inline_writes,
         )

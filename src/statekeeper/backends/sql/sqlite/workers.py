@@ -23,7 +23,7 @@ from ..compiler import Compiler
 from .connect import begin_immediate
 from .session import SqliteSession
 
-__all__ = ["SqliteWorker", "SqliteWriter"]
+__all__ = ["SqliteWorker", "SqliteWriter", "run_alone"]
 
 T = TypeVar("T")
 
@@ -156,16 +156,9 @@ class SqliteWriter(SqliteWorker):
     # -- the GroupRunner of the group commit (on the writer's thread) --------------
 
     def alone(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-        session = self._session()
-        conn = session.conn
-        begin_immediate(conn, self._busy_timeout)
-        try:
-            result = fn(session, *args)
-            _commit(conn)
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        result = run_alone(
+            self._session(), fn, args, lambda conn: begin_immediate(conn, self._busy_timeout)
+        )
         self.commits += 1
         self.operations += 1
         return result
@@ -211,6 +204,29 @@ class SqliteWriter(SqliteWorker):
     def abort(self) -> None:
         if self.conn is not None and self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
+
+
+def run_alone(
+    session: SqliteSession,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    begin: Callable[[sqlite3.Connection], None],
+) -> Any:
+    """One write operation in a transaction of its own: ``begin`` (``BEGIN
+    IMMEDIATE``, waiting as it says), ``fn(session, *args)``, ``COMMIT``; on any
+    error the transaction is rolled back and the error raised, so nothing of ``fn``
+    is left behind. The writer's lone write and the inline write
+    (:meth:`~.runtime.SqliteRuntime.point_write`) are this one body."""
+    conn = session.conn
+    begin(conn)
+    try:
+        result = fn(session, *args)
+        _commit(conn)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return result
 
 
 def _undo(conn: sqlite3.Connection) -> bool:
