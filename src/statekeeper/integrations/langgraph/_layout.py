@@ -25,6 +25,14 @@ one row, with nothing to index but its id and stream. Records written before
 (``SKLG1C`` frames, ids in the store metadata under ``"langgraph"``, two tags and
 indexed copies of LangGraph's scalar metadata) are read the same way; a record
 put again is rewritten in the current layout.
+
+Compression. A frame of at least :data:`_DEFLATE_MIN` bytes is stored deflated
+(``SKLGZ1`` then the whole frame as raw DEFLATE, stdlib :mod:`zlib`) when that
+saves a tenth of it or more: a checkpoint's channel values and pending writes are
+mostly repetitive text, and a 1.4 KB checkpoint frame deflates to about 540 bytes
+in about 9 µs (inflating takes about 3 µs). Frames written before are read as
+they are. The store still checksums, and may encrypt, what is stored: the deflated
+bytes.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import hashlib
 import json
 import math
 import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -55,7 +64,17 @@ _INT_BOUND = 2**63
 _CHECKPOINT_MAGIC = b"SKLG2C"
 _CHECKPOINT_MAGIC_1 = b"SKLG1C"  # ids in the store metadata (read only)
 _WRITES_MAGIC = b"SKLG1W"
+_DEFLATED_MAGIC = b"SKLGZ1"  # then a whole frame above as raw DEFLATE
 _LEN = struct.Struct(">I")
+#: The smallest frame worth deflating (smaller ones save too few bytes for the time).
+_DEFLATE_MIN = 512
+#: DEFLATE's window and memory level when writing: a 4 KiB window allocates little
+#: (the default 32 KiB one took 59 µs for a 1.4 KB frame, this one 9 µs) and finds
+#: the repeats of a checkpoint as well. Reading takes any window (``-15``).
+_DEFLATE_WBITS = -12
+_DEFLATE_MEMLEVEL = 4
+#: An inflated frame larger than this is refused as damaged rather than allocated.
+_INFLATE_MAX = 1 << 31
 
 
 def _digest(*parts: str) -> str:
@@ -213,15 +232,44 @@ def _pack(magic: bytes, fields: list[bytes]) -> bytes:
     for field in fields:
         out.append(_LEN.pack(len(field)))
         out.append(field)
-    return b"".join(out)
+    return _deflated(b"".join(out))
 
 
-def _unpack(magic: bytes, data: object, record_id: str) -> list[bytes]:
+def _deflated(frame: bytes) -> bytes:
+    """``frame``, or ``SKLGZ1`` + its raw DEFLATE where that saves a tenth or more."""
+    if len(frame) < _DEFLATE_MIN:
+        return frame
+    deflate = zlib.compressobj(1, zlib.DEFLATED, _DEFLATE_WBITS, _DEFLATE_MEMLEVEL)
+    packed = b"".join((_DEFLATED_MAGIC, deflate.compress(frame), deflate.flush()))
+    return packed if len(packed) * 10 <= len(frame) * 9 else frame
+
+
+def _inflated(data: object, record_id: str) -> bytes:
+    """A record's frame: ``data`` itself, or inflated if it is deflated."""
     if not isinstance(data, bytes):
         raise CheckpointDecodeError(
             f"not a LangGraph record: its state is {type(data).__name__}, not raw bytes",
             id=record_id,
         )
+    if not data.startswith(_DEFLATED_MAGIC):
+        return data
+    inflate = zlib.decompressobj(-15)
+    try:
+        frame = inflate.decompress(memoryview(data)[len(_DEFLATED_MAGIC) :], _INFLATE_MAX)
+    except zlib.error as exc:
+        raise CheckpointDecodeError(f"damaged LangGraph record: {exc}", id=record_id) from None
+    if not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
+        raise CheckpointDecodeError(
+            "damaged LangGraph record: its deflated frame is truncated, too large, or "
+            "followed by trailing bytes",
+            id=record_id,
+        )
+    if frame.startswith(_DEFLATED_MAGIC):
+        raise CheckpointDecodeError("a LangGraph record deflated twice", id=record_id)
+    return frame
+
+
+def _unpack(magic: bytes, data: bytes, record_id: str) -> list[bytes]:
     if not data.startswith(magic):
         raise CheckpointDecodeError("not a LangGraph record (bad frame header)", id=record_id)
     end = len(data)
@@ -276,7 +324,8 @@ def unpack_checkpoint(
 ) -> tuple[Ids, Serialized, Serialized]:
     """``(ids, checkpoint, metadata)`` of a checkpoint record of either frame
     (``metadata``: the record's store metadata, where ``SKLG1C`` records keep the ids)."""
-    if isinstance(data, bytes) and data.startswith(_CHECKPOINT_MAGIC_1):
+    data = _inflated(data, record_id)
+    if data.startswith(_CHECKPOINT_MAGIC_1):
         fields = _unpack(_CHECKPOINT_MAGIC_1, data, record_id)
         if len(fields) != 4:
             raise CheckpointDecodeError("a LangGraph checkpoint record has 4 fields", id=record_id)
@@ -329,7 +378,7 @@ def pack_writes(writes: list[Write]) -> bytes:
 
 
 def unpack_writes(data: object, record_id: str) -> list[Write]:
-    fields = _unpack(_WRITES_MAGIC, data, record_id)
+    fields = _unpack(_WRITES_MAGIC, _inflated(data, record_id), record_id)
     if len(fields) % 6:
         raise CheckpointDecodeError("a LangGraph writes record has 6 fields a write", id=record_id)
     out = []
