@@ -43,6 +43,8 @@ class Gate:
         self.release = threading.Event()
         self.groups: list[list[str]] = []
         self.on_group: Callable[[], None] | None = None
+        #: Called once the group's insert returned (before its callers hear of it).
+        self.after_group: Callable[[], None] | None = None
         engine = store._engine
         insert, insert_group = engine.insert, engine.insert_group
 
@@ -61,7 +63,11 @@ class Gate:
             self.groups.append([r.id for r in records])
             if self.on_group is not None:
                 self.on_group()
-            return insert_group(records)
+            try:
+                return insert_group(records)
+            finally:
+                if self.after_group is not None:
+                    self.after_group()
 
         engine.insert = gated_insert  # type: ignore[method-assign]
         engine.insert_group = recorded_group  # type: ignore[method-assign]
@@ -253,16 +259,29 @@ class FaultIO(FaultHookIO):
         self.k: int | None = None
         self.counted = 0
         self.fired: str | None = None
+        self.counting = True
 
     def arm(self, k: int | None) -> None:
-        self.k, self.counted, self.fired = k, 0, None
+        self.k, self.counted, self.fired, self.counting = k, 0, None, True
+
+    def stop(self) -> None:
+        """Disarmed, and counting no more (the writer's upkeep after the group, such
+        as the next save's spare temp file, is not the group's)."""
+        self.k, self.counting = None, False
 
     def _fault(self, op: str) -> None:
+        if not self.counting:
+            return
         self.counted += 1
         if self.k is not None and self.counted == self.k:
             self.k, self.fired = None, op
             self.counted = -(1 << 30)  # stop counting
             raise OSError(errno.EIO, os.strerror(errno.EIO), op)
+
+
+def _temps_with_bytes(root: Path) -> list[str]:
+    """Temp files holding bytes (an empty one is the writer's spare: file/spares.py)."""
+    return [p.name for p in root.rglob("*.tmp") if p.stat().st_size]
 
 
 async def _group_under_fault(
@@ -274,6 +293,7 @@ async def _group_under_fault(
             await store.save(f"s{i}", {"before": i}, id=f"before-{i}")
         gate = Gate(store)
         gate.on_group = lambda: io.arm(k)
+        gate.after_group = io.stop
         ids = [f"g{i}" for i in range(6)]
         tasks, _ = await behind_one_in_flight(
             store, gate, [saving(store, f"s{i % 3}", cid) for i, cid in enumerate(ids)]
@@ -301,9 +321,7 @@ async def _group_under_fault(
             # usable at once, alone and in a group
             again = await store.save("s0", {"after": True}, id="g0")
             assert (await store.get_latest("s0")) == again
-        leftovers = [
-            name for _, _, names in os.walk(root) for name in names if name.endswith(".tmp")
-        ]
+        leftovers = _temps_with_bytes(root)
         assert not leftovers, (io.fired, leftovers)
     return io, out
 

@@ -47,7 +47,8 @@ class FaultIO(FaultHookIO):
 
 
 def _temp_files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.name.endswith(".tmp")]
+    """Temp files holding bytes (an empty one is the writer's spare: file/spares.py)."""
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp") and p.stat().st_size]
 
 
 async def _consistent(store: FileCheckpointStore, before: dict[str, Checkpoint]) -> None:

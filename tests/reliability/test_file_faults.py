@@ -129,7 +129,10 @@ OPS = ("save", "update", "delete")
 
 def _temp_files(root: Path) -> list[str]:
     return sorted(
-        str(p.relative_to(root)) for p in root.rglob("*") if p.name.endswith((".tmp", ".undo"))
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        # an empty .tmp is the writer's spare (file/spares.py): it holds nothing
+        if p.name.endswith(".undo") or (p.name.endswith(".tmp") and p.stat().st_size)
     )
 
 

@@ -14,7 +14,11 @@ jobs queued behind it, up to :attr:`GroupCommit.max_group`, and hands them to it
   It may settle a first part and hand back the rest to run as a new group (SQLite
   does when the database dropped the transaction under them);
 - :meth:`GroupRunner.abort` cleans up after the machinery itself failed mid-group
-  (every job of the group then hears that error; the thread goes on).
+  (every job of the group then hears that error; the thread goes on);
+- a runner may also have ``idle()``: upkeep run on the thread after a group, once
+  its callers have their outcomes and nothing is queued (the file store makes the
+  temp file of its next save there); what it raises is dropped, and a job queued
+  meanwhile waits for it to return.
 
 What the group commit guarantees, whatever the runner:
 
@@ -86,6 +90,9 @@ class GroupCommit:
         self.max_group = max_group
         self.gather_wait = gather_wait
         self._last = 1  # the size of the last group
+        self._idle: Callable[[], object] | None = getattr(runner, "idle", None)
+        self._idle_after = False
+        self._queue: SimpleQueue[Job] = SimpleQueue()
 
     def take(self, first: Job, queue: SimpleQueue[Job]) -> Job | None:
         """Gather the grouped jobs queued behind ``first`` and run them; the plain
@@ -107,15 +114,28 @@ class GroupCommit:
                 break
             group.append(more)
         self._last = len(group)
+        self._queue = queue
         try:
             self._run(group)
         except BaseException as exc:  # never leave the thread: every caller would hang
             deliver_all([(job, None, exc) for job in group])  # (settled ones stay)
             with contextlib.suppress(BaseException):
                 self.runner.abort()
+        idle = self._idle
+        if idle is not None and self._idle_after and carry is None:
+            with contextlib.suppress(BaseException):  # upkeep: never the thread's end
+                idle()
         return carry
 
+    def _nothing_queued(self) -> None:
+        """Whether to run the runner's ``idle()`` after this group: asked before its
+        outcomes are delivered, so a caller that waits for its outcome before its next
+        call always finds it done first (the order of the thread's work does not
+        depend on how fast that caller wakes up)."""
+        self._idle_after = self._idle is not None and self._queue.empty()
+
     def _run(self, group: list[Job]) -> None:
+        self._idle_after = False
         jobs: Sequence[Job] = [job for job in group if not _cancelled(job)]
         if not jobs:
             return
@@ -124,12 +144,16 @@ class GroupCommit:
             try:
                 result = self.runner.alone(fn, args)
             except BaseException as exc:
+                self._nothing_queued()
                 deliver(loop, fut, None, exc)
             else:
+                self._nothing_queued()
                 deliver(loop, fut, result, None)
             return
         while jobs:
             settled, jobs = self.runner.group(jobs)
+            if not jobs:
+                self._nothing_queued()
             deliver_all(settled)
 
 

@@ -21,6 +21,7 @@ from .descriptors import Descriptors
 from .index import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact, write_all
 from .lock import WriteLock
+from .spares import Spares
 
 __all__ = ["EngineCore", "RecordProblem", "Txn"]
 
@@ -116,6 +117,8 @@ class EngineCore:
         #: Every descriptor kept open across calls, the lock holder's and the inline
         #: readers'.
         self.descriptors = Descriptors(self)
+        #: The temp file of the next durable save, made ahead (see :mod:`.spares`).
+        self.spares = Spares(io, self._open_bucket, durable=durable)
         #: The bucket numbers, ascending, as a global listing last found them (see
         #: :meth:`.listing.Listing.scan_all`); a rebuild forgets them.
         self.buckets_listed: list[int] | None = None
@@ -151,6 +154,7 @@ class EngineCore:
             self._closing = True
             while self._busy:
                 self._busy_cond.wait()
+            self.spares.drop()
             fds, self.fd_table = self.fd_table, {}
             self._closing = False
         self.descriptors.drop()
@@ -192,6 +196,11 @@ class EngineCore:
         """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
         with :meth:`close_bucket` (see :meth:`.descriptors.Descriptors.bucket`)."""
         return self.descriptors.bucket(seq, create=create)
+
+    def _open_bucket(self, seq: int, create: bool) -> int | None:
+        """A new descriptor of ``seq``'s bucket (not cached): the spares' own."""
+        name = fmt.bucket_name(fmt.bucket_of(seq))
+        return self.open_dir(self.fd("records"), name, create=create)
 
     def close_bucket(self, fd: int) -> None:
         self.descriptors.close_bucket(fd)
@@ -386,8 +395,11 @@ class EngineCore:
 
     def write_new(self, dir_fd: int, name: str, data: bytes, *, sync: bool) -> None:
         """Create ``name`` exclusively with ``data`` (fsynced if ``sync``); on failure
-        nothing is left behind."""
-        fd = self.io.open(name, NEW_FILE, 0o666, dir_fd=dir_fd)
+        nothing is left behind. A ``name`` that :meth:`.spares.Spares.take` gave was
+        created empty already: it is written through the spare's descriptor."""
+        fd = self.spares.claim(name)
+        if fd is None:
+            fd = self.io.open(name, NEW_FILE, 0o666, dir_fd=dir_fd)
         try:
             write_all(self.io, fd, data)
             if sync:

@@ -92,7 +92,7 @@ class Writes:
             bucket = self.core.bucket(seq, create=True)
             assert bucket is not None
             try:
-                tmp = fmt.temp_name(seq)
+                tmp = self.core.spares.take(seq) or fmt.temp_name(seq)  # (see .spares)
                 # One write of state per save: it reserves the sequence, counts the
                 # id-table slot and names the operation; it is not cleared after.
                 tx.commit(

@@ -230,15 +230,16 @@ class Listing:
 
     def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
         """A temp file nobody is writing: not the current journal's (its one temp, or
-        one of the sequences of a group commit in flight), and still there."""
+        one of the sequences of a group commit in flight), still there, and not
+        empty (an empty one holds nothing to leave out: a writer's spare, see
+        :mod:`.spares`, or a write cut before its first byte)."""
         state = self.core.read_state()
         if state is not None and fmt.temp_in_flight(state.journal, location):
             return False
         try:
-            self.core.io.lstat(name, dir_fd=bfd)
+            return self.core.io.lstat(name, dir_fd=bfd).st_size > 0
         except FileNotFoundError:
             return False
-        return True
 
     # -- listings -----------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ class Rebuild:
             dropped = [e for e in s.entries if e.record is None]
             self._unlink_entries(dropped)
             s.entries = [e for e in s.entries if e.record is not None]
-        for bucket, name in s.temps:
+        for bucket, name in s.temps + s.empty_temps:
             self._unlink_in_bucket(bucket, [name])
         by_sfile: dict[str, tuple[str, list[fmt.Slot]]] = {}
         for e in s.entries:

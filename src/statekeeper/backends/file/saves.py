@@ -21,6 +21,7 @@ should not, and the store can be collected unclosed (its finalizer then closes i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable, Coroutine, Sequence
@@ -94,6 +95,13 @@ class FileSaves:
 
     def abort(self) -> None:
         """Nothing: ``insert_group`` rolls back whatever of a failed group it did."""
+
+    def idle(self) -> None:
+        """Once the group's callers have their outcomes and nothing is queued: the
+        temp file of the next durable save, made ahead (:mod:`.spares`). Upkeep:
+        a closed store or an OS error makes none."""
+        with contextlib.suppress(StatekeeperError, OSError), self._engine.active():
+            self._engine.spares.make()  # (anything else it raises, the worker drops)
 
 
 class SaveWriter:

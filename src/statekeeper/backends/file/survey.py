@@ -79,6 +79,11 @@ class Survey:
     foreign: list[tuple[str, str]] = field(default_factory=list)
     #: ``(bucket, name)`` of temp files no write is using.
     temps: list[tuple[int, str]] = field(default_factory=list)
+    #: ``(bucket, name)`` of empty temp files no write is using: a writer's spare
+    #: (:mod:`.spares`) or one cut before its first byte. They hold nothing, so
+    #: ``verify`` does not report them and they count for no sequence; ``repair``
+    #: removes them.
+    empty_temps: list[tuple[int, str]] = field(default_factory=list)
     indexes: dict[str, OldIndex] = field(default_factory=dict)
     #: Live ``(key, seq)`` entries of the id table; ``None`` if it is unusable.
     ids: list[tuple[int, int]] | None = None
@@ -169,7 +174,11 @@ def _survey_file(
     if parsed is None or fmt.bucket_of(parsed[0]) != bucket:
         if parsed is None and fmt.parse_temp_name(name) is not None:
             if not fmt.temp_in_flight(journal, where):
-                s.temps.append((bucket, name))
+                try:
+                    empty = engine.io.lstat(name, dir_fd=bfd).st_size == 0
+                except FileNotFoundError:
+                    return  # its write just finished (renamed) or removed it
+                (s.empty_temps if empty else s.temps).append((bucket, name))
             return
         s.foreign.append((where, "not a record of this store (a planted or misplaced file)"))
         return
