@@ -15,10 +15,11 @@ jobs queued behind it, up to :attr:`GroupCommit.max_group`, and hands them to it
   does when the database dropped the transaction under them);
 - :meth:`GroupRunner.abort` cleans up after the machinery itself failed mid-group
   (every job of the group then hears that error; the thread goes on);
-- a runner may also have ``idle()``: upkeep run on the thread after a group, once
-  its callers have their outcomes and nothing is queued (the file store makes the
-  temp file of its next save there); what it raises is dropped, and a job queued
-  meanwhile waits for it to return.
+- a runner may also have ``idle()``: upkeep run on the thread after a lone job,
+  once its caller has its outcome, if nothing was queued then (the file store
+  makes the temp file of its next save there; after a group of several, whose
+  callers' next calls come together as a group again, it does not run); what it
+  raises is dropped, and a job queued meanwhile waits for it to return.
 
 What the group commit guarantees, whatever the runner:
 
@@ -150,10 +151,8 @@ class GroupCommit:
                 self._nothing_queued()
                 deliver(loop, fut, result, None)
             return
-        while jobs:
+        while jobs:  # (no idle() after a group: its callers' next calls come together)
             settled, jobs = self.runner.group(jobs)
-            if not jobs:
-                self._nothing_queued()
             deliver_all(settled)
 
 
