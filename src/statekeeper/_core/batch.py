@@ -47,7 +47,11 @@ async def load_many(
     wanted = _id_list(ids)
     if not wanted:
         return {}
-    records = await primitives._get_many(wanted, clock())
+    if len(wanted) == 1:  # what load reads (the LangGraph saver's writes lookup is this)
+        one = await primitives._get(wanted[0], clock())
+        records = {} if one is None else {wanted[0]: one}
+    else:
+        records = await primitives._get_many(wanted, clock())
     found: dict[str, Checkpoint] = {}
     for id in wanted:  # the caller's order, whatever order the backend answered in
         record = records.get(id)
