@@ -310,10 +310,9 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("save_many", self._engine.batches.insert_many, records)
 
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
-        """In the worker, one pass; a single id (the LangGraph saver's pending-writes
-        read) on the event loop's thread first, as :meth:`_get`."""
-        engine = self._engine
-        return await self._read("load_many", engine.reader.get_many, ids, now, inline=len(ids) == 1)
+        """In the worker, one pass (``load_many`` of a single id reads it with
+        :meth:`_get`, on the event loop's thread first)."""
+        return await self._read("load_many", self._engine.reader.get_many, ids, now, inline=False)
 
     async def _delete_many(self, ids: list[str], now: datetime) -> int:
         return await self._run("delete_many", self._engine.batches.delete_many, ids, now)

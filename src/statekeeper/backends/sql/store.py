@@ -273,7 +273,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     async def _get_many(self, ids: list[str], now: datetime) -> dict[str, StoredRecord]:
         """One statement, ``WHERE id IN (...) AND live``; a damaged record raises. Up to
         :data:`INLINE_PAGE_ROWS` ids are read as a page is, SQLite without the hop
-        (the LangGraph saver's ``aget_tuple`` is a ``load_many`` of one id)."""
+        (``load_many`` of a single id reads it with :meth:`_get`)."""
         params = {"ids": ids, "now": to_micros(now)}
 
         def op(s: Session) -> dict[str, StoredRecord]:
