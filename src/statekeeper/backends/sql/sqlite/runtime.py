@@ -197,10 +197,11 @@ class SqliteRuntime:
         budget while ``fn`` runs. It hops to the writer thread, ``fn`` run again
         there, when:
 
-        - the writer thread has calls queued or running (they go first, and group);
-        - ``BEGIN IMMEDIATE`` finds the write lock taken (another process writes, or
-          a read-only check of another connection's checkpoint holds it): SQLite
-          says busy at once and nothing has been written;
+        - the writer thread has calls queued or running (they go first, and group;
+          so does the checkpoint below, so no inline write runs beside it);
+        - ``BEGIN IMMEDIATE`` finds the write lock taken (another process, or this
+          store's writer thread, is writing): SQLite says busy at once and nothing
+          has been written;
         - ``fn`` runs over the budget (SQLite interrupts it) or meets a lock: the
           transaction is rolled back first.
 
@@ -210,8 +211,8 @@ class SqliteRuntime:
         holds the write lock. The inline connection never checkpoints the WAL
         itself: after every :data:`_CHECKPOINT_EVERY` inline commits, the next
         point write first waits (the loop free) for a passive checkpoint on the
-        writer thread, as SQLite's own auto-checkpoint makes every thousandth
-        commit wait for one.
+        writer thread, as SQLite's own auto-checkpoint makes the commit that takes
+        the WAL past 1,000 pages wait for one.
         """
         session = self._inline_writer_session()
         if session is not None and self._inline_commits >= _CHECKPOINT_EVERY:
