@@ -192,7 +192,7 @@ async def test_full_durability_and_inline_writes_off_always_use_the_writer(
             await store.update(saved.id, {"n": 2})
             await store.delete(saved.id)
             assert _commits(store) == before + 3, name
-            assert _runtime(store)._inline_writer is None, name
+            assert _runtime(store)._inline_writer.held is None, name
         finally:
             await store.close()
 

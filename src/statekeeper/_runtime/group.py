@@ -92,8 +92,6 @@ class GroupCommit:
         self.gather_wait = gather_wait
         self._last = 1  # the size of the last group
         self._idle: Callable[[], object] | None = getattr(runner, "idle", None)
-        self._idle_after = False
-        self._queue: SimpleQueue[Job] = SimpleQueue()
 
     def take(self, first: Job, queue: SimpleQueue[Job]) -> Job | None:
         """Gather the grouped jobs queued behind ``first`` and run them; the plain
@@ -115,45 +113,43 @@ class GroupCommit:
                 break
             group.append(more)
         self._last = len(group)
-        self._queue = queue
+        idle_after = False
         try:
-            self._run(group)
+            idle_after = self._run(group, queue)
         except BaseException as exc:  # never leave the thread: every caller would hang
             deliver_all([(job, None, exc) for job in group])  # (settled ones stay)
             with contextlib.suppress(BaseException):
                 self.runner.abort()
         idle = self._idle
-        if idle is not None and self._idle_after and carry is None:
+        if idle is not None and idle_after and carry is None:
             with contextlib.suppress(BaseException):  # upkeep: never the thread's end
                 idle()
         return carry
 
-    def _nothing_queued(self) -> None:
-        """Whether to run the runner's ``idle()`` after this group: asked before its
-        outcomes are delivered, so a caller that waits for its outcome before its next
-        call always finds it done first (the order of the thread's work does not
-        depend on how fast that caller wakes up)."""
-        self._idle_after = self._idle is not None and self._queue.empty()
-
-    def _run(self, group: list[Job]) -> None:
-        self._idle_after = False
+    def _run(self, group: list[Job], queue: SimpleQueue[Job]) -> bool:
+        """Run ``group``; whether the runner's ``idle()`` should run after it: a lone
+        job with nothing queued, asked before its outcome is delivered, so a caller
+        that waits for its outcome before its next call always finds it done first
+        (the order of the thread's work does not depend on how fast that caller
+        wakes up). Never after a group: its callers' next calls come together."""
         jobs: Sequence[Job] = [job for job in group if not _cancelled(job)]
         if not jobs:
-            return
+            return False
         if len(jobs) == 1:
             fn, args, loop, fut, _ = jobs[0]
             try:
                 result = self.runner.alone(fn, args)
             except BaseException as exc:
-                self._nothing_queued()
+                idle_after = queue.empty()
                 deliver(loop, fut, None, exc)
             else:
-                self._nothing_queued()
+                idle_after = queue.empty()
                 deliver(loop, fut, result, None)
-            return
-        while jobs:  # (no idle() after a group: its callers' next calls come together)
+            return idle_after
+        while jobs:
             settled, jobs = self.runner.group(jobs)
             deliver_all(settled)
+        return False
 
 
 def _cancelled(job: Job) -> bool:

@@ -97,7 +97,7 @@ class FileSaves:
         """Nothing: ``insert_group`` rolls back whatever of a failed group it did."""
 
     def idle(self) -> None:
-        """Once the group's callers have their outcomes and nothing is queued: the
+        """After a lone save whose caller has its outcome, with nothing queued: the
         temp file of the next durable save, made ahead (:mod:`.spares`). Upkeep:
         a closed store or an OS error makes none."""
         with contextlib.suppress(StatekeeperError, OSError), self._engine.active():

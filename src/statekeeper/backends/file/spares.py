@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import format as fmt
+from .handles import NEW
 from .io import FileIO
 
 #: ``(sequence, create) -> a new descriptor of its bucket directory, or None``: never
@@ -39,8 +40,6 @@ from .io import FileIO
 OpenBucket = Callable[[int, bool], "int | None"]
 
 __all__ = ["Spare", "Spares"]
-
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +83,7 @@ class Spares:
             return
         name = fmt.temp_name(seq)
         try:
-            fd = self._io.open(name, _NEW, 0o666, dir_fd=bucket)
+            fd = self._io.open(name, NEW, 0o666, dir_fd=bucket)
         except OSError:
             return
         finally:

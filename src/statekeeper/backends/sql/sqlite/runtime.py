@@ -78,6 +78,34 @@ def _passive_checkpoint(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
+class _LoopConnection:
+    """A connection of the thread that first asks for one (the event loop's), made
+    on first use by ``make`` unless ``enabled`` is false; any other thread gets
+    ``None``. One thread only, but closed by :meth:`take` wherever that runs."""
+
+    __slots__ = ("_enabled", "_make", "held")
+
+    def __init__(self, enabled: bool, make: Callable[[], sqlite3.Connection]) -> None:
+        self._enabled = enabled
+        self._make = make
+        #: ``(owning thread's id, session)`` once made.
+        self.held: tuple[int, SqliteSession] | None = None
+
+    def session(self, compiler: Compiler) -> SqliteSession | None:
+        """This thread's session, or ``None`` (another thread's, or not enabled)."""
+        if self.held is None:
+            if not self._enabled:
+                return None
+            self.held = (threading.get_ident(), SqliteSession(self._make(), compiler))
+        owner, session = self.held
+        return session if owner == threading.get_ident() else None
+
+    def take(self) -> sqlite3.Connection | None:
+        """The connection, no longer this runtime's (for the caller to close)."""
+        held, self.held = self.held, None
+        return None if held is None else held[1].conn
+
+
 def _would_block(exc: Exception) -> bool:
     """A point read's error that means: run it on a reader thread instead."""
     if not isinstance(exc, sqlite3.OperationalError):
@@ -127,15 +155,16 @@ class SqliteRuntime:
         self._pid = os.getpid()
         self._writer: SqliteWriter | None = None
         self._readers: list[SqliteWorker] = []
-        self._inline_reads = inline_reads
-        # the point-read connection of the thread that first made one (the event
-        # loop's), with that thread's id; see point_read
-        self._inline: tuple[int, SqliteSession] | None = None
         self._budget = Budget(_INLINE_OPS, _INLINE_STEP)  # of the running point read
-        # a COMMIT syncs nothing below FULL, so it may run on the event loop's thread
-        self._inline_writes = inline_writes and mode != "ro" and synchronous.upper() != "FULL"
-        self._inline_writer: tuple[int, SqliteSession] | None = None  # as _inline
+        # the point-read connection (see point_read)
+        self._inline = _LoopConnection(inline_reads, self._connect_point_reader)
         self._write_budget = Budget(_INLINE_OPS, _INLINE_STEP)
+        # the inline writer's (see point_write): a COMMIT syncs nothing below FULL, so
+        # it may run on the event loop's thread
+        self._inline_writer = _LoopConnection(
+            inline_writes and mode != "ro" and synchronous.upper() != "FULL",
+            self._connect_inline_writer,
+        )
         self._inline_commits = 0  # since the last checkpoint handed to the writer
 
     def _connect_writer(self) -> sqlite3.Connection:
@@ -150,9 +179,11 @@ class SqliteRuntime:
             # Forked: the parent's threads do not exist here, and its connections
             # must be neither used nor closed by this process.
             _FORK_ORPHANS.extend([w for w in (self._writer, *self._readers) if w is not None])
-            _FORK_ORPHANS.extend([c for c in (self._inline, self._inline_writer) if c is not None])
+            for loop_conn in (self._inline, self._inline_writer):
+                if loop_conn.held is not None:
+                    _FORK_ORPHANS.append(loop_conn.held)
+                loop_conn.held = None
             self._writer, self._readers, self._pid = None, [], os.getpid()
-            self._inline = self._inline_writer = None
 
     def _writer_worker(self) -> SqliteWriter:
         self._check_fork()
@@ -245,14 +276,12 @@ class SqliteRuntime:
     def _inline_writer_session(self) -> SqliteSession | None:
         """The inline writer's session on this thread, or ``None`` to use the writer."""
         self._check_fork()
-        if self._inline_writer is None:
-            if not self._inline_writes:
-                return None
-            conn = self.connect(wait=False, check_same_thread=False)
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer thread does them
-            self._inline_writer = (threading.get_ident(), SqliteSession(conn, self.compiler))
-        owner, session = self._inline_writer
-        return session if owner == threading.get_ident() else None
+        return self._inline_writer.session(self.compiler)
+
+    def _connect_inline_writer(self) -> sqlite3.Connection:
+        conn = self.connect(wait=False, check_same_thread=False)
+        conn.execute("PRAGMA wal_autocheckpoint = 0")  # the writer thread does them
+        return conn
 
     async def locked_write(
         self,
@@ -303,15 +332,12 @@ class SqliteRuntime:
     def _inline_session(self) -> SqliteSession | None:
         """The point-read session of this thread, or ``None`` to use the readers."""
         self._check_fork()
-        if self._inline is None:
-            if not self._inline_reads:
-                return None
-            # one thread only (checked below), but closed by close() wherever it runs
-            conn = self.connect(wait=False, check_same_thread=False)
-            conn.set_progress_handler(self._budget.spend, _INLINE_STEP)
-            self._inline = (threading.get_ident(), SqliteSession(conn, self.compiler))
-        owner, session = self._inline
-        return session if owner == threading.get_ident() else None
+        return self._inline.session(self.compiler)
+
+    def _connect_point_reader(self) -> sqlite3.Connection:
+        conn = self.connect(wait=False, check_same_thread=False)
+        conn.set_progress_handler(self._budget.spend, _INLINE_STEP)
+        return conn
 
     async def snapshot(self, fn: Callable[[SqliteSession], T]) -> T:
         """Run ``fn`` in one read transaction on a reader thread: one WAL snapshot."""
@@ -368,14 +394,13 @@ class SqliteRuntime:
         there are none to take: the parent's are orphaned (see :meth:`_check_fork`)."""
         self._check_fork()
         writer, readers = self._writer, self._readers
-        inline, self._inline = self._inline, None
-        inline_writer, self._inline_writer = self._inline_writer, None
+        inline_writer = self._inline_writer.take()
         if inline_writer is not None:
             # before the readers and the writer: whichever closes last checkpoints
             with contextlib.suppress(sqlite3.Error):
-                inline_writer[1].conn.close()
+                inline_writer.close()
         self._writer, self._readers = None, []
-        return writer, readers, None if inline is None else inline[1].conn
+        return writer, readers, self._inline.take()
 
     async def close(self) -> None:
         """Close every connection, the writer's last.
