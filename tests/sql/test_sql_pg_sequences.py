@@ -42,6 +42,30 @@ async def other(postgres_stores: ServerStores) -> AsyncIterator[asyncpg.Connecti
     await con.close()
 
 
+async def _until_advisory_waiters(
+    conn: asyncpg.Connection, keys: tuple[int, int], count: int
+) -> None:
+    """Poll ``pg_locks`` until ``count`` sessions wait for the advisory lock ``keys``.
+
+    A test waits on the server's own word that a save is blocked (or no longer is),
+    never on a sleep it hopes is long enough; the bound only turns a hang into a
+    failure. The lock's two int4 keys are its ``classid`` and ``objid`` (as
+    unsigned), ``objsubid`` 2, in this database: other tests' locks do not count.
+    """
+    sql = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND objsubid = 2 AND classid = $1::oid AND objid = $2::oid"
+    )
+    args = [k & 0xFFFFFFFF for k in keys]
+    for _ in range(1000):
+        if await conn.fetchval(sql, *args) == count:
+            return
+        await asyncio.sleep(0.01)
+    got = await conn.fetchval(sql, *args)
+    raise AssertionError(f"never {count} waiter(s) for advisory lock {keys}: {got}")
+
+
 def _pg(store: SqlCheckpointStore) -> PostgresCheckpointStore:
     assert isinstance(store, PostgresCheckpointStore)
     return store
@@ -262,15 +286,17 @@ async def test_a_cancelled_call_never_leaves_its_connection_to_the_next(
         try:
             await other.fetch("SELECT pg_advisory_xact_lock($1::int4, $2::int4)", *keys)
             waiting = asyncio.create_task(store.save("s", "cancelled"))
-            await asyncio.sleep(0.3)
+            await _until_advisory_waiters(other, keys, 1)  # the save waits for the lock held
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
+            # its session ended: nobody waits for the lock, so nothing can land once
+            # the lock is released
+            await _until_advisory_waiters(other, keys, 0)
             latest = await asyncio.wait_for(store.get_latest("s"), 5)
             assert latest == first
         finally:
             await held.rollback()
-        await asyncio.sleep(0.3)
         assert [c.state for c in (await store.list("s")).items] == ["first"]
     async with factory(pool_size=2) as store:
         saved = await asyncio.gather(*(store.save(f"t{i % 4}", i) for i in range(40)))

@@ -142,7 +142,7 @@ async def test_a_reader_never_sees_a_sequence_before_a_lower_one_commits(
     engines_closed: Server,
 ) -> None:
     server = engines_closed
-    hold = 1.5
+    hold = 3.0  # counted from when the server shows the slow insert asleep
     writer, other_host, reader = server.store(), server.store(), server.store()
     async with writer, other_host, reader:
         first = await writer.save("warmup", 0)
@@ -150,7 +150,8 @@ async def test_a_reader_never_sees_a_sequence_before_a_lower_one_commits(
         await server.execute(*_slow_insert_trigger(server, table, hold))
         try:
             slow_task = asyncio.create_task(writer.save("slow", "slow"))
-            await asyncio.sleep(0.3)  # the slow save holds its sequence, mid-transaction
+            # the slow save holds its sequence, mid-transaction: the server says so
+            await _until_sleeping_in_trigger(server, table)
             done: list[str] = []  # which save finished first: behaviour, not timing
             slow_task.add_done_callback(lambda _: done.append("slow"))
             fast_task = asyncio.create_task(other_host.save("fast", "fast"))
@@ -193,6 +194,33 @@ async def test_a_reader_never_sees_a_sequence_before_a_lower_one_commits(
         assert refused > 0, snapshots
     else:
         assert [first.sequence] in snapshots  # the reader looked while the slow save ran
+
+
+async def _until_sleeping_in_trigger(server: Server, table: str) -> None:
+    """Poll the server until an insert into ``table`` sleeps in the slow trigger.
+
+    The test waits on the server's word that the slow save is inside its transaction,
+    never on a sleep it hopes is long enough; the bound only turns a hang into a
+    failure.
+    """
+    if server.service == "postgres":
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event = 'PgSleep' AND query LIKE :pattern"
+        )
+        pattern = f"%{table}%"
+    else:  # MariaDB shows the trigger's own statement, in this test's database
+        sql = (
+            "SELECT count(*) FROM information_schema.processlist "
+            "WHERE state = 'User sleep' AND db = DATABASE() AND info LIKE :pattern"
+        )
+        pattern = "DO SLEEP(%"
+    async with server.engine().connect() as conn:
+        for _ in range(1000):
+            if await conn.scalar(sa.text(sql), {"pattern": pattern}):
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"no insert into {table} was seen asleep in the slow trigger")
 
 
 def _drop_trigger(server: Server, table: str) -> list[str]:

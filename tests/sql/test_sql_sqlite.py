@@ -35,6 +35,7 @@ from statekeeper.errors import (
     StoreNotFound,
     StoreTimeout,
 )
+from statekeeper.testing import FakeClock
 
 #: The version of a test migration one step past this code's schema.
 NEXT = SCHEMA_VERSION + 1
@@ -620,23 +621,28 @@ async def test_load_many_of_up_to_100_ids_takes_no_hop(
 
 @pytest.mark.asyncio
 async def test_a_page_past_many_expired_rows_is_read_by_a_reader_thread(
-    store: Any, monkeypatch: pytest.MonkeyPatch
+    db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A page that SQLite must walk thousands of expired (not yet purged) rows for
     would keep the loop for milliseconds: past its budget of operations SQLite
     interrupts it on the loop's connection, and it runs on a reader thread
     instead, with the same answer. Ordinary pages stay on the loop."""
+    clock = FakeClock()
+    async with SqlCheckpointStore(f"sqlite:///{db}", clock=clock) as store:
+        await _page_past_expired_rows(store, clock, monkeypatch)
+
+
+async def _page_past_expired_rows(
+    store: Any, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from statekeeper import NewCheckpoint
 
     first = await store.save("s", {"i": "first"})
     for start in range(0, 6000, 1000):
         await store.save_many(
-            [
-                NewCheckpoint(stream="s", state={"i": i}, ttl=0.05)
-                for i in range(start, start + 1000)
-            ]
+            [NewCheckpoint(stream="s", state={"i": i}, ttl=60) for i in range(start, start + 1000)]
         )
-    await asyncio.sleep(0.1)  # expired, and still there
+    clock.advance(61)  # expired by the store's clock, and still there
     live = [await store.save("s", {"i": f"live {n}"}) for n in range(3)]
     hops = _count_reader_hops(store, monkeypatch)
     page = await store.list("s", limit=5)
