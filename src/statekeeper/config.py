@@ -124,8 +124,11 @@ class Capabilities:
     cross_host: bool = False
     #: With ``durability="full"`` an acknowledged save survives power loss.
     power_loss_durable: bool = False
-    #: ``ttl=`` is supported (saves may expire).
-    ttl: bool = True
+    #: ``ttl=`` is supported (saves may expire): the backend's reads hide expired
+    #: records and it overrides ``_purge_expired``. Off unless declared, as every
+    #: capability is: a backend that never said so is never assumed to expire
+    #: records, and ``save(ttl=...)`` on it is refused rather than kept forever.
+    ttl: bool = False
     #: The store implements the raw-record backdoor used by the conformance kit
     #: (:meth:`BaseCheckpointStore.backdoor_read_raw` / ``backdoor_write_raw``).
     raw_access: bool = False

@@ -3,11 +3,12 @@ encrypted (S16) and encrypted with sealed tags and metadata."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
+from statekeeper.config import Capabilities
 from statekeeper.errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
@@ -387,3 +388,20 @@ async def test_encrypted_open_checks_the_newest_record_once_the_store_is_open() 
     with pytest.raises(StoreFormatError, match="rekey"):
         await refused.open()
     assert not refused.is_open, "a refused open left the store open"
+
+
+class _NoCapabilitiesDeclared(MemoryCheckpointStore):
+    """A backend author's store that declares no capabilities at all."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+
+@pytest.mark.asyncio
+async def test_a_backend_that_declares_nothing_is_not_assumed_to_expire_records() -> None:
+    """Capabilities are declared, never guessed (SPEC §3): ``ttl`` too. A store that
+    never declared it refuses ``ttl=`` instead of keeping the checkpoint forever."""
+    assert Capabilities().ttl is False
+    async with _NoCapabilitiesDeclared() as store:
+        with pytest.raises(InvalidQuery, match="ttl"):
+            await store.save("s", 1, ttl=60)
+        assert await store.get_latest("s") is None
