@@ -108,7 +108,14 @@ def _in_flight_horizon(base_param: str, lock_param: str) -> str:
     lock (it is running) and holds no stream lock of this store (``lock_param``, the
     first key of every save's advisory lock). A save takes its stream's lock before
     it has an id and releases its id's lock before the stream's, so while it runs
-    with an id it holds both: never passed over. An id that ended after the snapshot
+    with an id it holds both: never passed over. The two locks are matched by the
+    holder's ``pid``, never by ``virtualtransaction``: the lock table read copies
+    that from the backend's live local transaction id, which a commit resets
+    before it releases the locks, so one read can show a committing save's two
+    locks under two virtual transactions (and the save's rows, invisible to this
+    snapshot, would be passed for good). A pid runs one transaction at a time and
+    releases all of one's locks before it takes the next one's, so within one read
+    its locks are one transaction's. An id that ended after the snapshot
     was taken may have been a save whose rows this snapshot cannot see, so it holds
     the horizon too (this statement only: the next try has a newer snapshot). Ids
     not yet assigned when the snapshot was taken are at or above its ``xmax``.
@@ -122,7 +129,7 @@ def _in_flight_horizon(base_param: str, lock_param: str) -> str:
       AND NOT EXISTS (
         SELECT 1 FROM lk a
         WHERE a.locktype = 'advisory' AND a.objsubid = 2 AND a.classid = {lock_param}::oid
-          AND a.virtualtransaction = t.virtualtransaction))
+          AND a.pid = t.pid))
  ) + {base_param}) * {SEQ_SLOTS}"""
 
 
@@ -277,8 +284,7 @@ def scan_sql(
     )
     lk = _materialized(
         sa.text(
-            "SELECT locktype, classid, objsubid, transactionid, virtualtransaction, mode, "
-            "granted FROM pg_locks"
+            "SELECT locktype, classid, objsubid, transactionid, pid, mode, granted FROM pg_locks"
         ).columns(*_cols("locktype")),
         "lk",
     )
