@@ -36,7 +36,7 @@ _MYSQL_REFUSED = {2002, 2003, 1040}
 # lost connection (reading), connection killed (MariaDB), disconnected for inactivity
 _MYSQL_LOST = {1053, 2006, 2013, 2055, 1927, 4031}
 # asyncpg's InterfaceError texts for a connection that is gone or was left mid-call
-_LOST_TEXTS = ("connection is closed", "another operation is in progress", "connection was closed")
+_LOST_TEXTS = ("connection is closed", "another operation", "connection was closed")
 
 
 def _causes(exc: BaseException) -> list[BaseException]:
@@ -72,7 +72,9 @@ def _fault_of(e: BaseException) -> Fault | None:
     name = type(e).__name__
     if name == "ConnectionDoesNotExistError":
         return "lost"
-    if name == "InterfaceError" and any(t in str(e) for t in _LOST_TEXTS):
+    # InternalClientError: the protocol was left mid-operation by a connection that
+    # broke under it (seen during a fast shutdown); the connection is unusable
+    if name in ("InterfaceError", "InternalClientError") and any(t in str(e) for t in _LOST_TEXTS):
         return "lost"
     if isinstance(e, sa.exc.DBAPIError) and e.connection_invalidated:
         return "lost"
