@@ -35,12 +35,14 @@ from typing import Any
 
 from scratch_postgres import ScratchPostgres, _temp_parent, free_port
 
+from statekeeper import BaseCheckpointStore
 from statekeeper.errors import (
     CheckpointNotFound,
     OutcomeUnknown,
     PreconditionFailed,
     StatekeeperError,
 )
+from statekeeper.models import NewCheckpoint
 
 SIGNALS = {"fast": signal.SIGINT, "immediate": signal.SIGQUIT}
 
@@ -362,6 +364,42 @@ async def check_stored(store: Any, tally: Tally, streams: list[str]) -> None:
     tally.duplicates = [f"{s} step {n} x{c}" for (s, n), c in steps.items() if c > 1]
     report = await _retrying(tally, store.verify)
     tally.verify_ok = report.ok
+
+
+async def every_operation(
+    s: BaseCheckpointStore, kill: Callable[[], Awaitable[object]]
+) -> list[str]:
+    """Each public operation once, after ``kill()`` ended the store's connections;
+    returns their names (raises if one raised)."""
+    done: list[str] = []
+    first = await s.save("ops", {"n": 0}, id="op-0")
+    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        ("save", lambda: s.save("ops", {"n": 1}, id="op-1")),
+        (
+            "save_many",
+            lambda: s.save_many([NewCheckpoint(stream="ops", state={"n": 2}, id="op-2")]),
+        ),
+        ("get_latest", lambda: s.get_latest("ops")),
+        ("load", lambda: s.load("op-1")),
+        ("load_many", lambda: s.load_many(["op-0", "op-1"])),
+        ("list", lambda: s.list("ops")),
+        ("list every stream", lambda: s.list(None)),
+        ("list_streams", lambda: s.list_streams()),
+        ("cursor_at", lambda: s.cursor_at("op-1")),
+        ("update", lambda: s.update("op-0", {"n": 10}, if_match=first.etag)),
+        ("delete", lambda: s.delete("op-2")),
+        ("delete_many", lambda: s.delete_many(["op-1"])),
+        ("prune", lambda: s.prune("ops", keep_last=5)),
+        ("delete_stream", lambda: s.delete_stream("gone")),
+        ("purge_expired", lambda: s.purge_expired()),
+        ("info", lambda: s.info()),
+        ("verify", lambda: s.verify()),
+    ]
+    for name, call in calls:
+        await kill()
+        await call()
+        done.append(name)
+    return done
 
 
 def unavailable(reason: str) -> None:

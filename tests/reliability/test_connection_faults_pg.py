@@ -16,15 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from faultenv import postgres_maker, restart, run_workload, terminate_store_backends
+from faultenv import (
+    every_operation,
+    postgres_maker,
+    restart,
+    run_workload,
+    terminate_store_backends,
+)
 from reliability_support import FIGURES
 from scratch_postgres import ScratchPostgres
 
-from statekeeper import BaseCheckpointStore, open_store
-from statekeeper.models import NewCheckpoint
+from statekeeper import open_store
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(240)]
 
@@ -59,42 +64,6 @@ def test_restart_during_writes_and_reads(
         return tally.summary()
 
     print(asyncio.run(main()))
-
-
-async def every_operation(
-    s: BaseCheckpointStore, kill: Callable[[], Awaitable[object]]
-) -> list[str]:
-    """Each public operation once, after ``kill()`` ended the store's connections;
-    returns their names (raises if one raised)."""
-    done: list[str] = []
-    first = await s.save("ops", {"n": 0}, id="op-0")
-    calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-        ("save", lambda: s.save("ops", {"n": 1}, id="op-1")),
-        (
-            "save_many",
-            lambda: s.save_many([NewCheckpoint(stream="ops", state={"n": 2}, id="op-2")]),
-        ),
-        ("get_latest", lambda: s.get_latest("ops")),
-        ("load", lambda: s.load("op-1")),
-        ("load_many", lambda: s.load_many(["op-0", "op-1"])),
-        ("list", lambda: s.list("ops")),
-        ("list every stream", lambda: s.list(None)),
-        ("list_streams", lambda: s.list_streams()),
-        ("cursor_at", lambda: s.cursor_at("op-1")),
-        ("update", lambda: s.update("op-0", {"n": 10}, if_match=first.etag)),
-        ("delete", lambda: s.delete("op-2")),
-        ("delete_many", lambda: s.delete_many(["op-1"])),
-        ("prune", lambda: s.prune("ops", keep_last=5)),
-        ("delete_stream", lambda: s.delete_stream("gone")),
-        ("purge_expired", lambda: s.purge_expired()),
-        ("info", lambda: s.info()),
-        ("verify", lambda: s.verify()),
-    ]
-    for name, call in calls:
-        await kill()
-        await call()
-        done.append(name)
-    return done
 
 
 def test_idle_kill_then_every_operation_answers_first_time(

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 from ..._url import StoreURL
 from ...errors import BackendNotFound
 from .dialects import Family
-from .faults import retry_read
+from .faults import connection_fault, retry_read
 
 __all__ = [
     "SaSession",
@@ -165,6 +165,14 @@ def local_settings(*, busy_timeout: float, fast: bool, read_only: bool) -> str:
     return f"SELECT {calls}"
 
 
+def _drop_socket(dbapi_conn: Any) -> None:
+    """Close an aiomysql connection's socket without the goodbye it would send first
+    (on a connection the server ended that fails, and leaves the socket open)."""
+    raw = getattr(dbapi_conn, "_connection", None)
+    if raw is not None and getattr(raw, "_writer", None) is not None:
+        raw.close()
+
+
 def _drop_dead(dbapi_conn: Any, record: Any, proxy: Any) -> None:
     """At checkout: refuse a connection whose socket the server has closed (a restart
     or an idle kill seen by the event loop), so the pool connects anew, where a
@@ -177,7 +185,22 @@ def _drop_dead(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         raise sa.exc.DisconnectionError("the server closed this pooled connection")
     reader = getattr(raw, "_reader", None)  # aiomysql: the server's EOF was read
     if reader is not None and getattr(reader, "_eof", False):
+        _drop_socket(dbapi_conn)
         raise sa.exc.DisconnectionError("the server closed this pooled connection")
+
+
+def _lost(ctx: Any) -> None:
+    """On a driver error that means the connection is gone (:mod:`.faults`): have
+    SQLAlchemy invalidate it (and the pool's older connections) at once, whatever
+    the driver's own disconnect codes say, and close its socket."""
+    if connection_fault(ctx.original_exception) != "lost":
+        return
+    ctx.is_disconnect = True
+    try:
+        fairy = ctx.connection.connection if ctx.connection is not None else None
+    except sa.exc.SQLAlchemyError:
+        return
+    _drop_socket(getattr(fairy, "dbapi_connection", None))
 
 
 def _mysql_session_read_only(dbapi_conn: Any, record: Any) -> None:
@@ -241,6 +264,7 @@ class ServerRuntime:
             self._engine = create_async_engine(self._url, **self._kwargs)
             sync_engine = self._engine.sync_engine
             sa.event.listen(sync_engine, "checkout", _drop_dead)
+            sa.event.listen(sync_engine, "handle_error", _lost)
             if self.read_only and self.family == "mysql":
                 sa.event.listen(sync_engine, "connect", _mysql_session_read_only)
             local = self.local
