@@ -243,7 +243,9 @@ async def _save_step(store: Any, tally: Tally, stream: str, step: int, writer: i
             await store.save(stream, {"w": writer, "step": step}, id=cid)
             tally.acked[cid] = (stream, step)
             return
-        except PreconditionFailed:
+        except PreconditionFailed as exc:
+            if not in_doubt:  # no earlier try of this id may have landed
+                tally.wrong.append(f"save of a new id {cid} raised {exc}")
             got = await _retrying(tally, lambda c=cid: store.load(c))
             if got.state != {"w": writer, "step": step}:
                 tally.wrong.append(f"{cid} holds {got.state!r}")
