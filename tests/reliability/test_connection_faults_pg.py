@@ -15,8 +15,11 @@ Without PostgreSQL server binaries the tests skip (fail in CI, which has them).
 from __future__ import annotations
 
 import asyncio
+import itertools
+import operator
 import secrets
 from collections.abc import Callable, Iterator
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from faultenv import (
@@ -32,6 +35,10 @@ from scratch_postgres import ScratchPostgres
 from statekeeper import open_store
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(240)]
+
+
+class _Count(TypedDict):
+    count: Annotated[int, operator.add]
 
 
 @pytest.fixture
@@ -88,3 +95,58 @@ def test_idle_kill_then_every_operation_answers_first_time(
         FIGURES["connection faults: PostgreSQL idle kills answered"] += len(done)
 
     asyncio.run(main())
+
+
+def test_langgraph_run_through_a_restart_keeps_one_history(
+    scratch_pg: Callable[..., ScratchPostgres],
+) -> None:
+    """A LangGraph graph on StatekeeperSaver over PostgreSQL, invoked again and again
+    on one thread while the server restarts (``-m fast``): every invocation completes
+    or raises a retryable error, and the thread's history stays one chain (each
+    checkpoint's parent is the one before it: no fork, no checkpoint twice)."""
+    pytest.importorskip("langgraph")
+    from langgraph.graph import END, START, StateGraph
+
+    from statekeeper.errors import StatekeeperError
+    from statekeeper.integrations.langgraph import StatekeeperSaver
+
+    server = scratch_pg()
+
+    builder = StateGraph(_Count)
+    builder.add_node("inc", lambda s: {"count": 1})
+    builder.add_edge(START, "inc")
+    builder.add_edge("inc", END)
+
+    async def main() -> tuple[int, int]:
+        config: Any = {"configurable": {"thread_id": "t"}}
+        done, failed, after = 0, [], 0
+        async with open_store(_url(server), codec="raw") as store:
+            graph = builder.compile(checkpointer=StatekeeperSaver(store))
+            for _ in range(10):
+                await graph.ainvoke({"count": 0}, config)
+            done += 10
+            # invoke all through the restart, and 5 times after it
+            restarting = asyncio.create_task(asyncio.to_thread(restart, server, "fast"))
+            while after < 5:
+                after += restarting.done()
+                try:
+                    await graph.ainvoke({"count": 0}, config)
+                    done += 1
+                except StatekeeperError as exc:
+                    failed.append(exc)
+                    await asyncio.sleep(0.05)
+            await restarting
+            history = [s async for s in graph.aget_state_history(config)]
+        assert all(exc.retryable for exc in failed), failed
+        ids = [s.config["configurable"]["checkpoint_id"] for s in history]
+        assert len(ids) == len(set(ids)), "a checkpoint twice"
+        for newer, older in itertools.pairwise(history):
+            assert newer.parent_config is not None
+            parent = newer.parent_config["configurable"]["checkpoint_id"]
+            assert parent == older.config["configurable"]["checkpoint_id"], "a forked history"
+        assert history[0].values["count"] >= done
+        return done, len(failed)
+
+    done, failed = asyncio.run(main())
+    FIGURES["connection faults: LangGraph invocations through a restart"] += done + failed
+    print({"invocations completed": done, "failed (retryable)": failed})
