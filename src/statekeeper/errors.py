@@ -24,10 +24,18 @@ them. Where a builtin is what callers already catch, the error inherits it too.
     ├── DurabilityUnavailable                  the backend cannot give the durability asked for
     ├── StoreClosed                            the store is not open
     └── BackendError                           the storage failed; ``.orig`` keeps the cause
-        └── StoreTimeout                       a lock or busy timeout ran out
+        ├── StoreTimeout                       a lock or busy timeout ran out (retryable)
+        └── OutcomeUnknown                     a write's reply was lost; ``.id`` (retryable)
 
 Messages say what happened, to what, and what to do about it. Errors that wrap a
 driver or OS error keep it in ``.orig`` and are raised ``from`` it.
+
+``retryable`` says whether simply calling again may succeed. It is ``True`` for
+:class:`ConcurrentModificationError`, :class:`StoreTimeout` and
+:class:`OutcomeUnknown` always, and for a :class:`BackendError` whose cause is
+transient: the connection was refused, reset or lost, the server is starting up or
+shutting down, too many connections, a serialization failure or deadlock. It is
+``False`` for everything else: retrying the same call would fail the same way.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ __all__ = [
     "InvalidOptions",
     "InvalidQuery",
     "InvalidURL",
+    "OutcomeUnknown",
     "PreconditionFailed",
     "ReadOnlyStore",
     "RecordNotEncrypted",
@@ -175,10 +184,21 @@ class StoreClosed(StatekeeperError):
 
 
 class BackendError(StatekeeperError):
-    """The storage failed (OS error, driver error). ``orig`` keeps the underlying exception."""
+    """The storage failed (OS error, driver error). ``orig`` keeps the underlying exception.
 
-    def __init__(self, message: str, *, orig: BaseException | None = None) -> None:
+    ``retryable`` is ``True`` when the cause is transient (the connection was refused,
+    reset or lost before the call could have written anything, the server is starting
+    up or shutting down, it has too many connections): calling again once the server
+    is back may succeed. A write whose outcome is unknown raises
+    :class:`OutcomeUnknown` instead.
+    """
+
+    def __init__(
+        self, message: str, *, orig: BaseException | None = None, retryable: bool | None = None
+    ) -> None:
         self.orig = orig
+        if retryable is not None:
+            self.retryable = retryable
         super().__init__(message)
 
 
@@ -186,3 +206,24 @@ class StoreTimeout(BackendError):
     """A lock wait, busy timeout or statement timeout ran out."""
 
     retryable = True
+
+
+class OutcomeUnknown(BackendError):
+    """The connection was lost after a write was sent and before its reply came back,
+    and the store could not find out whether the write was applied.
+
+    ``id`` names the checkpoint the write was for. Retrying is safe: a ``save`` with
+    ``id=`` that id raises :class:`PreconditionFailed` if the first one was applied
+    (``load(id)`` shows it); an ``update`` with ``if_match=`` the etag read before it
+    raises :class:`PreconditionFailed` if the first one was applied; a ``delete``
+    returns ``False`` if the first one was applied. A save whose outcome the store
+    could find out (it looks its id up on a fresh connection) never raises this: it
+    returns the header, or raises a retryable :class:`BackendError` saying that
+    nothing was saved.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, id: str, orig: BaseException | None = None) -> None:
+        self.id = id
+        super().__init__(message, orig=orig)

@@ -27,7 +27,13 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from statekeeper import CheckpointHeader
-from statekeeper.errors import ConcurrentModificationError, PreconditionFailed, StoreFormatError
+from statekeeper.errors import (
+    BackendError,
+    ConcurrentModificationError,
+    PreconditionFailed,
+    StatekeeperError,
+    StoreFormatError,
+)
 from statekeeper.record import NewRecord, StoredRecord
 
 from ._audit import index_json, us
@@ -42,6 +48,7 @@ __all__ = [
     "expiry",
     "get_many",
     "stream_names",
+    "updated",
 ]
 
 # Races lost before a save or update gives up with ConcurrentModificationError;
@@ -118,7 +125,12 @@ class Inserter:
                         millis,
                         record.etag,
                     ]
-                reply = await link.call("INSERT", us(now), first, token, *args)
+                try:
+                    reply = await link.call("INSERT", us(now), first, token, *args)
+                except BackendError as exc:
+                    if not link.lost_reply(exc):
+                        raise
+                    reply = await _inserted(link, sealed, now, store_id, exc)
                 status = reply[0]
                 if status == b"ok":
                     self.hwm = max(self.hwm, first + len(records) - 1)
@@ -148,6 +160,51 @@ class Inserter:
             f"{MAX_ATTEMPTS} times (or waited over {2 * TURN_MILLISECONDS} ms for another "
             "writer's turn); retry"
         )
+
+
+async def _inserted(
+    link: RedisLink,
+    sealed: list[StoredRecord],
+    now: datetime,
+    store_id: str,
+    exc: BaseException,
+) -> list[Any]:
+    """What an INSERT whose reply was lost did, looked up on a fresh connection: the
+    reply ``[b"ok"]`` if every record is there with the etag this save gave it (the
+    script writes all or none, at the sequences it was sealed for); else
+    :class:`OutcomeUnknown`. The client re-sends nothing, and Redis never runs a
+    command of a connection it closed, but a connection lost on the client's side
+    may leave it in the server's buffer: absent is not proof."""
+    ids = [s.header.id for s in sealed]
+    try:
+        found = await get_many(link, ids, now, store_id)
+    except StatekeeperError as again:
+        raise link.unknown("saving", ids[0], exc, f"the lookup failed ({again})") from exc
+    landed = [found.get(s.header.id) for s in sealed]
+    if all(
+        got is not None
+        and (got.header.etag, got.header.sequence) == (s.header.etag, s.header.sequence)
+        for got, s in zip(landed, sealed, strict=True)
+    ):
+        return [b"ok"]
+    raise link.unknown("saving", ids[0], exc, "it is not found") from exc
+
+
+async def updated(
+    link: RedisLink, id: str, etag: str, now: datetime, exc: BackendError
+) -> list[Any]:
+    """What an UPDATE whose reply was lost did (``exc``; any other error is raised):
+    the reply ``[b"ok"]`` if the record has the update's ``etag`` (it was applied),
+    else :class:`OutcomeUnknown` (it may have been, and another write followed)."""
+    if not link.lost_reply(exc):
+        raise exc
+    try:
+        reply = await link.call("GET", id, us(now))
+    except StatekeeperError as again:
+        raise link.unknown("updating", id, exc, f"the lookup failed ({again})") from exc
+    if reply is not None and reply[0] != b"lost" and text(reply[3] or b"") == etag:
+        return [b"ok"]
+    raise link.unknown("updating", id, exc, "it does not show the update") from exc
 
 
 def _refuse(link: RedisLink, reply: list[Any]) -> NoReturn:
@@ -183,7 +240,14 @@ def _refuse(link: RedisLink, reply: list[Any]) -> NoReturn:
 async def delete_one(link: RedisLink, id: str, now: datetime, if_match: str | None) -> bool:
     """Delete the live or lost checkpoint ``id`` (if its etag is ``if_match``, when
     given): one script call. ``True`` if it was there."""
-    reply = await link.call("DELETE", id, us(now), if_match or "")
+    try:
+        reply = await link.call("DELETE", id, us(now), if_match or "")
+    except BackendError as exc:
+        if link.lost_reply(exc):
+            raise link.unknown(
+                "deleting", id, exc, "whether it was applied cannot be told"
+            ) from exc
+        raise
     if reply[0] == b"etag":
         raise PreconditionFailed(
             f"checkpoint {id!r} has etag {text(reply[1]) if reply[1] else None!r}, not {if_match!r}"
@@ -212,7 +276,14 @@ async def get_many(
 async def delete_many(link: RedisLink, ids: list[str], now: datetime) -> int:
     """Delete the live or lost checkpoints among ``ids``: one script call, and none
     deleted if one of them cannot be unlinked (damaged index entries)."""
-    reply = await link.call("DELETE_MANY", us(now), *ids)
+    try:
+        reply = await link.call("DELETE_MANY", us(now), *ids)
+    except BackendError as exc:
+        if link.lost_reply(exc) and ids:
+            raise link.unknown(
+                "deleting", ids[0], exc, "whether it was applied cannot be told"
+            ) from exc
+        raise
     link.check_status(reply)
     return int(reply[1])
 

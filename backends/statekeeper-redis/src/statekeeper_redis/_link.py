@@ -5,7 +5,14 @@ scripts, and knows the store's key prefix and how to name it in messages. Every
 other part of the plugin talks to Redis through it: :meth:`RedisLink.call` runs
 one script (one EVALSHA), :meth:`RedisLink.guard` turns driver errors into
 statekeeper errors, and :meth:`RedisLink.check_status` raises for the damage
-statuses the scripts share. It imports no other part of the plugin but ``_audit``
+statuses the scripts share.
+
+Lost connections: the client re-sends nothing and replaces a pooled connection
+the server closed (:func:`client_options`; redis-py's default would run a write
+script again after it committed). A read-only script
+that meets a lost connection runs once more (:data:`READ_SCRIPTS`); a write's
+caller finds out what happened (:meth:`RedisLink.lost_reply`, then a lookup, or
+:class:`~statekeeper.errors.OutcomeUnknown`). It imports no other part of the plugin but ``_audit``
 (for :class:`DamagedStoreError`), so each part takes the link it needs and nothing
 reaches back into the store.
 """
@@ -17,16 +24,38 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 import redis.exceptions as rex
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.maint_notifications import MaintNotificationsConfig
 
-from statekeeper.errors import BackendError, CheckpointDecodeError, StoreTimeout
+from statekeeper.errors import BackendError, CheckpointDecodeError, OutcomeUnknown, StoreTimeout
 from statekeeper.record import StoredRecord
 
 from ._audit import DamagedStoreError
 
-__all__ = ["RedisLink", "text", "untracked_reason"]
+__all__ = ["READ_SCRIPTS", "RedisLink", "client_options", "text", "untracked_reason"]
 
 T = TypeVar("T")
+
+#: The scripts that write nothing: run once more after a lost connection.
+READ_SCRIPTS = frozenset({"GET", "GET_MANY", "SCAN", "INFO", "LIVE_STREAMS", "READ_TRACKING"})
+
+
+def client_options() -> dict[str, Any]:
+    """The ``redis.asyncio.Redis`` arguments that make lost connections safe:
+
+    - ``retry``: none. redis-py's default retries a command after a connection
+      error, which for a write script whose reply was lost runs it twice;
+    - ``maint_notifications_config``: off. While it is on (redis-py 8's ``"auto"``),
+      the pool skips its check of a pooled connection at checkout, so a connection
+      the server closed while idle (a restart, ``CLIENT KILL``, a ``timeout``) would
+      fail the next call instead of being replaced.
+    """
+    return {
+        "retry": Retry(NoBackoff(), 0),
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+    }
 
 
 def text(value: bytes | str) -> str:
@@ -100,13 +129,49 @@ class RedisLink:
                 "a key of the store holds the wrong Redis type (overwritten by another "
                 f"program?): {exc}"
             ) from exc
+        except rex.ConnectionError as exc:
+            raise BackendError(
+                f"{self.where}: the connection to Redis was refused or lost ({exc}); retry "
+                "once the server is back",
+                orig=exc,
+                retryable=True,
+            ) from exc
         except rex.RedisError as exc:
-            raise BackendError(f"{self.where} failed: {exc}", orig=exc) from exc
+            raise BackendError(
+                f"{self.where} failed: {exc}",
+                orig=exc,
+                retryable="LOADING" in str(exc) or "BUSY" in str(exc),
+            ) from exc
 
     async def call(self, script: str, *args: Any) -> Any:
-        """Run one of the store's scripts (one EVALSHA round trip)."""
+        """Run one of the store's scripts (one EVALSHA round trip); a read-only one
+        (:data:`READ_SCRIPTS`) once more if its connection was lost, a write never."""
         run = self._scripts[script]
-        return await self.guard(run(keys=[self.meta_key], args=[self.prefix, *args]))
+        keys, argv = [self.meta_key], [self.prefix, *args]
+        try:
+            return await self.guard(run(keys=keys, args=argv))
+        except BackendError as exc:
+            if script not in READ_SCRIPTS or not self.lost_reply(exc):
+                raise
+        return await self.guard(run(keys=keys, args=argv))
+
+    @staticmethod
+    def lost_reply(exc: BaseException) -> bool:
+        """Whether ``exc`` is a connection that broke with a command in flight (not a
+        timeout: a command that timed out may still run)."""
+        return isinstance(exc, BackendError) and isinstance(exc.orig, rex.ConnectionError)
+
+    def unknown(self, what: str, id: str, exc: BaseException, why: str) -> OutcomeUnknown:
+        """The error for a write to ``id`` whose reply was lost, when a lookup did
+        not tell what happened."""
+        return OutcomeUnknown(
+            f"{what} {id!r} in {self.where}: the connection was lost before the reply "
+            f"({exc}); {why}. Retry with the same id: a save raises PreconditionFailed, "
+            "an update with if_match raises PreconditionFailed and a delete returns "
+            "False if the first was applied",
+            id=id,
+            orig=getattr(exc, "orig", None),
+        )
 
     # -- what replies mean ---------------------------------------------------------------
 

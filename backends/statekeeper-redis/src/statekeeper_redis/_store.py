@@ -26,6 +26,7 @@ from statekeeper import (
     skipped_from,
 )
 from statekeeper.errors import (
+    BackendError,
     CheckpointDecodeError,
     CheckpointNotFound,
     ConcurrentModificationError,
@@ -37,7 +38,7 @@ from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 from . import _batch, _lua, _meta, _repair, _tracking
 from ._audit import DamagedStoreError, index_json, us
 from ._batch import MAX_ATTEMPTS, Inserter, expiry
-from ._link import RedisLink, text
+from ._link import RedisLink, client_options, text
 from ._meta import FORMAT_VERSION
 from ._server import PERSISTENCE_SETTINGS, ServerPersistence
 
@@ -202,6 +203,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             socket_connect_timeout=opts.socket_timeout,
             max_connections=opts.max_connections,
             decode_responses=False,
+            **client_options(),
         )
         link = self._link
         try:
@@ -276,21 +278,24 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
                 raise PreconditionFailed(f"checkpoint {id!r} has etag {seen!r}, not {if_match!r}")
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             exp, millis = expiry(new.header.expires_at, now)
-            result = await self._link.call(
-                "UPDATE",
-                id,
-                us(now),
-                seen,
-                if_match or "",
-                new.to_bytes(self.store_id),
-                etag,
-                exp,
-                millis,
-                ""
-                if new.header.tags == current.header.tags
-                else index_json(new.header.stream, new.header.tags),
-                new.header.sequence,
-            )
+            try:
+                result = await self._link.call(
+                    "UPDATE",
+                    id,
+                    us(now),
+                    seen,
+                    if_match or "",
+                    new.to_bytes(self.store_id),
+                    etag,
+                    exp,
+                    millis,
+                    ""
+                    if new.header.tags == current.header.tags
+                    else index_json(new.header.stream, new.header.tags),
+                    new.header.sequence,
+                )
+            except BackendError as exc:
+                result = await _batch.updated(self._link, id, etag, now, exc)
             status = result[0]
             if status == b"ok":
                 return new.header

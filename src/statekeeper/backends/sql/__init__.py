@@ -33,6 +33,9 @@ and their options are imported from here on first use. The modules:
 - :mod:`.sqlite`: SQLite: :class:`SqliteCheckpointStore`, its options, and stdlib
   ``sqlite3`` on worker threads of its own.
 - :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
+- :mod:`.faults`: refused and lost connections, and the one retry of a read.
+- :mod:`.outcomes`: a write whose reply a lost connection hid: the lookup of a
+  save or update, or ``OutcomeUnknown``.
 - :mod:`.postgres`: PostgreSQL: sequences from transaction ids, the listing
   horizon, and the hot statements as prepared asyncpg statements.
 - :mod:`.mysql`: MySQL/MariaDB.

@@ -32,6 +32,7 @@ from ...errors import (
     StoreFormatError,
     StoreTimeout,
 )
+from .faults import connection_fault
 from .schema import Statements, Tables
 
 __all__ = [
@@ -241,7 +242,11 @@ def migration_lock(s: Session, tables: Tables, timeout: float) -> None:
     key, name = lock_key(tables)
     if s.family == "postgresql":
         # Waits at most lock_timeout (busy_timeout), then raises 55P03: StoreTimeout.
-        s.rows(sa.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        # Behind a pooler in transaction mode a session lock would stay on a server
+        # connection other clients get: there the lock is the transaction's, and the
+        # migration runs in that transaction (ServerRuntime.locked_write).
+        fn = "pg_advisory_xact_lock" if getattr(s, "xact_locks", False) else "pg_advisory_lock"
+        s.rows(sa.text(f"SELECT {fn}(:key)"), {"key": key})
     elif s.family == "mysql":
         row = s.first(
             sa.text("SELECT GET_LOCK(:name, :timeout)"),
@@ -256,7 +261,7 @@ def migration_lock(s: Session, tables: Tables, timeout: float) -> None:
 
 def migration_unlock(s: Session, tables: Tables) -> None:
     key, name = lock_key(tables)
-    if s.family == "postgresql":
+    if s.family == "postgresql" and not getattr(s, "xact_locks", False):
         s.rows(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
     elif s.family == "mysql":
         s.rows(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": name})
@@ -347,8 +352,10 @@ def translate_error(exc: BaseException, where: str, busy_timeout: float) -> Stat
 
     Lock and busy timeouts become :class:`StoreTimeout`, deadlocks and serialization
     failures :class:`ConcurrentModificationError`, a file that is not a database
-    :class:`StoreFormatError`, everything else :class:`BackendError` with the
-    driver's exception in ``.orig``.
+    :class:`StoreFormatError`, a refused or lost connection a retryable
+    :class:`BackendError` (:func:`.faults.connection_fault`), everything else a
+    :class:`BackendError` that is not retryable; each keeps the driver's exception
+    in ``.orig``.
     """
     if isinstance(exc, StatekeeperError):
         return None
@@ -386,5 +393,28 @@ def translate_error(exc: BaseException, where: str, busy_timeout: float) -> Stat
     if state in _PG_CONFLICT or errno in _MYSQL_CONFLICT:
         return ConcurrentModificationError(
             f"{where} collided with a concurrent transaction ({detail}); retry the call"
+        )
+    if "unsupported startup parameter" in detail:
+        return BackendError(
+            f"{where} failed: a connection pooler refused a session setting ({detail}); "
+            "behind PgBouncer or another pooler, open the store with pooler='transaction' "
+            "(docs/sql-backend.md, Poolers)",
+            orig=orig,
+        )
+    fault = connection_fault(exc)
+    if fault == "refused":
+        return BackendError(
+            f"{where} could not connect ({type(orig).__name__}: {detail}): the server is "
+            "down, starting up, shutting down or full, and nothing was sent; retry once "
+            "it accepts connections",
+            orig=orig,
+            retryable=True,
+        )
+    if fault == "lost":
+        return BackendError(
+            f"{where} lost its connection to the server ({type(orig).__name__}: {detail}); "
+            "retry once the server is back",
+            orig=orig,
+            retryable=True,
         )
     return BackendError(f"{where} failed: {type(orig).__name__}: {detail}", orig=orig)

@@ -40,6 +40,11 @@ _DRIVERS: dict[Family, tuple[str, ...]] = {
 #: A test holds this table to the dialects' options classes.
 DIALECT_OPTIONS: dict[str, tuple[str, str, str]] = {
     "listing_wait": ("PostgreSQL", "its listing horizon", "{where} listings never wait"),
+    "pooler": (
+        "PostgreSQL",
+        "a connection pooler in transaction mode, such as PgBouncer",
+        "{where} is never reached through such a pooler",
+    ),
     "inline_reads": (
         "SQLite",
         "point reads on the event loop's thread",

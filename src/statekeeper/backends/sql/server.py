@@ -5,6 +5,19 @@ the backend's synchronous operation, so the operation's statements are written
 once for every dialect. Writes run in ``engine.begin()`` (one transaction); reads
 on PostgreSQL run in autocommit, where every statement is its own snapshot and no
 ``BEGIN``/``ROLLBACK`` round trips are spent.
+
+Dead connections: a pooled connection whose socket the server closed while it was
+idle (a restart, an idle kill) is discarded at checkout, without a round trip
+(:func:`_drop_dead`); a read that meets a connection lost otherwise runs once more
+on a fresh one (:func:`.faults.retry_read`).
+
+Behind a pooler in transaction mode (PostgreSQL, ``pooler="transaction"``) every
+statement runs inside a transaction, so the pooler keeps it on one server
+connection: reads are not autocommit, no statement is prepared under a name
+(asyncpg's statement caches are off), the session settings (``lock_timeout``,
+``synchronous_commit``, read-only) are ``set_config(..., true)`` at the start of
+each transaction (:func:`local_settings`), and the migration lock is a
+transaction lock (:func:`.dialects.migration_lock`).
 """
 
 from __future__ import annotations
@@ -24,8 +37,16 @@ if TYPE_CHECKING:
 from ..._url import StoreURL
 from ...errors import BackendNotFound
 from .dialects import Family
+from .faults import connection_fault, retry_read
 
-__all__ = ["SaSession", "ServerRuntime", "check_driver", "server_connect_args", "server_url"]
+__all__ = [
+    "SaSession",
+    "ServerRuntime",
+    "check_driver",
+    "local_settings",
+    "server_connect_args",
+    "server_url",
+]
 
 _DEFAULT_DRIVER = {"postgresql": "asyncpg", "mysql": "aiomysql"}
 _EXTRA = {"postgresql": "postgres", "mysql": "mysql"}
@@ -36,10 +57,12 @@ T = TypeVar("T")
 class SaSession:
     """:class:`~.dialects.Session` over a SQLAlchemy (sync-facing) connection."""
 
-    def __init__(self, conn: sa.Connection, family: Family) -> None:
+    def __init__(self, conn: sa.Connection, family: Family, *, xact_locks: bool = False) -> None:
         self.conn = conn
         self.family = family
         self.mariadb = bool(getattr(conn.dialect, "is_mariadb", False))
+        #: take the migration lock for the transaction, not the session (a pooler)
+        self.xact_locks = xact_locks
 
     def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
@@ -95,15 +118,24 @@ def server_connect_args(
     fast: bool,
     extra: Mapping[str, Any],
     read_only: bool = False,
+    pooled: bool = False,
 ) -> dict[str, Any]:
     """Driver ``connect()`` arguments: lock timeout and commit durability, plus ``extra``.
 
     ``read_only`` makes every PostgreSQL transaction read-only from the start
-    (MySQL gets the same from :class:`ServerRuntime`, on connect).
+    (MySQL gets the same from :class:`ServerRuntime`, on connect). ``pooled``
+    (PostgreSQL behind a pooler in transaction mode): no session setting but
+    ``application_name``, which poolers pass on (the others are
+    :func:`local_settings`), and asyncpg's statement caches off.
     """
     args = dict(extra)
     if family == "postgresql":
-        settings = {"application_name": "statekeeper", "lock_timeout": f"{busy_timeout * 1000:.0f}"}
+        settings = {"application_name": "statekeeper"}
+        if pooled:
+            args.setdefault("statement_cache_size", 0)
+            args["server_settings"] = {**settings, **args.get("server_settings", {})}
+            return args
+        settings["lock_timeout"] = f"{busy_timeout * 1000:.0f}"
         if read_only:
             settings["default_transaction_read_only"] = "on"
         if fast:
@@ -116,6 +148,59 @@ def server_connect_args(
         wait = max(1, math.ceil(busy_timeout))  # MySQL takes whole seconds
         args.setdefault("init_command", f"SET SESSION innodb_lock_wait_timeout = {wait}")
     return args
+
+
+def local_settings(*, busy_timeout: float, fast: bool, read_only: bool) -> str:
+    """The statement that gives one PostgreSQL transaction the settings a direct
+    connection gets for its session (:func:`server_connect_args`): behind a pooler
+    in transaction mode a session setting would stay on a server connection that
+    the pooler hands to other clients, and never reach the next one this client
+    gets. ``set_config(name, value, true)`` lasts until the transaction ends."""
+    settings = {"lock_timeout": f"{busy_timeout * 1000:.0f}"}
+    if fast:
+        settings["synchronous_commit"] = "off"
+    if read_only:
+        settings["transaction_read_only"] = "on"
+    calls = ", ".join(f"set_config('{k}', '{v}', true)" for k, v in settings.items())
+    return f"SELECT {calls}"
+
+
+def _drop_socket(dbapi_conn: Any) -> None:
+    """Close an aiomysql connection's socket without the goodbye it would send first
+    (on a connection the server ended that fails, and leaves the socket open)."""
+    raw = getattr(dbapi_conn, "_connection", None)
+    if raw is not None and getattr(raw, "_writer", None) is not None:
+        raw.close()
+
+
+def _drop_dead(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+    """At checkout: refuse a connection whose socket the server has closed (a restart
+    or an idle kill seen by the event loop), so the pool connects anew, where a
+    ping would cost a round trip on every checkout."""
+    raw = getattr(dbapi_conn, "_connection", None)
+    if raw is None:
+        return
+    is_closed = getattr(raw, "is_closed", None)  # asyncpg
+    if callable(is_closed) and is_closed():
+        raise sa.exc.DisconnectionError("the server closed this pooled connection")
+    reader = getattr(raw, "_reader", None)  # aiomysql: the server's EOF was read
+    if reader is not None and getattr(reader, "_eof", False):
+        _drop_socket(dbapi_conn)
+        raise sa.exc.DisconnectionError("the server closed this pooled connection")
+
+
+def _lost(ctx: Any) -> None:
+    """On a driver error that means the connection is gone (:mod:`.faults`): have
+    SQLAlchemy invalidate it (and the pool's older connections) at once, whatever
+    the driver's own disconnect codes say, and close its socket."""
+    if connection_fault(ctx.original_exception) != "lost":
+        return
+    ctx.is_disconnect = True
+    try:
+        fairy = ctx.connection.connection if ctx.connection is not None else None
+    except sa.exc.SQLAlchemyError:
+        return
+    _drop_socket(getattr(fairy, "dbapi_connection", None))
 
 
 def _mysql_session_read_only(dbapi_conn: Any, record: Any) -> None:
@@ -143,10 +228,17 @@ class ServerRuntime:
         echo: bool,
         connect_args: dict[str, Any],
         read_only: bool = False,
+        local: str | None = None,
     ) -> None:
         self.family = family
         self.read_only = read_only
+        #: behind a pooler in transaction mode: each transaction's settings statement
+        #: (:func:`local_settings`), and every statement in a transaction
+        self.local = local
         self._url = url
+        if local is not None:
+            # SQLAlchemy's own statement cache prepares under names: none through a pooler
+            connect_args = {**connect_args, "prepared_statement_cache_size": 0}
         self._kwargs: dict[str, Any] = {
             "pool_size": pool_size,
             "max_overflow": pool_size,
@@ -170,14 +262,31 @@ class ServerRuntime:
 
             self._pid = os.getpid()
             self._engine = create_async_engine(self._url, **self._kwargs)
+            sync_engine = self._engine.sync_engine
+            sa.event.listen(sync_engine, "checkout", _drop_dead)
+            sa.event.listen(sync_engine, "handle_error", _lost)
             if self.read_only and self.family == "mysql":
-                sa.event.listen(self._engine.sync_engine, "connect", _mysql_session_read_only)
+                sa.event.listen(sync_engine, "connect", _mysql_session_read_only)
+            local = self.local
+            if local is not None:
+                sa.event.listen(
+                    sync_engine, "begin", lambda conn: conn.exec_driver_sql(local).all()
+                )
             self._reader = (
                 self._engine.execution_options(isolation_level="AUTOCOMMIT")
-                if self.family == "postgresql"
+                if self.family == "postgresql" and local is None
                 else self._engine
             )
         return self._engine, self._reader
+
+    async def drop_idle(self) -> None:
+        """Discard every pooled connection (after one was found lost: a restart or an
+        idle kill ends them all); those checked out are discarded when returned."""
+        if self._engine is not None:
+            await self._engine.dispose()
+
+    def _session(self, conn: sa.Connection) -> SaSession:
+        return SaSession(conn, self.family, xact_locks=self.local is not None)
 
     async def start(self) -> None:
         await self._engines()
@@ -189,24 +298,35 @@ class ServerRuntime:
         """Nothing: autovacuum (PostgreSQL) and InnoDB reuse freed space themselves."""
 
     async def snapshot(self, fn: Callable[[SaSession], T]) -> T:
-        """``fn`` in one read-only REPEATABLE READ transaction (one snapshot), rolled back."""
+        """``fn`` in one read-only REPEATABLE READ transaction (one snapshot), rolled
+        back; once more on a fresh connection if the first was lost."""
+        return await retry_read(lambda: self._snapshot(fn), self.drop_idle)
+
+    async def _snapshot(self, fn: Callable[[SaSession], T]) -> T:
         engine, _ = await self._engines()
-        family = self.family
         options: dict[str, Any] = {"isolation_level": "REPEATABLE READ"}
-        if family == "postgresql":
+        if self.family == "postgresql":
             options["postgresql_readonly"] = True
         async with engine.connect() as conn:
             await conn.execution_options(**options)
             try:
-                return await conn.run_sync(lambda c: fn(SaSession(c, family)))
+                return await conn.run_sync(lambda c: fn(self._session(c)))
             finally:
                 await conn.rollback()
 
     async def read(self, fn: Callable[[SaSession], T]) -> T:
+        """``fn`` on one connection, outside a transaction (behind a pooler: in one);
+        once more on a fresh connection if the first was lost."""
+        return await retry_read(lambda: self._read(fn), self.drop_idle)
+
+    async def _read(self, fn: Callable[[SaSession], T]) -> T:
         _, reader = await self._engines()
-        family = self.family
         async with reader.connect() as conn:
-            return await conn.run_sync(lambda c: fn(SaSession(c, family)))
+            try:
+                return await conn.run_sync(lambda c: fn(self._session(c)))
+            finally:
+                if self.local is not None:
+                    await conn.rollback()
 
     async def point_read(self, fn: Callable[[SaSession], T]) -> T:
         """As :meth:`read`: a server's read is a network round trip however small."""
@@ -214,9 +334,8 @@ class ServerRuntime:
 
     async def write(self, fn: Callable[[SaSession], T]) -> T:
         engine, _ = await self._engines()
-        family = self.family
         async with engine.begin() as conn:
-            return await conn.run_sync(lambda c: fn(SaSession(c, family)))
+            return await conn.run_sync(lambda c: fn(self._session(c)))
 
     async def point_write(self, fn: Callable[[SaSession], T]) -> T:
         """As :meth:`write`: a server's write is a network round trip however small."""
@@ -229,10 +348,20 @@ class ServerRuntime:
         unlock: Callable[[SaSession], None],
     ) -> T:
         engine, _ = await self._engines()
-        family = self.family
+        if self.local is not None:
+            # Behind a pooler the lock is the transaction's (pg_advisory_xact_lock),
+            # and fn runs in that transaction; the lock ends with it.
+            async with engine.begin() as conn:
+
+                def locked(c: sa.Connection) -> T:
+                    s = self._session(c)
+                    lock(s)
+                    return fn(s)
+
+                return await conn.run_sync(locked)
 
         def body(conn: sa.Connection) -> T:
-            s = SaSession(conn, family)
+            s = self._session(conn)
             lock(s)
             conn.commit()  # the lock is the session's; fn's transaction starts after it
             try:

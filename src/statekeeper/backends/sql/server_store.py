@@ -32,7 +32,7 @@ class ServerSqlStore(SqlCheckpointStore):
         super().__init__(url, **options)
         self.driver = check_driver(self.url, self.family)
 
-    def _connect_args(self) -> dict[str, Any]:
+    def _connect_args(self, pooled: bool = False) -> dict[str, Any]:
         opts = self.options
         return server_connect_args(
             self.family,
@@ -40,6 +40,7 @@ class ServerSqlStore(SqlCheckpointStore):
             fast=opts.durability == "fast",
             extra=opts.connect_args,
             read_only=opts.read_only,
+            pooled=pooled,
         )
 
     def _make_runtime(self) -> Runtime:

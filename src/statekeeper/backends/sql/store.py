@@ -27,7 +27,7 @@ from ...config import Capabilities, StoreOptions
 from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord, read_record
-from . import integrity, migrations, updates, writes
+from . import integrity, migrations, outcomes, updates, writes
 from .compiler import Compiler
 from .dialects import INLINE_WRITE_BYTES, Family, Runtime, Session
 from .entries import scanned_entries
@@ -227,14 +227,16 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
         op = partial(writes.insert_one, st=self._st, record=record, store_id=self._store_id)
-        return await self._guard("saving", self._write(op, len(record.state)))
+        call = self._write(lambda s: [op(s)], len(record.state))
+        return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """One transaction: one counter bump for the batch, every id checked, one
         multi-row insert per table, one commit (see :func:`.writes.insert_many`)."""
         self._check_meta()
         op = partial(writes.insert_many, st=self._st, records=records, store_id=self._store_id)
-        return await self._guard("saving a batch", self._write(op))
+        call = self._guard("saving a batch", self._write(op))
+        return await outcomes.saving(call, records, self._get_many)
 
     async def _update(
         self,
@@ -261,7 +263,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             edits=edits,
             codec=codec,
         )
-        return await self._guard("updating", self._write(op, len(state)))
+        call = self._guard("updating", self._write(op, len(state)))
+        return await outcomes.updating(call, id, etag, partial(self._get_many, now=now))
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
@@ -350,7 +353,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         op = partial(
             updates.delete, st=self._st, parse=self._parse, id=id, if_match=if_match, now=now
         )
-        return await self._guard("deleting", self._write(op, 0))
+        return await outcomes.deleting(self._guard("deleting", self._write(op, 0)), id)
 
     async def _delete_stream(self, stream: str, now: datetime) -> int:
         op = partial(updates.delete_stream, st=self._st, stream=stream, now=now)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -12,7 +12,8 @@ __all__ = ["PostgresOptions"]
 
 
 class PostgresOptions(SqlOptions):
-    """Options of a PostgreSQL store: those of every SQL dialect, and ``listing_wait``."""
+    """Options of a PostgreSQL store: those of every SQL dialect, ``listing_wait`` and
+    ``pooler``."""
 
     dialect: ClassVar[str] = "PostgreSQL"
 
@@ -24,3 +25,11 @@ class PostgresOptions(SqlOptions):
     #: Transactions of other applications never make it wait. Listings of one
     #: stream, ``get_latest`` and ``load`` never wait.
     listing_wait: float = Field(default=0.1, ge=0, le=60)
+    #: ``"transaction"`` when the URL names a connection pooler that hands server
+    #: connections to its clients per transaction (PgBouncer ``pool_mode =
+    #: transaction``, pgcat, Supavisor, RDS Proxy): every statement then runs in a
+    #: transaction, none is prepared under a name, and the session settings and the
+    #: migration lock are the transaction's (``docs/sql-backend.md``, Poolers).
+    #: ``"none"`` (the default) is a direct connection; an open that finds its
+    #: session settings dropped on the way refuses, naming this option.
+    pooler: Literal["none", "transaction"] = "none"

@@ -4,6 +4,14 @@ migrations, verify and repair, plus raw asyncpg connections for the lean path.
 The lean path's statements (:mod:`.statements`) run as prepared statements that
 asyncpg caches per connection, on connections of a small pool of the runtime's
 own (:class:`Connections`), through asyncpg's public API only.
+
+Behind a pooler in transaction mode (``pooler="transaction"``) asyncpg caches no
+statement (a name prepared on one server connection would be another client's on
+the next), and every call runs in a transaction that begins with the settings a
+direct connection has for its session (:func:`..server.local_settings`), so the
+pooler keeps the call on one server connection. A read that meets a lost
+connection runs once more on a fresh one (:func:`..faults.retry_read`); a write is
+never re-sent here (the store resolves its outcome, :mod:`..outcomes`).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ....errors import BackendError, StatekeeperError, StoreTimeout
+from ..faults import connection_fault, retry_read
 from ..server import ServerRuntime
 from .statements import PgSql
 
@@ -89,7 +98,12 @@ class Connections:
                     self._waiters.remove(waiter)
 
     async def release(self, con: asyncpg.Connection, error: BaseException | None) -> None:
-        reusable = error is None or isinstance(error, asyncpg.PostgresError | StatekeeperError)
+        # a server error leaves the connection usable, unless it ended the connection
+        # (admin shutdown, crash shutdown): asyncpg may not have seen it close yet
+        reusable = error is None or (
+            isinstance(error, asyncpg.PostgresError | StatekeeperError)
+            and connection_fault(error) is None
+        )
         if reusable and not self._closed and not con.is_closed() and not con.is_in_transaction():
             self._idle.append(con)
             self._wake()
@@ -115,6 +129,15 @@ class Connections:
                 waiter.set_result(None)
                 return
 
+    async def drop_idle(self) -> None:
+        """Close every idle connection (one was found lost: a restart or an idle kill
+        ends them all), so the next calls connect anew."""
+        idle, self._idle = self._idle, []
+        self._open -= len(idle)
+        for con in idle:
+            con.terminate()
+        self._wake()
+
     async def close(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
@@ -130,8 +153,13 @@ class Connections:
 class PgRuntime(ServerRuntime):
     """:class:`ServerRuntime` plus asyncpg connections for the lean path."""
 
-    def __init__(self, *args: Any, asyncpg_args: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, asyncpg_args: Mapping[str, Any], lock_timeout: str, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        #: the lock_timeout a direct connection asks for (milliseconds): one that the
+        #: server does not report back was dropped by a pooler on the way
+        self._lock_timeout = lock_timeout
         connect_args = dict(asyncpg_args)
         connect_args.pop("min_size", None)
         self._size = int(connect_args.pop("max_size", 5))
@@ -144,10 +172,26 @@ class PgRuntime(ServerRuntime):
         # Connect now, so that a wrong URL fails the open, not the first save.
         async with self.connection() as con:
             version = con.get_server_version()
+            if self.local is None:
+                got = await con.fetchval(
+                    "SELECT setting FROM pg_settings WHERE name = 'lock_timeout'"
+                )
+            else:
+                got = self._lock_timeout
         if version.major < 13:
             raise BackendError(
                 f"PostgreSQL {version.major}.{version.minor} is too old: statekeeper needs "
                 "PostgreSQL 13 or later (pg_current_xact_id, pg_current_snapshot)"
+            )
+        if self._lock_timeout.isdigit() and str(got) != self._lock_timeout:
+            raise BackendError(
+                f"the server reports lock_timeout={got}ms where this store's connections "
+                f"asked for {self._lock_timeout}ms: something between them and PostgreSQL "
+                "dropped the session settings, as a connection pooler (PgBouncer, "
+                "pgcat, RDS Proxy, Supavisor) does, and would also hand this store's "
+                "prepared statements and locks to other clients. Open the store with "
+                "pooler='transaction' (docs/sql-backend.md, Poolers), or connect to "
+                "PostgreSQL directly"
             )
 
     def pool(self) -> Connections:
@@ -180,22 +224,50 @@ class PgRuntime(ServerRuntime):
             raise
         await pool.release(con, None)
 
-    async def fetch(self, stmt: PgSql, values: Mapping[str, Any]) -> list[asyncpg.Record]:
+    async def drop_idle(self) -> None:
+        await super().drop_idle()
+        if self._pool is not None:
+            await self._pool.drop_idle()
+
+    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``fn`` on a pooled connection; behind a pooler, in a transaction that
+        starts with the session's settings."""
         async with self.connection() as con:
-            return list(await con.fetch(stmt.sql, *stmt.args(values)))
+            if self.local is None:
+                return await fn(con)
+            async with con.transaction():
+                await con.execute(self.local)
+                return await fn(con)
+
+    async def _pg_read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        return await retry_read(lambda: self._run(fn), self.drop_idle)
+
+    async def fetch(
+        self, stmt: PgSql, values: Mapping[str, Any], *, write: bool = False
+    ) -> list[asyncpg.Record]:
+        """The rows of ``stmt``; a read runs once more if its connection was lost,
+        a ``write`` never (its outcome is the caller's to find out)."""
+        args = stmt.args(values)
+
+        async def go(con: asyncpg.Connection) -> list[asyncpg.Record]:
+            return list(await con.fetch(stmt.sql, *args))
+
+        return await (self._run(go) if write else self._pg_read(go))
 
     async def fetchrow(self, stmt: PgSql, values: Mapping[str, Any]) -> asyncpg.Record | None:
-        async with self.connection() as con:
-            return await con.fetchrow(stmt.sql, *stmt.args(values))
+        args = stmt.args(values)
+        return await self._pg_read(lambda con: con.fetchrow(stmt.sql, *args))
 
     async def fetchrow_in_order(self, stmt: PgSql, *args: Any) -> asyncpg.Record | None:
         """``stmt`` with ``args`` in its parameters' order (a hot path; see
         :func:`.statements.compile_pg`, ``order``)."""
-        async with self.connection() as con:
-            return await con.fetchrow(stmt.sql, *args)
+        return await self._pg_read(lambda con: con.fetchrow(stmt.sql, *args))
 
     async def in_transaction(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``fn`` in one transaction (a write: never re-sent)."""
         async with self.connection() as con, con.transaction():
+            if self.local is not None:
+                await con.execute(self.local)
             return await fn(con)
 
     async def close(self) -> None:

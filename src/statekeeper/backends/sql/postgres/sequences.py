@@ -117,7 +117,7 @@ async def save(
     stored = [r.seal(i) for i, r in enumerate(records)]
     args = save_args(pst, stored, store_id, base)
     try:
-        rows = await rt.fetch(pst.save, args)
+        rows = await rt.fetch(pst.save, args, write=True)
     except asyncpg.UniqueViolationError:
         rows = await rt.in_transaction(lambda con: _save_replacing(con, pst, records, args))
     return _headers(records, rows, pst)

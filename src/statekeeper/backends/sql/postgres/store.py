@@ -12,11 +12,11 @@ from ...._url import StoreURL
 from ....config import StoreOptions
 from ....models import CheckpointHeader, Problem, RepairReport, Skipped
 from ....record import NewRecord, StoredRecord
-from .. import dialects
+from .. import dialects, outcomes
 from ..dialects import Runtime, Session
 from ..entries import scanned_entries
 from ..schema import filter_params, to_micros
-from ..server import server_url
+from ..server import local_settings, server_url
 from ..server_store import ServerSqlStore
 from . import listing, seq_base, sequences, statements
 from .options import PostgresOptions
@@ -56,7 +56,10 @@ class PostgresCheckpointStore(ServerSqlStore):
 
     def _make_runtime(self) -> Runtime:
         opts = self.options
-        connect_args = self._connect_args()
+        pooled = opts.pooler == "transaction"
+        connect_args = self._connect_args(pooled)
+        # what a direct connection asks the server for (open checks it arrived)
+        lock_timeout = str(self._connect_args()["server_settings"]["lock_timeout"])
         u = self.url
         size = opts.pool_size or 5
         asyncpg_args = {
@@ -69,6 +72,15 @@ class PostgresCheckpointStore(ServerSqlStore):
             "max_size": size,
             **connect_args,
         }
+        local = (
+            local_settings(
+                busy_timeout=opts.busy_timeout,
+                fast=opts.durability == "fast",
+                read_only=opts.read_only,
+            )
+            if pooled
+            else None
+        )
         return PgRuntime(
             server_url(self.url, self.family, self.driver),
             self.family,
@@ -76,7 +88,9 @@ class PostgresCheckpointStore(ServerSqlStore):
             echo=opts.echo,
             connect_args=connect_args,
             read_only=opts.read_only,
+            local=local,
             asyncpg_args=asyncpg_args,
+            lock_timeout=lock_timeout,
         )
 
     def _pg(self) -> PgRuntime:
@@ -127,14 +141,14 @@ class PostgresCheckpointStore(ServerSqlStore):
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
         call = sequences.save(self._pg(), self._pst, [record], self._store_id, self._base)
-        return (await self._guard("saving", call))[0]
+        return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """One statement: the streams' locks, one transaction id for the batch (so its
         sequences are consecutive), every row; an id conflict rolls it all back."""
         self._check_meta()
         call = sequences.save(self._pg(), self._pst, records, self._store_id, self._base)
-        return await self._guard("saving a batch", call)
+        return await outcomes.saving(self._guard("saving a batch", call), records, self._get_many)
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         call = self._pg().fetchrow_in_order(self._pst.latest, stream, to_micros(now))
