@@ -113,7 +113,7 @@ async def sweep(
             break
         for entry in entries:
             if not isinstance(entry, Skipped):  # damaged: left to verify and repair
-                plan.consider(entry.stream, entry.id, entry.header.updated_at)
+                plan.consider(entry.stream, entry.id, entry.updated_at)
         bound = entries[-1].sequence
         if len(plan.victims) >= GATHER:
             removed += await _remove(store, _by_stream(plan.victims), at, dry_run)
