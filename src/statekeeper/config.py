@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InvalidOptions
+from .models import Retention
 
 __all__ = ["Capabilities", "StoreOptions", "validate_options"]
 
@@ -53,6 +54,10 @@ class StoreOptions(BaseModel):
     #: With ``encryption``: seal tags and metadata too (filters on them then raise
     #: :class:`~statekeeper.errors.InvalidQuery`).
     encrypt_metadata: bool = False
+    #: A retention policy (S17): what :meth:`~statekeeper.BaseCheckpointStore.sweep`
+    #: removes, and with ``sweep_every`` a background sweep while the store is
+    #: open. ``None``: nothing is removed unless ``sweep(policy=...)`` says so.
+    retention: Retention | None = None
 
     @field_validator("encryption")
     @classmethod
@@ -74,6 +79,17 @@ class StoreOptions(BaseModel):
                 raise ValueError("read_only=True implies create=False; do not pass create=True")
             values = {**values, "create": False}
         return values
+
+    @model_validator(mode="after")
+    def _read_only_never_sweeps(self) -> StoreOptions:
+        # A background sweep writes; a read-only store writes nothing, so the two
+        # together are a contradiction, refused rather than silently never run.
+        if self.read_only and self.retention is not None and self.retention.sweep_every:
+            raise ValueError(
+                "retention with sweep_every would sweep (write to) a store opened "
+                "read_only=True; drop sweep_every or open it writable"
+            )
+        return self
 
     @field_validator("allowed_types", mode="before")
     @classmethod

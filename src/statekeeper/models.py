@@ -15,7 +15,9 @@ __all__ = [
     "Page",
     "Problem",
     "RepairReport",
+    "Retention",
     "Skipped",
+    "SweepReport",
     "VerifyReport",
 ]
 
@@ -276,3 +278,81 @@ class NewCheckpoint(BaseModel):
     parent_id: str | None = None
     ttl: float | timedelta | None = None
     id: str | None = None
+
+
+class Retention(BaseModel):
+    """A retention policy (SPEC S17): what :meth:`~statekeeper.BaseCheckpointStore.sweep`
+    removes, and how often it runs on its own. Every field is optional; a field
+    left ``None`` is no rule.
+
+    - ``keep_last=N`` (an int >= 1): each stream keeps its newest ``N`` checkpoints.
+    - ``max_age``: a checkpoint last written (``updated_at``) longer ago than this
+      goes, except its stream's newest, which no rule but ``idle`` removes.
+    - ``idle``: a stream whose newest checkpoint was last written longer ago than
+      this goes entirely.
+    - ``sweep_every``: while the store is open, a sweep runs in the background at
+      this interval (without it nothing runs on its own). A store opened
+      ``read_only=True`` refuses it.
+
+    Durations are seconds (int or float) or a :class:`~datetime.timedelta`, and
+    must be positive. Ages are measured with the store's clock (``clock=``).
+    Frozen; bad values raise :class:`pydantic.ValidationError` (as
+    :class:`~statekeeper.errors.InvalidOptions` when passed to ``open_store``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    keep_last: int | None = None
+    max_age: timedelta | None = None
+    idle: timedelta | None = None
+    sweep_every: timedelta | None = None
+
+    @field_validator("keep_last", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"keep_last must be an int >= 1 (or None), got {value!r}")
+        return value
+
+    @field_validator("max_age", "idle", "sweep_every", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+            raise ValueError(
+                f"a duration must be seconds (int or float) or a timedelta, got {value!r}"
+            )
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+        if not seconds > 0 or seconds == float("inf"):
+            raise ValueError(f"a duration must be positive and finite, got {value!r}")
+        return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+    @property
+    def has_rules(self) -> bool:
+        """Whether any of ``keep_last``, ``max_age`` and ``idle`` is set (a sweep
+        with none of them only purges expired records and returns space)."""
+        return any(rule is not None for rule in (self.keep_last, self.max_age, self.idle))
+
+
+class SweepReport(BaseModel):
+    """What one :meth:`~statekeeper.BaseCheckpointStore.sweep` did (or, with
+    ``dry_run``, would do).
+
+    ``checkpoints_removed`` counts the checkpoints this sweep removed itself (one
+    another sweep removed first is not counted), ``streams_removed`` the streams
+    it removed entirely as idle; both count what would go on a dry run.
+    ``bytes_reclaimed`` is the space given back where the backend can tell
+    (SQLite: freed pages; the file store: the removed files), else ``None``.
+    ``seconds`` is how long the sweep took.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    streams_removed: int = Field(ge=0)
+    checkpoints_removed: int = Field(ge=0)
+    bytes_reclaimed: int | None = None
+    seconds: float = Field(ge=0)
+    dry_run: bool

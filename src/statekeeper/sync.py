@@ -35,6 +35,8 @@ from .models import (
     NewCheckpoint,
     Page,
     RepairReport,
+    Retention,
+    SweepReport,
     VerifyReport,
 )
 
@@ -230,3 +232,15 @@ class SyncCheckpointStore:
 
     def repair(self, *, drop_damaged: bool = False) -> RepairReport:
         return self._run(self.store.repair(drop_damaged=drop_damaged))
+
+    def sweep(
+        self,
+        *,
+        dry_run: bool = False,
+        policy: Retention | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> SweepReport:
+        return self._run(self.store.sweep(dry_run=dry_run, policy=policy, progress=progress))
+
+    def compact(self) -> int | None:
+        return self._run(self.store.compact())

@@ -28,6 +28,8 @@ From the bottom up:
   and ``Encryption``, a store's ``encryption=`` option resolved.
 - ``rekey``: rotation and migration (``statekeeper rekey``), and the
   ``"retired-key"`` notices of ``verify()``.
+- ``retention``: ``sweep()`` and ``compact()`` (S17): one sweep of a retention
+  policy over the primitives, and the background sweep of ``sweep_every``.
 - ``store``: ``BaseCheckpointStore``, every public method, checking that the store
   is open and handing the rest to the modules above.
 """

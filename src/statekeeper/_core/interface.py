@@ -23,6 +23,8 @@ from ..models import (
     NewCheckpoint,
     Page,
     RepairReport,
+    Retention,
+    SweepReport,
     VerifyReport,
 )
 
@@ -112,6 +114,14 @@ class CheckpointStore(Protocol):
     async def info(self) -> StoreInfo: ...
     async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport: ...
     async def repair(self, *, drop_damaged: bool = False) -> RepairReport: ...
+    async def sweep(
+        self,
+        *,
+        dry_run: bool = False,
+        policy: Retention | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> SweepReport: ...
+    async def compact(self) -> int | None: ...
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,18 @@ class StorePrimitives(ABC):
         """Remove records expired at ``now``; backends with ``capabilities.ttl`` override."""
         return 0
 
+    async def _reclaim(self, full: bool) -> int | None:
+        """Give the space of removed records back to the file system; return how
+        many bytes came back, or ``None`` where the backend cannot tell.
+
+        A sweep calls it with ``full=False`` after removing (cheap: SQLite's
+        ``incremental_vacuum``); ``compact()`` with ``full=True`` (as thorough as
+        the backend offers: SQLite's ``VACUUM``). The default does nothing and
+        returns ``None``: right for a backend whose removals give space back
+        themselves or whose server reclaims it on its own schedule.
+        """
+        return None
+
     async def _info(self) -> dict[str, Any]:
         """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
         ``high_water_mark`` and any backend-specific extras."""

@@ -308,6 +308,9 @@ class SealedPrimitives(StorePrimitives):
     async def _purge_expired(self, now: datetime) -> int:
         return await self._inner._purge_expired(now)
 
+    async def _reclaim(self, full: bool) -> int | None:
+        return await self._inner._reclaim(full)
+
     async def _list_streams(self, now: datetime) -> builtins.list[str]:
         return await self._inner._list_streams(now)
 

@@ -37,6 +37,7 @@ from .interface import TTL, Order, StoreInfo, store_info
 from .paging import list_page
 from .primitives import StoreIdentity, StorePrimitives
 from .rekey import with_key_notices
+from .retention import RetentionMethods
 from .sealing import Encryption, SealedPrimitives
 from .validate import Scalar, check_id, check_if_match, check_stream
 
@@ -48,7 +49,7 @@ __all__ = ["BaseCheckpointStore", "OptionsT"]
 OptionsT = TypeVar("OptionsT", bound=StoreOptions, default=StoreOptions, covariant=True)
 
 
-class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
+class BaseCheckpointStore(StorePrimitives, RetentionMethods, Generic[OptionsT]):
     """Base class for backends: implement the ``_`` primitives, inherit the contract.
 
     **The contract** (SPEC S1-S12), which the public methods here enforce for every
@@ -142,10 +143,12 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             self._identity = identity
             if self._encryption is not None:
                 await self._encryption.check(self, self.describe(), self.now())
+            self._start_sweeping()  # S17: only with retention's sweep_every
 
     async def close(self) -> None:
         """Close the store. Closing a closed store does nothing; reopening is allowed."""
         if self._identity is not None:
+            await self._stop_sweeping()
             self._identity = None
             self._signer = None
             self._sealed = None
