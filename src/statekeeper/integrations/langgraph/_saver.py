@@ -6,7 +6,8 @@ import asyncio
 import builtins
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -28,9 +29,12 @@ from statekeeper.errors import (
 )
 
 from . import _layout as lay
-from . import _listing, _open, _threads
+from . import _listing, _open, _retention, _threads
 from ._bridge import LoopBridge
+from ._policy import ThreadRetention, thread_retention
 from ._records import Records
+from ._retention import ThreadSweepReport
+from ._sweeper import BackgroundSweep
 from ._writes import PendingWrites
 
 if TYPE_CHECKING:
@@ -79,6 +83,19 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
       etag compare-and-set (and an in-process lock), so no write is lost, also
       across processes where the backend is shared.
 
+    **Retention** (``ttl=``, ``keep_last=``). ``ttl`` is LangGraph's
+    ``checkpointer.ttl`` dict from ``langgraph.json``: ``{"strategy": "delete" |
+    "keep_latest", "default_ttl": minutes, "sweep_interval_minutes": m,
+    "sweep_limit": n}``, checked strictly (:class:`InvalidOptions`). A thread is
+    idle once ``default_ttl`` minutes have passed, by the store's clock, since its
+    newest checkpoint or pending write in any namespace was written; a sweep
+    deletes it whole (``"delete"``, the default) or keeps the newest checkpoint of
+    each namespace with its pending writes (``"keep_latest"``, what a resume needs).
+    ``keep_last=N`` keeps every thread's newest ``N`` checkpoints per namespace.
+    :meth:`asweep` sweeps once; ``sweep_interval_minutes`` sweeps in the background
+    while the saver owns its store (``from_conn_string`` or a URL), and stops when
+    it closes. See :mod:`._retention` for what holds during a sweep.
+
     Async methods may be awaited from any event loop: a call from another loop is
     run on the store's loop (the loop running when the saver was created, or
     ``loop=``). Sync methods block the calling thread while the store's loop runs
@@ -92,12 +109,16 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        ttl: Mapping[str, Any] | None = None,
+        keep_last: int | None = None,
         **options: Any,
     ) -> None:
         super().__init__(serde=serde)
         from statekeeper.sync import SyncCheckpointStore
 
+        retention = thread_retention(ttl, keep_last)
         self._owned: SyncCheckpointStore | None = None
+        self._background: BackgroundSweep | None = None
         if isinstance(store, str):
             if loop is not None:
                 raise TypeError("loop= goes with an opened store; a URL gets a loop of its own")
@@ -106,6 +127,13 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             raise TypeError(
                 f"store options ({', '.join(sorted(options))}) go with a URL; "
                 "an opened store already has its own"
+            )
+        elif retention is not None and retention.sweep_every is not None:
+            raise InvalidOptions(
+                "ttl['sweep_interval_minutes'] runs a sweep in the background while the "
+                "saver owns its store: use StatekeeperSaver.from_conn_string(url, ttl=...) "
+                "or StatekeeperSaver(url, ttl=...); over a store you opened, call "
+                "saver.asweep() on your own schedule"
             )
         thread: threading.Thread | None = None
         if isinstance(store, SyncCheckpointStore):
@@ -134,10 +162,25 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self._locks: dict[str, asyncio.Lock] = {}
         self._codec = Records(self.serde)
         self._writes = PendingWrites(store)
+        #: The retention policy of ``ttl=`` and ``keep_last=`` (``None``: none).
+        self.retention: ThreadRetention | None = retention
+        if self._owned is not None and retention is not None and retention.sweep_every:
+            self._background = self._sweeping(retention.sweep_every)
+            try:
+                self._background.start_on(self._owned.loop[0])
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def from_conn_string(
-        cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl: Mapping[str, Any] | None = None,
+        keep_last: int | None = None,
+        **options: Any,
     ) -> _open.SaverContext[Self]:
         """A saver over the store at ``url``, as a context manager, sync or async.
 
@@ -150,18 +193,79 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         ``table_prefix=``, ...); a ``codec`` other than ``"raw"`` is refused
         (:class:`~statekeeper.errors.InvalidOptions`), and so is an option the
         backend does not know, before anything is opened or created.
+
+        ``ttl`` and ``keep_last`` are the saver's retention (see the class
+        docstring), checked before anything is opened. With
+        ``ttl["sweep_interval_minutes"]`` a background sweep runs on the store's
+        loop from entry to exit: the first ``m`` minutes after entry, each next
+        ``m`` minutes after the previous one ended; on exit it is stopped (a sweep
+        under way finishes the thread it is on) before the store closes.
         """
-        return _open.SaverContext(url, lambda store: cls(store, serde=serde), options)
+        policy = thread_retention(ttl, keep_last)
+        every = None if policy is None else policy.sweep_every
+        # the saver gets the policy without the interval: the context runs the sweep
+        inner = (
+            None if ttl is None else {k: v for k, v in ttl.items() if k != "sweep_interval_minutes"}
+        )
+        return _open.SaverContext(
+            url,
+            lambda store: cls(store, serde=serde, ttl=inner or None, keep_last=keep_last),
+            options,
+            sweeping=None if every is None else (lambda saver: saver._sweeping(every)),
+        )
 
     def close(self) -> None:
-        """Close the store this saver opened from a URL (``StatekeeperSaver(url)``).
+        """Close the store this saver opened from a URL (``StatekeeperSaver(url)``),
+        after stopping its background sweep (a sweep under way finishes the thread
+        it is on).
 
         A saver over a store the caller passed leaves it open: the caller closes it.
         Idempotent; blocks while the store closes, so call it outside the store's
         loop (it has its own thread for a URL)."""
         owned, self._owned = self._owned, None
+        background, self._background = self._background, None
         if owned is not None:
-            owned.close()
+            try:
+                if background is not None:
+                    background.stop_on(owned.loop[0])
+            finally:
+                owned.close()
+
+    # -- retention --------------------------------------------------------------------
+
+    def _sweeping(self, every: timedelta) -> BackgroundSweep:
+        """A background sweep of this saver's policy, every ``every`` (not started)."""
+        return BackgroundSweep(self._sweep_once, every)
+
+    async def _sweep_once(self, stopping: Callable[[], bool]) -> ThreadSweepReport:
+        policy = self.retention
+        if policy is None or policy.empty:
+            return ThreadSweepReport()
+        return await _retention.sweep(self.store, policy, stopping=stopping)
+
+    def _policy(self) -> ThreadRetention:
+        if self.retention is None:
+            raise InvalidOptions(
+                "this saver has no retention policy to sweep with: pass ttl= "
+                '({"strategy": "delete", "default_ttl": minutes}) or keep_last= '
+                "when making it"
+            )
+        return self.retention
+
+    async def asweep(self) -> ThreadSweepReport:
+        """Apply the saver's retention (``ttl=``, ``keep_last=``) to every thread once.
+
+        Idle threads (``default_ttl`` minutes, by the store's clock, since their
+        last checkpoint or pending write) are deleted or kept down to their newest
+        checkpoint per namespace, as ``ttl["strategy"]`` says; every other thread
+        keeps its newest ``keep_last`` checkpoints per namespace. While it runs,
+        ``get_tuple`` never returns an older checkpoint than the newest that
+        survives, a checkpoint put after the sweep judged its thread is kept, and
+        no pending writes are left without their checkpoint. Raises
+        :class:`InvalidOptions` when the saver has no policy.
+        """
+        self._policy()
+        return await self._bridge.call(self._sweep_once(lambda: False))
 
     # -- versions -------------------------------------------------------------------
 
@@ -235,10 +339,19 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             _threads.copy_thread(self.store, str(source_thread_id), str(target_thread_id))
         )
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: keep the newest checkpoint (by sequence) of each namespace
-        and its writes; ``"delete"``: delete the threads."""
-        await self._bridge.call(_threads.prune(self.store, thread_ids, strategy))
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str | None = None,
+        keep_last: int | None = None,
+    ) -> None:
+        """Prune the threads: ``strategy="keep_latest"`` (the default) keeps the newest
+        checkpoint (by sequence) of each namespace and its pending writes;
+        ``"delete"`` deletes the threads; ``keep_last=N`` (instead of ``strategy``)
+        keeps the newest ``N`` of each namespace and their pending writes. The
+        pending writes of the checkpoints removed go with them."""
+        await self._bridge.call(_retention.prune(self.store, thread_ids, strategy, keep_last))
 
     # -- sync API -------------------------------------------------------------------
 
@@ -293,9 +406,20 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             _threads.copy_thread(self.store, str(source_thread_id), str(target_thread_id))
         )
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str | None = None,
+        keep_last: int | None = None,
+    ) -> None:
         """Blocking :meth:`aprune`."""
-        self._bridge.call_sync(_threads.prune(self.store, thread_ids, strategy))
+        self._bridge.call_sync(_retention.prune(self.store, thread_ids, strategy, keep_last))
+
+    def sweep(self) -> ThreadSweepReport:
+        """Blocking :meth:`asweep`."""
+        self._policy()
+        return self._bridge.call_sync(self._sweep_once(lambda: False))
 
     # -- reading --------------------------------------------------------------------
 
