@@ -24,11 +24,11 @@ from langgraph.types import Command, interrupt
 
 import statekeeper
 from statekeeper.errors import InvalidOptions
+from statekeeper.integrations import _background
 from statekeeper.integrations.langgraph import (
     StatekeeperSaver,
     ThreadSweepReport,
     _retention,
-    _sweeper,
 )
 from statekeeper.integrations.langgraph import _layout as layout
 from statekeeper.testing import FakeClock
@@ -405,7 +405,7 @@ async def test_the_background_sweep_runs_every_interval_and_stops_on_exit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ticks = Ticks()
-    monkeypatch.setattr(_sweeper, "wait_or_stop", ticks.wait)
+    monkeypatch.setattr(_background, "wait_or_stop", ticks.wait)
     clock = FakeClock()
     ttl = {**DELETE, "sweep_interval_minutes": 30}
     context = StatekeeperSaver.from_conn_string("memory://", ttl=ttl, clock=clock)
@@ -427,7 +427,7 @@ async def test_the_background_sweep_runs_every_interval_and_stops_on_exit(
 def test_the_background_sweep_of_a_sync_saver_stops_on_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sweeper, "wait_or_stop", _until_stopped)
+    monkeypatch.setattr(_background, "wait_or_stop", _until_stopped)
     ttl = {**KEEP_LATEST, "sweep_interval_minutes": 1}
     url = f"sqlite:///{tmp_path}/sync.db"
     with StatekeeperSaver.from_conn_string(url, ttl=ttl) as saver:

@@ -28,8 +28,9 @@ saver itself:
   ``keep_last=``, checked strictly into a :class:`ThreadRetention`;
 - :mod:`._retention`: ``prune`` and the sweep of whole threads (idle threads
   deleted or kept to their latest, ``keep_last`` per namespace, pending writes
-  with their checkpoints), and what holds while it runs;
-- :mod:`._sweeper`: the background sweep, a task on the store's loop.
+  with their checkpoints), and what holds while it runs (the background
+  sweep is :mod:`statekeeper.integrations._background`, shared with Agent
+  Framework's storage).
 
 See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
 changes against LangGraph's own savers (strict latest, sequence order).

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from statekeeper.errors import InvalidOptions
 
-from ._sweeper import BackgroundSweep
+from .._background import BackgroundSweep
 
 if TYPE_CHECKING:
     from statekeeper._core.store import BaseCheckpointStore
@@ -38,7 +38,7 @@ S = TypeVar("S")
 #: Makes the saver over an opened store (async, or the blocking facade).
 SaverFactory = Callable[["BaseCheckpointStore[Any] | SyncCheckpointStore"], S]
 #: Makes the background sweep of a saver just made.
-SweepFactory = Callable[[S], BackgroundSweep]
+SweepFactory = Callable[[S], BackgroundSweep[Any]]
 
 
 def raw_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +84,7 @@ class SaverContext(Generic[S]):
         self._options = raw_options(options)
         self._store: BaseCheckpointStore[Any] | None = None
         self._facade: SyncCheckpointStore | None = None
-        self._sweep: BackgroundSweep | None = None
+        self._sweep: BackgroundSweep[Any] | None = None
 
     def _busy(self) -> None:
         if self._store is not None or self._facade is not None:

@@ -28,13 +28,13 @@ from statekeeper.errors import (
     StoreClosed,
 )
 
+from .._background import BackgroundSweep
 from . import _layout as lay
 from . import _listing, _open, _retention, _threads
 from ._bridge import LoopBridge
 from ._policy import ThreadRetention, thread_retention
 from ._records import Records
 from ._retention import ThreadSweepReport
-from ._sweeper import BackgroundSweep
 from ._writes import PendingWrites
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
         retention = thread_retention(ttl, keep_last)
         self._owned: SyncCheckpointStore | None = None
-        self._background: BackgroundSweep | None = None
+        self._background: BackgroundSweep[ThreadSweepReport] | None = None
         if isinstance(store, str):
             if loop is not None:
                 raise TypeError("loop= goes with an opened store; a URL gets a loop of its own")
@@ -233,7 +233,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     # -- retention --------------------------------------------------------------------
 
-    def _sweeping(self, every: timedelta) -> BackgroundSweep:
+    def _sweeping(self, every: timedelta) -> BackgroundSweep[ThreadSweepReport]:
         """A background sweep of this saver's policy, every ``every`` (not started)."""
         return BackgroundSweep(self._sweep_once, every)
 

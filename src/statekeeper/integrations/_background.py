@@ -1,17 +1,18 @@
-"""The saver's background sweep (``ttl={"sweep_interval_minutes": m}``).
+"""The adapters' background sweep: the LangGraph saver's
+(``ttl={"sweep_interval_minutes": m}``) and the Agent Framework storage's
+(``retention=Retention(sweep_every=...)``).
 
 :class:`BackgroundSweep` is one task on the event loop that runs the store. It
-waits ``m`` minutes, sweeps (:func:`._retention.sweep`), and waits again: the
-first sweep runs ``m`` minutes after the store was opened, and each next one
-``m`` minutes after the previous one ended, so two never overlap. A sweep that
-raises is logged (logger ``statekeeper.integrations.langgraph``) and the next
-one runs on schedule.
+waits the interval, sweeps, and waits again: the first sweep runs one interval
+after the task starts, and each next one an interval after the previous one
+ended, so two never overlap. A sweep that raises is logged (logger
+``statekeeper.integrations``) and the next one runs on schedule.
 
 :meth:`BackgroundSweep.stop` ends it before the store closes: a wait ends at
-once, and a sweep under way stops after the thread it is working on (it never
-stops half-way through a thread's step, so a thread is never left with writes
-whose checkpoint is gone). Whoever starts it stops it: the ``from_conn_string``
-context on exit, ``StatekeeperSaver.close`` for a saver opened from a URL.
+once, and a sweep under way is told to stop (``stopping()`` turns true) and
+stops at its next safe point (the LangGraph sweep after the thread it is on,
+so a thread is never left with writes whose checkpoint is gone). Whoever
+starts it stops it.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Generic, TypeVar
 
-from ._retention import ThreadSweepReport
+logger = logging.getLogger("statekeeper.integrations")
 
-logger = logging.getLogger("statekeeper.integrations.langgraph")
-
-#: ``(stopping) -> report``: one sweep, asking ``stopping()`` between threads.
-SweepOnce = Callable[[Callable[[], bool]], Awaitable[ThreadSweepReport]]
+R = TypeVar("R")
+#: ``(stopping) -> report``: one sweep, asking ``stopping()`` at its safe points.
+SweepOnce = Callable[[Callable[[], bool]], Awaitable[R]]
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
@@ -37,16 +38,16 @@ async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
     return stop.is_set()
 
 
-class BackgroundSweep:
+class BackgroundSweep(Generic[R]):
     """Runs ``sweep`` every ``every`` on the loop it is started on (see the module)."""
 
-    def __init__(self, sweep: SweepOnce, every: timedelta) -> None:
+    def __init__(self, sweep: SweepOnce[R], every: timedelta) -> None:
         self._sweep = sweep
         self._seconds = every.total_seconds()
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         #: The report of the last sweep that finished, or ``None``.
-        self.last: ThreadSweepReport | None = None
+        self.last: R | None = None
 
     @property
     def running(self) -> bool:
@@ -76,7 +77,7 @@ class BackgroundSweep:
             try:
                 self.last = await self._sweep(stop.is_set)
             except Exception:
-                logger.exception("the background sweep of LangGraph threads failed")
+                logger.exception("a background sweep failed; the next runs on schedule")
 
     # -- from another thread (the blocking facade's loop runs the store) ----------------
 
