@@ -96,6 +96,7 @@ if "pytest" in sys.modules:
         "statekeeper.testing._write_tests",
         "statekeeper.testing._codec_tests",
         "statekeeper.testing._encryption_tests",
+        "statekeeper.testing._retention_tests",
         "statekeeper.testing._stateful_tests",
         "statekeeper.testing._model",
     )

@@ -3,7 +3,8 @@
 Usage, capability skips and the backdoor are described in :mod:`statekeeper.testing`.
 The tests are grouped by contract clause in private modules, one class each
 (``CoreTests``, ``WriteTests``, ``ReadTests``, ``ListTests``, ``BatchTests``,
-``FilterTests``, ``CodecTests``, ``EncryptionTests``, ``StatefulTests``), all on
+``FilterTests``, ``CodecTests``, ``EncryptionTests``, ``RetentionTests``,
+``StatefulTests``), all on
 :class:`~statekeeper.testing._base.KitBase`, which holds the fixtures, helpers and
 knobs. :class:`CheckpointStoreTests` is the one public entry point and the only
 class a backend's tests subclass.
@@ -36,6 +37,7 @@ from ._encryption_tests import EncryptionTests
 from ._filter_tests import FilterTests
 from ._list_tests import ListTests
 from ._read_tests import ReadTests
+from ._retention_tests import RetentionTests
 from ._stateful_tests import StatefulTests
 from ._write_tests import WriteTests
 
@@ -51,13 +53,14 @@ GROUPS: tuple[type[KitBase], ...] = (
     FilterTests,
     CodecTests,
     EncryptionTests,
+    RetentionTests,
     StatefulTests,
 )
 
 
 class CheckpointStoreTests(KitBase):
-    """The statekeeper contract (SPEC S1-S8, S11 as far as the codec goes, S13 and
-    S14) as tests.
+    """The statekeeper contract (SPEC S1-S8, S11 as far as the codec goes, S13,
+    S14 and S17) as tests.
 
     Subclass it in a test module (name the subclass ``Test...Conformance``) and
     provide the one fixture the kit needs::

@@ -117,8 +117,10 @@ class Runtime(Protocol):
     ) -> T:
         """``lock``, then ``fn`` in a transaction that starts after it, then ``unlock``."""
 
-    async def reclaim(self) -> None:
-        """Return space freed by deletions to the OS where the dialect needs asking."""
+    async def reclaim(self, full: bool = False) -> int | None:
+        """Return space freed by deletions to the OS where the dialect needs asking
+        (``full``: as thoroughly as it can, e.g. SQLite's ``VACUUM``); the bytes
+        given back, or ``None`` where the dialect cannot tell."""
 
     async def close(self) -> None:
         """Release every connection (and thread)."""

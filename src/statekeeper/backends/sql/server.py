@@ -185,8 +185,11 @@ class ServerRuntime:
     async def prepare(self) -> None:
         """Nothing: a server database needs no per-file settings."""
 
-    async def reclaim(self) -> None:
-        """Nothing: autovacuum (PostgreSQL) and InnoDB reuse freed space themselves."""
+    async def reclaim(self, full: bool = False) -> int | None:
+        """Nothing, and ``None``: PostgreSQL's autovacuum and InnoDB reuse freed
+        space themselves (``VACUUM FULL`` and ``OPTIMIZE TABLE``, which lock the
+        table while they rewrite it, are for an operator to run)."""
+        return None
 
     async def snapshot(self, fn: Callable[[SaSession], T]) -> T:
         """``fn`` in one read-only REPEATABLE READ transaction (one snapshot), rolled back."""

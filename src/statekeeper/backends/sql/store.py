@@ -368,6 +368,9 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             await self._guard("reclaiming space", self._rt().reclaim())
         return removed
 
+    async def _reclaim(self, full: bool) -> int | None:
+        return await self._guard("reclaiming space", self._rt().reclaim(full))
+
     async def _list_streams(self, now: datetime) -> list[str]:
         def op(s: Session) -> list[str]:
             return [str(r[0]) for r in s.rows(self._st.streams, {"now": to_micros(now)})]

@@ -362,15 +362,22 @@ class SqliteRuntime:
         ms = round(self._busy_timeout * 1000)
         await self._writer_worker().call(lambda conn: with_busy_timeout(conn, ms, prepare_file))
 
-    async def reclaim(self) -> None:
-        def vacuum(conn: sqlite3.Connection) -> None:
-            # Frees pages only in files created with auto_vacuum=INCREMENTAL (new
-            # stores are); elsewhere freed pages are reused by later saves.
+    async def reclaim(self, full: bool = False) -> int | None:
+        """``PRAGMA incremental_vacuum`` (``full``: ``VACUUM``, which rewrites the
+        whole file); the bytes given back: the drop in ``page_count`` times
+        ``page_size``."""
+
+        def vacuum(conn: sqlite3.Connection) -> int:
+            before = _database_bytes(conn)
+            # incremental_vacuum frees pages only in files created with
+            # auto_vacuum=INCREMENTAL (new stores are); elsewhere freed pages are
+            # reused by later saves, and only VACUUM gives them back.
             # executescript steps the pragma to the end; execute() frees one page.
-            conn.executescript("PRAGMA incremental_vacuum")
+            conn.executescript("VACUUM" if full else "PRAGMA incremental_vacuum")
+            return max(before - _database_bytes(conn), 0)
 
         ms = round(self._busy_timeout * 1000)
-        await self._writer_worker().call(lambda conn: with_busy_timeout(conn, ms, vacuum))
+        return await self._writer_worker().call(lambda conn: with_busy_timeout(conn, ms, vacuum))
 
     def abandon(self) -> None:
         """What :meth:`close` does, for a store collected unclosed (its finalizer,
@@ -419,3 +426,9 @@ class SqliteRuntime:
         await asyncio.gather(*(w.close() for w in readers))
         if writer is not None:
             await writer.close()
+
+
+def _database_bytes(conn: sqlite3.Connection) -> int:
+    """The database's size as SQLite counts it: ``page_count`` times ``page_size``."""
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
