@@ -78,6 +78,22 @@ def graph_on(checkpointer: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
+def nested_graph_on(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    sub = StateGraph(Chain)
+    sub.add_node("inner", append("inner"))
+    sub.add_node("sub_ask", ask)
+    sub.add_edge(START, "inner")
+    sub.add_edge("inner", "sub_ask")
+    sub.add_edge("sub_ask", END)
+    parent = StateGraph(Chain)
+    parent.add_node("outer", append("outer"))
+    parent.add_node("child", sub.compile())
+    parent.add_edge(START, "outer")
+    parent.add_edge("outer", "child")
+    parent.add_edge("child", END)
+    return parent.compile(checkpointer=checkpointer)
+
+
 def config(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}}
 
@@ -204,6 +220,16 @@ async def test_idle_threads_are_deleted_on_schedule(store_url: Callable[[], str]
         assert report.writes_removed >= 1
         assert await thread_streams(saver.store, "old") == []
         assert await saver.aget_tuple(config("old")) is None
+        # as LangGraph's own saver after delete_thread: the thread starts afresh
+        peer = InMemorySaver()
+        peer_graph = graph_on(peer)
+        await peer_graph.ainvoke({"items": []}, config("old"))
+        peer.delete_thread("old")
+        assert await observed(graph, "old") == await observed(peer_graph, "old")
+        for g in (graph, peer_graph):
+            await g.ainvoke({"items": ["again"]}, config("old"))
+        assert await observed(graph, "old") == await observed(peer_graph, "old")
+        await saver.adelete_thread("old")  # done with "old"
         busy = [s async for s in graph.aget_state_history(config("busy"))]
         assert len(busy) == 7 and busy[0].values["items"][-1] == "finish"
         clock.advance(12 * 3600 + 1)  # "busy" idle for a day now
@@ -264,6 +290,39 @@ async def test_keep_latest_sweep_keeps_what_a_resume_needs(
         await saver.asweep()
         peer_keep_last(peer, "t", 1)
         assert await observed(graph, "t") == await observed(peer_graph, "t")
+
+
+@pytest.mark.asyncio
+async def test_keep_latest_keeps_a_paused_subgraphs_namespace(
+    store_url: Callable[[], str],
+) -> None:
+    clock = FakeClock()
+    peer = InMemorySaver()
+    peer_graph = nested_graph_on(peer)
+    await peer_graph.ainvoke({"items": []}, config("n"))
+    async with saver_on(store_url(), clock, ttl=KEEP_LATEST) as saver:
+        graph = nested_graph_on(saver)
+        await graph.ainvoke({"items": []}, config("n"))
+        streams = await thread_streams(saver.store, "n")
+        assert len(streams) == 4  # the root namespace and the subgraph's, two streams each
+        clock.advance(DAY * 60 + 1)
+        report = await saver.asweep()
+        assert report.threads_trimmed == 1 and report.checkpoints_removed > 0
+        assert await thread_streams(saver.store, "n") == streams
+        peer_keep_last(peer, "n", 1)
+        await no_orphan_writes(saver.store)
+        ours = await graph.aget_state(config("n"), subgraphs=True)
+        theirs = await peer_graph.aget_state(config("n"), subgraphs=True)
+        assert view(ours) == view(theirs)
+        assert view(ours.tasks[0].state) == view(theirs.tasks[0].state)
+        got = await graph.ainvoke(Command(resume="ok"), config("n"))
+        expected = await peer_graph.ainvoke(Command(resume="ok"), config("n"))
+        assert plain(got) == plain(expected)
+        # and the resume's output is the one a thread that lost nothing gives
+        untouched = nested_graph_on(InMemorySaver())
+        await untouched.ainvoke({"items": []}, config("n"))
+        assert plain(got) == plain(await untouched.ainvoke(Command(resume="ok"), config("n")))
+        assert await observed(graph, "n") == await observed(peer_graph, "n")
 
 
 @pytest.mark.asyncio
