@@ -4,6 +4,9 @@ The sweep's behaviour on every backend is the kit's (``testing/_retention_tests.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -112,3 +115,76 @@ def test_the_sync_facade_sweeps() -> None:
         report = store.sweep()
         assert report.checkpoints_removed == 2 and not report.dry_run
         assert [c.state for c in store.list("s").items] == [2]
+
+
+class _Sweeps(logging.Handler):
+    """Collects the background sweep's log records and wakes a waiter on each."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.changed = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.changed.set()
+
+    async def wait_for(self, done: Callable[[list[logging.LogRecord]], bool]) -> None:
+        # a guard against hanging forever, not a deadline for the behaviour
+        async with asyncio.timeout(60):
+            while not done(self.records):
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@pytest.fixture
+def sweeps() -> Iterator[_Sweeps]:
+    logger = logging.getLogger("statekeeper.retention")
+    handler, level = _Sweeps(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.mark.asyncio
+async def test_sweep_every_sweeps_in_the_background_while_open(sweeps: _Sweeps) -> None:
+    policy = sk.Retention(keep_last=1, sweep_every=0.001)
+    async with MemoryCheckpointStore(retention=policy) as store:
+        # one atomic batch: the first sweep to see it removes four at once
+        await store.save_many([sk.NewCheckpoint(stream="s", state=step) for step in range(5)])
+        await sweeps.wait_for(lambda records: any("removed=4" in r.getMessage() for r in records))
+        assert [c.state for c in (await store.list("s")).items] == [4]
+        sweeper = store._sweeper
+        assert sweeper is not None and sweeper._task is not None
+        task = sweeper._task
+    assert task.done() and store._sweeper is None  # close cancelled it and waited
+
+
+@pytest.mark.asyncio
+async def test_a_failing_background_sweep_is_logged_and_retried(sweeps: _Sweeps) -> None:
+    async with MemoryCheckpointStore(retention=sk.Retention(sweep_every=0.001)) as store:
+        real, calls = store._reclaim, []
+
+        async def flaky(full: bool) -> int | None:
+            calls.append(full)
+            if len(calls) == 1:
+                raise OSError("disk hiccup")
+            return await real(full)
+
+        store._reclaim = flaky  # type: ignore[method-assign]
+        await sweeps.wait_for(lambda records: len(records) >= 2)
+        failed, retried = sweeps.records[:2]
+        assert failed.levelno == logging.ERROR and "retrying" in failed.getMessage()
+        assert failed.exc_info is not None and isinstance(failed.exc_info[1], OSError)
+        assert retried.levelno == logging.DEBUG and "background sweep" in retried.getMessage()
+        assert (await store.save("s", 1)).state == 1  # the application never saw it
+
+
+@pytest.mark.asyncio
+async def test_no_background_sweep_without_sweep_every() -> None:
+    async with MemoryCheckpointStore(retention=sk.Retention(keep_last=1)) as store:
+        assert store._sweeper is None

@@ -179,7 +179,10 @@ class BackgroundSweep:
                 _log.exception("background sweep of %s failed; retrying in %ss",
                                self._name, self._interval)  # fmt: skip
             else:
-                _log.debug("background sweep of %s: %s", self._name, report)
+                _log.debug(
+                    "background sweep of %s: removed=%d streams_removed=%d",
+                    self._name, report.checkpoints_removed, report.streams_removed,
+                )  # fmt: skip
 
 
 class RetentionMethods:

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 from .._core.interface import Order
 from .._core.store import BaseCheckpointStore
 from ..errors import InvalidQuery
-from ..models import Checkpoint, Page
-from ._base import assert_same_value
+from ..models import Checkpoint, NewCheckpoint, Page, Retention
+from ._base import FakeClock, assert_same_value
 
 __all__ = [
+    "AGES",
+    "ELAPSED",
+    "KEEP_LASTS",
     "NEVER_SAVED",
     "ModelCheckpoint",
     "Query",
@@ -28,6 +33,7 @@ __all__ = [
     "SavedCursor",
     "check_checkpoint",
     "check_page",
+    "if_match_for",
 ]
 
 #: An id the model offers to every id-taking rule, and that no rule ever saves.
@@ -61,6 +67,12 @@ META_FILTERS: tuple[dict[str, Any], ...] = (
     {"a": 1, "b": False},
 )
 ORDERS: tuple[Order, ...] = ("asc", "desc")
+#: What the sweep rule (S17) picks from: ``keep_last``, ages (``max_age`` and
+#: ``idle``, seconds) and the time that passes first (at the boundaries too: an
+#: age equal to a limit is not older than it).
+KEEP_LASTS: st.SearchStrategy[int | None] = st.none() | st.integers(1, 3)
+AGES: st.SearchStrategy[int | None] = st.sampled_from([None, 60, 3600])
+ELAPSED: st.SearchStrategy[int] = st.sampled_from([0, 60, 61, 3601])
 
 
 @dataclasses.dataclass
@@ -72,6 +84,24 @@ class ModelCheckpoint:
     tags: dict[str, str]
     etag: str
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: when it was last written, by the model's clock (set by ``ReferenceModel.add``)
+    written: datetime | None = None
+
+    @classmethod
+    def saved(cls, cp: Checkpoint, item: NewCheckpoint) -> ModelCheckpoint:
+        """What the model holds of ``item``, which a save returned as ``cp``."""
+        tags, metadata = dict(item.tags or {}), dict(item.metadata or {})
+        return cls(cp.id, item.stream, cp.sequence, item.state, tags, cp.etag, metadata)
+
+
+def if_match_for(mode: str, current: ModelCheckpoint | None) -> str | None:
+    """The ``if_match`` of an update or delete rule: none, the current etag, or a
+    stale one (also when there is no current checkpoint)."""
+    if mode == "none":
+        return None
+    if mode == "current" and current is not None:
+        return current.etag
+    return "stale-etag"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +151,11 @@ class ReferenceModel:
         # In order of first save, so that a draw picks the same id when Hypothesis
         # replays a program (the ids themselves are random).
         self.known_ids: dict[str, None] = {NEVER_SAVED: None}
+        #: The store's clock too (``clock=``): ages for retention come from it.
+        self.clock = FakeClock()
 
     def add(self, cp: ModelCheckpoint) -> None:
+        cp.written = self.clock.now
         self.high_water = cp.sequence
         self.known_ids.setdefault(cp.id)
         self.live[cp.id] = cp
@@ -173,6 +206,26 @@ class ReferenceModel:
             edge = items[-1].sequence if items else before - step
             next_pos = edge if beyond(order, edge) else None
         return items, next_pos, prev_pos
+
+    def sweep(self, policy: Retention) -> tuple[int, list[str]]:
+        """What a sweep under ``policy`` removes now (SPEC S17): the number of idle
+        streams, and the ids of every checkpoint that goes."""
+        now, streams, doomed = self.clock.now, 0, []
+        for stream in {cp.stream for cp in self.live.values()}:
+            newest_first = self.candidates(Query(stream, "asc", {}))[::-1]
+            for rank, cp in enumerate(newest_first, start=1):
+                assert cp.written is not None
+                age = now - cp.written
+                if rank == 1:
+                    idle = policy.idle is not None and age > policy.idle
+                    streams += idle
+                if (
+                    idle
+                    or (policy.keep_last is not None and rank > policy.keep_last)
+                    or (rank > 1 and policy.max_age is not None and age > policy.max_age)
+                ):
+                    doomed.append(cp.id)
+        return streams, doomed
 
     def newest(self, stream: str) -> ModelCheckpoint | None:
         found = self.candidates(Query(stream, "asc", {}))

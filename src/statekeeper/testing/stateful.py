@@ -30,11 +30,14 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multi
 from .._core.interface import Order
 from .._core.store import BaseCheckpointStore
 from ..errors import CheckpointNotFound, PreconditionFailed
-from ..models import Checkpoint, NewCheckpoint, Page
+from ..models import Checkpoint, NewCheckpoint, Page, Retention
 from ._base import StoreFactory
 from ._model import (
+    AGES,
     CALLER_IDS,
+    ELAPSED,
     FILTERS,
+    KEEP_LASTS,
     META_FILTERS,
     METADATAS,
     ORDERS,
@@ -46,6 +49,7 @@ from ._model import (
     SavedCursor,
     check_checkpoint,
     check_page,
+    if_match_for,
     refuses_filter,
 )
 from .strategies import states
@@ -61,8 +65,9 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
     no ``if_match``), delete_many, delete_stream, prune, get_latest, load and
     load_many (with and without state), list_streams, walking pages forward then
     backward under tag and metadata filters, cursor_at, resuming from cursors kept
-    across later writes and reopens, and reopen itself (close, ``store_factory()``,
-    open).
+    across later writes and reopens, sweep (S17: keep_last, max_age, idle, dry or
+    not, the model's clock moved first), and reopen itself (close,
+    ``store_factory()``, open; the store's clock is the model's).
 
     Subclass and set :attr:`store_factory`, or use :func:`build_state_machine`.
     """
@@ -83,7 +88,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         return self.runner.run(coro)
 
     async def _open(self, *, clear: bool = False) -> BaseCheckpointStore:
-        store = type(self).store_factory()
+        store = type(self).store_factory(clock=self.model.clock)
         await store.open()
         if clear:
             # The factory gives the same data to every example: start from empty.
@@ -109,13 +114,6 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
     def _pick_ids(self, data: st.DataObject) -> list[str]:
         known = st.sampled_from(list(self.model.known_ids))
         return data.draw(st.lists(known, max_size=5), label="ids")
-
-    def _if_match(self, mode: str, current: ModelCheckpoint | None) -> str | None:
-        if mode == "none":
-            return None
-        if mode == "current" and current is not None:
-            return current.etag
-        return "stale-etag"
 
     def _assert_nothing_new(self) -> None:
         """The newest checkpoint of the store is still the model's newest."""
@@ -160,17 +158,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             assert cp.id == item.id
         assert cp.id not in self.model.live
         assert (cp.stream, cp.tags, cp.metadata) == (item.stream, item.tags, item.metadata)
-        self.model.add(
-            ModelCheckpoint(
-                cp.id,
-                item.stream,
-                cp.sequence,
-                item.state,
-                dict(item.tags or {}),
-                cp.etag,
-                dict(item.metadata or {}),
-            )
-        )
+        self.model.add(ModelCheckpoint.saved(cp, item))
 
     @rule(
         stream=st.sampled_from(STREAMS),
@@ -280,7 +268,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         """Replace the state, and the tags and metadata where given (None keeps them)."""
         cid = self._pick_id(data)
         current = self.model.live.get(cid)
-        if_match = self._if_match(mode, current)
+        if_match = if_match_for(mode, current)
         edits: dict[str, Any] = {"if_match": if_match}
         # only pass what changes, so the plain update keeps being exercised as such
         if tags is not None:
@@ -297,7 +285,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             cp = self.run(self.store.update(cid, state, **edits))
             assert (cp.id, cp.sequence, cp.stream) == (cid, current.sequence, current.stream)
             assert cp.etag != current.etag, "an update must change the etag"
-            current.state, current.etag = state, cp.etag
+            current.state, current.etag, current.written = state, cp.etag, self.model.clock.now
             if tags is not None:
                 current.tags = dict(tags)
             if metadata is not None:
@@ -308,7 +296,7 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
     def delete(self, data: st.DataObject, mode: str) -> None:
         cid = self._pick_id(data)
         current = self.model.live.get(cid)
-        if_match = self._if_match(mode, current)
+        if_match = if_match_for(mode, current)
         if current is not None and mode == "stale":
             with pytest.raises(PreconditionFailed):
                 self.run(self.store.delete(cid, if_match=if_match))
@@ -484,6 +472,17 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
             del self.model.live[target.id]
         self._list(saved.query, limit, after=saved)
         self._list(saved.query, limit, before=saved)
+
+    @rule(keep_last=KEEP_LASTS, max_age=AGES, idle=AGES, elapsed=ELAPSED, dry_run=st.booleans())
+    def sweep(self, keep_last: int | None, max_age: int | None, idle: int | None,
+              elapsed: int, dry_run: bool) -> None:  # fmt: skip
+        self.model.clock.advance(elapsed)
+        policy = Retention(keep_last=keep_last, max_age=max_age, idle=idle)
+        streams, doomed = self.model.sweep(policy)
+        report = self.run(self.store.sweep(policy=policy, dry_run=dry_run))
+        assert (report.streams_removed, report.checkpoints_removed) == (streams, len(doomed))
+        for cid in [] if dry_run else doomed:
+            del self.model.live[cid]
 
     @rule()
     def reopen(self) -> None:
