@@ -116,3 +116,22 @@ def thread_retention(
         sweep_every=None if every is None else _minutes("sweep_interval_minutes", every),
         sweep_limit=None if limit is None else positive_int("ttl['sweep_limit']", limit),
     )
+
+
+def without_interval(ttl: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``ttl`` without ``sweep_interval_minutes`` (whoever opened the store runs the
+    background sweep), or ``None`` when nothing else is left."""
+    if ttl is None:
+        return None
+    return {k: v for k, v in ttl.items() if k != "sweep_interval_minutes"} or None
+
+
+def no_background(policy: ThreadRetention | None) -> None:
+    """Refuse a background sweep over a store the caller opened (and will close)."""
+    if policy is not None and policy.sweep_every is not None:
+        raise InvalidOptions(
+            "ttl['sweep_interval_minutes'] runs a sweep in the background while the "
+            "saver owns its store: use StatekeeperSaver.from_conn_string(url, ttl=...) "
+            "or StatekeeperSaver(url, ttl=...); over a store you opened, call "
+            "saver.asweep() on your own schedule"
+        )

@@ -34,12 +34,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from statekeeper.errors import CheckpointDecodeError
+from statekeeper.errors import CheckpointDecodeError, InvalidOptions
 from statekeeper.models import Retention
 
+from .._background import BackgroundSweep
 from . import _layout as lay
 from ._policy import ThreadRetention
 from ._threads import delete_thread
@@ -287,3 +288,26 @@ async def prune(
             continue
         streams = await store.list_streams(prefix=lay.thread_prefix(str(thread_id)))
         await trim_thread(store, streams, keep, _Tally())
+
+
+class ThreadSweeper:
+    """A saver's retention: its policy (``None``: none) over its store, swept once
+    (:meth:`once`) or in the background (:meth:`background`)."""
+
+    def __init__(self, store: BaseCheckpointStore[Any], policy: ThreadRetention | None) -> None:
+        self.store = store
+        self.policy = policy
+
+    async def once(self, stopping: Callable[[], bool] = lambda: False) -> ThreadSweepReport:
+        """:func:`sweep` under the policy; :class:`InvalidOptions` without one."""
+        if self.policy is None:
+            raise InvalidOptions(
+                "this saver has no retention policy to sweep with: pass ttl= "
+                '({"strategy": "delete", "default_ttl": minutes}) or keep_last= '
+                "when making it"
+            )
+        return await sweep(self.store, self.policy, stopping=stopping)
+
+    def background(self, every: timedelta) -> BackgroundSweep[ThreadSweepReport]:
+        """A background sweep under the policy, every ``every`` (not started)."""
+        return BackgroundSweep(self.once, every)

@@ -6,8 +6,7 @@ import asyncio
 import builtins
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -32,7 +31,7 @@ from .._background import BackgroundSweep
 from . import _layout as lay
 from . import _listing, _open, _retention, _threads
 from ._bridge import LoopBridge
-from ._policy import ThreadRetention, thread_retention
+from ._policy import ThreadRetention, no_background, thread_retention, without_interval
 from ._records import Records
 from ._retention import ThreadSweepReport
 from ._writes import PendingWrites
@@ -83,18 +82,11 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
       etag compare-and-set (and an in-process lock), so no write is lost, also
       across processes where the backend is shared.
 
-    **Retention** (``ttl=``, ``keep_last=``). ``ttl`` is LangGraph's
-    ``checkpointer.ttl`` dict from ``langgraph.json``: ``{"strategy": "delete" |
-    "keep_latest", "default_ttl": minutes, "sweep_interval_minutes": m,
-    "sweep_limit": n}``, checked strictly (:class:`InvalidOptions`). A thread is
-    idle once ``default_ttl`` minutes have passed, by the store's clock, since its
-    newest checkpoint or pending write in any namespace was written; a sweep
-    deletes it whole (``"delete"``, the default) or keeps the newest checkpoint of
-    each namespace with its pending writes (``"keep_latest"``, what a resume needs).
-    ``keep_last=N`` keeps every thread's newest ``N`` checkpoints per namespace.
-    :meth:`asweep` sweeps once; ``sweep_interval_minutes`` sweeps in the background
-    while the saver owns its store (``from_conn_string`` or a URL), and stops when
-    it closes. See :mod:`._retention` for what holds during a sweep.
+    **Retention** (``ttl=``, ``keep_last=``): ``ttl`` is LangGraph's
+    ``checkpointer.ttl`` dict from ``langgraph.json`` (``strategy``,
+    ``default_ttl``, ``sweep_interval_minutes``, ``sweep_limit``), checked strictly
+    (:class:`InvalidOptions`); :meth:`asweep` says what a sweep does, and
+    :meth:`from_conn_string` when the background sweep runs.
 
     Async methods may be awaited from any event loop: a call from another loop is
     run on the store's loop (the loop running when the saver was created, or
@@ -128,13 +120,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
                 f"store options ({', '.join(sorted(options))}) go with a URL; "
                 "an opened store already has its own"
             )
-        elif retention is not None and retention.sweep_every is not None:
-            raise InvalidOptions(
-                "ttl['sweep_interval_minutes'] runs a sweep in the background while the "
-                "saver owns its store: use StatekeeperSaver.from_conn_string(url, ttl=...) "
-                "or StatekeeperSaver(url, ttl=...); over a store you opened, call "
-                "saver.asweep() on your own schedule"
-            )
+        else:
+            no_background(retention)  # the saver does not know when the store closes
         thread: threading.Thread | None = None
         if isinstance(store, SyncCheckpointStore):
             if loop is None:
@@ -162,10 +149,9 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self._locks: dict[str, asyncio.Lock] = {}
         self._codec = Records(self.serde)
         self._writes = PendingWrites(store)
-        #: The retention policy of ``ttl=`` and ``keep_last=`` (``None``: none).
-        self.retention: ThreadRetention | None = retention
+        self._sweeper = _retention.ThreadSweeper(store, retention)
         if self._owned is not None and retention is not None and retention.sweep_every:
-            self._background = self._sweeping(retention.sweep_every)
+            self._background = self._sweeper.background(retention.sweep_every)
             try:
                 self._background.start_on(self._owned.loop[0])
             except BaseException:
@@ -203,15 +189,12 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         """
         policy = thread_retention(ttl, keep_last)
         every = None if policy is None else policy.sweep_every
-        # the saver gets the policy without the interval: the context runs the sweep
-        inner = (
-            None if ttl is None else {k: v for k, v in ttl.items() if k != "sweep_interval_minutes"}
-        )
+        inner = without_interval(ttl)  # the context runs the background sweep
         return _open.SaverContext(
             url,
-            lambda store: cls(store, serde=serde, ttl=inner or None, keep_last=keep_last),
+            lambda store: cls(store, serde=serde, ttl=inner, keep_last=keep_last),
             options,
-            sweeping=None if every is None else (lambda saver: saver._sweeping(every)),
+            sweeping=None if every is None else (lambda saver: saver._sweeper.background(every)),
         )
 
     def close(self) -> None:
@@ -233,39 +216,26 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     # -- retention --------------------------------------------------------------------
 
-    def _sweeping(self, every: timedelta) -> BackgroundSweep[ThreadSweepReport]:
-        """A background sweep of this saver's policy, every ``every`` (not started)."""
-        return BackgroundSweep(self._sweep_once, every)
-
-    async def _sweep_once(self, stopping: Callable[[], bool]) -> ThreadSweepReport:
-        policy = self.retention
-        if policy is None or policy.empty:
-            return ThreadSweepReport()
-        return await _retention.sweep(self.store, policy, stopping=stopping)
-
-    def _policy(self) -> ThreadRetention:
-        if self.retention is None:
-            raise InvalidOptions(
-                "this saver has no retention policy to sweep with: pass ttl= "
-                '({"strategy": "delete", "default_ttl": minutes}) or keep_last= '
-                "when making it"
-            )
-        return self.retention
+    @property
+    def retention(self) -> ThreadRetention | None:
+        """The retention policy of ``ttl=`` and ``keep_last=`` (``None``: none)."""
+        return self._sweeper.policy
 
     async def asweep(self) -> ThreadSweepReport:
         """Apply the saver's retention (``ttl=``, ``keep_last=``) to every thread once.
 
-        Idle threads (``default_ttl`` minutes, by the store's clock, since their
-        last checkpoint or pending write) are deleted or kept down to their newest
-        checkpoint per namespace, as ``ttl["strategy"]`` says; every other thread
-        keeps its newest ``keep_last`` checkpoints per namespace. While it runs,
+        A thread is idle once more than ``default_ttl`` minutes have passed, by the
+        store's clock, since its newest checkpoint or pending write in any namespace
+        was written. An idle thread is deleted whole (``"delete"``, the default) or
+        kept down to what a resume needs, the newest checkpoint of each namespace
+        and its pending writes (``"keep_latest"``); every other thread keeps its
+        newest ``keep_last`` checkpoints per namespace. While it runs,
         ``get_tuple`` never returns an older checkpoint than the newest that
         survives, a checkpoint put after the sweep judged its thread is kept, and
         no pending writes are left without their checkpoint. Raises
         :class:`InvalidOptions` when the saver has no policy.
         """
-        self._policy()
-        return await self._bridge.call(self._sweep_once(lambda: False))
+        return await self._bridge.call(self._sweeper.once())
 
     # -- versions -------------------------------------------------------------------
 
@@ -418,8 +388,7 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
 
     def sweep(self) -> ThreadSweepReport:
         """Blocking :meth:`asweep`."""
-        self._policy()
-        return self._bridge.call_sync(self._sweep_once(lambda: False))
+        return self._bridge.call_sync(self._sweeper.once())
 
     # -- reading --------------------------------------------------------------------
 
