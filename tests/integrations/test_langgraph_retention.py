@@ -430,6 +430,55 @@ async def test_orphaned_pending_writes_go_with_the_next_sweep(
         await no_orphan_writes(saver.store)
 
 
+@pytest.mark.asyncio
+async def test_sweeps_at_once_count_nothing_twice(store_url: Callable[[], str]) -> None:
+    clock = FakeClock()
+    async with saver_on(store_url(), clock, ttl=DELETE) as saver:
+        graph = graph_on(saver)
+        threads = [f"t{i}" for i in range(6)]
+        for thread in threads:
+            await graph.ainvoke({"items": []}, config(thread))
+        clock.advance(DAY * 60 + 1)
+        other = StatekeeperSaver(saver.store, ttl=DELETE)
+        reports = await asyncio.gather(saver.asweep(), other.asweep(), saver.asweep())
+        assert sum(r.checkpoints_removed for r in reports) == 5 * len(threads)
+        assert sum(r.threads_deleted for r in reports) == len(threads)
+        assert await saver.store.list_streams(prefix=layout.ROOT) == []
+
+
+@pytest.mark.asyncio
+async def test_graphs_run_on_while_a_sweep_removes_idle_threads(
+    store_url: Callable[[], str],
+) -> None:
+    clock = FakeClock()
+    async with saver_on(store_url(), clock, ttl=DELETE, keep_last=4) as saver:
+        graph = graph_on(saver)
+        idle = [f"idle{i}" for i in range(8)]
+        for thread in idle:
+            await graph.ainvoke({"items": []}, config(thread))
+        clock.advance(DAY * 60 + 1)
+        busy = [f"busy{i}" for i in range(4)]
+
+        async def run(thread: str) -> Any:
+            await graph.ainvoke({"items": []}, config(thread))
+            return await graph.ainvoke(Command(resume=thread), config(thread))
+
+        *outputs, report = await asyncio.gather(*(run(t) for t in busy), saver.asweep())
+        for thread, output in zip(busy, outputs, strict=True):
+            assert output == {"items": ["a", "b", "c", f"asked:{thread}", "finish"]}
+            state = await graph.aget_state(config(thread))
+            assert state.values == output and state.next == ()
+        assert report.threads_deleted == len(idle)
+        for thread in idle:
+            assert await thread_streams(saver.store, thread) == []
+        await no_orphan_writes(saver.store)
+        await saver.asweep()  # the busy threads, done now, keep their newest 4
+        for thread in busy:
+            history = [s async for s in graph.aget_state_history(config(thread))]
+            assert len(history) == 4 and history[0].values["items"][-1] == "finish"
+        await no_orphan_writes(saver.store)
+
+
 # -- the background sweep ------------------------------------------------------------
 
 

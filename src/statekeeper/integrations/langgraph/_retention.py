@@ -56,7 +56,8 @@ _WRITES_SUFFIX = "/writes"
 
 @dataclass(frozen=True, slots=True)
 class ThreadSweepReport:
-    """What one sweep of the saver's threads did.
+    """What one sweep of the saver's threads did; each count is of what this sweep
+    removed itself, so sweeps running at once never count a thing twice.
 
     ``threads_deleted``: idle threads removed (``"delete"``); ``threads_trimmed``:
     threads kept down to their newest checkpoints (an idle thread under
@@ -234,20 +235,19 @@ async def sweep(
         ):
             complete = False
             break
-        if policy.idle is not None:
-            seen = await _last_written(store, streams)
-            if seen is not None and now - seen[0] > policy.idle:
+        before = tally.checkpoints
+        if policy.idle is not None and (seen := await _last_written(store, streams)):
+            if now - seen[0] > policy.idle:
                 if policy.strategy == "delete":
                     await _delete_thread(store, streams, seen[1], tally)
-                    deleted += 1
+                    deleted += tally.checkpoints > before
                 else:
                     await trim_thread(store, streams, 1, tally)
-                    trimmed += 1
+                    trimmed += tally.checkpoints > before
                 continue
         if policy.keep_last is not None:
-            before = tally.checkpoints + tally.writes
             await trim_thread(store, streams, policy.keep_last, tally)
-            trimmed += tally.checkpoints + tally.writes > before
+            trimmed += tally.checkpoints > before
     # S17's space: a sweep without rules only purges expired records and gives
     # back what the backend can (SQLite's freed pages)
     reclaimed = (await store.sweep(policy=Retention())).bytes_reclaimed
