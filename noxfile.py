@@ -232,6 +232,15 @@ def bench_pg(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def bench_retention(session: nox.Session) -> None:
+    """Retention sweeps: a sweep over 100,000 checkpoints in 10,000 streams on SQLite,
+    the file store and PostgreSQL, saves beside it, space given back; ``-- --docs``
+    also puts the section into docs/benchmarks.md. No peers needed."""
+    _sync(session)
+    session.run("python", "benchmarks/retention.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def bench_startup(session: nox.Session) -> None:
     """Start-up of the command line: ``statekeeper --help`` and ``statekeeper latest`` on
     a 10-checkpoint SQLite store, medians against 0.3 s and 0.5 s (``-- --uv`` also

@@ -22,7 +22,8 @@ horizon:
 
 Removals go through :meth:`~StorePrimitives._delete_many` in batches of at most
 500 ids, so other tasks' and processes' saves and reads run between batches (a
-SQL backend removes a batch in one statement). ``_delete_many`` counts only what
+SQL backend removes a batch in one statement); up to 5,000 are gathered first and
+sorted by stream, so that a batch touches few streams. ``_delete_many`` counts only what
 it removed itself, so sweeps running at once in several processes never count a
 checkpoint twice. A record that cannot be read is never removed by a sweep
 (``verify`` reports it; ``repair(drop_damaged=True)`` removes it).
@@ -55,6 +56,9 @@ _log = logging.getLogger("statekeeper.retention")
 
 #: Checkpoints per scanned page and per removal batch.
 BATCH = 500
+#: Victims gathered before they are removed, sorted by stream, so that a batch
+#: touches few streams (the file store writes one index file per stream touched).
+GATHER = 10 * BATCH
 
 
 @dataclass
@@ -65,7 +69,8 @@ class _Plan:
     at: datetime
     ranks: dict[str, int] = field(default_factory=dict)
     idle: set[str] = field(default_factory=set)
-    victims: list[str] = field(default_factory=list)
+    #: (stream, id) of what goes; flushed a few batches at a time, by stream
+    victims: list[tuple[str, str]] = field(default_factory=list)
     #: the newest checkpoint of each idle stream, removed after everything else
     last: list[str] = field(default_factory=list)
 
@@ -83,7 +88,7 @@ class _Plan:
             or (policy.keep_last is not None and rank > policy.keep_last)
             or (policy.max_age is not None and age > policy.max_age)
         ):
-            self.victims.append(id)
+            self.victims.append((stream, id))
 
 
 async def sweep(
@@ -110,12 +115,12 @@ async def sweep(
             if not isinstance(entry, Skipped):  # damaged: left to verify and repair
                 plan.consider(entry.stream, entry.id, entry.header.updated_at)
         bound = entries[-1].sequence
-        if len(plan.victims) >= BATCH:
-            removed += await _remove(store, plan.victims, at, dry_run)
+        if len(plan.victims) >= GATHER:
+            removed += await _remove(store, _by_stream(plan.victims), at, dry_run)
             plan.victims = []
         if progress is not None:
             progress(len(entries))
-    removed += await _remove(store, plan.victims, at, dry_run)
+    removed += await _remove(store, _by_stream(plan.victims), at, dry_run)
     streams = await _remove(store, plan.last, at, dry_run)  # only now: newest last
     reclaimed: int | None = None
     if not dry_run:
@@ -129,6 +134,10 @@ async def sweep(
         seconds=time.perf_counter() - started,
         dry_run=dry_run,
     )
+
+
+def _by_stream(victims: list[tuple[str, str]]) -> list[str]:
+    return [id for _, id in sorted(victims)]
 
 
 async def _remove(store: StorePrimitives, ids: list[str], at: datetime, dry_run: bool) -> int:

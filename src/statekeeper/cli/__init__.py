@@ -14,6 +14,7 @@ measures the time).
 - :mod:`.commands`: ``demo``, ``info``, ``streams``, ``ls``, ``show``, ``latest``;
   registers every command in ``--help`` order.
 - :mod:`.maintenance`: ``verify``, ``repair``, ``copy``, ``prune``, ``purge``.
+- :mod:`.retention`: ``sweep`` (a retention policy, once) and ``compact``.
 - :mod:`.rekeying`: ``rekey``, every record under the active key of ``$STATEKEEPER_KEYS``.
 - :mod:`.output`: the store URL, opening a store (with ``encryption="env"`` when
   ``$STATEKEEPER_KEYS`` is set), rich or ``--json`` output, errors and exit codes.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from . import importing, maintenance, rekeying
+from . import importing, maintenance, rekeying, retention
 from .base import DebugOpt, JsonOpt, Mode, StreamArg, UrlOpt, app, run_command
 from .hints import command
 from .output import (
@@ -423,6 +423,8 @@ _COMMANDS = (
     rekeying.rekey,
     maintenance.prune,
     maintenance.purge,
+    retention.sweep,
+    retention.compact,
 )
 
 

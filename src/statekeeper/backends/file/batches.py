@@ -336,6 +336,29 @@ class Batches:
             return sum(len(victims) for victims in groups.values())
 
 
+    def remove_empty_buckets(self) -> int:
+        """Remove the empty bucket directories below the high-water mark's bucket
+        (sequences only grow, so no save lands in one again), under the write lock;
+        how many went. A bucket that holds anything (a crashed writer's temp file
+        included) stays."""
+        with self.recovery.writing() as tx:
+            top = fmt.bucket_of(tx.state.hwm)
+            records = self.core.fd("records")
+            removed = 0
+            for name in self.core.io.listdir(records):
+                number = fmt.parse_bucket_name(name)
+                if number is None or number >= top:
+                    continue
+                try:
+                    self.core.io.rmdir(name, dir_fd=records)
+                except OSError:  # not empty, or not a directory: left alone
+                    continue
+                removed += 1
+            if removed and self.core.durable:
+                self.core.io.fsync(records)
+            return removed
+
+
 def _chunks(
     groups: dict[str, list[tuple[int | None, fmt.Slot]]],
 ) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:

@@ -132,6 +132,10 @@ class FileIO(Protocol):
         """``mkdirat``."""
         ...
 
+    def rmdir(self, name: str, *, dir_fd: int) -> None:
+        """``unlinkat(AT_REMOVEDIR)``: removes an empty directory (``OSError`` if not)."""
+        ...
+
     def listdir(self, dir_fd: int) -> list[str]:
         """The names in an open directory (without ``.`` and ``..``), in any order."""
         ...
@@ -213,6 +217,9 @@ class OsFileIO:
 
     def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None:
         os.mkdir(name, mode, dir_fd=dir_fd)
+
+    def rmdir(self, name: str, *, dir_fd: int) -> None:
+        os.rmdir(name, dir_fd=dir_fd)
 
     def listdir(self, dir_fd: int) -> list[str]:
         return os.listdir(dir_fd)

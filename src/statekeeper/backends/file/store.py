@@ -397,6 +397,12 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _purge_expired(self, now: datetime) -> int:
         return await self._run("purge_expired", self._engine.writes.purge_expired, now)
 
+    async def _reclaim(self, full: bool) -> int | None:
+        """Removed records' files are gone already; this removes the bucket
+        directories they left empty. Their sizes are not counted: ``None``."""
+        await self._run("reclaim", self._engine.batches.remove_empty_buckets)
+        return None
+
     async def _list_streams(self, now: datetime) -> list[str]:
         return await self._run("list_streams", self._engine.listing.list_streams, now)
 
