@@ -75,9 +75,9 @@ async def sweep_workflows(
             break
         await _read(store, stream, plan)
         if len(plan.victims) >= _PAGE:
-            removed += await _remove(store, plan.victims, dry_run)
+            removed += await _remove(store, [id for _, id in plan.victims], dry_run)
             plan.victims = []
-    removed += await _remove(store, plan.victims, dry_run)
+    removed += await _remove(store, [id for _, id in plan.victims], dry_run)
     workflows = await _remove(store, plan.last, dry_run)  # only now: newest last
     reclaimed = None
     if not dry_run:
