@@ -356,6 +356,26 @@ async def test_keep_last_and_aprune_keep_each_namespaces_newest_n(
             await saver.aprune(["x"], keep_last=0)
 
 
+@pytest.mark.asyncio
+async def test_a_sweep_that_finds_nothing_to_remove_writes_nothing(
+    store_url: Callable[[], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    async with saver_on(store_url(), clock, ttl=KEEP_LATEST, keep_last=3) as saver:
+        graph = graph_on(saver)
+        for thread in ("idle", "busy"):
+            await graph.ainvoke({"items": []}, config(thread))
+        clock.advance(DAY * 60 + 1)
+        await graph.ainvoke(Command(resume="go"), config("busy"))
+        first = await saver.asweep()
+        assert first.threads_trimmed == 2 and first.checkpoints_removed == 4 + 4
+        writes: list[str] = []
+        for name in ("prune", "delete_many", "delete", "delete_stream"):
+            monkeypatch.setattr(saver.store, name, lambda *a, _n=name, **k: writes.append(_n))
+        again = await saver.asweep()
+        assert writes == [] and again.threads_trimmed == again.checkpoints_removed == 0
+
+
 # -- what holds while a sweep runs -----------------------------------------------------
 
 

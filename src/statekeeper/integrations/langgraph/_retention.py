@@ -51,6 +51,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("statekeeper.integrations.langgraph")
 
 _PAGE = 1000
+#: The first page of a namespace's writes records: after a trim most namespaces
+#: hold a few, and a small page is read inline where a backend can (SQLite reads
+#: a page of 1000 on its worker thread, a hop that cost more than the read).
+_FIRST_PAGE = 64
 _WRITES_SUFFIX = "/writes"
 
 
@@ -108,10 +112,12 @@ async def _drop_orphan_writes(store: BaseCheckpointStore[Any], namespace: str) -
     """Remove the writes records of ``namespace`` whose checkpoint is gone."""
     removed = 0
     cursor = None
+    limit = _FIRST_PAGE
     while True:
         page = await store.list(
-            namespace + "writes", limit=_PAGE, order="asc", after=cursor, include_state=False
+            namespace + "writes", limit=limit, order="asc", after=cursor, include_state=False
         )
+        limit = _PAGE
         owners = {
             item.id: "lg-" + item.id.removeprefix("lgw-")
             for item in page.items
@@ -132,6 +138,16 @@ async def _drop_orphan_writes(store: BaseCheckpointStore[Any], namespace: str) -
         cursor = page.next_cursor
 
 
+async def _over(store: BaseCheckpointStore[Any], stream: str, keep_last: int) -> bool:
+    """Whether ``stream`` may hold more than ``keep_last`` checkpoints: a read of
+    their headers, so that a sweep that finds nothing to remove writes nothing (a
+    prune is a write transaction even when it removes nothing)."""
+    if keep_last >= _PAGE:
+        return True
+    page = await store.list(stream, limit=keep_last + 1, include_state=False)
+    return page.has_more or len(page.items) + len(page.skipped) > keep_last
+
+
 async def trim_thread(
     store: BaseCheckpointStore[Any], streams: Sequence[str], keep_last: int, tally: _Tally
 ) -> int:
@@ -140,8 +156,9 @@ async def trim_thread(
     removed = 0
     present = set(streams)
     for namespace in _namespaces(streams):
-        if namespace + "checkpoints" in present:
-            removed += await store.prune(namespace + "checkpoints", keep_last=keep_last)
+        stream = namespace + "checkpoints"
+        if stream in present and await _over(store, stream, keep_last):
+            removed += await store.prune(stream, keep_last=keep_last)
         if namespace + "writes" in present:
             tally.writes += await _drop_orphan_writes(store, namespace)
     tally.checkpoints += removed
@@ -236,15 +253,15 @@ async def sweep(
             complete = False
             break
         before = tally.checkpoints
-        if policy.idle is not None and (seen := await _last_written(store, streams)):
-            if now - seen[0] > policy.idle:
-                if policy.strategy == "delete":
-                    await _delete_thread(store, streams, seen[1], tally)
-                    deleted += tally.checkpoints > before
-                else:
-                    await trim_thread(store, streams, 1, tally)
-                    trimmed += tally.checkpoints > before
-                continue
+        seen = None if policy.idle is None else await _last_written(store, streams)
+        if seen is not None and policy.idle is not None and now - seen[0] > policy.idle:
+            if policy.strategy == "delete":
+                await _delete_thread(store, streams, seen[1], tally)
+                deleted += tally.checkpoints > before
+            else:
+                await trim_thread(store, streams, 1, tally)
+                trimmed += tally.checkpoints > before
+            continue
         if policy.keep_last is not None:
             await trim_thread(store, streams, policy.keep_last, tally)
             trimmed += tally.checkpoints > before
