@@ -238,6 +238,20 @@ async def test_idle_threads_are_deleted_on_schedule(store_url: Callable[[], str]
 
 
 @pytest.mark.asyncio
+async def test_sweep_limit_bounds_the_threads_of_one_sweep(store_url: Callable[[], str]) -> None:
+    clock = FakeClock()
+    async with saver_on(store_url(), clock, ttl={**DELETE, "sweep_limit": 2}) as saver:
+        graph = graph_on(saver)
+        for i in range(5):
+            await graph.ainvoke({"items": []}, config(f"t{i}"))
+        clock.advance(DAY * 60 + 1)
+        reports = [await saver.asweep() for _ in range(4)]
+        assert [r.threads_deleted for r in reports] == [2, 2, 1, 0]
+        assert [r.complete for r in reports] == [False, False, True, True]
+        assert await saver.store.list_streams(prefix=layout.ROOT) == []
+
+
+@pytest.mark.asyncio
 async def test_a_thread_is_idle_only_when_every_namespace_is(
     store_url: Callable[[], str],
 ) -> None:
