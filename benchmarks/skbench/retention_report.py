@@ -34,7 +34,9 @@ def render(results: RetentionResults, settings: RetentionSettings) -> str:
         "stream on the quiet store, then `sweep(policy=Retention(keep_last=1))`, which "
         f"removes {per - 1} of every {per}, with a task saving one at a time into "
         "another side stream for as long as the sweep runs, in the same process and "
-        "event loop. The machine was shared with other engineers' test runs and was "
+        "event loop (its first saves may land before the sweep reads its first page, "
+        "and are then older than the sweep and counted among the removed). The "
+        "machine was shared with other engineers' test runs and was "
         "noisy: read the latencies as indications, the ratios as the point."
     )
     lines.append("")

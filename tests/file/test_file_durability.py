@@ -290,6 +290,19 @@ class SimFS:
                 raise FileExistsError(errno.EEXIST, "file exists", name)
             parent.entries[name] = self._new(True)
 
+    def rmdir(self, name: str, *, dir_fd: int) -> None:
+        with self._mutex:
+            self._step("rmdir", name)
+            parent = self._dir(dir_fd)
+            node = parent.entries.get(name)
+            if node is None:
+                raise FileNotFoundError(errno.ENOENT, "no such file", name)
+            if not node.is_dir:
+                raise NotADirectoryError(errno.ENOTDIR, "not a directory", name)
+            if node.entries:
+                raise OSError(errno.ENOTEMPTY, "directory not empty", name)
+            del parent.entries[name]
+
     def listdir(self, dir_fd: int) -> list[str]:
         with self._mutex:
             self._step("listdir")

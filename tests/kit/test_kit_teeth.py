@@ -267,6 +267,15 @@ class LoadManyDropsDamaged(Faithful):
         return found
 
 
+class DeleteManyCountsWhatItWasAsked(Faithful):
+    """delete_many answers how many ids it was given, not how many it removed, so two
+    sweeps at once both count the same checkpoints."""
+
+    async def _delete_many(self, ids: list[str], now: datetime) -> int:
+        await super()._delete_many(ids, now)
+        return len(ids)
+
+
 # -- the harness -----------------------------------------------------------------------
 
 STATE_MACHINE = "test_state_machine_matches_reference_model"
@@ -401,6 +410,7 @@ MUTANTS: dict[type[Faithful], list[str]] = {
         "test_save_many_with_a_live_id_writes_nothing",
         STATE_MACHINE,
     ],
+    DeleteManyCountsWhatItWasAsked: ["test_a_sweep_counts_only_what_it_removed_itself"],
 }
 
 

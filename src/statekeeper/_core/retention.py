@@ -22,7 +22,7 @@ horizon:
 
 Removals go through :meth:`~StorePrimitives._delete_many` in batches of at most
 500 ids, so other tasks' and processes' saves and reads run between batches (a
-SQL backend removes a batch in one statement); up to 5,000 are gathered first and
+SQL backend removes a batch in one statement); up to 50,000 are gathered first and
 sorted by stream, so that a batch touches few streams. ``_delete_many`` counts only what
 it removed itself, so sweeps running at once in several processes never count a
 checkpoint twice. A record that cannot be read is never removed by a sweep
@@ -57,8 +57,10 @@ _log = logging.getLogger("statekeeper.retention")
 #: Checkpoints per scanned page and per removal batch.
 BATCH = 500
 #: Victims gathered before they are removed, sorted by stream, so that a batch
-#: touches few streams (the file store writes one index file per stream touched).
-GATHER = 10 * BATCH
+#: touches few streams (the file store writes one index file per stream touched):
+#: streams that were saved to in turn have only a few victims in any one page.
+#: About 4 MB of ids at most.
+GATHER = 100 * BATCH
 
 
 @dataclass
@@ -113,7 +115,7 @@ async def sweep(
             break
         for entry in entries:
             if not isinstance(entry, Skipped):  # damaged: left to verify and repair
-                plan.consider(entry.stream, entry.id, entry.header.updated_at)
+                plan.consider(entry.stream, entry.id, entry.updated_at)
         bound = entries[-1].sequence
         if len(plan.victims) >= GATHER:
             removed += await _remove(store, _by_stream(plan.victims), at, dry_run)

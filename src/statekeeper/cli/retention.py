@@ -96,7 +96,7 @@ def sweep(
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Apply a retention policy once: keep the newest N, drop old or idle streams.
+    """Remove old checkpoints and idle streams by a retention policy.
 
     Checkpoints saved while it runs are never removed, and a stream's newest goes
     only with the whole stream (--idle). It also purges expired checkpoints and

@@ -191,6 +191,12 @@ class StoredRecord:
     def stream(self) -> str:
         return self._fields()["stream"]  # type: ignore[no-any-return]
 
+    @property
+    def updated_at(self) -> datetime:
+        """When it was last written: what retention's ages count from (no header
+        model is built for it)."""
+        return self._fields()["updated_at"]  # type: ignore[no-any-return]
+
     def is_expired(self, now: datetime) -> bool:
         """Whether this record has expired at ``now`` (it then behaves as deleted)."""
         expires = self._fields()["expires_at"]

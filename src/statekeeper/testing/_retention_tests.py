@@ -271,6 +271,25 @@ class RetentionTests(KitBase):
         assert [len(await self._ids_of(store, s)) for s in ("s0", "s1")] == [2, 2]
 
     @asyncio_test
+    async def test_a_sweep_counts_only_what_it_removed_itself(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        await self._history(store, {"a": 4, "b": 3})
+        other = await self.open_store()
+        policy = Retention(keep_last=1)
+        beaten: list[int] = []
+
+        async def another_sweep_first(batch: int) -> None:
+            if batch == 0:  # this sweep has chosen its victims; another removes them
+                beaten.append((await other.sweep(policy=policy)).checkpoints_removed)
+
+        self._during_removals(store, another_sweep_first)
+        report = await store.sweep(policy=policy)
+        assert beaten == [5]
+        assert report.checkpoints_removed == 0, "counted checkpoints another sweep removed"
+        assert [len(await self._ids_of(store, s)) for s in ("a", "b")] == [1, 1]
+
+    @asyncio_test
     async def test_saves_and_reads_go_on_while_a_sweep_runs(
         self, store: BaseCheckpointStore
     ) -> None:

@@ -335,7 +335,6 @@ class Batches:
                 self.recovery.delete_orphan_done(tx, unreadable)
             return sum(len(victims) for victims in groups.values())
 
-
     def remove_empty_buckets(self) -> int:
         """Remove the empty bucket directories below the high-water mark's bucket
         (sequences only grow, so no save lands in one again), under the write lock;
