@@ -57,6 +57,24 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
+READER = """
+import asyncio, json, sys
+import statekeeper as sk
+
+async def main(url, options):
+    async with sk.open_store(url, **json.loads(options)) as store:
+        print("ready", flush=True)
+        sys.stdin.readline()  # all start together
+        seen = []
+        for _ in range(60):
+            for i in range(10):
+                latest = await store.get_latest(f"old-{i}")
+                seen.append([f"old-{i}", None if latest is None else latest.id])
+        print(json.dumps(seen), flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
 #: How long a process waits for another's write lock.
 WAIT = {"file": {"lock_timeout": 60}, "sqlite": {"busy_timeout": 60}}
 
@@ -96,7 +114,8 @@ def test_processes_sweep_one_store_at_once_while_another_saves(
 ) -> None:
     url = URLS[backend](tmp_path)
     made = asyncio.run(_build(url))
-    procs = [_spawn(WRITER, url, backend), *(_spawn(SWEEPER, url, backend) for _ in range(3))]
+    procs = [_spawn(WRITER, url, backend), _spawn(READER, url, backend)]
+    procs += [_spawn(SWEEPER, url, backend) for _ in range(3)]
 
     async def sweep_here() -> sk.SweepReport:
         async with sk.open_store(url, **WAIT[backend]) as store:
@@ -115,7 +134,8 @@ def test_processes_sweep_one_store_at_once_while_another_saves(
         assert proc.returncode == 0, err
         outputs.append(out)
     written = [json.loads(line) for line in outputs[0].splitlines()]
-    reports += [json.loads(out) for out in outputs[1:]]
+    seen = json.loads(outputs[1])
+    reports += [json.loads(out) for out in outputs[2:]]
     assert len(written) == 40
 
     async def check() -> dict[str, Any]:
@@ -130,6 +150,12 @@ def test_processes_sweep_one_store_at_once_while_another_saves(
     live = asyncio.run(check())
     everything = {cid for ids in live.values() for cid in ids}
     assert set(written) <= everything, "a sweep removed a save acknowledged meanwhile"
+    # while the sweeps ran, get_latest of an idle stream was its newest original, a
+    # newer save of the writer, or None: never an older original
+    for stream, got in seen:
+        assert got is None or got == made[stream][-1] or got in written, (
+            f"get_latest({stream!r}) returned an older checkpoint during a sweep"
+        )
     gone = sum(len([c for c in ids if c not in everything]) for ids in made.values())
     assert sum(r["checkpoints_removed"] for r in reports) == gone
     for stream, ids in made.items():

@@ -268,10 +268,12 @@ class RetentionMethods:
         SQLite runs a full ``VACUUM``: it rewrites the whole database into a new
         file (time O(store), a moment of up to twice the disk space, and writers
         wait for it), which is what a store created before incremental
-        auto-vacuum needs once. Other backends do nothing here and return
-        ``None``: the file store and Redis give space back as they remove, and
-        PostgreSQL and MySQL reclaim it on the server's schedule (autovacuum,
-        ``OPTIMIZE TABLE``). Raises :class:`ReadOnlyStore` on a read-only store.
+        auto-vacuum needs once. Other backends return ``None`` and have little or
+        nothing to do: the file store and Redis give space back as they remove
+        (the file store removes empty bucket directories here, as after a
+        sweep), and PostgreSQL and MySQL reclaim it on the server's schedule
+        (autovacuum, ``OPTIMIZE TABLE``). Raises :class:`ReadOnlyStore` on a
+        read-only store.
         """
         self._require_writable("compact")
         return await cast(StorePrimitives, self)._reclaim(full=True)
