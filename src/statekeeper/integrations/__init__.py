@@ -6,6 +6,8 @@
   ``StatekeeperCheckpointStorage``, a Microsoft Agent Framework ``CheckpointStorage``
   (extra ``agent-framework``).
 
+- :mod:`._background`: the background sweep task both adapters run for their
+  retention (``sweep_interval_minutes``, ``sweep_every``).
 - :mod:`statekeeper.integrations.importers`: ``statekeeper import``, the frameworks'
   existing checkpoints into any store (Agent Framework here, its checkpoint files
   read with ``aiofiles``; LangGraph's ``SqliteSaver`` and ``PostgresSaver`` in

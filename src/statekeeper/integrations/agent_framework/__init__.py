@@ -37,12 +37,18 @@ event loop while the first one is running raise ``RuntimeError``; when the first
 loop has been closed (successive ``asyncio.run`` calls), a store this storage
 opened is reopened on the new loop.
 
+**Retention.** ``retention=statekeeper.Retention(keep_last=, max_age=, idle=,
+sweep_every=)`` bounds the storage's workflows (the store's rules of SPEC S17,
+each workflow a stream; only this storage's namespace is swept): ``sweep()``
+applies it once, ``sweep_every`` in the background from the first call until
+``aclose``.
+
 **Modules.** :mod:`._storage` (``StatekeeperCheckpointStorage``: the protocol's
 methods over the store), :mod:`._codec` (the mapping of workflow names and
 checkpoint ids to streams and store ids, and the framework's JSON encoding in and
-out of records, with the allowlist check) and :mod:`._lifecycle` (the store opened
+out of records, with the allowlist check), :mod:`._lifecycle` (the store opened
 lazily on the first call's event loop, reopened after that loop closed, closed by
-``aclose``).
+``aclose``) and :mod:`._retention` (the sweep of the storage's workflows).
 """
 
 from __future__ import annotations

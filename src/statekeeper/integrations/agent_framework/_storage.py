@@ -7,9 +7,10 @@ mapping, encoding, lifecycle and concurrency; the mapping and encoding live in
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Self
 
@@ -24,9 +25,11 @@ from ...errors import (
     InvalidOptions,
     PreconditionFailed,
 )
-from ...models import NewCheckpoint
+from ...models import NewCheckpoint, Retention, SweepReport
+from .._background import BackgroundSweep
 from ._codec import CheckpointCodec
 from ._lifecycle import LazyStore
+from ._retention import sweep_workflows
 
 __all__ = ["StatekeeperCheckpointStorage"]
 
@@ -66,6 +69,18 @@ class StatekeeperCheckpointStorage:
     Missing checkpoints and decode failures raise ``WorkflowCheckpointException``
     (chained from the statekeeper error); storage failures (``BackendError``,
     ``StoreTimeout``) propagate unchanged.
+
+    Retention: ``retention=statekeeper.Retention(keep_last=, max_age=, idle=,
+    sweep_every=)`` bounds this storage's workflows (only its ``namespace``'s
+    streams, never the rest of a shared store): ``keep_last=N`` keeps each
+    workflow's newest ``N`` checkpoints; ``max_age`` removes checkpoints last
+    written longer ago than it, except a workflow's newest; ``idle`` removes a
+    workflow whose newest checkpoint was last written longer ago than it, whole.
+    Ages come from the store's clock. :meth:`sweep` applies it once;
+    ``sweep_every`` sweeps in the background on the event loop the storage runs
+    on, from its first call until :meth:`aclose` (or until that loop ends). The
+    first background sweep runs ``sweep_every`` after the first call, each next
+    one ``sweep_every`` after the previous one ended.
     """
 
     def __init__(
@@ -74,6 +89,7 @@ class StatekeeperCheckpointStorage:
         *,
         allowed_checkpoint_types: Iterable[str] | None = None,
         namespace: str = "af",
+        retention: Retention | None = None,
     ) -> None:
         if isinstance(store, str):
             store = open_store(store, codec="raw")
@@ -87,6 +103,15 @@ class StatekeeperCheckpointStorage:
             )
         if not isinstance(namespace, str) or not _NAMESPACE.fullmatch(namespace):
             raise ValueError(f"namespace must match [A-Za-z0-9_-]{{1,32}}, got {namespace!r}")
+        if retention is not None and not isinstance(retention, Retention):
+            raise TypeError(
+                f"retention must be a statekeeper.Retention(keep_last=, max_age=, idle=, "
+                f"sweep_every=), got {retention!r}"
+            )
+        #: The retention policy of this storage's workflows (``None``: none).
+        self.retention = retention
+        self._background: BackgroundSweep[SweepReport] | None = None
+        self._background_loop: asyncio.AbstractEventLoop | None = None
         #: The statekeeper store underneath.
         self.store = store
         self.namespace = namespace
@@ -96,12 +121,55 @@ class StatekeeperCheckpointStorage:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def _ready(self) -> BaseCheckpointStore:
-        return await self._lazy.ready()
+        store = await self._lazy.ready()
+        policy = self.retention
+        if policy is not None and policy.sweep_every is not None:
+            loop = asyncio.get_running_loop()
+            if self._background_loop is not loop:  # first call, or a new loop
+                self._background = BackgroundSweep(self._sweep_once, policy.sweep_every)
+                self._background_loop = loop
+                self._background.start()
+        return store
 
     async def aclose(self) -> None:
-        """Close the store if this storage opened it (a store passed in open stays
-        open). Idempotent; a later call opens the store again."""
+        """Stop the background sweep (if any; a sweep under way finishes the
+        workflow it is on), then close the store if this storage opened it (a
+        store passed in open stays open). Idempotent; a later call opens the
+        store again."""
+        background, self._background = self._background, None
+        loop, self._background_loop = self._background_loop, None
+        if background is not None and loop is asyncio.get_running_loop():
+            await background.stop()
         await self._lazy.aclose()
+
+    # -- retention -----------------------------------------------------------------------
+
+    async def _sweep_once(self, stopping: Callable[[], bool]) -> SweepReport:
+        assert self.retention is not None
+        store = await self._lazy.ready()
+        return await sweep_workflows(store, self.namespace, self.retention, dry_run=False,
+                                     stopping=stopping)  # fmt: skip
+
+    async def sweep(self, *, dry_run: bool = False, policy: Retention | None = None) -> SweepReport:
+        """Apply the retention policy once (``policy`` if given, else this storage's
+        ``retention``) to this storage's workflows, and report what went.
+
+        ``streams_removed`` counts the workflows removed whole (``idle``),
+        ``checkpoints_removed`` every checkpoint removed; ``bytes_reclaimed`` is the
+        space the store gave back where the backend can tell. ``dry_run=True``
+        removes nothing and reports what would go. While it runs, ``get_latest`` of
+        a workflow returns its newest checkpoint or ``None``, never an older one,
+        and a checkpoint saved after its workflow was read is kept. Raises
+        ``ValueError`` with no policy at all.
+        """
+        chosen = self.retention if policy is None else policy
+        if not isinstance(chosen, Retention):
+            raise ValueError(
+                "sweep() needs a retention policy: pass policy=statekeeper.Retention(...) "
+                f"or make the storage with retention=...; got {chosen!r}"
+            )
+        store = await self._ready()
+        return await sweep_workflows(store, self.namespace, chosen, dry_run=dry_run)
 
     async def __aenter__(self) -> Self:
         await self._ready()

@@ -23,7 +23,14 @@ saver itself:
 - :mod:`._filters`: how ``filter=`` matches metadata, nested keys included;
 - :mod:`._writes`: ``put_writes``, one writes record per checkpoint, merged by
   etag compare-and-set;
-- :mod:`._threads`: the upsert, and thread delete, delete for runs, copy, prune.
+- :mod:`._threads`: the upsert, and thread delete, delete for runs, copy;
+- :mod:`._policy`: ``ttl=`` (LangGraph's ``checkpointer.ttl`` dict) and
+  ``keep_last=``, checked strictly into a :class:`ThreadRetention`;
+- :mod:`._retention`: ``prune`` and the sweep of whole threads (idle threads
+  deleted or kept to their latest, ``keep_last`` per namespace, pending writes
+  with their checkpoints), and what holds while it runs (the background
+  sweep is :mod:`statekeeper.integrations._background`, shared with Agent
+  Framework's storage).
 
 See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
 changes against LangGraph's own savers (strict latest, sequence order).
@@ -38,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "statekeeper.integrations.langgraph needs LangGraph: pip install 'statekeeper[langgraph]'"
     ) from exc
 
+from ._retention import ThreadSweepReport
 from ._saver import StatekeeperSaver
 
-__all__ = ["StatekeeperSaver"]
+__all__ = ["StatekeeperSaver", "ThreadSweepReport"]

@@ -15,7 +15,9 @@ AsyncSqliteSaver.from_conn_string(...)``). :class:`SaverContext` is both, so one
 The store is always opened with ``codec="raw"`` (LangGraph's serializer makes the
 bytes), so passing another codec is refused before anything is opened. The saver
 is made by the factory the saver class passes in, so this module does not import
-the saver.
+the saver; so is its background sweep (``ttl={"sweep_interval_minutes": m}``),
+which the context starts once the saver is made and stops before the store
+closes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from statekeeper.errors import InvalidOptions
 
+from .._background import BackgroundSweep
+
 if TYPE_CHECKING:
     from statekeeper._core.store import BaseCheckpointStore
     from statekeeper.sync import SyncCheckpointStore
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 S = TypeVar("S")
 #: Makes the saver over an opened store (async, or the blocking facade).
 SaverFactory = Callable[["BaseCheckpointStore[Any] | SyncCheckpointStore"], S]
+#: Makes the background sweep of a saver just made.
+SweepFactory = Callable[[S], BackgroundSweep[Any]]
 
 
 def raw_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -59,16 +65,26 @@ class SaverContext(Generic[S]):
     """What ``StatekeeperSaver.from_conn_string`` returns: a context manager, sync
     and async, that opens the store, yields a saver over it (``make(store)``) and
     closes the store on exit, whether the block raised or not. Each ``with`` opens a
-    store of its own; the object may be entered once at a time."""
+    store of its own; the object may be entered once at a time. With ``sweeping``,
+    the saver's background sweep runs from entry to exit: started once the saver
+    is made, stopped (and waited for) before the store closes."""
 
-    def __init__(self, url: str, make: SaverFactory[S], options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        url: str,
+        make: SaverFactory[S],
+        options: dict[str, Any],
+        sweeping: SweepFactory[S] | None = None,
+    ) -> None:
         if not isinstance(url, str):
             raise TypeError(f"from_conn_string takes a store URL, got {url!r}")
         self._url = url
         self._saver = make
+        self._sweeping = sweeping
         self._options = raw_options(options)
         self._store: BaseCheckpointStore[Any] | None = None
         self._facade: SyncCheckpointStore | None = None
+        self._sweep: BackgroundSweep[Any] | None = None
 
     def _busy(self) -> None:
         if self._store is not None or self._facade is not None:
@@ -82,6 +98,9 @@ class SaverContext(Generic[S]):
         await store.open()
         try:
             saver = self._saver(store)
+            if self._sweeping is not None:
+                self._sweep = self._sweeping(saver)
+                self._sweep.start()
         except BaseException:
             await store.close()
             raise
@@ -95,14 +114,22 @@ class SaverContext(Generic[S]):
         tb: TracebackType | None,
     ) -> None:
         store, self._store = self._store, None
+        sweep, self._sweep = self._sweep, None
         if store is not None:
-            await store.close()
+            try:
+                if sweep is not None:
+                    await sweep.stop()
+            finally:
+                await store.close()
 
     def __enter__(self) -> S:
         self._busy()
         facade = open_sync(self._url, self._options)
         try:
             saver = self._saver(facade)
+            if self._sweeping is not None:
+                self._sweep = self._sweeping(saver)
+                self._sweep.start_on(facade.loop[0])
         except BaseException:
             facade.close()
             raise
@@ -116,5 +143,10 @@ class SaverContext(Generic[S]):
         tb: TracebackType | None,
     ) -> None:
         facade, self._facade = self._facade, None
+        sweep, self._sweep = self._sweep, None
         if facade is not None:
-            facade.close()
+            try:
+                if sweep is not None:
+                    sweep.stop_on(facade.loop[0])
+            finally:
+                facade.close()

@@ -6,7 +6,7 @@ import asyncio
 import builtins
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -27,10 +27,13 @@ from statekeeper.errors import (
     StoreClosed,
 )
 
+from .._background import BackgroundSweep
 from . import _layout as lay
-from . import _listing, _open, _threads
+from . import _listing, _open, _retention, _threads
 from ._bridge import LoopBridge
+from ._policy import ThreadRetention, no_background, thread_retention, without_interval
 from ._records import Records
+from ._retention import ThreadSweepReport
 from ._writes import PendingWrites
 
 if TYPE_CHECKING:
@@ -79,6 +82,12 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
       etag compare-and-set (and an in-process lock), so no write is lost, also
       across processes where the backend is shared.
 
+    **Retention** (``ttl=``, ``keep_last=``): ``ttl`` is LangGraph's
+    ``checkpointer.ttl`` dict from ``langgraph.json`` (``strategy``,
+    ``default_ttl``, ``sweep_interval_minutes``, ``sweep_limit``), checked strictly
+    (:class:`InvalidOptions`); :meth:`asweep` says what a sweep does, and
+    :meth:`from_conn_string` when the background sweep runs.
+
     Async methods may be awaited from any event loop: a call from another loop is
     run on the store's loop (the loop running when the saver was created, or
     ``loop=``). Sync methods block the calling thread while the store's loop runs
@@ -92,12 +101,16 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        ttl: Mapping[str, Any] | None = None,
+        keep_last: int | None = None,
         **options: Any,
     ) -> None:
         super().__init__(serde=serde)
         from statekeeper.sync import SyncCheckpointStore
 
+        retention = thread_retention(ttl, keep_last)
         self._owned: SyncCheckpointStore | None = None
+        self._background: BackgroundSweep[ThreadSweepReport] | None = None
         if isinstance(store, str):
             if loop is not None:
                 raise TypeError("loop= goes with an opened store; a URL gets a loop of its own")
@@ -107,6 +120,8 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
                 f"store options ({', '.join(sorted(options))}) go with a URL; "
                 "an opened store already has its own"
             )
+        else:
+            no_background(retention)  # the saver does not know when the store closes
         thread: threading.Thread | None = None
         if isinstance(store, SyncCheckpointStore):
             if loop is None:
@@ -134,10 +149,24 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         self._locks: dict[str, asyncio.Lock] = {}
         self._codec = Records(self.serde)
         self._writes = PendingWrites(store)
+        self._sweeper = _retention.ThreadSweeper(store, retention)
+        if self._owned is not None and retention is not None and retention.sweep_every:
+            self._background = self._sweeper.background(retention.sweep_every)
+            try:
+                self._background.start_on(self._owned.loop[0])
+            except BaseException:
+                self.close()
+                raise
 
     @classmethod
     def from_conn_string(
-        cls, url: str, *, serde: SerializerProtocol | None = None, **options: Any
+        cls,
+        url: str,
+        *,
+        serde: SerializerProtocol | None = None,
+        ttl: Mapping[str, Any] | None = None,
+        keep_last: int | None = None,
+        **options: Any,
     ) -> _open.SaverContext[Self]:
         """A saver over the store at ``url``, as a context manager, sync or async.
 
@@ -150,18 +179,63 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
         ``table_prefix=``, ...); a ``codec`` other than ``"raw"`` is refused
         (:class:`~statekeeper.errors.InvalidOptions`), and so is an option the
         backend does not know, before anything is opened or created.
+
+        ``ttl`` and ``keep_last`` are the saver's retention (see the class
+        docstring), checked before anything is opened. With
+        ``ttl["sweep_interval_minutes"]`` a background sweep runs on the store's
+        loop from entry to exit: the first ``m`` minutes after entry, each next
+        ``m`` minutes after the previous one ended; on exit it is stopped (a sweep
+        under way finishes the thread it is on) before the store closes.
         """
-        return _open.SaverContext(url, lambda store: cls(store, serde=serde), options)
+        policy = thread_retention(ttl, keep_last)
+        every = None if policy is None else policy.sweep_every
+        inner = without_interval(ttl)  # the context runs the background sweep
+        return _open.SaverContext(
+            url,
+            lambda store: cls(store, serde=serde, ttl=inner, keep_last=keep_last),
+            options,
+            sweeping=None if every is None else (lambda saver: saver._sweeper.background(every)),
+        )
 
     def close(self) -> None:
-        """Close the store this saver opened from a URL (``StatekeeperSaver(url)``).
+        """Close the store this saver opened from a URL (``StatekeeperSaver(url)``),
+        after stopping its background sweep (a sweep under way finishes the thread
+        it is on).
 
         A saver over a store the caller passed leaves it open: the caller closes it.
         Idempotent; blocks while the store closes, so call it outside the store's
         loop (it has its own thread for a URL)."""
         owned, self._owned = self._owned, None
+        background, self._background = self._background, None
         if owned is not None:
-            owned.close()
+            try:
+                if background is not None:
+                    background.stop_on(owned.loop[0])
+            finally:
+                owned.close()
+
+    # -- retention --------------------------------------------------------------------
+
+    @property
+    def retention(self) -> ThreadRetention | None:
+        """The retention policy of ``ttl=`` and ``keep_last=`` (``None``: none)."""
+        return self._sweeper.policy
+
+    async def asweep(self) -> ThreadSweepReport:
+        """Apply the saver's retention (``ttl=``, ``keep_last=``) to every thread once.
+
+        A thread is idle once more than ``default_ttl`` minutes have passed, by the
+        store's clock, since its newest checkpoint or pending write in any namespace
+        was written. An idle thread is deleted whole (``"delete"``, the default) or
+        kept down to what a resume needs, the newest checkpoint of each namespace
+        and its pending writes (``"keep_latest"``); every other thread keeps its
+        newest ``keep_last`` checkpoints per namespace. While it runs,
+        ``get_tuple`` never returns an older checkpoint than the newest that
+        survives, a checkpoint put after the sweep judged its thread is kept, and
+        no pending writes are left without their checkpoint. Raises
+        :class:`InvalidOptions` when the saver has no policy.
+        """
+        return await self._bridge.call(self._sweeper.once())
 
     # -- versions -------------------------------------------------------------------
 
@@ -235,10 +309,19 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             _threads.copy_thread(self.store, str(source_thread_id), str(target_thread_id))
         )
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: keep the newest checkpoint (by sequence) of each namespace
-        and its writes; ``"delete"``: delete the threads."""
-        await self._bridge.call(_threads.prune(self.store, thread_ids, strategy))
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str | None = None,
+        keep_last: int | None = None,
+    ) -> None:
+        """Prune the threads: ``strategy="keep_latest"`` (the default) keeps the newest
+        checkpoint (by sequence) of each namespace and its pending writes;
+        ``"delete"`` deletes the threads; ``keep_last=N`` (instead of ``strategy``)
+        keeps the newest ``N`` of each namespace and their pending writes. The
+        pending writes of the checkpoints removed go with them."""
+        await self._bridge.call(_retention.prune(self.store, thread_ids, strategy, keep_last))
 
     # -- sync API -------------------------------------------------------------------
 
@@ -293,9 +376,19 @@ class StatekeeperSaver(BaseCheckpointSaver[str]):
             _threads.copy_thread(self.store, str(source_thread_id), str(target_thread_id))
         )
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str | None = None,
+        keep_last: int | None = None,
+    ) -> None:
         """Blocking :meth:`aprune`."""
-        self._bridge.call_sync(_threads.prune(self.store, thread_ids, strategy))
+        self._bridge.call_sync(_retention.prune(self.store, thread_ids, strategy, keep_last))
+
+    def sweep(self) -> ThreadSweepReport:
+        """Blocking :meth:`asweep`."""
+        return self._bridge.call_sync(self._sweeper.once())
 
     # -- reading --------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Whole-thread operations of ``StatekeeperSaver``: delete, delete for runs, copy,
-prune, and the upsert that ``put`` and ``copy_thread`` share.
+and the upsert that ``put`` and ``copy_thread`` share.
 
 Each works from the store's streams (``list_streams(prefix=)``, a listing per
 stream) in pages of at most 1000 records, never one call per checkpoint. Each
@@ -118,40 +118,3 @@ async def copy_thread(store: BaseCheckpointStore[Any], source: str, target: str)
                 for one in batch:  # the target already had some: replace them
                     assert one.id is not None and isinstance(one.state, bytes)
                     await upsert(store, one.stream, one.state, one.parent_id, one.id)
-
-
-async def prune(store: BaseCheckpointStore[Any], thread_ids: Sequence[str], strategy: str) -> None:
-    if strategy not in ("keep_latest", "delete"):
-        raise ValueError(f"strategy must be 'keep_latest' or 'delete', got {strategy!r}")
-    for thread_id in thread_ids:
-        streams = await store.list_streams(prefix=lay.thread_prefix(str(thread_id)))
-        if strategy == "delete":
-            for stream in streams:
-                await store.delete_stream(stream)
-            continue
-        for stream in streams:
-            if stream.endswith(lay.CHECKPOINTS_SUFFIX):
-                await keep_latest(store, stream, stream[: -len("checkpoints")] + "writes")
-
-
-async def keep_latest(store: BaseCheckpointStore[Any], stream: str, wstream: str) -> None:
-    await store.prune(stream, keep_last=1)
-    newest = await store.list(stream, limit=1, include_state=False)
-    if newest.skipped:
-        raise CheckpointDecodeError(
-            f"prune kept the newest checkpoint of {stream!r} but cannot read it: "
-            f"{newest.skipped[0].reason}",
-            id=newest.skipped[0].id,
-        )
-    keep = lay.writes_key_of(newest.items[0].id) if newest.items else None
-    doomed: builtins.list[str] = []
-    cursor = None
-    while True:
-        page = await store.list(wstream, limit=1000, after=cursor, include_state=False)
-        doomed += [item.id for item in page.items if item.id != keep]
-        doomed += [s.id for s in page.skipped if s.id is not None and s.id != keep]
-        cursor = page.next_cursor
-        if cursor is None:
-            break
-    for i in range(0, len(doomed), 1000):
-        await store.delete_many(doomed[i : i + 1000])
