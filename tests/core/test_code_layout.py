@@ -1,6 +1,8 @@
 """The code's layout rules (CONTRIBUTING.md, "How the code is organised"), checked.
 
-- no module in ``src/`` or ``backends/*/src`` is over 500 lines;
+- no module in ``src/`` or ``backends/*/src`` is over 800 lines, a soft ceiling: a
+  module is cut where a concept ends, never at a count, and one that must stay
+  whole past it is named in ``LONG_MODULES`` with the reason;
 - no import cycle among the project's own modules, counting every import: module
   level, inside functions, and under ``if TYPE_CHECKING:``;
 - no class inherits through more than four of the project's own classes;
@@ -20,7 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "src", *sorted((ROOT / "backends").glob("*/src"))]
-MAX_LINES = 500
+MAX_LINES = 800
+#: Modules allowed past ``MAX_LINES``: path -> why the concept does not cut.
+LONG_MODULES: dict[str, str] = {}
 MAX_DEPTH = 4
 
 
@@ -134,13 +138,14 @@ def modules() -> dict[str, Module]:
     return _modules()
 
 
-def test_no_module_is_over_500_lines(modules: dict[str, Module]) -> None:
+def test_no_module_is_past_the_soft_ceiling_unless_named(modules: dict[str, Module]) -> None:
     long = {
         str(m.path.relative_to(ROOT)): n
         for m in modules.values()
         if (n := len(m.path.read_text().splitlines())) > MAX_LINES
     }
-    assert long == {}
+    assert {path: n for path, n in long.items() if path not in LONG_MODULES} == {}
+    assert set(LONG_MODULES) <= set(long), "a named exception that is short again: drop it"
 
 
 def test_no_import_cycles_type_checking_imports_included(modules: dict[str, Module]) -> None:

@@ -1,6 +1,7 @@
-"""Retention (SPEC S17): ``sweep()`` and ``compact()`` of every store, one sweep
-of a policy written once over the primitives, and the background task that runs
-it every ``sweep_every``.
+"""Retention (SPEC S17): the one sweep of a policy, written over the primitives
+(:func:`sweep`, which ``BaseCheckpointStore.sweep`` calls), its planner
+(:class:`Plan`), and the background task that runs it every ``sweep_every``
+(:class:`BackgroundSweep`, a part the store holds while open).
 
 **How a sweep works.** It walks every live checkpoint of the store newest-first
 (a keyset scan of every stream, 500 headers a page, no state decoded), so it meets
@@ -42,15 +43,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar, cast
 
-from ..config import Capabilities, StoreOptions
+from ..config import StoreOptions
 from ..errors import InvalidQuery
 from ..models import Retention, Skipped, SweepReport
-from .primitives import StoreIdentity, StorePrimitives
+from .primitives import StorePrimitives
 from .query import ScanQuery
 
-__all__ = ["BATCH", "BackgroundSweep", "RetentionMethods", "sweep"]
+__all__ = ["BATCH", "BackgroundSweep", "Plan", "background_sweep", "chosen_policy", "sweep"]
 
 _log = logging.getLogger("statekeeper.retention")
 
@@ -64,7 +64,7 @@ GATHER = 100 * BATCH
 
 
 @dataclass
-class _Plan:
+class Plan:
     """What one sweep decided so far: ranks per stream, ids to remove."""
 
     policy: Retention
@@ -105,7 +105,7 @@ async def sweep(
     """Apply ``policy`` once to ``store`` at the store-clock time ``at`` (see the
     module docstring); with ``purge``, also purge expired records."""
     started = time.perf_counter()
-    plan = _Plan(policy, at)
+    plan = Plan(policy, at)
     removed = 0
     bound: int | None = None
     rules = policy.has_rules
@@ -196,99 +196,27 @@ class BackgroundSweep:
                 )  # fmt: skip
 
 
-class RetentionMethods:
-    """The retention half of :class:`~statekeeper.BaseCheckpointStore`, which
-    inherits it: :meth:`sweep`, :meth:`compact`, and the background sweep that
-    ``open()`` starts and ``close()`` stops."""
-
-    if TYPE_CHECKING:  # what BaseCheckpointStore provides
-        options: StoreOptions
-        capabilities: ClassVar[Capabilities]
-
-        def now(self) -> datetime: ...
-        def describe(self) -> str: ...
-        def _require_open(self) -> StoreIdentity: ...
-        def _require_writable(self, what: str) -> StoreIdentity: ...
-
-    _sweeper: BackgroundSweep | None = None
-
-    async def sweep(
-        self,
-        *,
-        dry_run: bool = False,
-        policy: Retention | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> SweepReport:
-        """Apply a retention policy once (SPEC S17): ``policy`` if given, else the
-        store's ``retention`` option; return what was removed.
-
-        ``keep_last`` and ``max_age`` never remove a stream's newest checkpoint.
-        ``idle`` removes a stream whole, its newest checkpoint last, so
-        :meth:`get_latest` returns the stream's newest or ``None``, never an older
-        one, while a sweep runs. A checkpoint saved after the sweep started is never
-        removed (a save into a stream being removed as idle survives, whole). Work
-        goes in bounded batches, so other tasks and processes save and read
-        meanwhile. Sweeps may run at once, in tasks or processes: each counts only
-        the checkpoints it removed itself. Ages come from the store's clock. A
-        sweep also purges expired records (not counted: they already behave as
-        deleted) and gives space back where the backend can (SQLite's freed pages).
-
-        ``dry_run=True`` writes nothing and reports what would go; it is allowed on
-        a store opened ``read_only=True`` (a real sweep raises
-        :class:`ReadOnlyStore` there). With no policy at all (no ``retention``
-        option and no ``policy``) it raises :class:`InvalidQuery`: like a bad
-        argument, the call itself is wrong, and sweeping with no rule by default
-        would hide the mistake. ``progress``, if given, is called with the number of
-        checkpoints examined since its last call. Costs O(store) reads and
-        O(streams) memory.
-        """
-        if dry_run:
-            self._require_open()
-        else:
-            self._require_writable("sweep")
-        chosen = self.options.retention if policy is None else policy
-        if not isinstance(chosen, Retention):
-            raise InvalidQuery(
-                f"sweep() needs a retention policy: pass policy=statekeeper.Retention(...) "
-                f"or open {self.describe()} with retention=...; got {chosen!r}"
-            )
-        return await sweep(
-            cast(StorePrimitives, self),
-            chosen,
-            self.now(),
-            dry_run=dry_run,
-            purge=self.capabilities.ttl,
-            progress=progress,
+def chosen_policy(option: Retention | None, given: Retention | None, where: str) -> Retention:
+    """The policy a sweep applies: ``given`` if any, else the store's ``retention``
+    option; :class:`InvalidQuery` when there is neither (the call itself is wrong,
+    and sweeping with no rule by default would hide the mistake)."""
+    chosen = option if given is None else given
+    if not isinstance(chosen, Retention):
+        raise InvalidQuery(
+            f"sweep() needs a retention policy: pass policy=statekeeper.Retention(...) "
+            f"or open {where} with retention=...; got {chosen!r}"
         )
+    return chosen
 
-    async def compact(self) -> int | None:
-        """Give all free space back to the file system, as thoroughly as the backend
-        can; return the bytes given back, or ``None`` where it cannot tell.
 
-        SQLite runs a full ``VACUUM``: it rewrites the whole database into a new
-        file (time O(store), a moment of up to twice the disk space, and writers
-        wait for it), which is what a store created before incremental
-        auto-vacuum needs once. Other backends return ``None`` and have little or
-        nothing to do: the file store and Redis give space back as they remove
-        (the file store removes empty bucket directories here, as after a
-        sweep), and PostgreSQL and MySQL reclaim it on the server's schedule
-        (autovacuum, ``OPTIMIZE TABLE``). Raises :class:`ReadOnlyStore` on a
-        read-only store.
-        """
-        self._require_writable("compact")
-        return await cast(StorePrimitives, self)._reclaim(full=True)
-
-    def _start_sweeping(self) -> None:
-        """Start the background sweep if the store's policy has ``sweep_every``."""
-        policy = self.options.retention
-        if policy is not None and policy.sweep_every is not None and not self.options.read_only:
-            self._sweeper = BackgroundSweep(
-                policy.sweep_every.total_seconds(), self.sweep, self.describe()
-            )
-            self._sweeper.start()
-
-    async def _stop_sweeping(self) -> None:
-        """Cancel the background sweep (if any) and wait for it to end."""
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            await sweeper.stop()
+def background_sweep(
+    options: StoreOptions, run: Callable[[], Awaitable[SweepReport]], name: str
+) -> BackgroundSweep | None:
+    """The started background sweep of a store opened with ``options``, if its policy
+    has ``sweep_every`` (never on a read-only store)."""
+    policy = options.retention
+    if policy is None or policy.sweep_every is None or options.read_only:
+        return None
+    sweeper = BackgroundSweep(policy.sweep_every.total_seconds(), run, name)
+    sweeper.start()
+    return sweeper

@@ -27,17 +27,25 @@ from ..codec import Codec
 from ..config import Capabilities, StoreOptions, validate_options
 from ..cursor import CursorSigner
 from ..errors import CheckpointNotFound, ReadOnlyStore, StoreClosed
-from ..models import Checkpoint, CheckpointHeader, NewCheckpoint, Page, RepairReport, VerifyReport
+from ..models import (
+    Checkpoint,
+    CheckpointHeader,
+    NewCheckpoint,
+    Page,
+    RepairReport,
+    Retention,
+    SweepReport,
+    VerifyReport,
+)
 from ..rawcodec import RawCodec
 from ..record import StoredRecord
-from . import batch, validate, writes
+from . import batch, retention, validate, writes
 from .codecs import decode_strict, store_codecs
 from .integrity import verify_store
 from .interface import TTL, Order, StoreInfo, store_info
 from .paging import list_page
 from .primitives import StoreIdentity, StorePrimitives
 from .rekey import with_key_notices
-from .retention import RetentionMethods
 from .sealing import Encryption, SealedPrimitives
 from .validate import Scalar, check_id, check_if_match, check_stream
 
@@ -49,7 +57,7 @@ __all__ = ["BaseCheckpointStore", "OptionsT"]
 OptionsT = TypeVar("OptionsT", bound=StoreOptions, default=StoreOptions, covariant=True)
 
 
-class BaseCheckpointStore(StorePrimitives, RetentionMethods, Generic[OptionsT]):
+class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
     """Base class for backends: implement the ``_`` primitives, inherit the contract.
 
     **The contract** (SPEC S1-S12), which the public methods here enforce for every
@@ -105,6 +113,7 @@ class BaseCheckpointStore(StorePrimitives, RetentionMethods, Generic[OptionsT]):
         self._signer: CursorSigner | None = None
         self._encryption = Encryption.of(self.options)  # S16 (None: plaintext)
         self._sealed: SealedPrimitives | None = None  # while open and encrypted
+        self._sweeper: retention.BackgroundSweep | None = None  # while open, with sweep_every
 
     # -- construction -----------------------------------------------------------------
 
@@ -143,12 +152,15 @@ class BaseCheckpointStore(StorePrimitives, RetentionMethods, Generic[OptionsT]):
             self._identity = identity
             if self._encryption is not None:
                 await self._encryption.check(self, self.describe(), self.now())
-            self._start_sweeping()  # S17: only with retention's sweep_every
+            # S17: a part of its own, only with retention's sweep_every
+            self._sweeper = retention.background_sweep(self.options, self.sweep, self.describe())
 
     async def close(self) -> None:
         """Close the store. Closing a closed store does nothing; reopening is allowed."""
         if self._identity is not None:
-            await self._stop_sweeping()
+            sweeper, self._sweeper = self._sweeper, None
+            if sweeper is not None:
+                await sweeper.stop()
             self._identity = None
             self._signer = None
             self._sealed = None
@@ -455,6 +467,67 @@ class BaseCheckpointStore(StorePrimitives, RetentionMethods, Generic[OptionsT]):
         """Remove expired checkpoints for good and reclaim their space; return how many."""
         self._require_writable("purge_expired")
         return await self._purge_expired(self.now())
+
+    async def sweep(
+        self,
+        *,
+        dry_run: bool = False,
+        policy: Retention | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> SweepReport:
+        """Apply a retention policy once (SPEC S17): ``policy`` if given, else the
+        store's ``retention`` option; return what was removed.
+
+        ``keep_last`` and ``max_age`` never remove a stream's newest checkpoint.
+        ``idle`` removes a stream whole, its newest checkpoint last, so
+        :meth:`get_latest` returns the stream's newest or ``None``, never an older
+        one, while a sweep runs. A checkpoint saved after the sweep started is never
+        removed (a save into a stream being removed as idle survives, whole). Work
+        goes in bounded batches, so other tasks and processes save and read
+        meanwhile. Sweeps may run at once, in tasks or processes: each counts only
+        the checkpoints it removed itself. Ages come from the store's clock. A
+        sweep also purges expired records (not counted: they already behave as
+        deleted) and gives space back where the backend can (SQLite's freed pages).
+
+        ``dry_run=True`` writes nothing and reports what would go; it is allowed on
+        a store opened ``read_only=True`` (a real sweep raises
+        :class:`ReadOnlyStore` there). With no policy at all (no ``retention``
+        option and no ``policy``) it raises :class:`InvalidQuery`: like a bad
+        argument, the call itself is wrong, and sweeping with no rule by default
+        would hide the mistake. ``progress``, if given, is called with the number of
+        checkpoints examined since its last call. Costs O(store) reads and
+        O(streams) memory.
+        """
+        if dry_run:
+            self._require_open()
+        else:
+            self._require_writable("sweep")
+        chosen = retention.chosen_policy(self.options.retention, policy, self.describe())
+        return await retention.sweep(
+            self,
+            chosen,
+            self.now(),
+            dry_run=dry_run,
+            purge=self.capabilities.ttl,
+            progress=progress,
+        )
+
+    async def compact(self) -> int | None:
+        """Give all free space back to the file system, as thoroughly as the backend
+        can; return the bytes given back, or ``None`` where it cannot tell.
+
+        SQLite runs a full ``VACUUM``: it rewrites the whole database into a new
+        file (time O(store), a moment of up to twice the disk space, and writers
+        wait for it), which is what a store created before incremental
+        auto-vacuum needs once. Other backends return ``None`` and have little or
+        nothing to do: the file store and Redis give space back as they remove
+        (the file store removes empty bucket directories here, as after a
+        sweep), and PostgreSQL and MySQL reclaim it on the server's schedule
+        (autovacuum, ``OPTIMIZE TABLE``). Raises :class:`ReadOnlyStore` on a
+        read-only store.
+        """
+        self._require_writable("compact")
+        return await self._reclaim(full=True)
 
     async def info(self) -> StoreInfo:
         """Backend, format version, store id, counts and the sequence high-water mark."""

@@ -2,7 +2,7 @@
 
 A workflow is one stream (:mod:`._codec`), so the store's own rules (SPEC S17)
 apply to it as they are, ranked by the store's own planner
-(:class:`statekeeper._core.retention._Plan`, one body for both):
+(:class:`statekeeper._core.retention.Plan`, one body for both):
 
 - ``keep_last=N``: each workflow keeps its newest ``N`` checkpoints;
 - ``max_age``: a checkpoint last written longer ago than this goes, except its
@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..._core.retention import _Plan
+from ..._core.retention import Plan
 from ..._core.store import BaseCheckpointStore
 from ...models import Retention, SweepReport
 
@@ -38,7 +38,7 @@ async def _remove(store: BaseCheckpointStore, ids: list[str], dry_run: bool) -> 
     return removed
 
 
-async def _read(store: BaseCheckpointStore, stream: str, plan: _Plan) -> None:
+async def _read(store: BaseCheckpointStore, stream: str, plan: Plan) -> None:
     """Rank ``stream``'s checkpoints into ``plan``, newest first; only its newest
     when no rule looks past it (``idle`` alone, and the workflow not idle)."""
     page = await store.list(stream, limit=1, include_state=False)
@@ -64,7 +64,7 @@ async def sweep_workflows(
     """Apply ``policy`` once to the workflows of ``namespace`` (see the module
     docstring); ``stopping()`` is asked between workflows."""
     started = time.perf_counter()
-    plan = _Plan(policy, store.now())
+    plan = Plan(policy, store.now())
     removed = 0
     streams = [
         *await store.list_streams(prefix=f"{namespace}:"),
