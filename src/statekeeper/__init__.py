@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Skipped,
         VerifyReport,
     )
+    from .telemetry import Telemetry
 
 #: Where each public name lives. They are imported on first use (module
 #: ``__getattr__``), so that ``import statekeeper`` and the command line's
@@ -57,6 +58,7 @@ _LAZY: dict[str, str] = {
     "StoreOptions": ".config",
     "Keyring": ".encryption.keys",
     "KeyProvider": ".encryption.keys",
+    "Telemetry": ".telemetry",
     **dict.fromkeys(
         (
             "Checkpoint",
@@ -110,6 +112,7 @@ __all__ = [
     "StoreInfo",
     "StoreOptions",
     "StoreURL",
+    "Telemetry",
     "VerifyReport",
     "__version__",
     "available_backends",

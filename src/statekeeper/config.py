@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import InvalidOptions
+from .telemetry._options import Telemetry
 
 __all__ = ["Capabilities", "StoreOptions", "validate_options"]
 
@@ -53,6 +54,10 @@ class StoreOptions(BaseModel):
     #: With ``encryption``: seal tags and metadata too (filters on them then raise
     #: :class:`~statekeeper.errors.InvalidQuery`).
     encrypt_metadata: bool = False
+    #: OpenTelemetry spans and metrics (S18): ``True`` or a
+    #: :class:`~statekeeper.telemetry.Telemetry`. ``False`` (the default) leaves it
+    #: to :func:`statekeeper.telemetry.enable`. Needs the ``otel`` extra.
+    telemetry: bool | Telemetry = False
 
     @field_validator("encryption")
     @classmethod
