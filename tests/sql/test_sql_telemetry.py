@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
-from sql_helpers import ServerStores
-from telemetry_helpers import Recorder, scenario
 
+from sql_helpers import ServerStores
 from statekeeper.backends.sql import SqlCheckpointStore
+from telemetry_helpers import Recorder, scenario
 
 
 @pytest.fixture(params=["postgres", "mysql"])
