@@ -86,6 +86,42 @@ async def main():
 asyncio.run(main())
 """
 
+#: The off path alone, in one process: the same get_latest called through the
+#: instrumented method and through the method it wraps (``__wrapped__``), chunks
+#: alternated, so the difference is the wrapper's one check and nothing else.
+WRAPPER = r"""
+import asyncio, json, sys, time
+import statekeeper as sk
+from statekeeper import BaseCheckpointStore
+
+chunks, per_chunk = int(sys.argv[1]), int(sys.argv[2])
+bare = BaseCheckpointStore.get_latest.__wrapped__
+
+async def main():
+    async with sk.open_store("memory://") as store:
+        await store.save("s", {"payload": "x" * 1000})
+        calls = {
+            "wrapped": lambda: store.get_latest("s"),
+            "bare": lambda: bare(store, "s"),
+        }
+        times = {name: [] for name in calls}
+        for i in range(chunks):
+            for name in (calls if i % 2 == 0 else reversed(list(calls))):
+                call = calls[name]
+                t0 = time.perf_counter()
+                for _ in range(per_chunk):
+                    await call()
+                times[name].append((time.perf_counter() - t0) / per_chunk * 1e6)
+        diffs = sorted(w - b for w, b in zip(times["wrapped"], times["bare"]))
+        print(json.dumps({
+            "wrapped": sorted(times["wrapped"])[chunks // 2],
+            "bare": sorted(times["bare"])[chunks // 2],
+            "diff": diffs[chunks // 2],
+        }))
+
+asyncio.run(main())
+"""
+
 
 def export(rev: str, into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
@@ -130,6 +166,20 @@ def main(argv: list[str]) -> int:
                     for op, us in got.items():
                         runs.setdefault((backend, op, side), []).append(us)
                 print(f"{backend}: round {r + 1}/{rounds}", file=sys.stderr)
+        wrapper = subprocess.run(
+            [sys.executable, "-c", WRAPPER, str(chunks * 20), str(per_chunk * 5)],
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    w = json.loads(wrapper.stdout.strip().splitlines()[-1])
+    print(
+        f"off path alone (memory get_latest, one process, {chunks * 20} alternated chunks): "
+        f"through the wrapper {w['wrapped']:.2f} µs, the bare method {w['bare']:.2f} µs, "
+        f"median difference of paired chunks {w['diff']:+.2f} µs\n"
+    )
+    print(f"{rounds} rounds per side, {chunks} chunks of {per_chunk} calls per round\n")
     print("| backend | operation | before µs | off µs | off/before | on µs | on − off µs |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for backend in ("memory", "sqlite", "file"):

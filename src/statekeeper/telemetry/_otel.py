@@ -184,21 +184,22 @@ async def _traced(
         record_exception=False,  # its message may hold state: only the type is kept
         set_status_on_exception=False,
     ) as span:
+        ended: dict[str, Any] = {}
         try:
             result = await method(store, *args, **kwargs)
         except BaseException as exc:
             error = type(exc).__qualname__
             span.set_status(Status(StatusCode.ERROR))
-            span.set_attribute(names.ERROR_TYPE, error)
-            metric[names.ERROR_TYPE] = error
+            ended[names.ERROR_TYPE] = metric[names.ERROR_TYPE] = error
             raise
         else:
-            _result(span, tools, static, options, result)
+            _result(span, tools, static, options, result, ended)
             return result
         finally:
             NOTES.reset(token)
             tools.duration.record(perf_counter() - start, metric)
-            _noted(span, tools, static, name, notes)
+            _noted(tools, static, name, notes, ended)
+            span.set_attributes(ended)
 
 
 def _arguments(
@@ -222,19 +223,25 @@ def _arguments(
 
 
 def _result(
-    span: Any, tools: _Instruments, static: _Static, options: Telemetry, result: Any
+    span: Any,
+    tools: _Instruments,
+    static: _Static,
+    options: Telemetry,
+    result: Any,
+    ended: dict[str, Any],
 ) -> None:
-    """The attributes the result gives; a span event per skipped record."""
+    """The attributes the result gives (into ``ended``); a span event per skipped
+    record."""
     sequence = getattr(result, "sequence", None)
     if isinstance(sequence, int):
-        span.set_attribute(names.SEQUENCE, sequence)
+        ended[names.SEQUENCE] = sequence
         if options.record_streams and isinstance(getattr(result, "id", None), str):
-            span.set_attribute(names.CHECKPOINT_ID, result.id)
+            ended[names.CHECKPOINT_ID] = result.id
     items = getattr(result, "items", None)
     if isinstance(items, list):  # a Page
-        span.set_attribute(names.ITEMS, len(items))
+        ended[names.ITEMS] = len(items)
         skipped = result.skipped
-        span.set_attribute(names.SKIPPED, len(skipped))
+        ended[names.SKIPPED] = len(skipped)
         for entry in skipped:
             reason = entry.error
             event: dict[str, Any] = {names.ERROR_TYPE: reason}
@@ -248,21 +255,24 @@ def _result(
             span.add_event(names.SKIPPED_EVENT, event)
             tools.skipped.add(1, {**static.metric, names.SKIP_REASON: reason})
     elif isinstance(result, list | dict):  # save_many, load_many, list_streams
-        span.set_attribute(names.ITEMS, len(result))
+        ended[names.ITEMS] = len(result)
     elif isinstance(result, bool):  # delete
-        span.set_attribute(names.REMOVED, int(result))
+        ended[names.REMOVED] = int(result)
     elif isinstance(result, int):  # delete_many, delete_stream, prune, purge_expired
-        span.set_attribute(names.REMOVED, result)
+        ended[names.REMOVED] = result
 
 
-def _noted(span: Any, tools: _Instruments, static: _Static, name: str, notes: Notes) -> None:
-    """What the runtime noted: where it ran, the group commit, the state sizes."""
-    span.set_attribute(names.EXECUTION, "worker" if notes.worker else "inline")
+def _noted(
+    tools: _Instruments, static: _Static, name: str, notes: Notes, ended: dict[str, Any]
+) -> None:
+    """What the runtime noted (into ``ended``): where it ran, the group commit, the
+    state sizes."""
+    ended[names.EXECUTION] = "worker" if notes.worker else "inline"
     if notes.group:
-        span.set_attribute(names.GROUP_SIZE, notes.group)
+        ended[names.GROUP_SIZE] = notes.group
         tools.group.record(notes.group, static.metric)
     if notes.bytes:
-        span.set_attribute(names.STATE_BYTES, notes.bytes)
+        ended[names.STATE_BYTES] = notes.bytes
     if notes.sizes:
         metric = {**static.metric, names.DB_OPERATION: name}
         for size in notes.sizes:
