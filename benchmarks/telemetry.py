@@ -180,12 +180,14 @@ def main(argv: list[str]) -> int:
         f"median difference of paired chunks {w['diff']:+.2f} µs\n"
     )
     print(f"{rounds} rounds per side, {chunks} chunks of {per_chunk} calls per round\n")
-    print("| backend | operation | before µs | off µs | off/before | on µs | on − off µs |")
+    print("| backend | operation | before µs | off µs | off/before | on µs | on - off µs |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for backend in ("memory", "sqlite", "file"):
         for op in ("save", "get_latest", "list"):
             b, f, n = (statistics.median(runs[(backend, op, s)]) for s in ("before", "off", "on"))
-            print(f"| {backend} | {op} | {b:.1f} | {f:.1f} | {f / b:.2f} | {n:.1f} | {n - f:+.1f} |")
+            print(
+                f"| {backend} | {op} | {b:.1f} | {f:.1f} | {f / b:.2f} | {n:.1f} | {n - f:+.1f} |"
+            )
     return 0
 
 

@@ -79,11 +79,16 @@ async def plant_unreadable(store: BaseCheckpointStore, stream: str) -> str:
     """Save a checkpoint, then make its state undecodable behind the store's back
     (the raw-record backdoor); its id."""
     cp = await store.save(stream, {"fine": "for now"})
-    raw = await store.backdoor_read_raw(cp.id)
-    record = StoredRecord.from_bytes(raw, location="test", expect_sequence=cp.sequence)
-    junk = dataclasses.replace(record, state=b'{"$sk": "no such tag" \xff')
-    await store.backdoor_write_raw(cp.id, junk.to_bytes(store.store_id))
+    await damage(store, cp.id, cp.sequence)
     return cp.id
+
+
+async def damage(store: BaseCheckpointStore, id: str, sequence: int) -> None:
+    """Make checkpoint ``id``'s state undecodable behind the store's back."""
+    raw = await store.backdoor_read_raw(id)
+    record = StoredRecord.from_bytes(raw, location="test", expect_sequence=sequence)
+    junk = dataclasses.replace(record, codec="json", state=b'{"$sk": "no such tag" \xff')
+    await store.backdoor_write_raw(id, junk.to_bytes(store.store_id))
 
 
 SECRET = "do-not-record-this-state-7f3a"
