@@ -35,3 +35,32 @@ async def test_spans_events_and_metrics_on_a_server(server: tuple[str, ServerSto
         assert attrs["server.port"] == where.port
         assert attrs["db.namespace"] == where.path.strip("/")
         assert attrs["statekeeper.execution"] == "inline"  # no worker threads here
+
+
+@pytest.mark.asyncio
+async def test_pool_connections_by_state(server: tuple[str, ServerStores]) -> None:
+    name, stores = server
+    rec = Recorder()
+    store = SqlCheckpointStore(stores.url, table_prefix=stores.prefix, telemetry=rec.options())
+    async with store:
+        for i in range(3):
+            await store.save("s", i)
+        await store.get_latest("s")
+        points = rec.points("db.client.connection.count")
+        pending = rec.points("db.client.connection.pending_requests")
+    pools = {p.attributes["db.client.connection.pool.name"] for p in points}
+    assert pools == ({"sqlalchemy", "asyncpg"} if name == "postgres" else {"sqlalchemy"})
+    for point in points:
+        assert point.attributes["db.system.name"] in ("postgresql", "mysql", "mariadb")
+    by_state = {
+        (
+            p.attributes["db.client.connection.pool.name"],
+            p.attributes["db.client.connection.state"],
+        ): (p.value)
+        for p in points
+    }
+    for pool in pools:  # quiet: every connection opened is back, idle
+        assert by_state[(pool, "used")] == 0
+        assert by_state[(pool, "idle")] >= 1
+    # the lean pool counts its waiters; SQLAlchemy's does not say
+    assert [p.value for p in pending] == ([0] if name == "postgres" else [])

@@ -20,6 +20,8 @@ __all__ = [
     "OPERATION_DURATION",
     "PAGE_LIMIT",
     "POOL_CONNECTIONS",
+    "POOL_NAME",
+    "POOL_PENDING",
     "POOL_STATE",
     "REKEY_RECORDS",
     "REMOVED",
@@ -81,6 +83,9 @@ GROUP_COMMIT_SIZE = "statekeeper.group_commit.size"
 REKEY_RECORDS = "statekeeper.rekey.records"
 #: Reserved for ``sweep`` (SPEC S17): the checkpoints a sweep removed, by rule.
 SWEEP_REMOVALS = "statekeeper.sweep.removals"
-#: The conventions' pool metric, by ``db.client.connection.state`` (used, idle).
+#: The conventions' pool metrics: connections by ``db.client.connection.state``
+#: (used, idle), and callers waiting for one, by ``db.client.connection.pool.name``.
 POOL_CONNECTIONS = "db.client.connection.count"
+POOL_PENDING = "db.client.connection.pending_requests"
 POOL_STATE = "db.client.connection.state"
+POOL_NAME = "db.client.connection.pool.name"

@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from .._runtime.context import NOTES, Notes
 from . import _names as names
 from ._options import Telemetry
+from ._pools import watch
 
 __all__ = ["run"]
 
@@ -83,6 +84,7 @@ class _Instruments:
             unit="{write}",
             description="Writes that shared one commit (group commit).",
         )
+        self.meter = meter
         self.rekey = meter.create_counter(
             names.REKEY_RECORDS,
             unit="{record}",
@@ -134,10 +136,11 @@ class _Static:
 _statics: weakref.WeakKeyDictionary[Any, _Static] = weakref.WeakKeyDictionary()
 
 
-def _static_of(store: Any) -> _Static:
+def _static_of(store: Any, tools: _Instruments) -> _Static:
     found = _statics.get(store)
     if found is None:
         found = _statics[store] = _Static(store)
+        watch(tools.meter, store, found.metric)  # its pools, if it has any
     return found
 
 
@@ -166,7 +169,7 @@ async def _traced(
         # span for what the caller asked, whose notes the inner reads add to.
         return await method(store, *args, **kwargs)
     tools = _instruments_of(options)
-    static = _static_of(store)
+    static = _static_of(store, tools)
     attributes = dict(static.attributes)
     attributes[names.DB_OPERATION] = name
     _arguments(name, options, args, kwargs, attributes)

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from ..._url import StoreURL
 from ...config import Capabilities
+from ...telemetry._pools import PoolUsage
 from .dialects import Runtime
 from .server import ServerRuntime, check_driver, server_connect_args, server_url
 from .store import SqlCheckpointStore
@@ -41,6 +42,11 @@ class ServerSqlStore(SqlCheckpointStore):
             extra=opts.connect_args,
             read_only=opts.read_only,
         )
+
+    def _pool_usage(self) -> list[PoolUsage]:
+        """How the store's connection pools stand, for telemetry (S18)."""
+        runtime = self._runtime
+        return runtime.pool_usage() if isinstance(runtime, ServerRuntime) else []
 
     def _make_runtime(self) -> Runtime:
         opts = self.options
