@@ -205,6 +205,11 @@ def test_on_without_the_extra_names_it_at_construction() -> None:
     assert "statekeeper[otel]" in done.stdout
 
 
+def test_telemetry_from_a_url_query() -> None:
+    assert sk.open_store("memory://?telemetry=true")._telemetry == sk.Telemetry()
+    assert sk.open_store("memory://?telemetry=false")._telemetry is None
+
+
 def test_telemetry_option_is_validated() -> None:
     with pytest.raises(sk.errors.InvalidOptions, match="telemetry"):
         sk.open_store("memory://", telemetry="yes please")

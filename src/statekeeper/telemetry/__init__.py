@@ -39,6 +39,7 @@ from ._names import (
     SWEEP_REMOVALS,
 )
 from ._options import Telemetry
+from ._pools import PoolUsage
 from ._switch import OPERATIONS, disable, enable, enabled
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "REKEY_RECORDS",
     "SKIPPED_RECORDS",
     "SWEEP_REMOVALS",
+    "PoolUsage",
     "Telemetry",
     "disable",
     "enable",
