@@ -18,6 +18,7 @@ import statekeeper as sk
 import statekeeper.sync
 from statekeeper import telemetry
 from statekeeper._core.rekey import rekey_store
+from statekeeper._runtime.threads import ThreadDoor
 from statekeeper._runtime.worker import Worker
 from statekeeper.testing import kit_keyring, rotated_keyring
 from telemetry_helpers import Recorder, only, scenario
@@ -92,6 +93,36 @@ async def test_a_worker_thread_runs_the_call_in_the_callers_context(rec: Recorde
         assert seen[1] is worker.thread
     finally:
         await worker.run_last(lambda: None)
+
+
+@pytest.mark.asyncio
+async def test_the_file_stores_threads_run_calls_in_the_callers_context(rec: Recorder) -> None:
+    telemetry.enable(rec.options())
+    telemetry.disable()
+    door = ThreadDoor("test-door", size=2)
+    try:
+        with rec.tracer.start_as_current_span("caller") as caller:
+            seen = await door.run(lambda: (trace.get_current_span(), threading.current_thread()))
+        assert seen[0] is caller
+        assert seen[1] is not threading.current_thread()
+    finally:
+        door.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["file", "sqlite"])
+async def test_reads_say_whether_they_ran_inline_or_on_a_worker(
+    backend: str, tmp_path: Path, rec: Recorder
+) -> None:
+    url = url_of(backend, tmp_path)
+    for inline in (True, False):
+        async with sk.open_store(url, inline_reads=inline, telemetry=rec.options()) as store:
+            await store.save("s", 1)
+            await store.get_latest("s")
+            await store.list("s")
+    ran = [(s.attributes or {})["statekeeper.execution"] for s in rec.spans("get_latest")]
+    ran += [(s.attributes or {})["statekeeper.execution"] for s in rec.spans("list")]
+    assert ran == ["inline", "worker", "inline", "worker"]
 
 
 @pytest.mark.asyncio
