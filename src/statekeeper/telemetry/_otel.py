@@ -22,6 +22,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .._runtime.context import NOTES, Notes
+from ..models import CheckpointHeader, Page
 from . import _names as names
 from ._options import Telemetry
 from ._pools import watch
@@ -235,14 +236,12 @@ def _result(
 ) -> None:
     """The attributes the result gives (into ``ended``); a span event per skipped
     record."""
-    sequence = getattr(result, "sequence", None)
-    if isinstance(sequence, int):
-        ended[names.SEQUENCE] = sequence
-        if options.record_streams and isinstance(getattr(result, "id", None), str):
+    if isinstance(result, CheckpointHeader):  # save, update, get_latest, load
+        ended[names.SEQUENCE] = result.sequence
+        if options.record_streams:
             ended[names.CHECKPOINT_ID] = result.id
-    items = getattr(result, "items", None)
-    if isinstance(items, list):  # a Page
-        ended[names.ITEMS] = len(items)
+    elif isinstance(result, Page):
+        ended[names.ITEMS] = len(result.items)
         skipped = result.skipped
         ended[names.SKIPPED] = len(skipped)
         for entry in skipped:
