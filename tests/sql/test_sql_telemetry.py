@@ -64,3 +64,14 @@ async def test_pool_connections_by_state(server: tuple[str, ServerStores]) -> No
         assert by_state[(pool, "idle")] >= 1
     # the lean pool counts its waiters; SQLAlchemy's does not say
     assert [p.value for p in pending] == ([0] if name == "postgres" else [])
+
+
+@pytest.mark.asyncio
+async def test_a_mariadb_url_is_named_mariadb(mysql_stores: ServerStores) -> None:
+    rec = Recorder()
+    url = "mariadb" + mysql_stores.url[len("mysql") :]
+    for _ in mysql_stores.factory():
+        store = SqlCheckpointStore(url, table_prefix=mysql_stores.prefix, telemetry=rec.options())
+        async with store:
+            await store.save("s", 1)
+    assert [(s.attributes or {})["db.system.name"] for s in rec.spans("save")] == ["mariadb"]

@@ -93,11 +93,13 @@ class _Instruments:
         )
 
 
-_instruments: dict[tuple[int, int], _Instruments] = {}
+# Keyed by the providers themselves (by identity): the key keeps them alive, so a
+# collected provider's id can never hand its instruments to a new one.
+_instruments: dict[tuple[Any, Any], _Instruments] = {}
 
 
 def _instruments_of(options: Telemetry) -> _Instruments:
-    key = (id(options.tracer_provider), id(options.meter_provider))
+    key = (options.tracer_provider, options.meter_provider)
     found = _instruments.get(key)
     if found is None:
         found = _instruments[key] = _Instruments(options.tracer_provider, options.meter_provider)
@@ -112,7 +114,7 @@ class _Static:
     def __init__(self, store: Any) -> None:
         backend = str(getattr(store, "backend_name", "unknown"))
         url = getattr(store, "url", None)
-        if backend == "mysql" and getattr(store, "family", None) == "mariadb":
+        if getattr(url, "scheme", None) == "mariadb":
             backend = "mariadb"
         attributes: dict[str, Any] = {
             names.DB_SYSTEM: _SYSTEMS.get(backend, f"statekeeper.{backend}"),

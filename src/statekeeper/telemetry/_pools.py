@@ -70,14 +70,14 @@ class _Watched:
                 yield self._observation(one.waiting, attributes)
 
 
-_watched: dict[int, _Watched] = {}
+_watched: dict[Any, _Watched] = {}  # by meter (identity; the key keeps it alive)
 
 
 def watch(meter: Any, store: Any, attributes: dict[str, Any]) -> None:
     """Report ``store``'s pools through ``meter`` from now on (if it has any)."""
     if not callable(getattr(store, "_pool_usage", None)):
         return
-    watched = _watched.get(id(meter))
+    watched = _watched.get(meter)
     if watched is None:
-        watched = _watched[id(meter)] = _Watched(meter)
+        watched = _watched[meter] = _Watched(meter)
     watched.stores[store] = attributes
