@@ -266,12 +266,14 @@ def render(runs: dict[tuple[str, str, str], list[float]], meta: dict[str, Any]) 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default=BEFORE, help=f"the tree before (default {BEFORE})")
-    parser.add_argument("--rounds", type=int, help="rounds per side (default 7; quick 2)")
+    parser.add_argument("--rounds", type=int, help="rounds per side (default 10; quick 2)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--docs", action="store_true", help=f"splice the section into {DOCS}")
     args = parser.parse_args(argv)
-    rounds = args.rounds or (2 if args.quick else 7)
-    chunks, per_chunk = (5, 100) if args.quick else (9, 200)
+    rounds = args.rounds or (2 if args.quick else 10)
+    # many short rounds rather than few long ones: on a shared machine the load
+    # drifts within minutes, and a round's sides run close together
+    chunks, per_chunk = (5, 100) if args.quick else (7, 100)
     started = time.monotonic()
     head = subprocess.run(
         ["git", "log", "-1", "--format=%h, committed %ci"], cwd=ROOT, text=True,
