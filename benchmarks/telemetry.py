@@ -226,7 +226,28 @@ def render(runs: dict[tuple[str, str, str], list[float]], meta: dict[str, Any]) 
                 f"{statistics.median(off):.1f} | x{spread(ratio, '.2f')} | "
                 f"x{spread(null, '.2f')} |"
             )
+    medians = {
+        side: [
+            statistics.median(
+                [x / b for x, b in zip(runs[(k, op, side)], runs[(k, op, "before")], strict=True)]
+            )
+            for k in BACKENDS
+            for op in OPS
+        ]
+        for side in ("off", "A/A")
+    }
+    off, null = medians["off"], medians["A/A"]
     lines += [
+        "",
+        f"Off against before, the medians of the per-round ratios run from x{min(off):.2f} "
+        f"to x{max(off):.2f} over the {len(off)} rows, where the null test (A/A) runs from "
+        f"x{min(null):.2f} to x{max(null):.2f}"
+        + (
+            ": no difference this run can tell from its noise. "
+            if min(null) <= min(off) and max(off) <= max(null)
+            else ". "
+        )
+        + "The precise figure is the one-process measurement below.",
         "",
         "### The off path alone",
         "",
