@@ -1,6 +1,7 @@
 """Telemetry (SPEC S18), measured: its cost when off, and what it adds when on.
 
-    uv run nox -s bench_telemetry              # ~3 minutes
+    uv run nox -s bench_telemetry              # ~6 minutes (more on a loaded machine)
+    uv run nox -s bench_telemetry -- --docs    # and write its section of docs/benchmarks.md
     uv run nox -s bench_telemetry -- --quick   # ~1 minute
 
 Four sides, each a fresh child process per round, in an order rotated round by
