@@ -270,3 +270,15 @@ def bench_encryption(session: nox.Session) -> None:
     No peers needed."""
     _sync(session)
     session.run("python", "benchmarks/encryption.py", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def bench_telemetry(session: nox.Session) -> None:
+    """Telemetry (S18): save, get_latest and list on memory, SQLite and file with
+    telemetry off against the tree before it (git archive, side by side, alternated),
+    and what it adds on with the SDK and a no-op exporter; and the off path's one
+    check alone, with an A/A side as the null test. Prints the section "Telemetry";
+    ``-- --docs`` splices it into docs/benchmarks.md. ``-- --quick`` for about a
+    minute. No peers needed."""
+    _sync(session)
+    session.run("python", "benchmarks/telemetry.py", *session.posargs)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         SweepReport,
         VerifyReport,
     )
+    from .telemetry import Telemetry
 
 #: Where each public name lives. They are imported on first use (module
 #: ``__getattr__``), so that ``import statekeeper`` and the command line's
@@ -59,6 +60,7 @@ _LAZY: dict[str, str] = {
     "StoreOptions": ".config",
     "Keyring": ".encryption.keys",
     "KeyProvider": ".encryption.keys",
+    "Telemetry": ".telemetry",
     **dict.fromkeys(
         (
             "Checkpoint",
@@ -116,6 +118,7 @@ __all__ = [
     "StoreOptions",
     "StoreURL",
     "SweepReport",
+    "Telemetry",
     "VerifyReport",
     "__version__",
     "available_backends",

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import InvalidOptions
 from .models import Retention
+from .telemetry._options import Telemetry
 
 __all__ = ["Capabilities", "StoreOptions", "validate_options"]
 
@@ -58,6 +59,10 @@ class StoreOptions(BaseModel):
     #: removes, and with ``sweep_every`` a background sweep while the store is
     #: open. ``None``: nothing is removed unless ``sweep(policy=...)`` says so.
     retention: Retention | None = None
+    #: OpenTelemetry spans and metrics (S18): ``True`` or a
+    #: :class:`~statekeeper.telemetry.Telemetry`. ``False`` (the default) leaves it
+    #: to :func:`statekeeper.telemetry.enable`. Needs the ``otel`` extra.
+    telemetry: bool | Telemetry = False
 
     @field_validator("encryption")
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._runtime.context import note_bytes
 from ..codec import Codec, CodecLimits
 from ..config import StoreOptions
 from ..encryption.envelope import SEALED_PREFIX, key_id_of
@@ -54,6 +55,7 @@ def store_codecs(options: StoreOptions) -> StoreCodecs:
 def decode_strict(decoders: dict[str, StateCodec], record: StoredRecord) -> Checkpoint:
     """Decode ``record``'s state with the codec it names, or raise
     :class:`CheckpointDecodeError` naming the record."""
+    note_bytes(len(record.state))  # telemetry's state size (S18): a no-op when off
     decoder = decoders.get(record.codec)
     if decoder is None:
         reason = f"unknown codec {record.codec!r}"

@@ -28,6 +28,7 @@ from ..encryption.envelope import inner_codec, key_id_of
 from ..errors import CheckpointDecodeError, CheckpointNotFound, InvalidOptions, PreconditionFailed
 from ..models import Problem, Skipped, VerifyReport
 from ..record import StoredRecord, header_values
+from ..telemetry._switch import traced
 from .primitives import StorePrimitives
 from .query import ScanQuery
 from .sealing import Encryption, SealedPrimitives
@@ -79,6 +80,7 @@ class Rekeyable(Protocol):
     def now(self) -> datetime: ...
 
 
+@traced("rekey")  # S18
 async def rekey_store(
     store: Rekeyable,
     progress: Callable[[int], None] | None = None,

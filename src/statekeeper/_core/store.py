@@ -39,6 +39,7 @@ from ..models import (
 )
 from ..rawcodec import RawCodec
 from ..record import StoredRecord
+from ..telemetry._switch import instrument, resolve
 from . import batch, retention, validate, writes
 from .codecs import decode_strict, store_codecs
 from .integrity import verify_store
@@ -57,6 +58,7 @@ __all__ = ["BaseCheckpointStore", "OptionsT"]
 OptionsT = TypeVar("OptionsT", bound=StoreOptions, default=StoreOptions, covariant=True)
 
 
+@instrument  # S18: a span per public operation (OPERATIONS in telemetry/_switch.py)
 class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
     """Base class for backends: implement the ``_`` primitives, inherit the contract.
 
@@ -114,6 +116,7 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         self._encryption = Encryption.of(self.options)  # S16 (None: plaintext)
         self._sealed: SealedPrimitives | None = None  # while open and encrypted
         self._sweeper: retention.BackgroundSweep | None = None  # while open, with sweep_every
+        self._telemetry = resolve(self.options.telemetry)  # S18 (None: the process's)
 
     # -- construction -----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from os import urandom as _urandom
 from typing import Any
 
+from .._runtime.context import note_bytes
 from ..codec import Codec
 from ..errors import InvalidQuery
 from ..models import Checkpoint, CheckpointHeader, checkpoint_with_state
@@ -100,6 +101,7 @@ def new_record(
     ttl_s = None if ttl is None else check_ttl(ttl_rule, ttl)
     clean_meta: dict[str, Any] = {} if metadata is None else _metadata(json_codec, metadata)
     state_bytes = codec.encode(state)
+    note_bytes(len(state_bytes))  # telemetry's state size (S18): a no-op when off
     now = clock()
     # one token for both: the same as new_id() + new_etag() (secrets.token_hex(24)),
     # read ahead with other saves' tokens of this thread
@@ -177,9 +179,11 @@ async def update(
     check_id(id, what="id")
     check_if_match(if_match)
     edits = record_edits(json_codec, tags, metadata, parent_id)
+    state_bytes = codec.encode(state)
+    note_bytes(len(state_bytes))
     header = await primitives._update(
         id,
-        state=codec.encode(state),
+        state=state_bytes,
         if_match=if_match,
         now=clock(),
         etag=new_etag(),

@@ -18,7 +18,11 @@ The modules:
   same body on a worker when it reports that it would block.
 - :mod:`.finalizer`: :func:`~.finalizer.when_collected`, the release of a store's
   threads when the store is collected unclosed.
+- :mod:`.context`: while telemetry is on, the caller's ``contextvars`` carried to
+  the worker thread (:class:`~.context.Carried`), and the :class:`~.context.Notes`
+  an operation's span reads back (ran on a worker, group-commit size, bytes).
 
-The modules import nothing of statekeeper outside this package, and
-:mod:`.worker` nothing inside it: data flows from the stores down to here.
+The modules import nothing of statekeeper outside this package, :mod:`.context`
+nothing at all, and :mod:`.worker` nothing inside it but :mod:`.context`: data
+flows from the stores down to here.
 """

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from queue import Empty, SimpleQueue
 from typing import Any, Protocol
 
+from .context import CARRY, note_group
 from .worker import GROUPED, Job, deliver, deliver_all
 
 __all__ = ["GATHER_WAIT", "MAX_GROUP", "GroupCommit", "GroupRunner", "Settled"]
@@ -135,6 +136,8 @@ class GroupCommit:
         jobs: Sequence[Job] = [job for job in group if not _cancelled(job)]
         if not jobs:
             return False
+        if CARRY.on:  # telemetry: each write's span tells the group it rode in
+            note_group(jobs)
         if len(jobs) == 1:
             fn, args, loop, fut, _ = jobs[0]
             try:

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .context import CARRY, Carried
 from .worker import PLAIN, Worker, pick
 
 __all__ = ["ThreadDoor"]
@@ -51,9 +52,10 @@ class ThreadDoor:
         worker = self._pick()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
+        call: Callable[..., Any] = Carried(fn) if CARRY.on else fn  # as Worker does
         worker.pending += 1
         try:
-            worker.queue.put((fn, args, loop, fut, PLAIN))
+            worker.queue.put((call, args, loop, fut, PLAIN))
             return await fut
         finally:
             worker.pending -= 1

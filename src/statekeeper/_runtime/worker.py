@@ -13,7 +13,9 @@ Semantics, the same as ``to_thread`` where a caller could tell:
 - a call's exception (any ``BaseException``) is raised in the awaiting task and
   the thread goes on;
 - calls of one worker run one at a time, in the order they were submitted;
-- the calling context's ``contextvars`` are not carried to the thread.
+- the calling context's ``contextvars`` are not carried to the thread, unless
+  telemetry turned carrying on (:mod:`.context`: then each call runs in a copy of
+  its caller's context, so the caller's span is the parent of spans opened there).
 
 A worker given a :class:`~statekeeper._runtime.group.GroupCommit` (any
 :class:`Grouper`) also takes
@@ -33,6 +35,8 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from queue import SimpleQueue
 from typing import Any, Protocol, TypeVar
+
+from .context import CARRY, Carried
 
 __all__ = [
     "GROUPED",
@@ -173,6 +177,8 @@ class Worker:
         # (run() and the others return this coroutine: one coroutine per call, not two)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
+        if CARRY.on:  # telemetry: the call runs in its caller's context
+            fn = Carried(fn)
         self.pending += 1
         try:
             self.queue.put((fn, args, loop, fut, kind))

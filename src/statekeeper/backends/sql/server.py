@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import Executable
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 from ..._url import StoreURL
 from ...errors import BackendNotFound
+from ...telemetry._pools import PoolUsage
 from .dialects import Family
 from .faults import connection_fault, retry_read
 
@@ -380,6 +382,15 @@ class ServerRuntime:
 
         async with engine.connect() as conn:
             return await conn.run_sync(body)
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """SQLAlchemy's pool (telemetry, S18): connections checked out and in, by its
+        public ``QueuePool`` API (which does not count waiters)."""
+        engine = self._engine
+        pool = None if engine is None else engine.sync_engine.pool
+        if not isinstance(pool, QueuePool):
+            return []
+        return [PoolUsage("sqlalchemy", pool.checkedout(), pool.checkedin())]
 
     async def close(self) -> None:
         engine, self._engine, self._reader = self._engine, None, None

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from ..._url import StoreURL
 from ...config import Capabilities
+from ...telemetry._pools import PoolUsage
 from .dialects import Runtime
 from .server import ServerRuntime, check_driver, server_connect_args, server_url
 from .store import SqlCheckpointStore
@@ -42,6 +43,11 @@ class ServerSqlStore(SqlCheckpointStore):
             read_only=opts.read_only,
             pooled=pooled,
         )
+
+    def _pool_usage(self) -> list[PoolUsage]:
+        """How the store's connection pools stand, for telemetry (S18)."""
+        runtime = self._runtime
+        return runtime.pool_usage() if isinstance(runtime, ServerRuntime) else []
 
     def _make_runtime(self) -> Runtime:
         opts = self.options

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ....errors import BackendError, StatekeeperError, StoreTimeout
+from ....telemetry._pools import PoolUsage
 from ..faults import connection_fault, retry_read
 from ..server import ServerRuntime
 from .statements import PgSql
@@ -61,6 +62,11 @@ class Connections:
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
+
+    def usage(self) -> PoolUsage:
+        """Connections in use and idle, and callers waiting (telemetry, S18)."""
+        idle = len(self._idle)
+        return PoolUsage("asyncpg", self._open - idle, idle, len(self._waiters))
 
     async def acquire(self, within: float) -> asyncpg.Connection:
         """A connection; :class:`TimeoutError` if none is free ``within`` seconds."""
@@ -193,6 +199,11 @@ class PgRuntime(ServerRuntime):
                 "pooler='transaction' (docs/sql-backend.md, Poolers), or connect to "
                 "PostgreSQL directly"
             )
+
+    def pool_usage(self) -> list[PoolUsage]:
+        """SQLAlchemy's pool and the lean path's connections (telemetry, S18)."""
+        lean = self._pool
+        return [*super().pool_usage(), *([] if lean is None else [lean.usage()])]
 
     def pool(self) -> Connections:
         if self._pool is not None and self._pool_pid != os.getpid():
