@@ -277,6 +277,20 @@ class AscendingBoundOffByOne(Faithful):
         return await super()._scan(query)
 
 
+class IgnoresExpectStoreId(Faithful):
+    """Reads every record without ``expect_store_id``: an intact envelope of another
+    store is served as if it were this store's."""
+
+    def _read(self, id: str, entry: Entry) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            entry.blob,
+            location=self._location(entry),
+            expect_store_id=None,
+            expect_id=id,
+            expect_sequence=entry.sequence,
+        )
+
+
 # -- the harness -----------------------------------------------------------------------
 
 STATE_MACHINE = "test_state_machine_matches_reference_model"
@@ -421,6 +435,7 @@ MUTANTS: dict[type[Faithful], list[str]] = {
         "test_paging_while_the_stream_grows_neither_repeats_nor_skips",
         "test_walking_forward_visits_each_item_once_in_order",
     ],
+    IgnoresExpectStoreId: ["test_a_record_of_another_store_is_refused_not_served"],
     ClaimsAtomicBatchesWithTheDefault: [
         "test_save_many_with_a_live_id_writes_nothing",
         STATE_MACHINE,
