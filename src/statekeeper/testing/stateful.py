@@ -32,7 +32,6 @@ from .._core.store import BaseCheckpointStore
 from ..errors import CheckpointNotFound, PreconditionFailed
 from ..models import Checkpoint, NewCheckpoint, Page
 from ._base import StoreFactory
-from ._pages import PageBound
 from ._model import (
     CALLER_IDS,
     FILTERS,
@@ -49,6 +48,7 @@ from ._model import (
     check_page,
     refuses_filter,
 )
+from ._pages import PageBound
 from .strategies import states
 
 __all__ = ["CheckpointStoreStateMachine", "ReferenceModel", "build_state_machine"]
