@@ -51,7 +51,7 @@ from .output import (
 
 if TYPE_CHECKING:
     from .._core.store import BaseCheckpointStore
-    from ..models import Problem, RepairReport, VerifyReport
+    from ..models import Page, Problem, RepairReport, VerifyReport
     from .ops import CopyResult
 
 __all__ = ["copy", "prune", "purge", "repair", "verify"]
@@ -333,16 +333,35 @@ def prune(
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Delete all but the newest N checkpoints of a stream."""
+    """Delete all but the newest N checkpoints of a stream.
 
-    async def body(out: Output, store: BaseCheckpointStore) -> None:
+    Exit 1 if the stream has no checkpoints (nothing was there to prune), as
+    ``latest`` does.
+    """
+
+    async def body(out: Output, store: BaseCheckpointStore) -> int:
+        from rich.text import Text
+
         removed = await store.prune(stream, keep_last=keep_last)
+        # Nothing removed: say so apart when there was nothing there at all (a
+        # mistyped name), where a damaged record still counts as something there.
+        empty = removed == 0 and not _has_records(
+            await store.list(stream, limit=1, include_state=False)
+        )
         if out.json:
             out.emit({"stream": stream, "keep_last": keep_last, "removed": removed})
-        else:
+        elif not empty:
             out.line(f"removed {removed} checkpoints from {stream!r}, kept the newest {keep_last}")
+        if empty:
+            out.stderr.print(Text(f"stream {stream!r} has no checkpoints", style="red"))
+            return EXIT_PROBLEM
+        return 0
 
     run_command(ctx, url, json_, debug, Mode.WRITE, body)
+
+
+def _has_records(page: Page) -> bool:
+    return bool(page.items or page.skipped)
 
 
 def purge(
