@@ -159,6 +159,9 @@ class Page(BaseModel):
     A page covers ``limit`` candidate records; a record that was skipped still uses
     its slot, so a page can hold fewer than ``limit`` items while ``has_more`` is
     true.
+
+    A page listed with ``include_state=False`` holds :class:`CheckpointHeader`
+    items, with no ``state`` attribute (the annotation names the common case).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
