@@ -196,6 +196,9 @@ class Problem(BaseModel):
     - ``"retired-key"``: a readable record under a key of the ring that is not the
       active one. A notice, not damage: ``ok`` stays true; ``statekeeper rekey``
       moves it to the active key.
+    - ``"orphan"``: reported by ``statekeeper verify`` (not by ``verify()``, which
+      knows no adapter's layout): a LangGraph pending-writes record whose
+      checkpoint is gone; ``statekeeper repair`` removes it.
 
     ``location`` says where (a path, a row key), ``reason`` is a human sentence.
     ``id``, ``sequence`` and ``stream`` are set where they are known.

@@ -38,6 +38,7 @@ from .base import (
     run_command,
     setup,
 )
+from .frameworks import framework_problems, remove_orphans
 from .hints import command
 from .output import (
     EXIT_INTERRUPTED,
@@ -84,6 +85,9 @@ def verify(
         progress, advance = progress_bar(out, "verifying", total)
         with progress:
             report = await store.verify(progress=advance)
+        extra = await framework_problems(store)
+        if extra:
+            report = report.model_copy(update={"problems": [*report.problems, *extra]})
         if out.json:
             out.emit({**report.model_dump(mode="json"), "ok": report.ok})
         else:
@@ -166,6 +170,19 @@ def repair(
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
         report = await store.repair(drop_damaged=drop_damaged)
+        removed = await remove_orphans(store)
+        if removed:
+            n = removed["langgraph_orphaned_writes"]
+            report = report.model_copy(
+                update={
+                    "rebuilt": {**report.rebuilt, **removed},
+                    "actions": [
+                        *report.actions,
+                        f"removed {count(n, 'LangGraph pending-writes record')} whose "
+                        "checkpoint was gone",
+                    ],
+                }
+            )
         if out.json:
             out.emit(
                 {

@@ -24,6 +24,8 @@ saver itself:
 - :mod:`._writes`: ``put_writes``, one writes record per checkpoint, merged by
   etag compare-and-set;
 - :mod:`._threads`: the upsert, and thread delete, delete for runs, copy, prune.
+- :mod:`._orphans`: pending-writes records whose checkpoint is gone (pruned or
+  deleted through the store), for ``statekeeper verify`` and ``repair``.
 
 See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
 changes against LangGraph's own savers (strict latest, sequence order).
