@@ -13,24 +13,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..models import Problem
-
 if TYPE_CHECKING:
     from .._core.store import BaseCheckpointStore
+    from ..models import Problem
 
 #: The prefix of every stream the LangGraph saver writes (its ``_layout.ROOT``).
 _LANGGRAPH_ROOT = "langgraph/"
 
 
-async def _langgraph(store: BaseCheckpointStore) -> Any:
-    """The adapter's orphans module, None without LangGraph streams, or a Problem
-    saying they could not be checked."""
+async def _langgraph(store: BaseCheckpointStore) -> tuple[Any, list[Problem]]:
+    """``(the adapter's orphans module, [])`` for a store with LangGraph streams;
+    ``(None, [])`` without them; ``(None, [a Problem])`` when LangGraph is not
+    installed to check them."""
+    from ..models import Problem  # pydantic: only when a command runs
+
     if not await store.list_streams(prefix=_LANGGRAPH_ROOT):
-        return None
+        return None, []
     try:
         from ..integrations.langgraph import _orphans
     except ImportError:
-        return Problem(
+        unchecked = Problem(
             kind="unchecked",
             location=f"streams {_LANGGRAPH_ROOT}*",
             reason=(
@@ -38,24 +40,25 @@ async def _langgraph(store: BaseCheckpointStore) -> Any:
                 "install statekeeper[langgraph] to check them"
             ),
         )
-    return _orphans
+        return None, [unchecked]
+    return _orphans, []
 
 
 async def framework_problems(store: BaseCheckpointStore) -> list[Problem]:
     """What ``verify`` adds to the store's report: LangGraph writes records whose
     checkpoint is gone (or that they could not be checked)."""
-    found = await _langgraph(store)
-    if found is None or isinstance(found, Problem):
-        return [] if found is None else [found]
-    problems: list[Problem] = await found.orphaned_writes(store)
+    orphans, unchecked = await _langgraph(store)
+    if orphans is None:
+        return unchecked
+    problems: list[Problem] = await orphans.orphaned_writes(store)
     return problems
 
 
 async def remove_orphans(store: BaseCheckpointStore) -> dict[str, int]:
     """What ``repair`` adds: the orphaned LangGraph writes records removed, as a
-    ``rebuilt`` count (empty when there were none)."""
-    found = await _langgraph(store)
-    if found is None or isinstance(found, Problem):
+    ``rebuilt`` count (empty when there were none or they cannot be checked)."""
+    orphans, _ = await _langgraph(store)
+    if orphans is None:
         return {}
-    removed: int = await found.remove_orphaned_writes(store)
+    removed: int = await orphans.remove_orphaned_writes(store)
     return {"langgraph_orphaned_writes": removed} if removed else {}
