@@ -25,10 +25,20 @@ async def _langgraph(store: BaseCheckpointStore) -> tuple[Any, list[Problem]]:
     """``(the adapter's orphans module, [])`` for a store with LangGraph streams;
     ``(None, [])`` without them; ``(None, [a Problem])`` when LangGraph is not
     installed to check them."""
+    from ..errors import StatekeeperError
     from ..models import Problem  # pydantic: only when a command runs
 
-    if not await store.list_streams(prefix=_LANGGRAPH_ROOT):
-        return None, []
+    try:
+        if not await store.list_streams(prefix=_LANGGRAPH_ROOT):
+            return None, []
+    except StatekeeperError as exc:
+        # a damaged store (verify reports the damage itself): not checked, and said so
+        unreadable = Problem(
+            kind="unchecked",
+            location=f"streams {_LANGGRAPH_ROOT}*",
+            reason=f"LangGraph pending writes not checked: the streams cannot be listed ({exc})",
+        )
+        return None, [unreadable]
     try:
         from ..integrations.langgraph import _orphans
     except ImportError:
@@ -47,18 +57,31 @@ async def _langgraph(store: BaseCheckpointStore) -> tuple[Any, list[Problem]]:
 async def framework_problems(store: BaseCheckpointStore) -> list[Problem]:
     """What ``verify`` adds to the store's report: LangGraph writes records whose
     checkpoint is gone (or that they could not be checked)."""
+    from ..errors import StatekeeperError
+    from ..models import Problem
+
     orphans, unchecked = await _langgraph(store)
     if orphans is None:
         return unchecked
-    problems: list[Problem] = await orphans.orphaned_writes(store)
+    try:
+        problems: list[Problem] = await orphans.orphaned_writes(store)
+    except StatekeeperError as exc:
+        reason = f"LangGraph pending writes not checked: {exc}"
+        return [Problem(kind="unchecked", location=f"streams {_LANGGRAPH_ROOT}*", reason=reason)]
     return problems
 
 
 async def remove_orphans(store: BaseCheckpointStore) -> dict[str, int]:
     """What ``repair`` adds: the orphaned LangGraph writes records removed, as a
-    ``rebuilt`` count (empty when there were none or they cannot be checked)."""
+    ``rebuilt`` count (empty when there were none or they cannot be checked: a
+    store that stays damaged says so in its own report, and verify after it)."""
+    from ..errors import StatekeeperError
+
     orphans, _ = await _langgraph(store)
     if orphans is None:
         return {}
-    removed: int = await orphans.remove_orphaned_writes(store)
+    try:
+        removed: int = await orphans.remove_orphaned_writes(store)
+    except StatekeeperError:
+        return {}  # still damaged: repair's own report says so, and verify says "unchecked"
     return {"langgraph_orphaned_writes": removed} if removed else {}
