@@ -362,6 +362,28 @@ class ReadTests(KitBase):
         assert (await store.load("temp")).state == {"step": 2}
 
     @asyncio_test
+    async def test_info_counts_live_checkpoints_and_expired_ones_apart(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        """``info().checkpoints`` and ``streams`` count what a read can still see (S8:
+        expired means deleted); expired records not yet purged are counted apart, in
+        ``info().extra["expired"]``, until ``purge_expired`` removes them. (They were
+        counted as checkpoints.)"""
+        store, clock = await self._ttl_store(store)
+        await store.save("job", {"step": 0})
+        await store.save("job", {"step": 1}, ttl=10)
+        await store.save("short-lived", {}, ttl=10)
+
+        def counts(info: Any) -> tuple[Any, ...]:
+            return (info.checkpoints, info.streams, info.extra.get("expired", 0))
+
+        assert counts(await store.info()) == (3, 2, 0)
+        clock.advance(10.5)
+        assert counts(await store.info()) == (1, 1, 2)
+        assert await store.purge_expired() == 2
+        assert counts(await store.info()) == (1, 1, 0)
+
+    @asyncio_test
     async def test_ttl_slides_on_update(self, store: BaseCheckpointStore) -> None:
         store, clock = await self._ttl_store(store)
         cp = await store.save("job", {"v": 0}, ttl=10)
