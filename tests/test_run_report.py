@@ -219,3 +219,29 @@ def test_a_set(value):
     )
     result = run("-p", "xdist", *args, **env)
     result.assert_outcomes(passed=2)
+
+
+def test_a_site_not_checked_in_a_browser_is_said_in_the_summary_line(
+    pytester: pytest.Pytester, run: Callable[..., pytest.RunResult]
+) -> None:
+    """Without Chromium the browser checks of tests/test_site.py skip; the run's last
+    line says so, not only the skips section above it (it once said "N skipped"
+    and nothing more)."""
+    pytester.makepyfile(
+        test_site_like="""
+import pytest
+
+@pytest.mark.parametrize("n", range(4))
+def test_in_a_browser(n):
+    pytest.skip("no Chromium at /usr/bin/chromium, so the site was not checked in a browser")
+
+def test_pages():
+    pass
+"""
+    )
+    result = run()
+    assert result.ret == pytest.ExitCode.OK
+    last = result.stdout.lines[-1]
+    assert "4 skipped" in last and "4 not checked in a browser (no Chromium)" in last, last
+    plain = pytester.makepyfile(test_other="def test_x():\n    pass\n")
+    assert "browser" not in run(str(plain)).stdout.lines[-1]

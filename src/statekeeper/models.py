@@ -161,6 +161,9 @@ class Page(BaseModel):
     A page covers ``limit`` candidate records; a record that was skipped still uses
     its slot, so a page can hold fewer than ``limit`` items while ``has_more`` is
     true.
+
+    A page listed with ``include_state=False`` holds :class:`CheckpointHeader`
+    items, with no ``state`` attribute (the annotation names the common case).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -195,6 +198,9 @@ class Problem(BaseModel):
     - ``"retired-key"``: a readable record under a key of the ring that is not the
       active one. A notice, not damage: ``ok`` stays true; ``statekeeper rekey``
       moves it to the active key.
+    - ``"orphan"``: reported by ``statekeeper verify`` (not by ``verify()``, which
+      knows no adapter's layout): a LangGraph pending-writes record whose
+      checkpoint is gone; ``statekeeper repair`` removes it.
 
     ``location`` says where (a path, a row key), ``reason`` is a human sentence.
     ``id``, ``sequence`` and ``stream`` are set where they are known.

@@ -149,7 +149,17 @@ class SyncCheckpointStore:
     def load(self, id: str, *, include_state: bool = True) -> CheckpointHeader:
         return self._run(self.store.load(id, include_state=include_state))
 
-    def load_many(self, ids: Iterable[str], *, include_state: bool = True) -> dict[str, Checkpoint]:
+    @overload
+    def load_many(
+        self, ids: Iterable[str], *, include_state: Literal[True] = True
+    ) -> dict[str, Checkpoint]: ...
+    @overload
+    def load_many(
+        self, ids: Iterable[str], *, include_state: bool
+    ) -> dict[str, CheckpointHeader]: ...
+    def load_many(
+        self, ids: Iterable[str], *, include_state: bool = True
+    ) -> dict[str, Checkpoint] | dict[str, CheckpointHeader]:
         return self._run(self.store.load_many(ids, include_state=include_state))
 
     def cursor_at(

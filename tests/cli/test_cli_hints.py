@@ -181,3 +181,68 @@ def test_program_under_uv_with_another_project_environment_names_uv_run(tmp_path
         cwd=project / "sub",
     )
     assert words == list(UV_RUN)
+
+
+# -- "no store here": what is there instead -------------------------------------------------
+
+
+def _foreign_things(root: Path) -> None:
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(str(root / "graph.db")) as saver:
+        saver.setup()
+    other = sqlite3.connect(root / "other.db")
+    other.execute("CREATE TABLE invoices (n INTEGER)")
+    other.commit()
+    other.close()
+    (root / "notes.txt").write_text("not a database\n")
+    from agent_framework import FileCheckpointStorage, WorkflowCheckpoint
+
+    checkpoint = WorkflowCheckpoint(
+        workflow_name="orders",
+        graph_signature_hash="sig",
+        checkpoint_id="c1",
+        timestamp="2026-12-01T10:00:00+00:00",
+        state={"step": 1},
+        iteration_count=1,
+    )
+    asyncio.run(FileCheckpointStorage(root / "maf-checkpoints").save(checkpoint))
+
+
+@pytest.mark.parametrize(
+    ("url", "says", "runs"),
+    [
+        (
+            "sqlite:///graph.db",
+            "is a LangGraph SqliteSaver database",
+            ["import", "graph.db", "--from", "langgraph-sqlite"],
+        ),
+        ("sqlite:///other.db", "SQLite database of another program (tables: invoices)", None),
+        ("sqlite:///notes.txt", "the file is not an SQLite database", None),
+        ("file:notes.txt", "is a file, not a directory", None),
+        (
+            "file:maf-checkpoints",
+            "is an Agent Framework FileCheckpointStorage directory (1 checkpoint file)",
+            ["import", "maf-checkpoints", "--from", "agent-framework"],
+        ),
+        ("memory://", "memory:// lives only in the process that opens it", None),
+    ],
+)
+def test_no_store_hint_says_what_is_there_instead(
+    tmp_path: Path, url: str, says: str, runs: list[str] | None
+) -> None:
+    """Each used to suggest 'statekeeper demo --url X' (into another program's
+    database, a text file, a framework's folder, or memory://)."""
+    _foreign_things(tmp_path)
+    err = run_cli("info", "--url", url, cwd=tmp_path, expect=1).err
+    flat = " ".join(err.split())
+    assert says in flat, flat
+    assert "demo" not in flat, flat
+    if runs is None:
+        return
+    printed = flat.split("bring it into a store with: ", 1)[1]
+    assert all(word in printed for word in runs), printed
+    imported = run_hint(printed, cwd=tmp_path, expect=None)
+    assert imported.code == 0, imported

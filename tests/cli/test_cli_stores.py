@@ -204,3 +204,19 @@ def test_server_passwords_never_reach_the_terminal(
         assert "Secret-pw" not in result.out + result.err, result
         if mode == "--json":
             assert result.json()["error"]["exit_code"] == 1
+
+
+def test_prune_of_a_stream_with_no_checkpoints_says_so_and_exits_1(
+    url: str, tmp_path: Path
+) -> None:
+    """As ``latest`` does (it once said "removed 0 ..., kept the newest 1" and exited 0)."""
+    with_store(url, seed)
+    u = ("--url", url)
+    human = run_cli("prune", "no-such-stream", "--keep-last", "1", *u, cwd=tmp_path, expect=1)
+    assert "stream 'no-such-stream' has no checkpoints" in human.err
+    assert "kept the newest" not in human.out
+    doc = cli("prune", "no-such-stream", "--keep-last", "0", *u, cwd=tmp_path, expect=1)
+    assert (doc["stream"], doc["removed"]) == ("no-such-stream", 0)
+    # a stream that has checkpoints, with none to remove, is not a problem
+    assert cli("prune", "users", "--keep-last", "10", *u, cwd=tmp_path)["removed"] == 0
+    assert len([cp for cp in everything(url) if cp.stream == "orders"]) == 5

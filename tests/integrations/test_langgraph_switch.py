@@ -19,6 +19,7 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
@@ -154,11 +155,13 @@ COMMON_FILTERS: list[dict[str, Any]] = [
 
 
 @pytest.mark.asyncio
-async def _put_all(saver: BaseCheckpointSaver[Any], thread: str) -> dict[str, int]:
-    """The same checkpoints on any saver; checkpoint id -> index into METADATA."""
+async def _put_all(
+    saver: BaseCheckpointSaver[Any], thread: str, metadata: list[dict[str, Any]] = METADATA
+) -> dict[str, int]:
+    """The same checkpoints on any saver; checkpoint id -> index into ``metadata``."""
     ids: dict[str, int] = {}
     parent: str | None = None
-    for i, extra in enumerate(METADATA):
+    for i, extra in enumerate(metadata):
         config = generate_config(thread)
         if parent is not None:
             config["configurable"]["checkpoint_id"] = parent
@@ -176,10 +179,11 @@ async def _answers(
     *,
     thread: str = "filters",
     every_thread: bool = True,
+    metadata: list[dict[str, Any]] = METADATA,
 ) -> list[list[int]]:
-    """For each filter, the METADATA indexes that ``alist`` yields: in the thread,
-    and (``every_thread``) across every thread."""
-    ids = await _put_all(saver, thread)
+    """For each filter, the ``metadata`` indexes that ``alist`` yields: in the
+    thread, and (``every_thread``) across every thread."""
+    ids = await _put_all(saver, thread, metadata)
     out = []
     for query in filters:
         configs = [generate_config(thread)] + ([None] if every_thread else [])
@@ -240,3 +244,79 @@ async def test_containment_filters_answer_what_postgres_saver_answers(
         got = await _answers(saver, CONTAINMENT_FILTERS, thread=thread, every_thread=False)
     assert got == expected
     assert expected[:4] == [[0, 2], [0], [0, 1], [0]]
+
+
+# -- numbers and booleans, at the top level and nested, against each peer ---------------
+
+#: One value each, at the top level (``v``) and nested (``n.v``).
+SCALARS: list[Any] = [1, 1.0, True, 0, 0.0, False, "1", 2.5, None]
+SCALAR_METADATA: list[dict[str, Any]] = [{"v": v, "n": {"v": v}} for v in SCALARS]
+
+#: filter value -> the stored values InMemorySaver and SqliteSaver find (Python's
+#: ``==``: 1 is 1.0 is True, 0 is 0.0 is False). PostgresSaver (jsonb) agrees on
+#: numbers and keeps booleans apart from them (a filter True finds only True).
+SCALAR_TABLE: list[tuple[Any, list[Any]]] = [
+    (1, [1, 1.0, True]),
+    (1.0, [1, 1.0, True]),
+    (True, [1, 1.0, True]),
+    (0, [0, 0.0, False]),
+    (0.0, [0, 0.0, False]),
+    (False, [0, 0.0, False]),
+    ("1", ["1"]),
+    (2.5, [2.5]),
+]
+
+
+def _index(value: Any) -> int:
+    """The index of ``value`` in SCALARS, by type too (``SCALARS.index(1.0)`` is 0)."""
+    return next(i for i, v in enumerate(SCALARS) if type(v) is type(value) and v == value)
+
+
+def _scalar_filters(key: str) -> list[dict[str, Any]]:
+    return [{key: value} for value, _ in SCALAR_TABLE]
+
+
+@pytest.mark.parametrize("key", ["v", "n.v"])
+@pytest.mark.asyncio
+async def test_numbers_and_booleans_match_as_in_memory_and_sqlite_savers_match_them(
+    store_url: Callable[[], str], tmp_path: Path, key: str
+) -> None:
+    """Top-level and dotted filters alike: ``{"v": 1}`` finds a stored ``1.0`` and a
+    stored ``True`` (it once compared top-level scalars by JSON kind, and found
+    only the ``1``)."""
+    filters = _scalar_filters(key)
+    table = [sorted(_index(v) for v in found) for _, found in SCALAR_TABLE]
+    table = [ids for ids in table for _ in range(2)]  # in the thread, then every thread
+    peers: dict[str, list[list[int]]] = {}
+    peers["InMemorySaver"] = await _answers(InMemorySaver(), filters, metadata=SCALAR_METADATA)
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "peer.db")) as peer:
+        peers["SqliteSaver"] = await _answers(peer, filters, metadata=SCALAR_METADATA)
+    if key == "v":
+        assert peers == {"InMemorySaver": table, "SqliteSaver": table}, "the peers moved"
+    async with _ours(store_url()) as saver:
+        assert await _answers(saver, filters, metadata=SCALAR_METADATA) == peers["SqliteSaver"]
+
+
+@pytest.mark.asyncio
+async def test_numbers_match_as_postgres_saver_matches_them(
+    store_url: Callable[[], str],
+) -> None:
+    """PostgresSaver compares jsonb: 1 is 1.0, but True is not 1. The saver answers
+    the numbers as it does and the booleans as InMemorySaver and SqliteSaver do
+    (docs/langgraph.md says so)."""
+    conninfo = postgres_conninfo(service_url("postgres"))
+    thread = f"scalars-{secrets.token_hex(6)}"
+    stored = [{"v": v} for v in SCALARS if type(v) is not bool]
+    filters = [{"v": v} for v, _ in SCALAR_TABLE if type(v) is not bool]
+    async with AsyncPostgresSaver.from_conn_string(conninfo) as peer:
+        await peer.setup()
+        try:
+            expected = await _answers(
+                peer, filters, thread=thread, every_thread=False, metadata=stored
+            )
+        finally:
+            await peer.adelete_thread(thread)
+    async with _ours(store_url()) as saver:
+        got = await _answers(saver, filters, thread=thread, every_thread=False, metadata=stored)
+    assert got == expected
+    assert expected[0] == [0, 1], "PostgresSaver finds 1 and 1.0 for {'v': 1}"

@@ -276,6 +276,30 @@ class DeleteManyCountsWhatItWasAsked(Faithful):
         return len(ids)
 
 
+class AscendingBoundOffByOne(Faithful):
+    """Reads ``after=`` in ascending order as ``>= bound``: each page starts again at
+    the item the cursor was taken at."""
+
+    async def _scan(self, query: ScanQuery) -> list[StoredRecord | Skipped]:
+        if query.order == "asc" and query.bound is not None:
+            query = dataclasses.replace(query, bound=query.bound - 1)
+        return await super()._scan(query)
+
+
+class IgnoresExpectStoreId(Faithful):
+    """Reads every record without ``expect_store_id``: an intact envelope of another
+    store is served as if it were this store's."""
+
+    def _read(self, id: str, entry: Entry) -> StoredRecord:
+        return StoredRecord.from_bytes(
+            entry.blob,
+            location=self._location(entry),
+            expect_store_id=None,
+            expect_id=id,
+            expect_sequence=entry.sequence,
+        )
+
+
 # -- the harness -----------------------------------------------------------------------
 
 STATE_MACHINE = "test_state_machine_matches_reference_model"
@@ -314,6 +338,7 @@ class _Harness:
     def __init__(self, backend: type[MemoryCheckpointStore]) -> None:
         self.backend = backend
         self.outcomes: dict[str, str] = {}
+        self.failures: dict[str, str] = {}
 
     @pytest.fixture
     def backend_class(self) -> type[MemoryCheckpointStore]:
@@ -325,12 +350,21 @@ class _Harness:
         counts = report.when == "call" or report.outcome != "passed"
         if counts and self.outcomes.get(name) != "failed":
             self.outcomes[name] = report.outcome
+        if report.failed:
+            self.failures[name] = str(report.longrepr)
 
 
 def run_kit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: type[Any], names: list[str]
 ) -> dict[str, str]:
     """Run the kit tests whose names contain one of ``names`` against ``backend``."""
+    return run_kit_harness(tmp_path, monkeypatch, backend, names).outcomes
+
+
+def run_kit_harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: type[Any], names: list[str]
+) -> _Harness:
+    """As :func:`run_kit`, returning the harness: the outcomes and the failures' text."""
     # A unique module name: importlib mode reuses a module already in sys.modules.
     module = tmp_path / f"test_{re.sub(r'[^A-Za-z0-9_]', '_', tmp_path.name)}.py"
     module.write_text(textwrap.dedent(TEST_MODULE))
@@ -357,7 +391,7 @@ def run_kit(
         " or ".join(names),
     ]
     pytest.main(args, plugins=[harness])
-    return harness.outcomes
+    return harness
 
 
 MUTANTS: dict[type[Faithful], list[str]] = {
@@ -406,6 +440,11 @@ MUTANTS: dict[type[Faithful], list[str]] = {
         "test_a_concurrent_reader_never_sees_part_of_a_batch",
     ],
     LoadManyDropsDamaged: ["test_load_many_is_strict_about_a_damaged_record"],
+    AscendingBoundOffByOne: [
+        "test_paging_while_the_stream_grows_neither_repeats_nor_skips",
+        "test_walking_forward_visits_each_item_once_in_order",
+    ],
+    IgnoresExpectStoreId: ["test_a_record_of_another_store_is_refused_not_served"],
     ClaimsAtomicBatchesWithTheDefault: [
         "test_save_many_with_a_live_id_writes_nothing",
         STATE_MACHINE,
@@ -438,3 +477,23 @@ def test_harness_passes_the_faithful_backend(
     for name in names:
         assert any(test.startswith(name) for test in outcomes), f"{name} did not run"
     assert set(outcomes.values()) == {"passed"}, outcomes
+
+
+def test_a_cursor_that_does_not_move_on_fails_the_kit_instead_of_hanging_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before every paging loop had a bound, the growing-stream test paged for ever
+    # against this mutant (each page re-reads its cursor's item, and the stream grows
+    # as fast as the walk moves on): only the suite's timeout ended it.
+    names = [
+        "test_paging_while_the_stream_grows_neither_repeats_nor_skips",
+        "test_walking_forward_visits_each_item_once_in_order",
+    ]
+    harness = run_kit_harness(tmp_path, monkeypatch, AscendingBoundOffByOne, names)
+    bounded = [
+        test
+        for test, text in harness.failures.items()
+        if "the cursors do not move on" in text and test in text and "following next_cursor" in text
+    ]
+    grows = "test_paging_while_the_stream_grows_neither_repeats_nor_skips[asc]"
+    assert grows in bounded, harness.failures.get(grows, harness.outcomes)

@@ -11,6 +11,11 @@ line per reason with its count::
     ========================= 503 skipped, by reason ==========================
      312  STATEKEEPER_TEST_POSTGRES_URL is not set; set it to a postgres URL ...
 
+A skip that means a whole check did not happen is also said on the run's last
+line, where a reader looks first: the browser checks of ``tests/test_site.py``
+without Chromium end the run with ``..., N skipped, M not checked in a browser
+(no Chromium) in ...s`` (:data:`_ON_THE_LAST_LINE`).
+
 Failures, errors, xfails and xpasses are listed exactly as pytest lists them.
 ``--list-skips`` brings back pytest's line per skipped test. A skip turned into a
 failure (``STATEKEEPER_REQUIRE_SERVICES=1``) is a failure, and listed as one.
@@ -45,6 +50,8 @@ HEARTBEAT_ENV = "STATEKEEPER_TEST_HEARTBEAT"
 # can wait for the line instead of guessing how long that takes
 _MARK_ENV = "STATEKEEPER_TEST_HEARTBEAT_MARK"
 _DEFAULT_INTERVAL = 30.0
+#: Skip reasons (by how they start) said again on the run's last line, and how.
+_ON_THE_LAST_LINE = {"no Chromium at ": "not checked in a browser (no Chromium)"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -103,10 +110,13 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    if config.getoption("--list-skips"):
-        return
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if r.skipped]
-    if not skipped:
+    for start, words in _ON_THE_LAST_LINE.items():
+        # pytest's last line counts every key of stats: these reports, again, under words
+        said = [r for r in skipped if _skip_reason(r).startswith(start)]
+        if said:
+            terminalreporter.stats[words] = said
+    if config.getoption("--list-skips") or not skipped:
         return
     counts = Counter(_skip_reason(report) for report in skipped)
     terminalreporter.section(f"{len(skipped)} skipped, by reason", sep="=")

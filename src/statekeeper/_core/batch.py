@@ -14,11 +14,12 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..cursor import CursorSigner, query_fingerprint
 from ..errors import CheckpointNotFound, InvalidQuery, PreconditionFailed
-from ..models import Checkpoint, NewCheckpoint, checkpoint_with_state
-from ..record import NewRecord, StoredRecord, checkpoint_of
+from ..models import Checkpoint, CheckpointHeader, NewCheckpoint, checkpoint_with_state
+from ..record import NewRecord, StoredRecord
 from .primitives import StorePrimitives
 from .validate import MAX_BATCH, Scalar, check_id, check_ids, check_metadata_filter, check_tags
 
@@ -43,7 +44,9 @@ async def load_many(
     decode: Callable[[StoredRecord], Checkpoint],
     ids: Iterable[str],
     include_state: bool,
-) -> dict[str, Checkpoint]:
+) -> dict[str, Checkpoint] | dict[str, CheckpointHeader]:
+    """The live records among ``ids``, in the order asked: decoded checkpoints, or
+    their headers alone (:class:`CheckpointHeader`, no ``state``) without the state."""
     wanted = _id_list(ids)
     if not wanted:
         return {}
@@ -52,15 +55,12 @@ async def load_many(
         records = {} if one is None else {wanted[0]: one}
     else:
         records = await primitives._get_many(wanted, clock())
-    found: dict[str, Checkpoint] = {}
+    found: dict[str, Any] = {}
     for id in wanted:  # the caller's order, whatever order the backend answered in
         record = records.get(id)
         if record is None:
             continue
-        if include_state:
-            found[id] = decode(record)
-        else:
-            found[id] = checkpoint_of(record, None)
+        found[id] = decode(record) if include_state else record.header
     return found
 
 

@@ -24,7 +24,7 @@ from datetime import datetime
 from ..cursor import CursorSigner, query_fingerprint
 from ..errors import CheckpointDecodeError, InvalidQuery
 from ..models import Checkpoint, Page, Skipped
-from ..record import StoredRecord, checkpoint_of, header_values
+from ..record import StoredRecord, header_values
 from .interface import Order
 from .primitives import StorePrimitives
 from .query import (
@@ -177,7 +177,8 @@ async def list_page(
         if isinstance(entry, Skipped):
             skipped.append(entry)
         elif not include_state:
-            items.append(checkpoint_of(entry, None))
+            # a header, with no state at all: never mistaken for a stored None
+            items.append(entry.header)  # type: ignore[arg-type]
         else:
             try:
                 items.append(decode(entry))

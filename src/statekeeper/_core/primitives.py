@@ -285,7 +285,10 @@ class StorePrimitives(ABC):
 
     async def _info(self) -> dict[str, Any]:
         """Counts for :meth:`info`: keys ``checkpoints``, ``streams``,
-        ``high_water_mark`` and any backend-specific extras."""
+        ``high_water_mark`` and any backend-specific extras. ``checkpoints`` and
+        ``streams`` count what reads see at ``self.now()`` (expired means deleted);
+        a backend with TTL reports expired records not yet purged as ``expired``,
+        when there are any."""
         return {}
 
     async def _verify(self) -> builtins.list[Problem] | None:

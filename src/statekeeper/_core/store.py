@@ -291,17 +291,20 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
             raise CheckpointNotFound(id)
         return self._decode_strict(record) if include_state else record.header
 
+    @overload
+    async def load_many(
+        self, ids: Iterable[str], *, include_state: Literal[True] = True
+    ) -> dict[str, Checkpoint]: ...
+    @overload
+    async def load_many(
+        self, ids: Iterable[str], *, include_state: bool
+    ) -> dict[str, CheckpointHeader]: ...
     async def load_many(
         self, ids: Iterable[str], *, include_state: bool = True
-    ) -> dict[str, Checkpoint]:
-        """The live checkpoints among ``ids``, by id; missing or expired ids are absent.
-
-        Strict like :meth:`load`: a damaged record raises
-        :class:`CheckpointDecodeError` naming it. At most 1000 ids; duplicates are
-        read once. One round trip or one pass, not one per id. With
-        ``include_state=False`` the values are headers (typed as checkpoints whose
-        ``state`` is ``None``) and nothing is decoded.
-        """
+    ) -> dict[str, Checkpoint] | dict[str, CheckpointHeader]:
+        """The live checkpoints among ``ids`` by id (missing, expired ids absent), strict
+        like :meth:`load` (a damaged one raises, named). At most 1000 ids, duplicates read
+        once, in one round trip or pass. ``include_state=False`` gives headers, as list."""
         self._require_open()
         return await batch.load_many(
             self._sealed or self, self.now, self._decode_strict, ids, include_state
@@ -360,8 +363,8 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         ``tags`` keeps checkpoints that have all those tags; ``metadata`` keeps those
         whose top-level metadata keys equal the given JSON scalars, by JSON kind and
         value (``True`` is not ``1``, ``1`` is not ``1.0``). ``limit`` is 1..1000.
-        With ``include_state=False`` states are not decoded and items carry
-        ``state=None``. A page costs O(limit), whatever its offset.
+        ``include_state=False`` gives :class:`CheckpointHeader` items, with no ``state``
+        (never a stored ``None``; as load). A page costs O(limit), at any offset.
         """
         signer = self._open_signer()
         if self._sealed is not None:

@@ -15,6 +15,8 @@ measures the time).
   registers every command in ``--help`` order.
 - :mod:`.maintenance`: ``verify``, ``repair``, ``copy``, ``prune``, ``purge``.
 - :mod:`.retention`: ``sweep`` (a retention policy, once) and ``compact``.
+- :mod:`.frameworks`: what ``verify`` and ``repair`` check beyond the store's own
+  records (LangGraph pending writes whose checkpoint is gone).
 - :mod:`.rekeying`: ``rekey``, every record under the active key of ``$STATEKEEPER_KEYS``.
 - :mod:`.output`: the store URL, opening a store (with ``encryption="env"`` when
   ``$STATEKEEPER_KEYS`` is set), rich or ``--json`` output, errors and exit codes.

@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from ..errors import StoreFormatError, StoreNotFound
 from .hints import command as hint_command
+from .hints import found_instead
 from .output import EXIT_PROBLEM, KEYS_ENV, CliError, Output
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -255,6 +256,15 @@ def no_store(
     existing store, or how to make one."""
     where = out.scrub(store.describe())
     doing = "only reads" if mode is Mode.READ else "never creates a store"
+    instead = found_instead(store.backend_name, getattr(store, "path", None))
+    if instead is not None:
+        what, bring_in = instead
+        message = f"there is no statekeeper store at {where}: {what}"
+        if role != "store":
+            message += f" ({role})"
+        if bring_in is not None:
+            message += f"; bring it into a store with: {hint_command(*bring_in)}"
+        return CliError(message, EXIT_PROBLEM, kind="StoreNotFound")
     if role != "store":
         message = f"there is no store at {where} ({role}); 'statekeeper {command}' only reads "
         message += f"{role}, so nothing was created. Check {role}"

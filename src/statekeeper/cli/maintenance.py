@@ -38,6 +38,7 @@ from .base import (
     run_command,
     setup,
 )
+from .frameworks import framework_problems, remove_orphans
 from .hints import command
 from .output import (
     EXIT_INTERRUPTED,
@@ -51,7 +52,7 @@ from .output import (
 
 if TYPE_CHECKING:
     from .._core.store import BaseCheckpointStore
-    from ..models import Problem, RepairReport, VerifyReport
+    from ..models import Page, Problem, RepairReport, VerifyReport
     from .ops import CopyResult
 
 __all__ = ["copy", "prune", "purge", "repair", "verify"]
@@ -84,6 +85,9 @@ def verify(
         progress, advance = progress_bar(out, "verifying", total)
         with progress:
             report = await store.verify(progress=advance)
+        extra = await framework_problems(store)
+        if extra:
+            report = report.model_copy(update={"problems": [*report.problems, *extra]})
         if out.json:
             out.emit({**report.model_dump(mode="json"), "ok": report.ok})
         else:
@@ -166,6 +170,19 @@ def repair(
 
     async def body(out: Output, store: BaseCheckpointStore) -> int:
         report = await store.repair(drop_damaged=drop_damaged)
+        removed = await remove_orphans(store)
+        if removed:
+            n = removed["langgraph_orphaned_writes"]
+            report = report.model_copy(
+                update={
+                    "rebuilt": {**report.rebuilt, **removed},
+                    "actions": [
+                        *report.actions,
+                        f"removed {count(n, 'LangGraph pending-writes record')} whose "
+                        "checkpoint was gone",
+                    ],
+                }
+            )
         if out.json:
             out.emit(
                 {
@@ -333,16 +350,35 @@ def prune(
     json_: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Delete all but the newest N checkpoints of a stream."""
+    """Delete all but the newest N checkpoints of a stream.
 
-    async def body(out: Output, store: BaseCheckpointStore) -> None:
+    Exit 1 if the stream has no checkpoints (nothing was there to prune), as
+    ``latest`` does.
+    """
+
+    async def body(out: Output, store: BaseCheckpointStore) -> int:
+        from rich.text import Text
+
         removed = await store.prune(stream, keep_last=keep_last)
+        # Nothing removed: say so apart when there was nothing there at all (a
+        # mistyped name), where a damaged record still counts as something there.
+        empty = removed == 0 and not _has_records(
+            await store.list(stream, limit=1, include_state=False)
+        )
         if out.json:
             out.emit({"stream": stream, "keep_last": keep_last, "removed": removed})
-        else:
+        elif not empty:
             out.line(f"removed {removed} checkpoints from {stream!r}, kept the newest {keep_last}")
+        if empty:
+            out.stderr.print(Text(f"stream {stream!r} has no checkpoints", style="red"))
+            return EXIT_PROBLEM
+        return 0
 
     run_command(ctx, url, json_, debug, Mode.WRITE, body)
+
+
+def _has_records(page: Page) -> bool:
+    return bool(page.items or page.skipped)
 
 
 def purge(

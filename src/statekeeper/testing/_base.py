@@ -20,6 +20,7 @@ from ..encryption.providers import resolve_keyring
 from ..errors import InvalidQuery
 from ..models import Checkpoint, Page
 from ..record import StoredRecord
+from ._pages import PageBound, checkpoints_in
 from .plugin import examples_scale
 
 __all__ = [
@@ -392,9 +393,10 @@ class KitBase:
         query: dict[str, Any] = {"limit": limit, "order": order, "tags": tags}
         if metadata is not None:
             query["metadata"] = metadata
+        bound = PageBound(await checkpoints_in(store))
         pages = [await store.list(stream, **query)]
         while pages[-1].next_cursor is not None:
-            assert len(pages) < 10_000, "next_cursor never reached None"
+            bound.turn(pages[-1].next_cursor)
             pages.append(await store.list(stream, after=pages[-1].next_cursor, **query))
         return pages
 

@@ -86,8 +86,7 @@ class BatchTests(KitBase):
         )
         headers = await store.load_many([bad.id, older.id], include_state=False)
         assert list(headers) == [bad.id, older.id]
-        assert headers[bad.id].header() == header
-        assert headers[bad.id].state is None
+        assert headers[bad.id] == header
         page = await store.list("job", include_state=False)
         assert (ids(page), page.skipped) == ([bad.id, older.id], [])
         # a position needs no state either
@@ -128,8 +127,7 @@ class BatchTests(KitBase):
             assert got[cp.id].state == cp.state
         bare = await store.load_many(tuple(asked), include_state=False)
         assert list(bare) == [c.id, a.id, b.id]
-        assert [cp.state for cp in bare.values()] == [None, None, None]
-        assert [cp.header() for cp in bare.values()] == [cp.header() for cp in (c, a, b)]
+        assert list(bare.values()) == [cp.header() for cp in (c, a, b)]
         assert await store.load_many([]) == {}
         assert await store.load_many(["never-saved", gone.id]) == {}
         assert list(await store.load_many({b.id})) == [b.id]

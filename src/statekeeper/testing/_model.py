@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from .._core.interface import Order
 from .._core.store import BaseCheckpointStore
 from ..errors import InvalidQuery
-from ..models import Checkpoint, NewCheckpoint, Page, Retention
+from ..models import Checkpoint, CheckpointHeader, NewCheckpoint, Page, Retention
 from ._base import FakeClock, assert_same_value
 
 __all__ = [
@@ -232,9 +232,9 @@ class ReferenceModel:
         return found[-1] if found else None
 
 
-def check_checkpoint(got: Checkpoint, want: ModelCheckpoint, *, state: bool) -> None:
+def check_checkpoint(got: CheckpointHeader, want: ModelCheckpoint, *, state: bool) -> None:
     """Assert that the store's ``got`` is the model's ``want`` (the state too, with
-    ``state``; else that no state was decoded)."""
+    ``state``; else that it is a header, with no state)."""
     assert (got.id, got.stream, got.sequence, got.etag, got.tags, got.metadata) == (
         want.id,
         want.stream,
@@ -246,9 +246,10 @@ def check_checkpoint(got: Checkpoint, want: ModelCheckpoint, *, state: bool) -> 
     for key, value in want.metadata.items():
         assert type(got.metadata[key]) is type(value), f"metadata {key!r} changed kind"
     if state:
+        assert isinstance(got, Checkpoint), "a read with the state gives a checkpoint"
         assert_same_value(got.state, want.state)
     else:
-        assert got.state is None
+        assert type(got) is CheckpointHeader, "a read without state gives a header"
 
 
 def check_page(

@@ -13,6 +13,7 @@ import pytest
 from .._core.store import BaseCheckpointStore
 from ..errors import CheckpointDecodeError, CheckpointEncodeError, CheckpointNotFound, InvalidQuery
 from ..models import Page
+from ..record import StoredRecord
 from ._base import (
     FakeClock,
     KitBase,
@@ -140,6 +141,35 @@ class ReadTests(KitBase):
         store = await self.reopen(store)
         with pytest.raises(CheckpointDecodeError):
             await store.get_latest("job")
+
+    @asyncio_test
+    async def test_a_record_of_another_store_is_refused_not_served(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        """An intact envelope that names another store (copied in from another store,
+        or read from a table another store owns) is a damaged record here: every read
+        checks the store id in the envelope (``StoredRecord.from_bytes(...,
+        expect_store_id=)``) and none serves another store's checkpoint."""
+        self.require_raw_access(store)
+        older, newest = await self.save_steps(store, "job", 2)
+        raw = await store.backdoor_read_raw(newest.id)
+        record = StoredRecord.from_bytes(raw, location="kit", expect_sequence=newest.sequence)
+        await store.backdoor_write_raw(newest.id, record.to_bytes(f"other-{store.store_id}"))
+        for reopened in (False, True):
+            if reopened:
+                store = await self.reopen(store)
+            with pytest.raises(CheckpointDecodeError) as caught:
+                await store.load(newest.id)
+            assert caught.value.id == newest.id
+            with pytest.raises(CheckpointDecodeError) as caught:
+                await store.get_latest("job")
+            assert caught.value.id == newest.id
+            with pytest.raises(CheckpointDecodeError):
+                await store.load_many([older.id, newest.id])
+            self._assert_skipped(await store.list("job"), [older.id], newest.id)
+            self._assert_skipped(
+                await store.list("job", include_state=False), [older.id], newest.id
+            )
 
     @asyncio_test
     async def test_corrupt_checkpoint_can_still_be_deleted(
@@ -330,6 +360,28 @@ class ReadTests(KitBase):
         again = await store.save("job", {"step": 2}, id="temp")
         assert again.sequence > only.sequence
         assert (await store.load("temp")).state == {"step": 2}
+
+    @asyncio_test
+    async def test_info_counts_live_checkpoints_and_expired_ones_apart(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        """``info().checkpoints`` and ``streams`` count what a read can still see (S8:
+        expired means deleted); expired records not yet purged are counted apart, in
+        ``info().extra["expired"]``, until ``purge_expired`` removes them. (They were
+        counted as checkpoints.)"""
+        store, clock = await self._ttl_store(store)
+        await store.save("job", {"step": 0})
+        await store.save("job", {"step": 1}, ttl=10)
+        await store.save("short-lived", {}, ttl=10)
+
+        def counts(info: Any) -> tuple[Any, ...]:
+            return (info.checkpoints, info.streams, info.extra.get("expired", 0))
+
+        assert counts(await store.info()) == (3, 2, 0)
+        clock.advance(10.5)
+        assert counts(await store.info()) == (1, 1, 2)
+        assert await store.purge_expired() == 2
+        assert counts(await store.info()) == (1, 1, 0)
 
     @asyncio_test
     async def test_ttl_slides_on_update(self, store: BaseCheckpointStore) -> None:

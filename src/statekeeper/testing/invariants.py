@@ -44,6 +44,7 @@ from typing import Any
 from .._core.interface import CheckpointStore
 from ..errors import CheckpointDecodeError, CheckpointNotFound
 from ..models import Checkpoint, Skipped
+from ._pages import PageBound, checkpoints_in
 from .recording import DEFINITE_ERRORS, LoggedOp, LoggedStore, LogWriter, WriteLog
 
 __all__ = [
@@ -194,11 +195,17 @@ def _expectations(log: WriteLog) -> dict[str, _Expected]:
 async def list_all(
     store: CheckpointStore, stream: str | None, *, order: str = "asc", limit: int = 200
 ) -> tuple[list[Checkpoint], list[Skipped]]:
-    """Every entry of ``stream`` (all streams for ``None``), paging with cursors."""
+    """Every entry of ``stream`` (all streams for ``None``), paging with cursors.
+
+    Raises ``AssertionError`` when the walk reads more pages than the store has
+    checkpoints (its cursors do not move on) instead of paging for ever."""
     items: list[Checkpoint] = []
     skipped: list[Skipped] = []
     cursor: str | None = None
+    bound = PageBound(await checkpoints_in(store))
     while True:
+        if cursor is not None:
+            bound.turn(cursor)
         page = await store.list(stream, limit=limit, order=order, after=cursor)  # type: ignore[arg-type]
         items.extend(page.items)
         skipped.extend(page.skipped)

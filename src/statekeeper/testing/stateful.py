@@ -52,6 +52,7 @@ from ._model import (
     if_match_for,
     refuses_filter,
 )
+from ._pages import PageBound
 from .strategies import states
 
 __all__ = ["CheckpointStoreStateMachine", "ReferenceModel", "build_state_machine"]
@@ -393,22 +394,20 @@ class CheckpointStoreStateMachine(RuleBasedStateMachine):
         if refuses_filter(self.store, query, lambda: self._list(query, limit)):
             return multiple()
         kept: list[SavedCursor] = []
-        bound = len(self.model.live) + 2
+        bound = PageBound(len(self.model.live))
         page, issued = self._list(query, limit, include_state=include_state)
         kept += issued
         assert page.prev_cursor is None, "the first page has a prev_cursor"
         last = next((c for c in issued if c.cursor == page.next_cursor), None)
         while last is not None:
-            bound -= 1
-            assert bound > 0, "next_cursor never reached None"
+            bound.turn(last.cursor)
             page, issued = self._list(query, limit, after=last, include_state=include_state)
             kept += issued
             last = next((c for c in issued if c.cursor == page.next_cursor), None)
         back = next((c for c in issued if c.cursor == page.prev_cursor), None)
-        bound = len(self.model.live) + 2
+        bound = PageBound(len(self.model.live), follows="prev_cursor")
         while back is not None:
-            bound -= 1
-            assert bound > 0, "prev_cursor never reached None"
+            bound.turn(back.cursor)
             page, issued = self._list(query, limit, before=back, include_state=include_state)
             kept += issued
             back = next((c for c in issued if c.cursor == page.prev_cursor), None)

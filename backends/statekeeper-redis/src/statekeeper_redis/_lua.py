@@ -423,12 +423,23 @@ return out
 """
 )
 
-#: Counts for info(): {checkpoints, streams, hwm, expiring}. ARGV: P.
+#: Counts for info(): {live checkpoints, streams with one, hwm, expiring (with a
+#: TTL), expired at now (not yet purged)}. ARGV: P, now_us.
 INFO = (
     PRELUDE
     + r"""
-return {redis.call('ZCARD', ALL), redis.call('SCARD', NAMES),
-        redis.call('HGET', META, 'hwm') or '', redis.call('ZCARD', EXP)}
+local expired = redis.call('ZRANGEBYSCORE', EXP, '-inf', ARGV[2])
+local per = {}
+for _, id in ipairs(expired) do
+  local info = idxinfo(id)
+  if info then per[info.s] = (per[info.s] or 0) + 1 end
+end
+local dead = 0
+for s, n in pairs(per) do
+  if redis.call('ZCARD', skey(s)) <= n then dead = dead + 1 end
+end
+return {redis.call('ZCARD', ALL) - #expired, redis.call('SCARD', NAMES) - dead,
+        redis.call('HGET', META, 'hwm') or '', redis.call('ZCARD', EXP), #expired}
 """
 )
 

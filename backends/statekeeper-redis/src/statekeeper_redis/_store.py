@@ -418,7 +418,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         return await _batch.stream_names(self._link, now, prefix)
 
     async def _info(self) -> dict[str, Any]:
-        checkpoints, streams, hwm, expiring = await self._link.call("INFO")
+        call = self._link.call("INFO", us(self.now()))
+        checkpoints, streams, hwm, expiring, expired = await call
         server = self.server
         # the class declares power_loss_durable; say whether this server backs it
         problems = server.problems(self.options.durability) if server else ["not checked"]
@@ -428,6 +429,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             # None when the counter is missing or malformed (verify() reports it)
             "high_water_mark": int(hwm) if _DIGITS.fullmatch(hwm) else None,
             "expiring": int(expiring),
+            **({"expired": int(expired)} if int(expired) else {}),
             "key_prefix": self.redis_options.key_prefix,
             "appendonly": server.appendonly if server else None,
             "appendfsync": server.appendfsync if server else None,

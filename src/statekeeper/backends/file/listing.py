@@ -266,28 +266,36 @@ class Listing:
             return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
         return names
 
-    def info(self) -> dict[str, Any]:
+    def info(self, now: datetime) -> dict[str, Any]:
+        """Counts of the checkpoints live at ``now`` and their streams; the expired
+        ones not yet purged apart (``expired``, when there are any)."""
         extra = {"path": self.core.root, "durability": "full" if self.core.durable else "fast"}
         state = self.core.read_state()
         if self.records_only(state):
-            return {**view_info(self.survey()), **extra, "degraded": self.core.degraded or "state"}
+            degraded = self.core.degraded or "state"
+            return {**view_info(self.survey(), now), **extra, "degraded": degraded}
         assert state is not None
         if self.index_missing(state, WORKER):
-            return {**view_info(self.survey()), **extra, "degraded": "a stream index is missing"}
-        streams = checkpoints = 0
+            degraded = "a stream index is missing"
+            return {**view_info(self.survey(), now), **extra, "degraded": degraded}
+        now_us = fmt.to_micros(now)
+        streams = checkpoints = expired = 0
         try:
             for idx in self.core.readable_indexes(strict=True):
                 with idx:
-                    n = sum(1 for _, s in idx.walk(0, 1) if s.live)
-                if n:
+                    slots = [s for _, s in idx.walk(0, 1) if s.live]
+                gone = sum(1 for s in slots if s.expired(now_us))
+                expired += gone
+                if len(slots) > gone:
                     streams += 1
-                    checkpoints += n
+                    checkpoints += len(slots) - gone
         except IndexDamaged as exc:
-            return {**view_info(self.survey()), **extra, "degraded": str(exc)}
+            return {**view_info(self.survey(), now), **extra, "degraded": str(exc)}
         return {
             "checkpoints": checkpoints,
             "streams": streams,
             "high_water_mark": state.hwm,
+            **({"expired": expired} if expired else {}),
             **extra,
         }
 

@@ -407,7 +407,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("list_streams", self._engine.listing.list_streams, now)
 
     async def _info(self) -> dict[str, Any]:
-        return await self._run("info", self._engine.listing.info)
+        return await self._run("info", self._engine.listing.info, self.now())
 
     async def backdoor_read_raw(self, id: str) -> bytes:
         """The record file's bytes, unverified (conformance kit backdoor)."""

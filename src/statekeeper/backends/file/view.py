@@ -107,9 +107,15 @@ def view_streams(s: Survey, now: datetime) -> list[str]:
     return sorted(names)
 
 
-def view_info(s: Survey) -> dict[str, Any]:
+def view_info(s: Survey, now: datetime) -> dict[str, Any]:
+    """``info()`` from the records: live checkpoints and streams at ``now``, the
+    expired ones apart (an unreadable record counts as live: it is not known to
+    have expired)."""
+    gone = [e for e in s.entries if e.record is not None and e.record.is_expired(now)]
+    live = [e for e in s.entries if not (e.record is not None and e.record.is_expired(now))]
     return {
-        "checkpoints": len(s.entries),
-        "streams": len({e.stream for e in s.entries if e.stream is not None}),
+        "checkpoints": len(live),
+        "streams": len({e.stream for e in live if e.stream is not None}),
         "high_water_mark": s.top,
+        **({"expired": len(gone)} if gone else {}),
     }

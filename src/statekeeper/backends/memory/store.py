@@ -357,12 +357,15 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             ]
 
     async def _info(self) -> dict[str, Any]:
-        data = self.storage
+        data, now = self.storage, self.now()
         with data.lock:
+            live = [e for e in data.by_id.values() if e.live(now)]
+            expired = len(data.by_id) - len(live)
             return {
-                "checkpoints": len(data.by_id),
-                "streams": len(data.stream_seqs),
+                "checkpoints": len(live),
+                "streams": len({e.stream for e in live}),
                 "high_water_mark": data.high_water_mark,
+                **({"expired": expired} if expired else {}),
             }
 
     # -- backdoor --------------------------------------------------------------------

@@ -364,8 +364,14 @@ class Statements:
         )
         self.purge = cp.delete().where(cp.c.expires_at.is_not(None), cp.c.expires_at <= _p("now"))
         self.streams = sa.select(cp.c.stream).where(live).distinct()
-        self.count = sa.select(sa.func.count()).select_from(cp)
-        self.count_streams = sa.select(sa.func.count(sa.distinct(cp.c.stream)))
+        # info(): live checkpoints and their streams, and expired ones not yet purged
+        self.count = sa.select(sa.func.count()).select_from(cp).where(live)
+        self.count_streams = sa.select(sa.func.count(sa.distinct(cp.c.stream))).where(live)
+        self.count_expired = (
+            sa.select(sa.func.count())
+            .select_from(cp)
+            .where(cp.c.expires_at.is_not(None), cp.c.expires_at <= _p("now"))
+        )
         self.raw_read = sa.select(cp.c.record).where(cp.c.id == _p("id"))
         self.raw_write = cp.update().where(cp.c.id == _p("at_id")).values(record=_p("new_record"))
         # -- verify and repair (.integrity)

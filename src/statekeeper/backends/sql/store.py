@@ -397,13 +397,17 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await self._guard("listing streams", self._read(op))
 
     async def _info(self) -> dict[str, Any]:
+        at = {"now": to_micros(self.now())}
+
         def op(s: Session) -> dict[str, Any]:
-            count = s.first(self._st.count)
-            streams = s.first(self._st.count_streams)
+            count = s.first(self._st.count, at)
+            streams = s.first(self._st.count_streams, at)
+            expired = s.first(self._st.count_expired, at)
             hwm = integrity.read_counter(s, self._st)
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
+                **({"expired": int(expired[0])} if expired and expired[0] else {}),
                 # None, never 0, for a missing or damaged counter row: verify says which.
                 "high_water_mark": hwm,
                 "dialect": self.family,

@@ -31,6 +31,8 @@ saver itself:
   with their checkpoints), and what holds while it runs (the background
   sweep is :mod:`statekeeper.integrations._background`, shared with Agent
   Framework's storage).
+- :mod:`._orphans`: pending-writes records whose checkpoint is gone (pruned or
+  deleted through the store), for ``statekeeper verify`` and ``repair``.
 
 See :class:`StatekeeperSaver` for the contract and ``docs/langgraph.md`` for what
 changes against LangGraph's own savers (strict latest, sequence order).

@@ -13,11 +13,13 @@ idioms, each as the saver that defines it answers it:
   array holding each of its elements (in any order). Where the filter's object is
   the whole stored object, this is also what ``SqliteSaver`` answers.
 - **A scalar** matches an equal value, and ``None`` matches a missing key too, as
-  ``InMemorySaver`` and ``SqliteSaver`` (``IS NULL``) answer.
-
-- **A top-level scalar key without a dot** (:func:`._layout.split_filter`) is
-  compared by JSON kind, as the store compares metadata: ``True`` does not match
-  ``1``, ``1`` does not match ``1.0``.
+  ``InMemorySaver`` and ``SqliteSaver`` (``IS NULL``) answer. Equal is Python's
+  ``==``, as both compare: ``1`` matches ``1.0``, and ``True`` matches ``1`` and
+  ``1.0`` (``False``, ``0``). ``PostgresSaver`` (jsonb) agrees on numbers but keeps
+  booleans apart from them; where the peers disagree the saver answers as
+  ``InMemorySaver`` and ``SqliteSaver`` do. The same at the top level, nested and
+  dotted. (The store's own ``list(metadata=)`` compares by JSON kind, SPEC S14;
+  this is the adapter's rule, for LangGraph's filters.)
 
 Every filter is matched here, on the decoded LangGraph metadata of each
 checkpoint of the listing (its checkpoint is decoded only if it matches), as
@@ -31,16 +33,6 @@ from collections.abc import Mapping
 from typing import Any
 
 _MISSING = object()
-
-
-def matches_strict(metadata: Mapping[str, Any], query: Mapping[str, Any]) -> bool:
-    """Whether every ``key: scalar`` of ``query`` is in ``metadata`` with the same
-    JSON kind and value (``bool``, ``int``, ``float`` and ``str`` are four kinds)."""
-    for key, want in query.items():
-        found = metadata.get(key, _MISSING)
-        if type(found) is not type(want) or found != want:
-            return False
-    return True
 
 
 def matches(metadata: Mapping[str, Any], query: Mapping[str, Any]) -> bool:

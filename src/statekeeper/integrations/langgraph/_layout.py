@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import struct
 import zlib
 from collections.abc import Mapping
@@ -58,9 +57,6 @@ ROOT = RESERVED + "/"
 CHECKPOINTS_SUFFIX = "/checkpoints"
 
 _PART_MAX = 200
-_FILTER_KEY_MAX = 128
-_FILTER_STR_MAX = 1024
-_INT_BOUND = 2**63
 _CHECKPOINT_MAGIC = b"SKLG2C"
 _CHECKPOINT_MAGIC_1 = b"SKLG1C"  # ids in the store metadata (read only)
 _WRITES_MAGIC = b"SKLG1W"
@@ -135,14 +131,6 @@ def is_checkpoint_stream(stream: str) -> bool:
     return stream.startswith(ROOT) and stream.endswith(CHECKPOINTS_SUFFIX)
 
 
-def _utf8_ok(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 @dataclass(frozen=True, slots=True)
 class Ids:
     """The LangGraph identity of a checkpoint record, from its store metadata."""
@@ -183,45 +171,6 @@ def ids_from_metadata(metadata: Mapping[str, Any], record_id: str) -> Ids:
         raise CheckpointDecodeError(
             f"LangGraph metadata lacks {exc.args[0]!r}", id=record_id
         ) from None
-
-
-# -- metadata filters ----------------------------------------------------------------
-
-
-def filterable(key: object, value: object) -> bool:
-    """Whether ``{key: value}`` is a scalar the saver compares by JSON kind, as the
-    store's own metadata filter does (``True`` is not ``1``, ``1`` is not ``1.0``)."""
-    if not isinstance(key, str) or key == RESERVED or not key or "\x00" in key:
-        return False
-    if len(key) > _FILTER_KEY_MAX or not _utf8_ok(key):
-        return False
-    if value is None or type(value) is bool:
-        return True
-    if type(value) is int:
-        return -_INT_BOUND < value < _INT_BOUND
-    if type(value) is float:
-        return math.isfinite(value)
-    if type(value) is str:
-        return len(value) <= _FILTER_STR_MAX and "\x00" not in value and _utf8_ok(value)
-    return False
-
-
-def split_filter(
-    query: Mapping[str, Any] | None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(compared by JSON kind, matched by :mod:`._filters`)``: top-level scalar
-    keys without a dot are compared as the store compares metadata; ``None``
-    (which also matches a missing key), dotted paths, objects and arrays are
-    matched as LangGraph's savers match them."""
-    strict: dict[str, Any] = {}
-    loose: dict[str, Any] = {}
-    for key, value in (query or {}).items():
-        dotted = isinstance(key, str) and "." in key
-        if value is not None and not dotted and filterable(key, value):
-            strict[key] = value
-        else:
-            loose[key] = value
-    return strict, loose
 
 
 # -- frames -----------------------------------------------------------------------------

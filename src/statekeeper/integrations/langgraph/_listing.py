@@ -29,7 +29,7 @@ from statekeeper.models import Checkpoint as StoredCheckpoint
 from statekeeper.models import Skipped
 
 from . import _layout as lay
-from ._filters import matches, matches_strict
+from ._filters import matches
 from ._merge import Merge
 from ._records import Records
 
@@ -50,8 +50,7 @@ class Query:
     """One ``list()`` in progress: the store query plus the filter matched here."""
 
     stream: str | None
-    strict: dict[str, Any]
-    loose: dict[str, Any]
+    filter: dict[str, Any]
     remaining: int | None
     merge: Merge | None = None  # every namespace of a thread
     single: tuple[str, str, str] | None = None  # (thread, ns, checkpoint_id)
@@ -63,7 +62,7 @@ class Query:
 
     @property
     def filtered(self) -> bool:
-        return bool(self.strict or self.loose)
+        return bool(self.filter)
 
 
 async def plan(
@@ -73,7 +72,6 @@ async def plan(
     before: RunnableConfig | None,
     limit: int | None,
 ) -> Query:
-    strict, loose = lay.split_filter(filter)
     thread: str | None = None
     ns: str | None = None
     stream: str | None = None
@@ -83,7 +81,7 @@ async def plan(
         ns = conf.get("checkpoint_ns")
         if ns is not None:
             stream = lay.checkpoint_stream(thread, ns)
-    query = Query(stream, strict, loose, limit)
+    query = Query(stream, dict(filter or {}), limit)
     if limit is not None and limit <= 0:
         query.done = True
         return query
@@ -135,10 +133,7 @@ async def next_page(
             decoded = codec.decode_metadata(item)
             if query.before_id is not None and decoded.ids.checkpoint_id >= query.before_id:
                 continue
-            if not (
-                matches_strict(decoded.metadata, query.strict)
-                and matches(decoded.metadata, query.loose)
-            ):
+            if not matches(decoded.metadata, query.filter):
                 continue
             # the checkpoint itself is decoded only once its metadata matched
             kept.append((decoded, codec.decode_checkpoint(decoded)))
@@ -217,7 +212,7 @@ async def _single(
     )
     if found is None:
         return []
-    if not (matches_strict(found.metadata, query.strict) and matches(found.metadata, query.loose)):
+    if not matches(found.metadata, query.filter):
         return []
     if query.before_id is not None and checkpoint_id >= query.before_id:
         return []

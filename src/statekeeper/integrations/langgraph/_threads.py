@@ -16,7 +16,7 @@ from statekeeper.errors import CheckpointDecodeError, PreconditionFailed
 from statekeeper.models import NewCheckpoint
 
 from . import _layout as lay
-from ._filters import matches, matches_strict
+from ._filters import matches
 from ._merge import Merge
 from ._records import Records
 
@@ -51,7 +51,7 @@ async def delete_for_runs(
     """Every checkpoint whose metadata ``run_id`` is one of ``run_ids``, and its
     writes: one pass over the store's checkpoints, matching as ``list(filter=)``
     matches ``{"run_id": ...}``."""
-    wanted = [lay.split_filter({"run_id": run_id}) for run_id in run_ids]
+    wanted = [{"run_id": run_id} for run_id in run_ids]
     if not wanted:
         return
     doomed: builtins.list[str] = []
@@ -65,7 +65,7 @@ async def delete_for_runs(
                 metadata = records.decode_metadata(item).metadata
             except CheckpointDecodeError:
                 continue  # unreadable: not known to be of these runs
-            if any(matches_strict(metadata, s) and matches(metadata, lo) for s, lo in wanted):
+            if any(matches(metadata, query) for query in wanted):
                 doomed += [item.id, lay.writes_key_of(item.id)]
         cursor = page.next_cursor
         if cursor is None:
