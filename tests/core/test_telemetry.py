@@ -265,3 +265,21 @@ async def test_a_sweep_is_a_span_and_its_removals_are_counted(
     assert (second.attributes or {})["statekeeper.sweep.streams_removed"] == 0
     assert (second.attributes or {})["db.operation.name"] == "sweep"
     assert rec.count("statekeeper.sweep.removals") == 4
+
+
+def test_every_operation_is_still_a_coroutine_function() -> None:
+    """Instrumenting must not change what the methods are: callers and test doubles
+    (``create_autospec`` makes an ``AsyncMock`` only of a coroutine function) look.
+    On Python 3.11 the plain wrapper was not one."""
+    import inspect
+    from unittest import mock
+
+    from statekeeper.backends.memory import MemoryCheckpointStore
+    from statekeeper.telemetry._switch import OPERATIONS
+
+    for name in OPERATIONS:
+        method = getattr(MemoryCheckpointStore, name)
+        assert inspect.iscoroutinefunction(method), name
+        assert asyncio.iscoroutinefunction(method), name
+    double = mock.create_autospec(MemoryCheckpointStore, instance=True)
+    assert isinstance(double.save, mock.AsyncMock)

@@ -126,7 +126,16 @@ def _wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
     if hasattr(inspect, "markcoroutinefunction"):  # Python 3.12+: still a coroutine function
         inspect.markcoroutinefunction(operation)
-    return operation
+        return operation
+
+    # Python 3.11 has no marker: a thin coroutine function around the same body, so
+    # that inspect.iscoroutinefunction, asyncio.iscoroutinefunction and mock's
+    # create_autospec (an AsyncMock per operation) see what the method is
+    @functools.wraps(method)
+    async def awaited(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await operation(self, *args, **kwargs)
+
+    return awaited
 
 
 C = TypeVar("C", bound=type[Any])
