@@ -302,7 +302,7 @@ class Retention(BaseModel):
 
     Durations are seconds (int or float) or a :class:`~datetime.timedelta`, and
     must be positive. Ages are measured with the store's clock (``clock=``).
-    Frozen; bad values raise :class:`pydantic.ValidationError` (as
+    Frozen; bad values raise ``pydantic.ValidationError`` (as
     :class:`~statekeeper.errors.InvalidOptions` when passed to ``open_store``).
     """
 
