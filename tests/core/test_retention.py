@@ -188,3 +188,26 @@ async def test_a_failing_background_sweep_is_logged_and_retried(sweeps: _Sweeps)
 async def test_no_background_sweep_without_sweep_every() -> None:
     async with MemoryCheckpointStore(retention=sk.Retention(keep_last=1)) as store:
         assert store._sweeper is None
+
+
+class _SmallBatches(MemoryCheckpointStore):
+    """A backend that asks a sweep for removal batches of at most 3."""
+
+    _sweep_batch = 3
+    calls: list[int]
+
+    async def _delete_many(self, ids: list[str], now: Any) -> int:
+        self.calls.append(len(ids))
+        return await super()._delete_many(ids, now)
+
+
+@pytest.mark.asyncio
+async def test_a_sweep_removes_in_the_batches_the_backend_asks_for() -> None:
+    """A backend that holds a lock through each removal call (the file store) bounds
+    how long other writers wait by asking for smaller batches."""
+    async with _SmallBatches() as store:
+        store.calls = []
+        await store.save_many([sk.NewCheckpoint(stream="s", state=i) for i in range(11)])
+        report = await store.sweep(policy=sk.Retention(keep_last=1))
+    assert report.checkpoints_removed == 10
+    assert store.calls and max(store.calls) <= 3 and sum(store.calls) == 10

@@ -16,7 +16,7 @@ import builtins
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from ..errors import CheckpointDecodeError
 from ..models import (
@@ -50,6 +50,12 @@ class StorePrimitives(ABC):
     primitive documented as atomic must be atomic against other tasks and, where
     the backend declares it, other processes and hosts.
     """
+
+    #: At most how many checkpoints a sweep (S17) removes in one ``_delete_many``
+    #: call. Other writers run between calls, so a backend that holds a lock for a
+    #: whole call and does work per stream under it lowers this (the file store
+    #: syncs one index file per stream a batch touches); it bounds their wait.
+    _sweep_batch: ClassVar[int] = 500
 
     # -- the backdoor (conformance kit and repair tools only) ------------------------
 

@@ -143,13 +143,14 @@ def _by_stream(victims: list[tuple[str, str]]) -> list[str]:
 
 
 async def _remove(store: StorePrimitives, ids: list[str], at: datetime, dry_run: bool) -> int:
-    """Remove ``ids`` in batches of :data:`BATCH`; how many this call removed (on a
-    dry run, how many it would)."""
+    """Remove ``ids`` in batches of the backend's ``_sweep_batch`` (at most
+    :data:`BATCH`); how many this call removed (on a dry run, how many it would)."""
     if dry_run:
         return len(ids)
     removed = 0
-    for start in range(0, len(ids), BATCH):
-        removed += await store._delete_many(ids[start : start + BATCH], at)
+    step = max(1, min(BATCH, store._sweep_batch))
+    for start in range(0, len(ids), step):
+        removed += await store._delete_many(ids[start : start + step], at)
     return removed
 
 

@@ -145,6 +145,11 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         atomic_batches=True,
     )
     backend_name: ClassVar[str] = "file"
+    #: A sweep's removal batch (S17): ``delete_many`` holds the write lock and syncs
+    #: one index file per stream it touches, so a save waits for the whole batch.
+    #: 128 against the default 500, on 20,000 checkpoints in 2,000 streams: a save's
+    #: p99 during the sweep ~27 ms instead of ~78 ms, at the same removal rate.
+    _sweep_batch: ClassVar[int] = 128
 
     def __init__(
         self,
