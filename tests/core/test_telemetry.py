@@ -283,3 +283,21 @@ def test_every_operation_is_still_a_coroutine_function() -> None:
         assert asyncio.iscoroutinefunction(method), name
     double = mock.create_autospec(MemoryCheckpointStore, instance=True)
     assert isinstance(double.save, mock.AsyncMock)
+
+
+def test_a_process_that_never_turns_telemetry_on_runs_the_methods_unwrapped() -> None:
+    """Zero cost when off: until telemetry is first on in a process, the public
+    operations are the class's own coroutine functions (no wrapper, not even its
+    check); the first store made with ``telemetry=`` wraps them, once."""
+    done = run_python(
+        "import asyncio, statekeeper as sk\n"
+        "from statekeeper import BaseCheckpointStore as B\n"
+        "print(hasattr(B.save, '__wrapped__'), asyncio.iscoroutinefunction(B.save))\n"
+        "sk.open_store('memory://')\n"
+        "print(hasattr(B.save, '__wrapped__'))\n"
+        "sk.open_store('memory://', telemetry=True)\n"
+        "print(hasattr(B.save, '__wrapped__'), hasattr(B.save.__wrapped__, '__wrapped__'))\n"
+        "print(asyncio.iscoroutinefunction(B.save), asyncio.iscoroutinefunction(B.sweep))\n"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == ["False True", "False", "True False", "True True"]

@@ -1,12 +1,15 @@
 """Telemetry on or off: the one check every public operation makes (SPEC S18).
 
-:func:`instrument` wraps the methods of :data:`OPERATIONS` of a class once, when
-the class is made (``BaseCheckpointStore``): the wrapper is a plain function that
-returns the method's coroutine. Off (the store's ``_telemetry`` is ``None`` and
-:func:`~statekeeper.telemetry.enable` was not called), it returns the method's own
-coroutine: one attribute read and one global read per call, no coroutine of its
-own, and nothing of OpenTelemetry imported. On, it returns the coroutine of the
-traced run (:mod:`._otel`, imported then).
+:func:`instrument` registers a class (``BaseCheckpointStore``) whose methods of
+:data:`OPERATIONS` are wrapped the first time telemetry is turned on in the process
+(a store made with ``telemetry=``, or :func:`~statekeeper.telemetry.enable`), and
+never unwrapped. Until then the methods are the class's own coroutine functions:
+a process that never turns telemetry on pays nothing, not even a check. Once
+wrapped, a store with telemetry off (its ``_telemetry`` is ``None`` and
+``enable`` is not in force) costs one attribute read and one global read per call
+before the method's own coroutine; on, the wrapper runs the traced run
+(:mod:`._otel`, imported then). A wrapped method is still a coroutine function
+(marked on Python 3.12+; a thin ``async def`` around the same wrapper on 3.11).
 
 To instrument a new public operation of ``BaseCheckpointStore``, add its name to
 :data:`OPERATIONS` (and, if its arguments name a stream or an id, to
@@ -71,9 +74,14 @@ _MISSING_EXTRA = (
 )
 
 
+#: The classes :func:`instrument` registered, wrapped once telemetry is first on.
+_CLASSES: list[type[Any]] = []
+
+
 def _load() -> Run:
-    """The traced run (:func:`._otel.run`), importing OpenTelemetry; a clear
-    ``ImportError`` naming the extra when it is not installed."""
+    """The traced run (:func:`._otel.run`), importing OpenTelemetry and wrapping the
+    registered classes' operations the first time; a clear ``ImportError`` naming
+    the extra when it is not installed."""
     if _STATE.run is None:
         try:
             from ._otel import run
@@ -81,6 +89,8 @@ def _load() -> Run:
             raise ImportError(_MISSING_EXTRA) from exc
         _STATE.run = run
         carry_on()  # worker threads run calls in their callers' contexts from now on
+        for cls in _CLASSES:
+            _install(cls)
     return _STATE.run
 
 
@@ -142,13 +152,22 @@ C = TypeVar("C", bound=type[Any])
 
 
 def instrument(cls: C) -> C:
-    """Class decorator: wrap the :data:`OPERATIONS` that ``cls`` defines (see the
+    """Class decorator: the :data:`OPERATIONS` that ``cls`` defines are wrapped once
+    telemetry is first turned on in the process, at once if it already is (see the
     module). A subclass that overrides one and calls ``super()`` keeps one span."""
+    _CLASSES.append(cls)
+    if _STATE.run is not None:
+        _install(cls)
+    return cls
+
+
+def _install(cls: type[Any]) -> None:
     for name in OPERATIONS:
         method = cls.__dict__.get(name)
-        if method is not None:
-            setattr(cls, name, _wrap(name, method))
-    return cls
+        if method is not None and not getattr(method, "_statekeeper_traced", False):
+            wrapped = _wrap(name, method)
+            wrapped._statekeeper_traced = True  # type: ignore[attr-defined]
+            setattr(cls, name, wrapped)
 
 
 def traced(name: str) -> Callable[[F], F]:
