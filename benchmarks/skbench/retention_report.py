@@ -36,8 +36,8 @@ def render(results: RetentionResults, settings: RetentionSettings) -> str:
         "another side stream for as long as the sweep runs, in the same process and "
         "event loop (its first saves may land before the sweep reads its first page, "
         "and are then older than the sweep and counted among the removed). The "
-        "machine was shared with other engineers' test runs and was "
-        "noisy: read the latencies as indications, the ratios as the point."
+        "machine is shared (the load averages above say how busy it was): read the "
+        "latencies as indications, the ratios as the point."
     )
     lines.append("")
     rows = []

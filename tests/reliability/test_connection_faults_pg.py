@@ -150,3 +150,59 @@ def test_langgraph_run_through_a_restart_keeps_one_history(
     done, failed = asyncio.run(main())
     FIGURES["connection faults: LangGraph invocations through a restart"] += done + failed
     print({"invocations completed": done, "failed (retryable)": failed})
+
+
+def test_agent_framework_saves_through_a_restart_keep_one_history(
+    scratch_pg: Callable[..., ScratchPostgres],
+) -> None:
+    """Agent Framework's storage over PostgreSQL, saving a workflow's checkpoints one
+    after another while the server restarts (``-m fast``), each failed save retried
+    by the caller with the same checkpoint, as the errors' ``retryable`` flag says it
+    may be: every error raised is retryable, and afterwards the workflow holds each
+    checkpoint exactly once, in the order saved, the last one latest."""
+    pytest.importorskip("agent_framework")
+    from agent_framework import WorkflowCheckpoint
+
+    from statekeeper.errors import StatekeeperError
+    from statekeeper.integrations.agent_framework import StatekeeperCheckpointStorage
+
+    server = scratch_pg()
+
+    async def main() -> tuple[int, int]:
+        failed: list[StatekeeperError] = []
+        saved: list[str] = []
+        async with open_store(_url(server), codec="raw") as store:
+            storage = StatekeeperCheckpointStorage(store)
+
+            async def save(n: int) -> None:
+                checkpoint = WorkflowCheckpoint(
+                    workflow_name="wf", graph_signature_hash="sig", iteration_count=n
+                )
+                while True:  # the caller's retry: the same checkpoint, so the same id
+                    try:
+                        saved.append(await storage.save(checkpoint))
+                        return
+                    except StatekeeperError as exc:
+                        failed.append(exc)
+                        await asyncio.sleep(0.05)
+
+            for n in range(10):
+                await save(n)
+            restarting = asyncio.create_task(asyncio.to_thread(restart, server, "fast"))
+            n, after = 10, 0
+            while after < 5:
+                after += restarting.done()
+                await save(n)
+                n += 1
+            await restarting
+            ids = await storage.list_checkpoint_ids(workflow_name="wf")
+            latest = await storage.get_latest(workflow_name="wf")
+            await storage.aclose()
+        assert all(exc.retryable for exc in failed), failed
+        assert ids == saved, "a checkpoint lost, twice or out of order"
+        assert latest is not None and latest.checkpoint_id == saved[-1]
+        return len(saved), len(failed)
+
+    done, failed = asyncio.run(main())
+    FIGURES["connection faults: Agent Framework saves through a restart"] += done + failed
+    print({"saves acknowledged": done, "failed and retried": failed})
