@@ -43,6 +43,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from ..config import StoreOptions
 from ..errors import InvalidQuery
@@ -53,6 +54,9 @@ from .query import ScanQuery
 __all__ = ["BATCH", "BackgroundSweep", "Plan", "background_sweep", "chosen_policy", "sweep"]
 
 _log = logging.getLogger("statekeeper.retention")
+
+#: How a plan removes ids: how many it removed (a dry run: how many it would).
+Remove = Callable[[list[str]], Awaitable[int]]
 
 #: Checkpoints per scanned page and per removal batch.
 BATCH = 500
@@ -75,6 +79,8 @@ class Plan:
     victims: list[tuple[str, str]] = field(default_factory=list)
     #: the newest checkpoint of each idle stream, removed after everything else
     last: list[str] = field(default_factory=list)
+    #: how many checkpoints the removals so far removed (a dry run: would remove)
+    removed: int = 0
 
     def consider(self, stream: str, id: str, written: datetime) -> None:
         rank = self.ranks.get(stream, 0) + 1
@@ -92,6 +98,22 @@ class Plan:
         ):
             self.victims.append((stream, id))
 
+    async def flush(self, remove: Remove) -> None:
+        """Remove the victims gathered so far, sorted by stream (a batch then
+        touches few streams: the file store writes one index file per stream)."""
+        ids = [id for _, id in sorted(self.victims)]
+        self.victims = []
+        self.removed += await remove(ids)
+
+    async def finish(self, remove: Remove) -> tuple[int, int]:
+        """Remove what is left, then each idle stream's newest, last of all, so that
+        ``get_latest`` never sees an older checkpoint: ``(checkpoints removed,
+        streams removed)``, each counting only what ``remove`` said it removed."""
+        await self.flush(remove)
+        streams = await remove(self.last)
+        self.last = []
+        return self.removed + streams, streams
+
 
 async def sweep(
     store: StorePrimitives,
@@ -106,7 +128,7 @@ async def sweep(
     module docstring); with ``purge``, also purge expired records."""
     started = time.perf_counter()
     plan = Plan(policy, at)
-    removed = 0
+    remove = partial(_remove, store, at=at, dry_run=dry_run)
     bound: int | None = None
     rules = policy.has_rules
     while rules:
@@ -118,12 +140,10 @@ async def sweep(
                 plan.consider(entry.stream, entry.id, entry.updated_at)
         bound = entries[-1].sequence
         if len(plan.victims) >= GATHER:
-            removed += await _remove(store, _by_stream(plan.victims), at, dry_run)
-            plan.victims = []
+            await plan.flush(remove)
         if progress is not None:
             progress(len(entries))
-    removed += await _remove(store, _by_stream(plan.victims), at, dry_run)
-    streams = await _remove(store, plan.last, at, dry_run)  # only now: newest last
+    removed, streams = await plan.finish(remove)
     reclaimed: int | None = None
     if not dry_run:
         if purge:
@@ -131,18 +151,14 @@ async def sweep(
         reclaimed = await store._reclaim(full=False)
     return SweepReport(
         streams_removed=streams,
-        checkpoints_removed=removed + streams,
+        checkpoints_removed=removed,
         bytes_reclaimed=reclaimed,
         seconds=time.perf_counter() - started,
         dry_run=dry_run,
     )
 
 
-def _by_stream(victims: list[tuple[str, str]]) -> list[str]:
-    return [id for _, id in sorted(victims)]
-
-
-async def _remove(store: StorePrimitives, ids: list[str], at: datetime, dry_run: bool) -> int:
+async def _remove(store: StorePrimitives, ids: list[str], *, at: datetime, dry_run: bool) -> int:
     """Remove ``ids`` in batches of the backend's ``_sweep_batch`` (at most
     :data:`BATCH`); how many this call removed (on a dry run, how many it would)."""
     if dry_run:

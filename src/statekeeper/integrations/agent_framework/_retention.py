@@ -65,7 +65,10 @@ async def sweep_workflows(
     docstring); ``stopping()`` is asked between workflows."""
     started = time.perf_counter()
     plan = Plan(policy, store.now())
-    removed = 0
+
+    async def remove(ids: list[str]) -> int:
+        return await _remove(store, ids, dry_run)
+
     streams = [
         *await store.list_streams(prefix=f"{namespace}:"),
         *await store.list_streams(prefix=f"{namespace}#"),
@@ -75,17 +78,15 @@ async def sweep_workflows(
             break
         await _read(store, stream, plan)
         if len(plan.victims) >= _PAGE:
-            removed += await _remove(store, [id for _, id in plan.victims], dry_run)
-            plan.victims = []
-    removed += await _remove(store, [id for _, id in plan.victims], dry_run)
-    workflows = await _remove(store, plan.last, dry_run)  # only now: newest last
+            await plan.flush(remove)
+    removed, workflows = await plan.finish(remove)  # each workflow's newest last
     reclaimed = None
     if not dry_run:
         # a sweep without rules only purges expired records and gives space back
         reclaimed = (await store.sweep(policy=Retention())).bytes_reclaimed
     return SweepReport(
         streams_removed=workflows,
-        checkpoints_removed=removed + workflows,
+        checkpoints_removed=removed,
         bytes_reclaimed=reclaimed,
         seconds=time.perf_counter() - started,
         dry_run=dry_run,
