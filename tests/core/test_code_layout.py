@@ -6,7 +6,10 @@
 - no import cycle among the project's own modules, counting every import: module
   level, inside functions, and under ``if TYPE_CHECKING:``;
 - no class inherits through more than four of the project's own classes;
-- no read has a ``*_nowait`` twin: one body runs inline and on the worker.
+- no read has a ``*_nowait`` twin: one body runs inline and on the worker;
+- every package of more than one module names each of its modules in its
+  ``__init__`` docstring (the package's map), but the root ``statekeeper``, whose
+  map is CONTRIBUTING.md's.
 
 The graph is built from the source with :mod:`ast`, so nothing is imported.
 """
@@ -14,6 +17,7 @@ The graph is built from the source with :mod:`ast`, so nothing is imported.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,3 +231,44 @@ def test_the_checker_sees_a_cycle_and_a_deep_class(tmp_path: Path) -> None:
     assert _class_depths(mods)["F"] == 5
     real = _modules()
     assert len(real) > 50 and any(m.imports for m in real.values())
+
+
+def _unmapped(modules: dict[str, Module]) -> dict[str, list[str]]:
+    """Each package (not the root): the modules its docstring does not name."""
+    found: dict[str, list[str]] = {}
+    for pkg in modules.values():
+        if not pkg.is_package or "." not in pkg.name:
+            continue
+        members = sorted(
+            m.name.rsplit(".", 1)[1]
+            for m in modules.values()
+            if m.name.rsplit(".", 1)[0] == pkg.name and m.name != pkg.name
+        )
+        if len(members) < 2:
+            continue
+        doc = ast.get_docstring(pkg.tree) or ""
+        missing = [m for m in members if not re.search(rf"(?<!\w){re.escape(m)}(?!\w)", doc)]
+        if missing:
+            found[pkg.name] = missing
+    return found
+
+
+def test_every_package_docstring_maps_its_modules(modules: dict[str, Module]) -> None:
+    assert _unmapped(modules) == {}
+
+
+def test_the_map_check_sees_a_module_left_out(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text('"""The map: :mod:`.alpha` holds the alphas."""\n')
+    (pkg / "alpha.py").write_text("")
+    (pkg / "beta.py").write_text("")
+    found = {
+        name: Module(name, path, path.name == "__init__.py", ast.parse(path.read_text()))
+        for name, path in [
+            ("root.pkg", pkg / "__init__.py"),
+            ("root.pkg.alpha", pkg / "alpha.py"),
+            ("root.pkg.beta", pkg / "beta.py"),
+        ]
+    }
+    assert _unmapped(found) == {"root.pkg": ["beta"]}

@@ -17,10 +17,14 @@ measures the time).
 - :mod:`.retention`: ``sweep`` (a retention policy, once) and ``compact``.
 - :mod:`.frameworks`: what ``verify`` and ``repair`` check beyond the store's own
   records (LangGraph pending writes whose checkpoint is gone).
+- :mod:`.importing`: ``statekeeper import`` of a framework's own store (an Agent
+  Framework ``FileCheckpointStorage`` directory, a LangGraph SQLite or PostgreSQL
+  database).
 - :mod:`.rekeying`: ``rekey``, every record under the active key of ``$STATEKEEPER_KEYS``.
 - :mod:`.output`: the store URL, opening a store (with ``encryption="env"`` when
   ``$STATEKEEPER_KEYS`` is set), rich or ``--json`` output, errors and exit codes.
 - :mod:`.hints`: commands printed for the user to run next, so that they run as printed.
 - :mod:`.ops`: the long-running work of ``streams`` and ``copy``.
 - :mod:`.demo` and :mod:`.demo_render`: ``statekeeper demo`` and how it tells its story.
+- ``__main__``: ``python -m statekeeper.cli``, the same as the console script.
 """

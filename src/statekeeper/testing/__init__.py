@@ -70,6 +70,19 @@ The kit needs pytest, pytest-asyncio and Hypothesis (the ``testing`` extra) and
 says so when one is missing. The reliability checkers (``workloads``,
 ``invariants``, ``history``, ``recording``) need none of them: importing them, as
 every workload child process does, never imports pytest.
+
+The modules: ``kit`` (:class:`CheckpointStoreTests`, the test groups joined) over
+``_base`` (fixtures, helpers, the kit's test types, :class:`FakeClock`) and the
+groups, one per part of the contract: ``_core_tests`` (S1, S2), ``_read_tests``
+(S3, S5, S11), ``_list_tests`` (S4), ``_write_tests`` (S6, S7, prune, lifecycle),
+``_batch_tests`` (headers, S13), ``_filter_tests`` (S14), ``_codec_tests``
+(prefixes, ``codec="raw"``), ``_encryption_tests`` (S16), ``_retention_tests``
+(S17) and ``_stateful_tests`` (the state machine's test); ``stateful`` (the state
+machine) over ``_model`` (its reference model); ``_pages`` (the bound on every walk
+through pages); ``strategies`` (Hypothesis strategies); ``services`` (real-service
+URLs); ``encryption`` (the kit's test keyrings, :func:`encrypted_options`);
+``_deps`` (the kit's third-party imports and what to say when one is missing);
+``plugin`` (the pytest plugin); and the reliability checkers above.
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ operating system:
 - :mod:`.format`: names and the bytes of the small files; pure, no I/O.
 - :mod:`.statefile`: the bytes of the state file and its journal, and what a
   reader may see of a batch in flight; pure, re-exported by :mod:`.format`.
+- :mod:`.spares`: the temp file of the next durable save, made ahead while the
+  writer is idle.
 - :mod:`.io`: :class:`FileIO`, every OS call behind one seam, for durability and
   fault injection.
 """
