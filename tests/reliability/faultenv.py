@@ -424,7 +424,10 @@ def postgres_maker() -> tuple[Callable[..., ScratchPostgres], list[ScratchPostgr
     pytest.importorskip("asyncpg")
     bindir = find_bindir()
     if bindir is None:
-        unavailable("no PostgreSQL server binaries (initdb, postgres, pg_isready)")
+        unavailable(
+            "no PostgreSQL server binaries (initdb, postgres, pg_isready) in "
+            "/usr/lib/postgresql/*/bin, pg_config --bindir or PATH"
+        )
     try:
         user = server_user()
     except LookupError as exc:

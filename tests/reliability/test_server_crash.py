@@ -25,46 +25,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from faultenv import postgres_maker
 from harness import server_crash_loop
 from reliability_support import FIGURES, Backend
-from scratch_postgres import ScratchPostgres, find_bindir, server_user
+from scratch_postgres import ScratchPostgres
 
 from statekeeper.testing.invariants import InvariantViolation
-from statekeeper.testing.services import require_services
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(240)]
 
 SEED = 20250311
 
 
-def _unavailable(reason: str) -> None:
-    if require_services():
-        pytest.fail(f"{reason} (STATEKEEPER_REQUIRE_SERVICES is set, so this is a failure)")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def scratch_postgres() -> Iterator[Callable[..., ScratchPostgres]]:
     """``(**settings) -> a started server``; every server is destroyed at teardown."""
-    pytest.importorskip("asyncpg")
-    bindir = find_bindir()
-    if bindir is None:
-        _unavailable(
-            "no PostgreSQL server binaries (initdb, postgres, pg_isready) in "
-            "/usr/lib/postgresql/*/bin, pg_config --bindir or PATH"
-        )
-    try:
-        user = server_user()
-    except LookupError as exc:
-        _unavailable(f"initdb and postgres refuse to run as root: {exc}")
-    made: list[ScratchPostgres] = []
-
-    def make(**settings: str) -> ScratchPostgres:
-        server = ScratchPostgres.create(bindir, user, settings)  # type: ignore[arg-type]
-        made.append(server)
-        server.start()
-        return server
-
+    make, made = postgres_maker()
     try:
         yield make
     finally:
