@@ -21,7 +21,7 @@ import pytest
 import statekeeper as sk
 from sql_helpers import Target, finish_children, start_children
 from statekeeper.backends.sql import SqlCheckpointStore
-from statekeeper.backends.sql.compiler import _expand as expand_in_lists
+from statekeeper.backends.sql.sqlite.compiler import _expand as expand_in_lists
 from statekeeper.errors import InvalidQuery, PreconditionFailed, StoreFormatError
 from statekeeper.record import StoredRecord
 

@@ -26,7 +26,6 @@ and their options are imported from here on first use. The modules:
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
 - :mod:`.values`: the values the tables hold (expiry, hashes, index keys, filter
   parameters, prefix bounds).
-- :mod:`.compiler`: those statements compiled once for SQLite's ``sqlite3``.
 - :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
   locks, error mapping); statements are built and cached per dialect.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.

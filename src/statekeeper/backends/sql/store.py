@@ -28,7 +28,6 @@ from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord, read_record
 from . import integrity, migrations, outcomes, updates, writes
-from .compiler import Compiler
 from .dialects import INLINE_WRITE_BYTES, Family, Runtime, Session
 from .entries import scanned_entries
 from .options import SqlOptions, family_of
@@ -116,9 +115,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self.url = parsed.with_(query={})
         self.family: Family = family_of(self.url)
         self.table_prefix = self.options.table_prefix
-        self._st, self._compiler = _statements(
-            self.table_prefix, self.options.db_schema, self.family
-        )
+        self._st = _statements(self.table_prefix, self.options.db_schema, self.family)
         self.tables = self._st.t
         self._store_id = ""
         self._meta_damage: list[str] = []
@@ -497,8 +494,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
 
 @lru_cache(maxsize=64)
-def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statements, Compiler]:
+def _statements(prefix: str, schema: str | None, family: Family) -> Statements:
     """Shared by every store of one dialect with these tables, so statements compile
     once per process and dialect. Keyed by dialect: the dialect-specific statements
     built on first use must not reach a store of another dialect (issue 11)."""
-    return Statements(build_tables(prefix, schema, family), family), Compiler()
+    return Statements(build_tables(prefix, schema, family), family)

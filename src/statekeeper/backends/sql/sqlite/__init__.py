@@ -14,6 +14,7 @@ The modules, from the store down:
   (one transaction, a savepoint per write, one COMMIT; SPEC S15).
 - :mod:`.session`: :class:`SqliteSession`, the ``Session`` over one connection that
   every operation of :mod:`..store` runs on.
+- :mod:`.compiler`: the SQL core's statements compiled once for ``sqlite3``.
 - :mod:`.connect`: the file's path from the URL, the connection settings, WAL, and
   the writer's wait for the write lock.
 

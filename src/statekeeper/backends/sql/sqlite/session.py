@@ -1,5 +1,5 @@
 """The :class:`~..dialects.Session` of SQLite: one ``sqlite3`` connection, and the
-statements of :mod:`..schema` compiled once for SQLite (:mod:`..compiler`)."""
+statements of :mod:`..schema` compiled once for SQLite (:mod:`.compiler`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.sql import Executable
 
-from ..compiler import _POSTCOMPILE, Compiler, _expand
+from .compiler import _POSTCOMPILE, Compiler, _expand
 
 if TYPE_CHECKING:  # (a name only: the session needs nothing of the dialects module)
     from ..dialects import Family
