@@ -9,20 +9,14 @@ and their options are imported from here on first use. The modules:
 
 - :mod:`.store`: :class:`SqlCheckpointStore`; every operation written once, as a
   synchronous function over a ``Session``, and where it runs.
-- :mod:`.upkeep`: opening (the meta probe, migrations), ``verify`` and ``repair``
-  of one store's tables.
+- :mod:`.integrity`: damage: opening (the meta probe, migrations), ``verify`` and
+  ``repair`` of one store's tables (records are the truth).
 - :mod:`.server_store`: the base of the server dialects' stores.
 - :mod:`.options`: :class:`SqlOptions` (what every dialect takes, and the refusal
   of another dialect's option) and the URL schemes and drivers.
 - :mod:`.writes`: inserts (``save``, ``save_many``) and the tags and fields rows.
 - :mod:`.updates`: ``update``, ``delete``, ``delete_stream``, ``prune``, ``purge``.
 - :mod:`.entries`: scanned rows read back into a listing's entries.
-- :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
-  ``verify`` and the rebuilds of ``repair`` (records are the truth).
-- :mod:`.store_ids`: the store id the records carry, which decides over a damaged
-  ``store_id`` meta row.
-- :mod:`.schema_check`: the tables and indexes a schema version needs, checked by
-  ``verify`` and recreated by ``repair``.
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
 - :mod:`.values`: the values the tables hold (expiry, hashes, index keys, filter
   parameters, prefix bounds).

@@ -143,7 +143,7 @@ def parse_version(
     An empty meta table is a creation that was interrupted after its DDL, which
     on MySQL commits by itself; version 1 is then applied again (idempotently).
     ``damaged`` is the version to read when the row is missing or unreadable in a
-    meta table that has other rows (see :func:`.integrity.probe_meta`).
+    meta table that has other rows (see :func:`.integrity.derived.probe_meta`).
     """
     if meta is None:
         return None

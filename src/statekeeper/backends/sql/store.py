@@ -27,9 +27,11 @@ from ...config import Capabilities, StoreOptions
 from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord, read_record
-from . import integrity, migrations, outcomes, updates, writes
+from . import migrations, outcomes, updates, writes
 from .dialects import INLINE_WRITE_BYTES, Family, Runtime, Session
 from .entries import scanned_entries
+from .integrity import derived
+from .integrity.upkeep import Upkeep, translated
 from .options import SqlOptions, family_of
 from .schema import (
     Statements,
@@ -38,7 +40,6 @@ from .schema import (
     prefix_bounds,
     to_micros,
 )
-from .upkeep import Upkeep, translated
 
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 
@@ -400,7 +401,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             count = s.first(self._st.count, at)
             streams = s.first(self._st.count_streams, at)
             expired = s.first(self._st.count_expired, at)
-            hwm = integrity.read_counter(s, self._st)
+            hwm = derived.read_counter(s, self._st)
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
@@ -417,7 +418,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _verify(self) -> list[Problem]:
         """Meta rows, tables and indexes, the counter, every row against its record, and
-        orphan index rows; reads only (:meth:`.upkeep.Upkeep.verify`)."""
+        orphan index rows; reads only (:meth:`.integrity.upkeep.Upkeep.verify`)."""
         version = self._require_open().format_version or migrations.MIGRATIONS[-1].version
         return await self._upkeep().verify(
             version, self._check_counter, self._store_id, self._location
@@ -425,7 +426,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
         """Recreate lost tables and indexes, rebuild the meta rows, row columns, tag and
-        fields rows and the counter from the records (:meth:`.upkeep.Upkeep.repair`),
+        fields rows and the counter from the records (:meth:`.integrity.upkeep.Upkeep.repair`),
         then deal with the damaged records."""
         identity = self._require_open()
         version = identity.format_version or migrations.MIGRATIONS[-1].version
@@ -444,10 +445,10 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     def _check_counter(self, s: Session) -> list[Problem]:
         """``verify`` of what orders sequences (PostgreSQL: :mod:`.postgres.seq_base`)."""
-        return integrity.check_counter(s, self._st, self.describe())
+        return derived.check_counter(s, self._st, self.describe())
 
     def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
-        return integrity.rebuild_counter(s, self._st)
+        return derived.rebuild_counter(s, self._st)
 
     async def _drop_row(self, entry: Skipped) -> bool:
         return await self._upkeep().drop_row(entry.sequence)

@@ -22,8 +22,9 @@ import sqlalchemy as sa
 from ...errors import BackendError, PreconditionFailed
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
-from . import dialects, schema_check
+from . import dialects
 from .dialects import Session
+from .integrity import schema_check
 from .schema import SCHEMA_VERSION, Statements, expires_micros, field_rows, tag_rows, to_micros
 
 __all__ = ["index_rows", "insert_many", "insert_one", "reindex"]

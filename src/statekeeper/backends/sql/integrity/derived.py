@@ -17,7 +17,7 @@ else is derived from it and may be rebuilt:
 A row whose record cannot be read stays: strict reads keep raising
 :class:`~statekeeper.errors.CheckpointDecodeError` for it until
 ``repair(drop_damaged=True)``. Every function here is a synchronous operation over
-one :class:`~.dialects.Session`; the ``check_*`` ones only read.
+one :class:`~..dialects.Session`; the ``check_*`` ones only read.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ...errors import CheckpointDecodeError, StoreFormatError
-from ...models import Problem
-from ...record import StoredRecord
-from . import dialects, writes
-from .dialects import Session
-from .migrations import read_meta, tables_version
-from .schema import Statements, expires_micros, field_rows, tag_rows
+from ....errors import CheckpointDecodeError, StoreFormatError
+from ....models import Problem
+from ....record import StoredRecord
+from .. import dialects, writes
+from ..dialects import Session
+from ..migrations import read_meta, tables_version
+from ..schema import Statements, expires_micros, field_rows, tag_rows
 from .store_ids import STORE_ID as _STORE_ID
 from .store_ids import store_id_on_record
 

@@ -5,7 +5,7 @@ hand, a restore that left one out). Nothing about the records is wrong then, but
 saves fail (SQLite's ``ON CONFLICT (id)`` needs the unique index on ``id``; every
 save needs the counter table) or, worse, stop being checked (MySQL takes a
 duplicate id for a free one without that index). So ``verify`` compares the
-catalog with :func:`.schema.build_tables` for the store's version
+catalog with :func:`..schema.build_tables` for the store's version
 (:func:`check_schema`), ``repair()`` recreates what is missing
 (:func:`rebuild_schema`, the migrations' own ``IF NOT EXISTS`` DDL), and a save that
 fails on a damaged schema says so and says to repair (:func:`schema_damage`).
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from ...models import Problem
-from . import dialects
-from .dialects import Session
-from .schema import Statements, Tables
+from ....models import Problem
+from .. import dialects
+from ..dialects import Session
+from ..schema import Statements, Tables
 
 __all__ = ["SchemaDamage", "check_schema", "rebuild_schema", "schema_damage"]
 
@@ -152,9 +152,9 @@ def rebuild_schema(s: Session, st: Statements, version: int) -> tuple[list[str],
     ``IF NOT EXISTS`` DDL), and an index of the wrong uniqueness; return what was
     recreated and what could not be (each a sentence).
 
-    A recreated counter table is empty: :func:`.integrity.rebuild_counter`, which
+    A recreated counter table is empty: :func:`.derived.rebuild_counter`, which
     runs after this, fills it from the highest stored sequence. A recreated tags or
-    fields table is filled by :func:`.integrity.rebuild_rows`. The unique index on
+    fields table is filled by :func:`.derived.rebuild_rows`. The unique index on
     ``id`` is not created over ids that several rows hold; that is reported instead.
     """
     done: list[str] = []
