@@ -145,8 +145,8 @@ async def test_a_lost_base_row_is_reported_and_rebuilt(
 @pytest.mark.parametrize("url", ["sqlite:///x.db", "mysql+aiomysql://u@localhost/db"])
 def test_listing_wait_is_an_option_of_postgresql_only(url: str) -> None:
     with pytest.raises(InvalidOptions, match="listing_wait"):
-        SqlCheckpointStore(url, listing_wait=1)
-    store = SqlCheckpointStore("postgresql://u@localhost/db?listing_wait=0.5")
+        SqlCheckpointStore.from_url(url, listing_wait=1)
+    store = SqlCheckpointStore.from_url("postgresql://u@localhost/db?listing_wait=0.5")
     assert store.options.listing_wait == 0.5
 
 

@@ -54,7 +54,7 @@ class Server:
         self.engines: list[AsyncEngine] = []
 
     def store(self, **options: Any) -> SqlCheckpointStore:
-        return SqlCheckpointStore(self.url, **{"table_prefix": self.prefix, **options})
+        return SqlCheckpointStore.from_url(self.url, **{"table_prefix": self.prefix, **options})
 
     def engine(self) -> AsyncEngine:
         engine = create_async_engine(self.url, pool_size=2)
@@ -112,7 +112,7 @@ def test_server_urls_pick_the_async_drivers(url: str, cls: type, sa_driver: str)
     assert type(store) is cls
     assert store.capabilities.cross_host
     assert "pw" not in store.describe() and "db.example" in store.describe()
-    sa_url = server_url(store.url, store.family, store.driver)  # type: ignore[attr-defined]
+    sa_url = server_url(store.url, store.dialect, store.driver)  # type: ignore[attr-defined]
     assert sa_url.drivername == sa_driver
     assert sa_url.password in (None, "pw")  # the driver does get the password
 
@@ -321,7 +321,7 @@ def test_driver_errors_are_backend_errors_with_orig(service: str) -> None:
     url = service_url(service)
     wrong_db = url.rsplit("/", 1)[0] + "/statekeeper_no_such_db"
     with pytest.raises(BackendError) as caught:
-        run_async_in_thread(lambda: SqlCheckpointStore(wrong_db).open())
+        run_async_in_thread(lambda: SqlCheckpointStore.from_url(wrong_db).open())
     assert caught.value.orig is not None
     assert "statekeeper_no_such_db" in str(caught.value)
 
@@ -332,7 +332,7 @@ def test_passwords_never_appear_in_descriptions_or_errors(service: str) -> None:
     scheme, rest = url.split("://", 1)
     host_part = rest.split("@", 1)[-1].split("/", 1)[1]
     secret_url = f"{scheme}://someone:s3cr3t-pw@127.0.0.1:1/{host_part}"  # nothing listens
-    store = SqlCheckpointStore(secret_url)
+    store = SqlCheckpointStore.from_url(secret_url)
     assert "s3cr3t" not in store.describe()
     with pytest.raises(BackendError) as caught:
         run_async_in_thread(store.open)

@@ -3,7 +3,8 @@
 
 The SQL core (this package's modules) is every operation, written once; the
 dialect packages :mod:`.sqlite`, :mod:`.postgres` and :mod:`.mysql` hold what
-differs, each with its own options class. Opening a SQLite store imports
+differs: each its store class, its options class and its
+:class:`~.dialects.Dialect`, whose methods the core calls. Opening a SQLite store imports
 no server dialect: :class:`PostgresCheckpointStore`, :class:`MysqlCheckpointStore`
 and their options are imported from here on first use. The modules:
 
@@ -20,18 +21,20 @@ and their options are imported from here on first use. The modules:
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
 - :mod:`.values`: the values the tables hold (expiry, hashes, index keys, filter
   parameters, prefix bounds).
-- :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
-  locks, error mapping); statements are built and cached per dialect.
+- :mod:`.dialects`: the dialect interface, :class:`~.dialects.Dialect` (what
+  differs per database, as methods), and the ``Session`` and ``Runtime`` every
+  operation runs on.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
 - :mod:`.sqlite`: SQLite: :class:`SqliteCheckpointStore`, its options, and stdlib
   ``sqlite3`` on worker threads of its own.
-- :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
+- :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine,
+  and :class:`~.server.ServerDialect`, what their connections differ in.
 - :mod:`.faults`: refused and lost connections, and the one retry of a read.
 - :mod:`.outcomes`: a write whose reply a lost connection hid: the lookup of a
   save or update, or ``OutcomeUnknown``.
 - :mod:`.postgres`: PostgreSQL: sequences from transaction ids, the listing
   horizon, and the hot statements as prepared asyncpg statements.
-- :mod:`.mysql`: MySQL/MariaDB.
+- :mod:`.mysql`: MySQL/MariaDB: :class:`MysqlCheckpointStore` and its dialect.
 """
 
 from __future__ import annotations

@@ -19,33 +19,25 @@ from typing import TypeVar
 
 from ....errors import ConcurrentModificationError, StoreFormatError, StoreNotFound
 from ....models import Problem
-from .. import dialects, migrations
+from .. import migrations
 from ..dialects import Runtime, Session
 from ..schema import Statements
 from . import derived, schema_check
 
-__all__ = ["Repaired", "Upkeep", "guarded", "translated"]
+__all__ = ["Repaired", "Upkeep", "guarded"]
 
 T = TypeVar("T")
 
 _REBUILD = "repair() rebuilds the meta table from the records"
 
 
-def translated(
-    exc: BaseException, what: str, where: str | Callable[[], str], busy_timeout: float
-) -> BaseException | None:
-    """The statekeeper error for a driver error ``exc`` (``None``: not a driver error);
-    ``where``, the store's name for it, may be a function: only an error needs it."""
-    place = where if isinstance(where, str) else where()
-    return dialects.translate_error(exc, f"{what} on {place}", busy_timeout)
-
-
-async def guarded(call: Awaitable[T], what: str, where: str, busy_timeout: float) -> T:
-    """Await ``call``, turning driver errors into statekeeper errors."""
+async def guarded(call: Awaitable[T], st: Statements, what: str, where: str, busy: float) -> T:
+    """Await ``call``, turning driver errors into statekeeper errors (by ``st.dialect``;
+    ``busy``: the store's busy_timeout, which a lock timeout names)."""
     try:
         return await call
     except BaseException as exc:
-        err = translated(exc, what, where, busy_timeout)
+        err = st.dialect.translate_error(exc, f"{what} on {where}", busy)
         if err is None:
             raise
         raise err from exc
@@ -113,7 +105,7 @@ class Upkeep:
         self.rt, self.st, self.where, self.busy_timeout = rt, st, where, busy_timeout
 
     def _guard(self, what: str, call: Awaitable[T]) -> Awaitable[T]:
-        return guarded(call, what, self.where, self.busy_timeout)
+        return guarded(call, self.st, what, self.where, self.busy_timeout)
 
     async def probe(self, attempts: int = 5) -> derived.MetaProbe:
         st, where = self.st, self.where
@@ -174,9 +166,9 @@ class Upkeep:
         """``fn`` in a write transaction under the store's migration lock."""
         tables, timeout = self.st.t, self.busy_timeout
         return self.rt.locked_write(
-            lambda s: dialects.migration_lock(s, tables, timeout),
+            lambda s: s.dialect.migration_lock(s, tables, timeout),
             fn,
-            lambda s: dialects.migration_unlock(s, tables),
+            lambda s: s.dialect.migration_unlock(s, tables),
         )
 
     async def verify(

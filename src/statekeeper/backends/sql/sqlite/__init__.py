@@ -5,6 +5,8 @@ The modules, from the store down:
 
 - :mod:`.store`: :class:`SqliteCheckpointStore`, SQLite's capabilities, and its
   runtime built from the options.
+- :mod:`.dialect`: :class:`~.dialect.SqliteDialect`, what SQLite does differently
+  (the SQL core's :class:`~..dialects.Dialect`).
 - :mod:`.options`: :class:`SqliteOptions` (``inline_reads``), and the refusal of
   other dialects' options and of ``sqlite+aiosqlite://``.
 - :mod:`.runtime`: :class:`SqliteRuntime`, the connections of one store: the writer,

@@ -14,6 +14,7 @@ from ..schema import Statements
 from ..store import SqlCheckpointStore
 from .compiler import Compiler
 from .connect import OpenMode, sqlite_path
+from .dialect import SQLITE, SqliteDialect
 from .options import SqliteOptions, refuse_foreign_driver, refuse_foreign_options
 from .runtime import SqliteRuntime
 
@@ -63,6 +64,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         metadata_filter=True,
     )
     backend_name: ClassVar[str] = "sqlite"
+    dialect: ClassVar[SqliteDialect] = SQLITE
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         parsed = StoreURL.parse(url)
