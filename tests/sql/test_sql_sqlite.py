@@ -322,11 +322,13 @@ async def test_tag_filters_use_the_tag_indexes(store: SqlCheckpointStore, db: Pa
 
 
 @pytest.mark.asyncio
-async def test_purge_gives_the_space_back(store: SqlCheckpointStore, db: Path) -> None:
-    for i in range(50):
-        await store.save("job", {"pad": "x" * 20_000, "i": i}, ttl=0.05)
-    await asyncio.sleep(0.1)
-    assert await store.purge_expired() == 50
+async def test_purge_gives_the_space_back(db: Path) -> None:
+    clock = FakeClock()  # expiry by the store's clock: exact, no wait
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", clock=clock) as store:
+        for i in range(50):
+            await store.save("job", {"pad": "x" * 20_000, "i": i}, ttl=1)
+        clock.advance(2)
+        assert await store.purge_expired() == 50
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
@@ -711,15 +713,16 @@ async def test_inline_and_reader_thread_reads_give_the_same_answers(db: Path) ->
     """The differential test of the one read body: the same reads, inline on and off,
     over one file (pages both ways, filters, misses, load_many, an expired checkpoint)."""
     url = f"sqlite:///{db}"
-    async with SqlCheckpointStore.from_url(url) as store:
+    clock = FakeClock()  # one clock for every store here: the expiry is exact
+    async with SqlCheckpointStore.from_url(url, clock=clock) as store:
         ids = []
         for i in range(45):
             cp = await store.save(
                 f"s{i % 3}", {"i": i}, tags={"odd": str(i % 2)}, metadata={"i": i}
             )
             ids.append(cp.id)
-        await store.save("s0", {"gone": True}, ttl=0.001)
-        await asyncio.sleep(0.01)
+        await store.save("s0", {"gone": True}, ttl=1)
+        clock.advance(2)
 
     async def answers(store: Any) -> list[Any]:
         out: list[Any] = []
@@ -743,9 +746,9 @@ async def test_inline_and_reader_thread_reads_give_the_same_answers(db: Path) ->
         out.append([cp.id for cp in (await store.list(None, limit=50)).items])
         return out
 
-    async with SqlCheckpointStore.from_url(url, inline_reads=True) as inline:
+    async with SqlCheckpointStore.from_url(url, inline_reads=True, clock=clock) as inline:
         here = await answers(inline)
-    async with SqlCheckpointStore.from_url(url, inline_reads=False) as threads:
+    async with SqlCheckpointStore.from_url(url, inline_reads=False, clock=clock) as threads:
         there = await answers(threads)
     assert here == there
 
