@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.sql import Executable
@@ -57,11 +57,9 @@ from .values import (
     value_key,
 )
 
-if TYPE_CHECKING:
-    from .dialects import Dialect
-
 __all__ = [
     "SCHEMA_VERSION",
+    "SchemaDialect",
     "Statements",
     "Tables",
     "build_tables",
@@ -78,6 +76,20 @@ __all__ = [
 
 #: The schema version this code writes. A store with a higher version is refused.
 SCHEMA_VERSION = 2
+
+
+class SchemaDialect(Protocol):
+    """What the tables and statements ask of a dialect: the part of
+    :class:`~.dialects.Dialect` (which implements it) that shapes them."""
+
+    def text(self, chars: int) -> sa.types.TypeEngine[str]: ...
+    def key(self) -> sa.types.TypeEngine[int]: ...
+    def blob(self) -> sa.types.TypeEngine[bytes]: ...
+    def table_options(self) -> dict[str, Any]: ...
+    def keyed_table_options(self) -> dict[str, Any]: ...
+    def partial_index(self, where: sa.ColumnElement[bool]) -> dict[str, Any]: ...
+    def counter_guard(self, hwm: sa.ColumnElement[int]) -> list[sa.ColumnElement[bool]]: ...
+    def code_point_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,7 @@ class Tables:
         return (self.meta, self.counter, self.checkpoints, self.tags, self.fields)
 
 
-def build_tables(prefix: str, schema: str | None, dialect: Dialect) -> Tables:
+def build_tables(prefix: str, schema: str | None, dialect: SchemaDialect) -> Tables:
     """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema),
     with the column types and table options of ``dialect``."""
     md = sa.MetaData(schema=schema)
@@ -208,13 +220,11 @@ class Statements:
     :mod:`.sqlite`) compiles each shape once, and SQLAlchemy's own compiled
     cache hits for the others. One instance serves one dialect only: the few
     dialect-specific statements (:attr:`dialect_cache`) are built for
-    :attr:`dialect`, and compiling one under another dialect fails.
+    the dialect it was built with, and compiling one under another dialect fails.
     """
 
-    def __init__(self, tables: Tables, dialect: Dialect) -> None:
+    def __init__(self, tables: Tables, dialect: SchemaDialect) -> None:
         self.t = tables
-        #: The dialect these serve.
-        self.dialect = dialect
         cp, meta, counter, tags = tables.checkpoints, tables.meta, tables.counter, tables.tags
         fields = tables.fields
         live = sa.or_(cp.c.expires_at.is_(None), cp.c.expires_at > _p("now"))
@@ -344,7 +354,7 @@ class Statements:
             .values(id=_p("new_id"), stream=_p("new_stream"), expires_at=_p("new_expires_at"))
         )
         self.scan = cache(self._scan)
-        #: Dialect-specific statements for :attr:`dialect`, built on first use
+        #: Dialect-specific statements, built on first use
         #: (:meth:`.dialects.Dialect.statement`).
         self.dialect_cache: dict[str, Executable] = {}
 

@@ -197,7 +197,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             raise err from exc
 
     def _upkeep(self) -> Upkeep:
-        return Upkeep(self._rt(), self._st, self.describe(), self.options.busy_timeout)
+        rt, where = self._rt(), self.describe()
+        return Upkeep(rt, self._st, self.dialect, where, self.options.busy_timeout)
 
     # -- open, migrations ----------------------------------------------------------
 

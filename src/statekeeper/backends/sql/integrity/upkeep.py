@@ -1,7 +1,8 @@
 """Opening, ``verify`` and ``repair`` of one SQL store's tables: :class:`Upkeep`.
 
 The store builds one :class:`Upkeep` per open runtime and hands it what it uses:
-the runtime, the statements, the store's name for messages and its lock timeout.
+the runtime, the statements, the dialect, the store's name for messages and its
+lock timeout.
 Opening probes the meta table and migrates under the migration lock
 (:mod:`..migrations`); ``verify`` reads one snapshot per step, and ``repair``
 rebuilds in one transaction per step (:mod:`.derived`, :mod:`.schema_check`).
@@ -20,7 +21,7 @@ from typing import TypeVar
 from ....errors import ConcurrentModificationError, StoreFormatError, StoreNotFound
 from ....models import Problem
 from .. import migrations
-from ..dialects import Runtime, Session
+from ..dialects import Dialect, Runtime, Session
 from ..schema import Statements
 from . import derived, schema_check
 
@@ -31,13 +32,13 @@ T = TypeVar("T")
 _REBUILD = "repair() rebuilds the meta table from the records"
 
 
-async def guarded(call: Awaitable[T], st: Statements, what: str, where: str, busy: float) -> T:
-    """Await ``call``, turning driver errors into statekeeper errors (by ``st.dialect``;
+async def guarded(call: Awaitable[T], dialect: Dialect, what: str, where: str, busy: float) -> T:
+    """Await ``call``, turning driver errors into statekeeper errors (by ``dialect``;
     ``busy``: the store's busy_timeout, which a lock timeout names)."""
     try:
         return await call
     except BaseException as exc:
-        err = st.dialect.translate_error(exc, f"{what} on {where}", busy)
+        err = dialect.translate_error(exc, f"{what} on {where}", busy)
         if err is None:
             raise
         raise err from exc
@@ -101,11 +102,14 @@ class Repaired:
 class Upkeep:
     """The open runtime's table work: probe, open and migrate, verify, repair."""
 
-    def __init__(self, rt: Runtime, st: Statements, where: str, busy_timeout: float) -> None:
-        self.rt, self.st, self.where, self.busy_timeout = rt, st, where, busy_timeout
+    def __init__(
+        self, rt: Runtime, st: Statements, dialect: Dialect, where: str, busy_timeout: float
+    ) -> None:
+        self.rt, self.st, self.dialect = rt, st, dialect
+        self.where, self.busy_timeout = where, busy_timeout
 
     def _guard(self, what: str, call: Awaitable[T]) -> Awaitable[T]:
-        return guarded(call, self.st, what, self.where, self.busy_timeout)
+        return guarded(call, self.dialect, what, self.where, self.busy_timeout)
 
     async def probe(self, attempts: int = 5) -> derived.MetaProbe:
         st, where = self.st, self.where
