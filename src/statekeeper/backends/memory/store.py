@@ -32,7 +32,7 @@ from statekeeper.record import NewRecord, RecordEdits, StoredRecord
 
 # private, for speed: see the package docstring
 from ...models import trusted_checkpoint, trusted_header
-from .storage import Entry, MemoryStorage, fresh, remove_sorted
+from .storage import Entry, MemoryStorage, fresh, own_metadata, remove_sorted
 
 __all__ = ["MemoryCheckpointStore"]
 
@@ -167,12 +167,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         """Insert ``record`` at the next sequence and return it; the caller holds the
         lock.
 
-        Without metadata the envelope is left pending and built on first use (a
-        read, ``backdoor_read_raw``): it would be built from the same immutable
-        values and the entry's own tags, so the bytes are the same, and with no
-        metadata nothing in it can fail to encode. With metadata it is built now,
-        so an error raises here, and the caller's later changes to the metadata it
-        passed never reach the store.
+        The envelope is left pending and built on first use (a read,
+        ``backdoor_read_raw``): it would be built from the same immutable values,
+        the entry's own tags and its own copy of the metadata (see
+        :func:`~.storage.own_metadata`), so the bytes are the same, and the caller's
+        later changes to the tags or metadata it passed never reach the store.
         """
         data = self.storage
         by_id = data.by_id
@@ -182,20 +181,18 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             self._unlink(rid, existing)
         seq = data.high_water_mark + 1
         stream = record.stream
-        if record.metadata:
-            blob = record.seal(seq).to_bytes(data.store_id)
-            entry = Entry(seq, stream, blob, record.tags.copy(), record.expires_at)
-        else:
-            entry = Entry(
-                seq,
-                stream,
-                None,
-                record.tags.copy(),
-                record.expires_at,
-                None,
-                record,
-                data.store_id,
-            )
+        metadata = record.metadata
+        entry = Entry(
+            seq,
+            stream,
+            None,
+            record.tags.copy(),
+            record.expires_at,
+            None,
+            record,
+            data.store_id,
+            own_metadata(metadata) if metadata else None,
+        )
         data.high_water_mark = seq
         by_id[rid] = entry
         data.by_seq[seq] = rid
