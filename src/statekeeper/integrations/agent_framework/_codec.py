@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
@@ -30,8 +30,20 @@ from agent_framework._workflows._checkpoint_encoding import (
 from ..._core.validate import ID_PATTERN, MAX_STREAM_LEN
 from ...models import CheckpointHeader, NewCheckpoint
 
-#: ``metadata["format"]`` of every record this adapter writes: the framework's JSON.
+#: ``"format"`` of every record this adapter writes: the framework's JSON.
 FORMAT: Final = "agent-framework/json"
+#: The one metadata key of a record this adapter writes; its value holds what the
+#: adapter reads back: ``format``, ``checkpoint_id`` and ``workflow_name``.
+META_KEY: Final = "agent_framework"
+
+
+def checkpoint_fields(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the adapter wrote in a record's metadata (``format``, ``checkpoint_id``,
+    ``workflow_name``): under :data:`META_KEY`, or at the top level in records written
+    before it moved there (which also hold ``timestamp``,
+    ``previous_checkpoint_id`` and ``iteration_count``, read by nothing)."""
+    nested = metadata.get(META_KEY)
+    return nested if isinstance(nested, dict) else metadata
 
 
 def _sha256(text: str) -> str:
@@ -109,13 +121,16 @@ class CheckpointCodec:
             state=data,
             id=self.store_id_for(cid),
             parent_id=None if previous is None else self.store_id_for(previous),
+            # One key whose value is a mapping: the SQL backends index top-level
+            # scalar metadata for list(metadata=...) filters, a row per key, and the
+            # adapter filters on none (it reads a workflow's stream). Only what the
+            # adapter reads back; the rest of the checkpoint is in the state.
             metadata={
-                "format": FORMAT,
-                "checkpoint_id": cid,
-                "workflow_name": checkpoint.workflow_name,
-                "timestamp": checkpoint.timestamp,
-                "previous_checkpoint_id": previous,
-                "iteration_count": checkpoint.iteration_count,
+                META_KEY: {
+                    "format": FORMAT,
+                    "checkpoint_id": cid,
+                    "workflow_name": checkpoint.workflow_name,
+                }
             },
         )
 
@@ -154,12 +169,12 @@ class CheckpointCodec:
         self, header: CheckpointHeader, state: object, cid: str | None
     ) -> WorkflowCheckpoint:
         """Decode a record read by store id, checking it is the checkpoint asked for."""
-        meta = header.metadata
+        meta = checkpoint_fields(header.metadata)
         expected = meta.get("checkpoint_id") if cid is None else cid
         if meta.get("format") != FORMAT or meta.get("checkpoint_id") != expected:
             raise WorkflowCheckpointException(
                 f"store record {header.id!r} is not the Agent Framework checkpoint "
-                f"{expected!r} (metadata {meta!r})"
+                f"{expected!r} (metadata {header.metadata!r})"
             )
         checkpoint = self.decode(state, str(expected))
         if checkpoint.checkpoint_id != expected:
