@@ -27,7 +27,7 @@ from ..models import (
     Skipped,
     checkpoint_with_state,
 )
-from ..record import NewRecord, RecordEdits, StoredRecord
+from ..record import NewRecord, StoredRecord, Update
 from .integrity import RecordWalker, repair_records
 from .query import PageScan, ScanQuery, probe_bound, probe_query
 
@@ -99,26 +99,16 @@ class StorePrimitives(ABC):
         """
 
     @abstractmethod
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
-        """Atomically replace the state of live checkpoint ``id``.
+    async def _update(self, update: Update) -> CheckpointHeader:
+        """Atomically replace the state of live checkpoint ``update.id``.
 
-        Read the current record, raise :class:`CheckpointNotFound` if it is not live,
-        :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
-        then persist ``current.updated(state, now=now, etag=etag, edits=edits,
-        codec=codec)``, re-indexing tags (and metadata) where the backend indexes
-        them. The read and the write form one compare-and-set. ``codec`` names the
-        codec of ``state`` (the record's codec changes with it); ``edits`` is
-        ``None`` when only the state changes.
+        Read the current record, raise :class:`CheckpointNotFound` if it is not live
+        at ``update.now``, :class:`PreconditionFailed` if ``update.if_match`` is given
+        and differs from its etag, then persist ``update.applied_to(current)``,
+        re-indexing tags (and metadata) where the backend indexes them, and return
+        its header. The read and the write form one compare-and-set.
+        ``update.codec`` names the codec of the new state (the record's codec
+        changes with it); ``update.edits`` is ``None`` when only the state changes.
         """
 
     @abstractmethod

@@ -33,7 +33,7 @@ from statekeeper.errors import (
     InvalidURL,
     PreconditionFailed,
 )
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 
 from . import _batch, _lua, _meta, _repair, _tracking
 from ._audit import DamagedStoreError, index_json, us
@@ -256,17 +256,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         """One script call: all or none, consecutive sequences, invisible until whole."""
         return await self._inserter.insert(records, self.store_id)
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
+        id, if_match, now, etag = update.id, update.if_match, update.now, update.etag
         for _ in range(MAX_ATTEMPTS):
             current, read_etag = await self._read(id, now)
             if current is None:
@@ -276,7 +267,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             seen = text(read_etag)
             if if_match is not None and seen != if_match:
                 raise PreconditionFailed(f"checkpoint {id!r} has etag {seen!r}, not {if_match!r}")
-            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
+            new = update.applied_to(current)
             exp, millis = expiry(new.header.expires_at, now)
             try:
                 result = await self._link.call(

@@ -28,7 +28,7 @@ from statekeeper.errors import (
     PreconditionFailed,
     StoreNotFound,
 )
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 
 # private, for speed: see the package docstring
 from ...models import trusted_checkpoint, trusted_header
@@ -220,20 +220,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                     removed += 1
             return removed
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         data = self.storage
+        id, if_match = update.id, update.if_match
         with data.lock:
-            entry = self._live_entry(id, now)
+            entry = self._live_entry(id, update.now)
             if entry is None:
                 raise CheckpointNotFound(id)
             current = self._parse(id, entry)
@@ -241,7 +232,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                 raise PreconditionFailed(
                     f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
                 )
-            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
+            new = update.applied_to(current)
             entry.blob = new.to_bytes(data.store_id)
             entry.expires_at = new.header.expires_at
             entry.tags = dict(new.header.tags)
