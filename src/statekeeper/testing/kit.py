@@ -49,6 +49,7 @@ from ._write_tests import WriteTests
 
 __all__ = ["CheckpointStoreTests", "StoreFactory"]
 
+
 class CheckpointStoreTests(
     CoreTests,
     WriteTests,
