@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
-from ..errors import CheckpointDecodeError
+from ..errors import CheckpointDecodeError, StoreFormatError
 from ..models import (
     Checkpoint,
     CheckpointHeader,
     Problem,
     RepairReport,
     Skipped,
+    VerifyReport,
     checkpoint_with_state,
 )
 from ..record import NewRecord, StoredRecord, Update
@@ -294,6 +295,17 @@ class StorePrimitives(ABC):
         The default returns ``None``: "not checked", which :meth:`verify` reports as
         an ``"unchecked"`` problem. A backend with no derived metadata returns
         ``[]``; one with indexes or tables must override this to be verifiable.
+        """
+        return None
+
+    async def _verify_refused(self, error: StoreFormatError) -> VerifyReport | None:
+        """The report of :meth:`verify` when a read path refused to answer with
+        ``error`` (damaged derived data the reads will not work around), or
+        ``None`` to let ``error`` propagate.
+
+        The default returns ``None``. A backend that can still walk its keys or
+        files without the read paths returns that walk's findings instead:
+        ``complete=False``, with the refusal among the problems.
         """
         return None
 

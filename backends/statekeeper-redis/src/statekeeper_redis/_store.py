@@ -32,6 +32,7 @@ from statekeeper.errors import (
     ConcurrentModificationError,
     InvalidURL,
     PreconditionFailed,
+    StoreFormatError,
 )
 from statekeeper.record import NewRecord, StoredRecord, Update
 
@@ -434,18 +435,14 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
 
     # -- verify and repair -----------------------------------------------------------------
 
-    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
-        """Check every record and every key of the store against the records.
-
-        As :meth:`BaseCheckpointStore.verify`, plus a walk of every key under the
-        prefix (:meth:`_verify`). Writes nothing. When the store's read paths refuse
-        to answer (an index key missing or of the wrong type), the report comes from
-        that walk alone, with the refusal as one more problem.
-        """
-        try:
-            return await super().verify(progress=progress)
-        except DamagedStoreError as exc:
-            return await _repair.verify_by_walk(self._link, self.store_id, self.now, str(exc))
+    async def _verify_refused(self, error: StoreFormatError) -> VerifyReport | None:
+        """When the read paths refuse to answer (an index key missing or of the
+        wrong type: :class:`DamagedStoreError`), the report of ``verify()`` comes
+        from the walk of every key under the prefix alone, with the refusal as one
+        more problem."""
+        if not isinstance(error, DamagedStoreError):
+            return None
+        return await _repair.verify_by_walk(self._link, self.store_id, self.now, str(error))
 
     async def _verify(self) -> list[Problem]:
         """Every derived key checked against the records (a read-only walk)."""
