@@ -37,7 +37,7 @@ from ..errors import (
     RecordUndecryptable,
     StoreFormatError,
 )
-from ..models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
+from ..models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped, VerifyReport
 from ..record import (
     NewRecord,
     RecordEdits,
@@ -311,6 +311,9 @@ class SealedPrimitives(StorePrimitives):
 
     async def _verify(self) -> builtins.list[Problem] | None:
         return await self._inner._verify()
+
+    async def _verify_refused(self, error: StoreFormatError) -> VerifyReport | None:
+        return await self._inner._verify_refused(error)
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
         return await self._inner._repair(drop_damaged)
