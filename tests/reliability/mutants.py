@@ -40,7 +40,7 @@ from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
 from statekeeper.backends.memory.storage import Entry
 from statekeeper.errors import CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Skipped
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 
 Bug = Literal[
     "none",
@@ -182,31 +182,20 @@ class SnapshotStore(MemoryCheckpointStore):
         result: CheckpointHeader = await self._locked(go, write=True)
         return result
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         sup = super()._update
+        id, if_match = update.id, update.if_match
         if self.bug == "lost_update" and if_match is not None:
-            current = await self._get(id, now)
+            current = await self._get(id, update.now)
             if current is None:
                 raise CheckpointNotFound(id)
             if current.header.etag != if_match:
                 raise PreconditionFailed(f"{id!r} has another etag")
             await asyncio.sleep(0.005)  # the window in which another writer's CAS is lost
-            if_match = None
+            update = replace(update, if_match=None)
 
         async def go() -> CheckpointHeader:
-            return await sup(
-                id, state=state, if_match=if_match, now=now, etag=etag, edits=edits, codec=codec
-            )
+            return await sup(update)
 
         result: CheckpointHeader = await self._locked(go, write=True)
         return result

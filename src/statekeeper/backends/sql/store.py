@@ -26,7 +26,7 @@ from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, RecordEdits, StoredRecord, read_record
+from ...record import NewRecord, StoredRecord, Update, read_record
 from . import migrations, outcomes, updates, writes
 from .dialects import INLINE_WRITE_BYTES, Dialect, Family, Runtime, Session
 from .entries import scanned_entries
@@ -255,33 +255,25 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         call = self._guard("saving a batch", self._write(op))
         return await outcomes.saving(call, records, self._get_many)
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         self._check_meta()
         op = partial(
             updates.update,
             st=self._st,
             parse=self._parse,
             store_id=self._store_id,
-            id=id,
-            state=state,
-            if_match=if_match,
-            now=now,
-            etag=etag,
-            edits=edits,
-            codec=codec,
+            id=update.id,
+            state=update.state,
+            if_match=update.if_match,
+            now=update.now,
+            etag=update.etag,
+            edits=update.edits,
+            codec=update.codec,
         )
-        call = self._guard("updating", self._write(op, len(state)))
-        return await outcomes.updating(call, id, etag, partial(self._get_many, now=now))
+        call = self._guard("updating", self._write(op, len(update.state)))
+        return await outcomes.updating(
+            call, update.id, update.etag, partial(self._get_many, now=update.now)
+        )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
