@@ -37,6 +37,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
 sys.path.insert(0, str(HERE))
 
 from skbench import workloads  # noqa: E402
@@ -109,7 +110,9 @@ def pyperf_args(args: argparse.Namespace, heavy: bool) -> list[str]:
     return ["--processes", str(processes), "--values", str(args.values)]
 
 
-def measure(args: argparse.Namespace, chosen: list[Any], scratch: Path, env: dict[str, str]) -> tuple[list[Path], dict[str, str]]:
+def measure(
+    args: argparse.Namespace, chosen: list[Any], scratch: Path, env: dict[str, str]
+) -> tuple[list[Path], dict[str, str]]:
     """Each workload through suite.py under pyperf; its JSON file, or why it failed."""
     done: list[Path] = []
     failed: dict[str, str] = {}
@@ -135,9 +138,12 @@ def measure(args: argparse.Namespace, chosen: list[Any], scratch: Path, env: dic
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         took = time.monotonic() - started
         if proc.returncode != 0 or not out.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            failed[workload.name] = " / ".join(tail) or f"exit status {proc.returncode}"
-            print(f"[{n}/{len(chosen)}] {workload.name}: FAILED {failed[workload.name]}", flush=True)
+            said = f"{proc.stdout}\n{proc.stderr}".strip().splitlines()
+            errors = [line for line in said if re.match(r"^[\w.]+(Error|Exception)\b", line)]
+            failed[workload.name] = (errors or said or [f"exit status {proc.returncode}"])[0]
+            print(
+                f"[{n}/{len(chosen)}] {workload.name}: FAILED {failed[workload.name]}", flush=True
+            )
             continue
         done.append(out)
         print(f"[{n}/{len(chosen)}] {workload.name} ({took:.0f} s)", flush=True)
@@ -166,7 +172,9 @@ def render(args: argparse.Namespace, results_file: Path) -> str:
     if args.before:
         before = render.load(args.before)
         before_facts = json.loads(facts_path(Path(args.before)).read_text())
-    return report.document(results, facts, before, before_facts)
+    page = Path(args.docs)
+    plot_dir = page.parent / "benchmarks" if page.resolve() == DOCS.resolve() else None
+    return report.document(results, facts, before, before_facts, plot_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "-o", "--output", default=str(HERE / "results" / "latest.json.gz"), help="pyperf JSON"
     )
-    parser.add_argument("--docs", nargs="?", const=str(ROOT / "docs" / "benchmarks.md"))
+    parser.add_argument("--docs", nargs="?", const=str(DOCS), help="write the page (here)")
     parser.add_argument("--before", help="a before run's pyperf JSON: add the before/after table")
     parser.add_argument("--render", help="render this run's pyperf JSON, measure nothing")
     parser.add_argument("--processes", type=int, default=4, help="pyperf worker processes")
@@ -217,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
             merge(files, output)
         via_nox = os.environ.get("NOX_CURRENT_SESSION") == "bench"
         extra = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-        command = ("uv run nox -s bench" + (f" -- {extra}" if extra else "")) if via_nox else (
-            f"uv run python benchmarks/run.py {extra}".strip()
+        command = (
+            ("uv run nox -s bench" + (f" -- {extra}" if extra else ""))
+            if via_nox
+            else (f"uv run python benchmarks/run.py {extra}".strip())
         )
         facts = {
             "command": command,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import pyperf  # noqa: E402
-from skbench import workloads  # noqa: E402
-from skbench.harness import Context, Worker, register  # noqa: E402
+import pyperf
+from skbench import workloads
+from skbench.harness import Context, Worker, register
 
 
 def main() -> None:
@@ -32,7 +32,11 @@ def main() -> None:
     by_name = {w.name: w for w in workloads(args.quick)}
     if args.workload not in by_name:
         raise SystemExit(f"no workload {args.workload!r}")
-    register(runner, by_name[args.workload], Worker(Context(Path(args.scratch), args.quick)))
+    worker = Worker(Context(Path(args.scratch), args.quick))
+    try:
+        register(runner, by_name[args.workload], worker)
+    finally:
+        worker.close()  # before exit: a peer's connection thread would keep it alive
 
 
 if __name__ == "__main__":

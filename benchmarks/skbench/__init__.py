@@ -10,6 +10,7 @@ script it runs for each workload. The modules:
 - ``features``: encryption, telemetry, retention sweeps, start-up;
 - ``render``: the one table renderer over pyperf results;
 - ``report``: the sections of ``docs/benchmarks.md``;
+- ``plots``: its plots;
 - ``payload``: the ~1 KB state every store saves.
 """
 

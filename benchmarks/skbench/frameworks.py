@@ -177,10 +177,12 @@ def graph(saver: Any) -> Any:
 
 def _langgraph(workload: str, subject: str, size: int) -> Workload:
     async def make(ctx: Context) -> Op:
+        if workload == "aput":  # on a thread of its own: the reads' thread stays as built
+            fresh = await ctx.fresh(subject)
+            await fresh.fill(10)
+            return fresh.save
         made = await ctx.fixture(subject, size)
         saver = made.saver  # type: ignore[attr-defined]
-        if workload == "aput":
-            return made.save
         if workload == "aput_writes":
             tasks = itertools.count()
 

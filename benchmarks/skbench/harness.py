@@ -16,7 +16,6 @@ store under the run's scratch directory, keyed by subject and size.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import gc
 import json
 import shutil
@@ -117,14 +116,13 @@ async def checked(op: Op, expect: Callable[[Any], bool], what: str) -> Op:
 
 class Worker:
     """The timing side, in one pyperf process: sets a workload up on first use (one
-    event loop for the process), times ``loops`` calls with the collector off, and
-    closes what it opened at exit."""
+    event loop for the process), times ``loops`` calls with the collector off;
+    :meth:`close` closes what it opened."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.loop = asyncio.new_event_loop()
         self.timers: dict[str, Timer] = {}
-        atexit.register(self.close)
 
     def time(self, loops: int, workload: Workload) -> float:
         timer = self.timers.get(workload.name)

@@ -5,8 +5,10 @@ section, another run's)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from . import plots
 from .features import BACKENDS
 from .features import SIZES as STATE_SIZES
 from .frameworks import LANGGRAPH_PAIRS, LANGGRAPH_READS
@@ -27,7 +29,7 @@ def title(subject: str) -> str:
 
 
 def targets() -> list[Row]:
-    """Issue 35's six targets: a single save against its peer or its floor."""
+    """The six single-save targets: a single save against its peer or its floor."""
     return [
         Row("SQLite full save vs `SqliteSaver.put`", "save/sqlite-full", "save/SqliteSaver", 1.0),
         Row(
@@ -90,6 +92,7 @@ def saves() -> list[Row]:
             )
         )
     out += [Row(title(f), f"save/{f}") for f in FLOORS]
+    out.append(Row("one Redis PING (the floor of a Redis read)", "read/floor-redis-ping"))
     return out
 
 
@@ -196,24 +199,34 @@ def encryption() -> list[Row]:
                 label = f"{b}: `{op}` of a {size} state, encrypted"
                 out.append(Row(label, name + "encrypted", name + "plaintext", against="plaintext"))
     for op in ("seal", "open"):
-        out += [Row(f"the envelope alone: {op}, {s}", f"encryption/{op} {s}/envelope") for s in STATE_SIZES]
+        out += [
+            Row(f"the envelope alone: {op}, {s}", f"encryption/{op} {s}/envelope")
+            for s in STATE_SIZES
+        ]
     return out
 
 
 def telemetry() -> list[Row]:
     out = []
-    for op in ("save", "get_latest", "list"):
+    for op in ("save", "get_latest"):
         for b in ("memory", "sqlite", "file"):
             name = f"telemetry/{op}/{b}-"
             out.append(Row(f"{b}: `{op}`, telemetry on", name + "on", name + "off", against="off"))
     return out
 
 
-def features() -> list[Row]:
-    rows = [Row(f"sweep, keep_last=1: {b}", f"retention/sweep/{b}") for b in ("sqlite", "file", "postgresql")]
-    rows.append(Row("`statekeeper --help`", "startup/help", target=0.3))
-    rows.append(Row("`statekeeper latest` on a 10-checkpoint SQLite store", "startup/latest", target=0.5))
-    return rows
+def retention() -> list[Row]:
+    return [
+        Row(f"sweep, keep_last=1: {b}", f"retention/sweep/{b}")
+        for b in ("sqlite", "file", "postgresql")
+    ]
+
+
+def startup() -> list[Row]:
+    return [
+        Row("`statekeeper --help`", "startup/help", target=0.3),
+        Row("`statekeeper latest` on a 10-checkpoint SQLite store", "startup/latest", target=0.5),
+    ]
 
 
 def document(
@@ -221,13 +234,23 @@ def document(
     facts: Mapping[str, Any],
     before: Results | None = None,
     before_facts: Mapping[str, Any] | None = None,
+    plot_dir: Path | None = None,
 ) -> str:
-    """The whole of ``docs/benchmarks.md`` for one run (and a before run)."""
+    """The whole of ``docs/benchmarks.md`` for one run (and a before run), with its
+    plots written into ``plot_dir`` (none when it is ``None``)."""
     why = {**facts.get("skipped", {}), **facts.get("failed", {})}
-    why = {k: f"skipped: {v}" if k in facts.get("skipped", {}) else "failed" for k, v in why.items()}
+    why = {
+        k: f"skipped: {v}" if k in facts.get("skipped", {}) else "failed" for k, v in why.items()
+    }
 
     def section(heading: str, rows: list[Row], intro: str = "") -> list[str]:
-        return [f"## {heading}", "", *([intro, ""] if intro else []), *table(results, rows, why=why), ""]
+        return [
+            f"## {heading}",
+            "",
+            *([intro, ""] if intro else []),
+            *table(results, rows, why=why),
+            "",
+        ]
 
     out = [
         "# Benchmarks: statekeeper against its peers and its floors",
@@ -247,17 +270,27 @@ def document(
         "read them.",
         "",
         *section(
-            "Issue 35 targets: a single save at the floor",
+            "Targets: a single save at the floor",
             targets(),
             "One save per call, ~1 KB state, against LangGraph's saver or the bare write "
             "the store must make, in the same run.",
         ),
         *section("Single saves, one checkpoint per call", saves()),
     ]
-    out += ["## Reads and listings", "", "Ours against the peer of the same kind: "
-            "in-process memory, embedded (files, SQLite), server.", ""]
+    out += [
+        "## Reads and listings",
+        "",
+        "Ours against the peer of the same kind: "
+        "in-process memory, embedded (files, SQLite), server.",
+        "",
+    ]
     for heading, rows in reads(results):
         out += [f"### {heading}", "", *table(results, rows, why=why), ""]
+    titles = {k: c.title for k, c in SUBJECTS.items()}
+    plotted = {} if plot_dir is None else plots.make_plots(results, titles, plot_dir)
+    if plotted:
+        out += ["### Plots", ""]
+        out += [f"![{title}](benchmarks/{name})\n" for name, title in plotted.items()]
     out += section(
         "Concurrent saves",
         concurrency(),
@@ -278,12 +311,17 @@ def document(
         "Encryption at rest", encryption(), "Stores at durability full (memory: its only mode)."
     )
     out += section("Telemetry", telemetry(), "On: the OpenTelemetry SDK, a no-op span exporter.")
-    out += section("Retention sweeps and start-up", features())
+    out += section(
+        "Retention sweeps",
+        retention(),
+        "One sweep removing 90%: a store of checkpoints in a tenth as many streams, "
+        "rebuilt untimed before each sweep.",
+    )
+    out += section("Start-up of the command line", startup(), "Each a whole process.")
+    out += ["## Before and after", ""]
     if before is not None:
         facts_b = before_facts or {}
         out += [
-            "## Before and after",
-            "",
             f"Before: `{facts_b.get('source', '?')}` ({facts_b.get('date', '?')}); after: "
             f"`{facts['source']}`: one run at each end, each its own pyperf JSON, every "
             "benchmark both have. A ratio below 1 is faster after.",
@@ -291,9 +329,23 @@ def document(
             *before_after(before, results),
             "",
         ]
+    else:
+        out += [
+            "This run is the *before* of the next change: its pyperf JSON is kept as "
+            f"`{facts['output']}`. The *after* run compares with it, one run at each end: "
+            f"`uv run nox -s bench -- --docs --before {facts['output']}` (or, from two saved "
+            "runs, `uv run python benchmarks/run.py --render AFTER.json.gz --before "
+            f"{facts['output']} --docs`), which adds the after/before ratio of every "
+            "benchmark both runs have; `python -m pyperf compare_to BEFORE AFTER --table` "
+            "adds pyperf's significance test.",
+            "",
+        ]
     missing = sorted(why.items())
     if missing:
         out += ["## Skipped and failed", ""]
-        out += [f"- `{name}`: {facts.get('skipped', {}).get(name) or facts.get('failed', {}).get(name)}" for name, _ in missing]
+        out += [
+            f"- `{name}`: {facts.get('skipped', {}).get(name) or facts.get('failed', {}).get(name)}"
+            for name, _ in missing
+        ]
         out.append("")
     return "\n".join(out)

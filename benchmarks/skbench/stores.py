@@ -8,7 +8,8 @@ Names: ``save/<subject>``, ``<read>@<size>/<subject>``, ``group@<tasks>/<subject
 ``api/<workload>/<subject>``. The floors are subjects of ``save/`` too:
 ``floor-durable-write`` (temp file, write, fsync, rename, fsync the directory),
 ``floor-plain-write`` (the same, no fsync), ``floor-sqlite-FULL`` and
-``floor-sqlite-NORMAL`` (``BEGIN IMMEDIATE; INSERT; COMMIT`` in WAL mode).
+``floor-sqlite-NORMAL`` (``BEGIN IMMEDIATE; INSERT; COMMIT`` in WAL mode); and
+``read/floor-redis-ping``, one round trip to Redis.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from typing import Any
 
 from .harness import Context, Op, Workload, checked
 from .payload import make_state
-from .subjects import MAIN, NEEDS, SUBJECTS, Subject
+from .subjects import MAIN, NEEDS, REDIS_URL, SUBJECTS, Subject
 
 OURS = ("memory", "file-full", "file-fast", "sqlite-full", "sqlite-fast", "postgresql-full")
 READERS = ("memory", "file-full", "sqlite-full", "postgresql-full", "redis")
 PEERS = ("InMemorySaver", "SqliteSaver", "AsyncSqliteSaver", "AsyncPostgresSaver")
 AF = ("AF-InMemory", "AF-File")
-#: Subjects read only at the smallest size (a server round trip per row; a peer that
-#: reads every file of the workflow per call).
+#: Subjects read at the small size, the others at the large one (a server round trip
+#: per row; a peer that reads every file of the workflow per call).
 SMALL_ONLY = ("postgresql-full", "redis", "AsyncPostgresSaver", "AF-File")
 FLOORS = ("floor-durable-write", "floor-plain-write", "floor-sqlite-FULL", "floor-sqlite-NORMAL")
 READS = ("get_latest", "load", "first_page", "middle_page", "list_all")
@@ -94,6 +95,19 @@ async def floor(ctx: Context, name: str) -> Op:
     if name.startswith("floor-sqlite-"):
         return sqlite_transaction(place / "floor.db", name.rsplit("-", 1)[1], data)
     return durable_write(place, data, sync=name == "floor-durable-write")
+
+
+def _redis_ping() -> Workload:
+    """One PING through ``redis.asyncio``: the floor of every Redis read."""
+
+    async def make(ctx: Context) -> Op:
+        import redis.asyncio as aioredis
+
+        client = aioredis.from_url(REDIS_URL)
+        ctx.closers.append(client.aclose)
+        return await checked(client.ping, bool, "PING")
+
+    return Workload("read/floor-redis-ping", make, needs=("redis", "redis"))
 
 
 def _save(subject: str) -> Workload:
@@ -219,7 +233,10 @@ def _api(workload: str, subject: str, size: int) -> Workload:
     async def make(ctx: Context) -> Op:
         import statekeeper
 
-        made = await ctx.fixture(subject, size)
+        # save_many on a store of its own: the fixture stays as built for the reads
+        made = await (
+            ctx.fresh(subject) if workload == "save_many100" else ctx.fixture(subject, size)
+        )
         store = made.store  # type: ignore[attr-defined]
         ids = made.ids
         if workload.startswith("cursor_page"):
@@ -271,11 +288,13 @@ def catalogue(quick: bool) -> list[Workload]:
     peers and floors it is compared with, so that they are measured close in time."""
     have = [*OURS, "redis", *PEERS, *AF]
     out = [_save(s) for s in [*have, *FLOORS]]
+    out.append(_redis_ping())
+    small, large = sizes(quick)[0], sizes(quick)[-1]
     for size in sizes(quick):
         for read in READS:
             for s in [*READERS, *PEERS, *AF]:
-                if s in SMALL_ONLY and size != sizes(quick)[0]:
-                    continue
+                if (size == small) != (s in SMALL_ONLY) and small != large:
+                    continue  # the large size, but the server rows and AF-File's at the small
                 if read == "list_all" and s == "AF-File" and not quick:
                     continue  # reads every file per call: seconds
                 out.append(_read(read, size, s))

@@ -15,6 +15,7 @@ connection at ``synchronous=OFF``), since only the measured calls pay for durabi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
@@ -249,7 +250,8 @@ def server_name(place: Path) -> str:
     """The name a fixture's server-side data takes: the run's scratch token and the
     fixture's directory, so that every run's data can be found and dropped."""
     token = os.environ.get("SKBENCH_TOKEN", "skb")
-    return f"{token}_{place.name}".replace("-", "_").lower()
+    digest = hashlib.blake2b(place.name.encode(), digest_size=6).hexdigest()
+    return f"{token}_{digest}"  # short: a table prefix is at most 40 characters
 
 
 # -- LangGraph -----------------------------------------------------------------------
