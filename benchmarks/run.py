@@ -211,11 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             source = "the checkout's src/"
             if args.rev:
                 env["PYTHONPATH"] = export(args.rev, scratch / "rev")
-                source = git("log", "-1", "--format=%h %s", args.rev)
+                source = git("log", "-1", "--format=%h", args.rev) + " (git archive of src/)"
             else:
-                head = git("log", "-1", "--format=%h %s")
+                head = git("log", "-1", "--format=%h")
+                src = git("log", "-1", "--format=%h", "--", "src")
                 dirty = git("status", "--porcelain", "--", "src")
-                source = f"{head}" + (" with uncommitted changes in src/" if dirty else "")
+                source = f"{head}, src/ as of {src}" + (
+                    ", with uncommitted changes" if dirty else ""
+                )
             try:
                 files, failed = measure(args, chosen, scratch, env)
             finally:

@@ -24,6 +24,7 @@ from typing import Any, TypedDict
 
 from .harness import Context, Op, Workload, checked
 from .payload import make_state
+from .stores import read_op
 from .subjects import (
     MAIN,
     NEEDS,
@@ -154,6 +155,13 @@ LANGGRAPH_PAIRS = (
     ("lg-postgresql", "AsyncPostgresSaver"),
 )
 LANGGRAPH_READS = ("aget_tuple_latest", "aget_tuple_id", "alist10", "alist_middle", "alist_all")
+#: The LangGraph reads that are a subject's reads (:func:`skbench.stores.read_op`).
+AS_READS = {
+    "aget_tuple_latest": "get_latest",
+    "aget_tuple_id": "load",
+    "alist_middle": "middle_page",
+    "alist_all": "list_all",
+}
 
 
 class _State(TypedDict):
@@ -204,24 +212,13 @@ def _langgraph(workload: str, subject: str, size: int) -> Workload:
                 return int((await compiled.ainvoke({"n": 0, "state": {}}, config))["n"])
 
             return await checked(run, lambda n: n == GRAPH_STEPS, workload)
-        if workload == "aget_tuple_latest":
-            return await checked(made.get_latest, lambda t: t is not None, workload)
-        if workload == "aget_tuple_id":
-            ident = made.ids[len(made.ids) // 3]
-
-            async def by_id() -> Any:
-                return await made.load(ident)
-
-            return await checked(by_id, lambda t: t is not None, workload)
         if workload == "alist10":
 
             async def ten() -> int:
                 return len([t async for t in saver.alist(lg_config(MAIN), limit=10)])
 
             return await checked(ten, lambda n: n == 10, workload)
-        if workload == "alist_middle":
-            return await checked(made.middle_page, lambda n: n == 20, workload)
-        return await checked(made.list_all, lambda n: n == size, workload)
+        return await read_op(made, AS_READS[workload], size)
 
     heavy = workload in ("graph", "alist_all")
     return Workload(f"langgraph/{workload}/{subject}", make, needs=NEEDS[subject], heavy=heavy)

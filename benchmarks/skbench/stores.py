@@ -121,20 +121,26 @@ def _save(subject: str) -> Workload:
     return Workload(f"save/{subject}", make, needs=NEEDS.get(subject, ()))
 
 
+async def read_op(made: Subject, read: str, size: int) -> Op:
+    """The call of ``read`` (one of :data:`READS`) on ``made``, a fixture of ``size``,
+    checked once: the latest and a loaded checkpoint exist, a page holds 20, a
+    listing the whole stream."""
+    if read == "get_latest":
+        return await checked(made.get_latest, lambda cp: cp is not None, read)
+    if read == "load":
+        ident = made.ids[len(made.ids) // 3]
+
+        async def load() -> Any:
+            return await made.load(ident)
+
+        return await checked(load, lambda cp: cp is not None, read)
+    want = size if read == "list_all" else 20
+    return await checked(getattr(made, read), lambda n: n == want, read)
+
+
 def _read(read: str, size: int, subject: str) -> Workload:
     async def make(ctx: Context) -> Op:
-        made = await ctx.fixture(subject, size)
-        if read == "get_latest":
-            return await checked(made.get_latest, lambda cp: cp is not None, read)
-        if read == "load":
-            ident = made.ids[len(made.ids) // 3]
-
-            async def load() -> Any:
-                return await made.load(ident)
-
-            return await checked(load, lambda cp: cp is not None, read)
-        want = size if read == "list_all" else 20
-        return await checked(getattr(made, read), lambda n: n == want, read)
+        return await read_op(await ctx.fixture(subject, size), read, size)
 
     heavy = read == "list_all" or subject in SMALL_ONLY
     return Workload(f"{read}@{size}/{subject}", make, needs=NEEDS.get(subject, ()), heavy=heavy)
