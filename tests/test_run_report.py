@@ -135,3 +135,11 @@ def test_each_kind_of_workload_really_runs(tmp_path: Path, only: str) -> None:
     facts = json.loads((tmp_path / "r.facts.json").read_text())
     assert facts["failed"] == {}
     assert load(out), facts["skipped"]
+
+
+def test_a_run_can_measure_another_commits_src(tmp_path: Path) -> None:
+    out = tmp_path / "r.json.gz"
+    run(tmp_path, "--rev", "HEAD", "--only", "^save/memory$", "-o", str(out))
+    facts = json.loads((tmp_path / "r.facts.json").read_text())
+    assert facts["source"].endswith("(git archive of src/)")
+    assert set(load(out)) == {"save/memory"}
