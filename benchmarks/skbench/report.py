@@ -13,7 +13,7 @@ from .features import BACKENDS
 from .features import SIZES as STATE_SIZES
 from .frameworks import LANGGRAPH_PAIRS, LANGGRAPH_READS
 from .render import Results, Row, before_after, table
-from .stores import FLOORS, PEERS, READERS, READS, SMALL_ONLY
+from .stores import FLOORS, PEERS, READERS, READS
 from .subjects import SUBJECTS
 
 FLOOR_TITLES = {
@@ -96,7 +96,7 @@ def saves() -> list[Row]:
     return out
 
 
-def reads(results: Results) -> list[tuple[str, list[Row]]]:
+def reads(results: Results, why: Mapping[str, str]) -> list[tuple[str, list[Row]]]:
     sizes = sorted({int(n.split("@")[1].split("/")[0]) for n in results if n.startswith("load@")})
     out = []
     for read in READS:
@@ -105,8 +105,10 @@ def reads(results: Results) -> list[tuple[str, list[Row]]]:
             for subject in (*READERS, *PEERS, "AF-InMemory", "AF-File"):
                 base = READ_BASELINES.get(subject)
                 name = f"{read}@{size}/{subject}"
-                if subject in SMALL_ONLY and size != sizes[0]:
-                    continue
+                if name not in results and name not in why:
+                    continue  # not a size this subject is read at
+                if f"{read}@{size}/{base}" not in results:
+                    base = None  # the peer is read at the other size
                 rows.append(
                     Row(
                         title(subject),
@@ -166,7 +168,8 @@ LG_TARGETS = {"aget_tuple_latest": 0.5, "alist_all": 0.5}
 def langgraph() -> list[Row]:
     out = []
     for ours, peer in LANGGRAPH_PAIRS:
-        for workload in ("aput", "aput_writes", "graph", *LANGGRAPH_READS):
+        reads = () if ours == "lg-sqlite-fast" else LANGGRAPH_READS  # as the catalogue
+        for workload in ("aput", "aput_writes", "graph", *reads):
             label = f"{title(ours)}: `{workload}`"
             name, base = f"langgraph/{workload}/{ours}", f"langgraph/{workload}/{peer}"
             out.append(Row(label, name, base, LG_TARGETS.get(workload, 1.0), against=title(peer)))
@@ -282,7 +285,7 @@ def document(
         "in-process memory, embedded (files, SQLite), server.",
         "",
     ]
-    for heading, rows in reads(results):
+    for heading, rows in reads(results, why):
         out += [f"### {heading}", "", *table(results, rows, why=why), ""]
     titles = {k: c.title for k, c in SUBJECTS.items()}
     plotted = {} if plot_dir is None else plots.make_plots(results, titles, plot_dir)
