@@ -68,6 +68,13 @@ def ratio_of(results: Results, row: Row, base: Results | None = None) -> float |
     return ours / theirs
 
 
+def ratio_text(value: float | None) -> str:
+    """``x1.22``; below x0.01, one significant figure (``x0.0007``)."""
+    if value is None:
+        return "—"
+    return f"x{value:.2f}" if value >= 0.01 else f"x{value:.1g}"
+
+
 def verdict(row: Row, value: float | None) -> str:
     if row.target is None:
         return ""
@@ -106,7 +113,7 @@ def table(
                 value = ratio_of(results, row, base)
                 label = f"{row.against}: " if row.against else ""
                 cells.append(label + _cell(base or results, row.baseline, theirs, why))
-                cells.append(f"x{value:.2f}" if value is not None else "—")
+                cells.append(ratio_text(value))
         if with_target:
             cells.append(verdict(row, value))
         lines.append("| " + " | ".join(cells) + " |")
