@@ -182,103 +182,14 @@ def redis(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks against the peers (``-- --quick`` for a few-minute run)."""
-    _sync(session)
+    """Every benchmark, timed by pyperf, and docs/benchmarks.md: single saves against
+    LangGraph's savers and the bare floors, reads and listings, group commit and
+    writer processes, batch access, under LangGraph and Agent Framework, encryption,
+    telemetry, retention sweeps and start-up (not in the default set; about 25
+    minutes). ``-- --quick`` runs each workload once at small sizes, ``-- --only RE``
+    a subset, ``-- --rev REV -o FILE.json.gz`` another commit's src/, ``-- --docs
+    --before FILE.json.gz`` writes the page with a before/after table."""
+    _sync(session, "--group", "bench")
     # the peers are pinned in benchmarks/requirements.txt and live only in this env
     session.install("-r", "benchmarks/requirements.txt")
     session.run("python", "benchmarks/run.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_api(session: nox.Session) -> None:
-    """Batch, positional and filtered access (cursor_at pages, metadata filters,
-    batches) on our own stores; ``-- --docs`` also puts the section into
-    docs/benchmarks.md. No peers needed."""
-    _sync(session)
-    session.run("python", "benchmarks/api.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_integrations(session: nox.Session) -> None:
-    """Under the frameworks: StatekeeperSaver against LangGraph's AsyncSqliteSaver and
-    AsyncPostgresSaver, StatekeeperCheckpointStorage against Agent Framework's storages;
-    ``-- --docs`` also puts the section into docs/benchmarks.md."""
-    _sync(session)
-    # the peers are pinned in benchmarks/requirements.txt and live only in this env
-    session.install("-r", "benchmarks/requirements.txt")
-    session.run("python", "benchmarks/integrations.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_hot(session: nox.Session) -> None:
-    """Hot paths: listing, reads against the worker hop, single saves against the
-    bare writes, group commit from 1, 8 and 64 tasks (syncs counted with strace), beside
-    LangGraph's SQLite and in-memory savers; ``-- --quick`` for ~2 minutes, ``-- --docs``
-    also puts the section and its plot into docs/benchmarks.md."""
-    _sync(session)
-    # the peers are pinned in benchmarks/requirements.txt and live only in this env
-    session.install("-r", "benchmarks/requirements.txt")
-    session.run("python", "benchmarks/hot.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_pg(session: nox.Session) -> None:
-    """PostgreSQL at scale: saves from 1, 4 and 16 writer processes, get_latest
-    and a middle page, against LangGraph's AsyncPostgresSaver on the same server (needs
-    STATEKEEPER_TEST_POSTGRES_URL); ``-- --quick``, ``-- --docs`` as bench_hot."""
-    _sync(session)
-    session.install("-r", "benchmarks/requirements.txt")
-    session.run("python", "benchmarks/pg.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_retention(session: nox.Session) -> None:
-    """Retention sweeps: a sweep over 100,000 checkpoints in 10,000 streams on SQLite,
-    the file store and PostgreSQL, saves beside it, space given back; ``-- --docs``
-    also puts the section into docs/benchmarks.md. No peers needed."""
-    _sync(session)
-    session.run("python", "benchmarks/retention.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_startup(session: nox.Session) -> None:
-    """Start-up of the command line: ``statekeeper --help`` and ``statekeeper latest`` on
-    a 10-checkpoint SQLite store, medians against 0.3 s and 0.5 s (``-- --uv`` also
-    times ``uv run``; ``-- --check`` exits 1 over a target). Run it on an idle machine."""
-    _sync(session)
-    session.run("python", "benchmarks/startup.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_compare(session: nox.Session) -> None:
-    """Two revisions side by side in one run (``-- --before REV --after REV``, default
-    the redesign's start ``dc54e45`` against HEAD; ``--after-working-tree``): every
-    backend's hot paths, the codec and the command line's start-up, after/before
-    ratios against 10%; ``-- --quick`` for ~2 minutes, ``-- --only sqlite,codec``,
-    ``-- --docs`` also puts the section into docs/benchmarks.md. No peers needed."""
-    _sync(session)
-    session.run("python", "benchmarks/compare.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_encryption(session: nox.Session) -> None:
-    """What encryption at rest adds to save and get_latest (1 KB and 100 KB states),
-    plaintext against encrypted stores of each backend side by side, and the envelope
-    alone; PostgreSQL when STATEKEEPER_TEST_POSTGRES_URL is set. ``-- --quick`` for
-    ~1 minute; ``-- --docs --compare FILE.md`` also puts the section (with that
-    bench_compare run's tables for the plaintext stores) into docs/benchmarks.md.
-    No peers needed."""
-    _sync(session)
-    session.run("python", "benchmarks/encryption.py", *session.posargs)
-
-
-@nox.session(python=PYTHON)
-def bench_telemetry(session: nox.Session) -> None:
-    """Telemetry (S18): save, get_latest and list on memory, SQLite and file with
-    telemetry off against the tree before it (git archive, side by side, alternated),
-    and what it adds on with the SDK and a no-op exporter; and the off path's one
-    check alone, with an A/A side as the null test. Prints the section "Telemetry";
-    ``-- --docs`` splices it into docs/benchmarks.md. ``-- --quick`` for about a
-    minute. No peers needed."""
-    _sync(session)
-    session.run("python", "benchmarks/telemetry.py", *session.posargs)

@@ -1,218 +1,261 @@
-"""Benchmarks: statekeeper's stores against LangGraph's and MAF's, side by side, in one run.
+"""Run every benchmark, keep pyperf's results, and write ``docs/benchmarks.md``.
 
-Run it through nox, which installs the pinned peers into the session's own env::
+    uv run nox -s bench                              # everything, ~30 minutes
+    uv run nox -s bench -- --quick                   # every workload once, small sizes
+    uv run nox -s bench -- --only 'save/|af/save'    # a subset (a regular expression)
+    uv run nox -s bench -- --rev 88487cc -o before.json.gz   # another commit's src/
+    uv run nox -s bench -- --docs --before benchmarks/results/88487cc.json.gz
+    uv run python benchmarks/run.py --render after.json.gz --before before.json.gz --docs
 
-    uv run nox -s bench -- --quick     # a few minutes: N = 1k, 10k
-    uv run nox -s bench                # full: N = 1k, 10k, 100k; writes docs/benchmarks.md
-
-A full run writes ``docs/benchmarks.md`` and its plots under ``docs/benchmarks/``; a
-quick run writes ``benchmarks/results/raw/quick.md`` (not committed). Both also
-write the raw figures as JSON under ``benchmarks/results/raw/``.
+Each workload runs through ``benchmarks/suite.py`` under pyperf (its own worker
+processes, calibrated loops); the results of the run go into one pyperf JSON file
+(``--output``, default ``benchmarks/results/latest.json.gz``) with the run's facts
+beside it (``*.facts.json``: command, commit, machine, what was skipped and why).
+``--rev REV`` measures ``git archive REV src`` instead of the checkout, so that a
+before/after comparison is one run at each end, each its own JSON file;
+``--before FILE`` adds the before/after table to the document.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import platform
+import re
 import shlex
-import shutil
+import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
 sys.path.insert(0, str(HERE))
 
-from skbench.adapters.base import MAIN_STREAM  # noqa: E402
-from skbench.adapters.statekeeper_stores import POSTGRES_URL, REDIS_URL  # noqa: E402
-from skbench.floors import Floors, record_bytes  # noqa: E402
-from skbench.machine import describe_machine  # noqa: E402
-from skbench.plots import make_plots  # noqa: E402
-from skbench.report import Report  # noqa: E402
-from skbench.runner import (  # noqa: E402
-    Results,
-    Settings,
-    count_redis_round_trips,
-    open_stores,
-    record_floor_constants,
-    run_sizes,
-    run_writer_workload,
-    say,
+from skbench import workloads  # noqa: E402
+from skbench.subjects import drop_server_data, missing, new_token  # noqa: E402
+
+PEERS = (
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "agent-framework-core",
 )
-from skbench.script import run_script  # noqa: E402
-from skbench.timing import Budget  # noqa: E402
+#: What a worker process keeps of the environment (pyperf drops the rest).
+INHERIT = (
+    "PYTHONPATH",
+    "SKBENCH_TOKEN",
+    "STATEKEEPER_TEST_POSTGRES_URL",
+    "STATEKEEPER_TEST_REDIS_URL",
+)
 
 
-def settings_for(args: argparse.Namespace) -> Settings:
-    if args.quick:
-        settings = Settings(
-            sizes=[1_000, 10_000],
-            noise_ratio=1.0,
-            op_budget=Budget(reps=30, seconds=0.3, rounds=3),
-            list_budget=Budget(reps=3, seconds=0.6, min_reps=1, rounds=3),
-            save_budget=Budget(reps=30, seconds=0.4, rounds=3),
-            call_cap=1.0,
-            list_cap=8.0,
-            populate_cap=120.0,
-            writer_processes=4,
-            writer_saves=25,
-            rss_pass=False,
-        )
-    else:
-        settings = Settings(
-            sizes=[1_000, 10_000, 100_000],
-            noise_ratio=1.0,
-            op_budget=Budget(reps=150, seconds=1.0),
-            list_budget=Budget(reps=5, seconds=6.0, min_reps=1),
-            save_budget=Budget(reps=150, seconds=1.2),
-            call_cap=10.0,
-            list_cap=40.0,
-            populate_cap=1500.0,
-            writer_processes=4,
-            writer_saves=200,
-        )
-    if args.sizes:
-        settings.sizes = [int(x) for x in args.sizes.split(",")]
-    settings.only = [x.strip().lower() for x in args.only.split(",")] if args.only else []
-    if args.deadline_minutes:
-        settings.deadline = time.perf_counter() + 60 * args.deadline_minutes
-    return settings
+def git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes and budgets")
-    parser.add_argument("--sizes", help="comma-separated N values (overrides the mode's)")
-    parser.add_argument("--only", help="comma-separated substrings of store names to run")
-    parser.add_argument("--output", type=Path, help="markdown file to write")
-    parser.add_argument("--no-writers", action="store_true", help="skip the 4-writer workload")
-    parser.add_argument("--workdir", type=Path, help="where stores live (default: a temp dir)")
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument(
-        "--deadline-minutes",
-        type=float,
-        help="leave out a size whose bulk load would not fit in the time left (default: none)",
-    )
-    parser.add_argument(
-        "--from-json",
-        type=Path,
-        help="re-render the report and plots from a raw JSON of an earlier run (no measuring)",
-    )
-    return parser.parse_args(argv)
+def export(rev: str, into: Path) -> str:
+    """``git archive REV src`` unpacked under ``into``; its ``src`` directory."""
+    commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    if not commit:
+        raise SystemExit(f"--rev {rev!r} is not a commit")
+    archive = subprocess.run(
+        ["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return str(into / "src")
 
 
-def rerender(args: argparse.Namespace) -> Path:
-    """Write the report again from a run's raw JSON (for changes to the report only)."""
-    raw = json.loads(args.from_json.read_text())
-    settings = settings_for(args)
-    for key, value in raw["settings"].items():
-        setattr(settings, key, value)
-    results = Results()
-    for key, value in raw.items():
-        if hasattr(results, key):
-            setattr(results, key, _int_keys(value))
-    output = args.output or _default_output(raw["meta"]["mode"] == "quick")
-    write_outputs(output, args.from_json.parent, results, settings, raw["machine"], raw["meta"])
-    return output
-
-
-def _int_keys(value: Any) -> Any:
-    """JSON turned the size keys into strings; turn them back."""
-    if isinstance(value, dict):
-        return {(int(k) if k.isdigit() else k): _int_keys(v) for k, v in value.items()}
-    return value
-
-
-def _default_output(quick: bool) -> Path:
-    return ROOT / "benchmarks/results/raw/quick.md" if quick else ROOT / "docs/benchmarks.md"
-
-
-async def main(args: argparse.Namespace) -> Path:
-    settings = settings_for(args)
-    mode = "quick" if args.quick else "full"
-    output: Path = args.output or _default_output(args.quick)
-    raw_dir = ROOT / "benchmarks/results/raw"
-    os.makedirs(raw_dir, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="skbench-", dir=args.workdir))
-    results = Results()
-    started = time.perf_counter()
-    load_at_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    say(results, f"{mode} run, sizes {settings.sizes}, stores under {workdir}")
-    adapters = []
-    record = await record_bytes(MAIN_STREAM)
-    floors = Floors(workdir, record, REDIS_URL)
+def machine() -> str:
+    cpu = "?"
     try:
-        record_floor_constants(results, record)
-        await floors.open()
-        for name, problem in floors.problems.items():
-            results.floors[name] = {"all": {"error": problem}}
-        adapters = await open_stores(settings, workdir, results)
-        if not args.no_writers:
-            await run_writer_workload(settings, workdir, results)
-        await count_redis_round_trips(adapters, results)
-        await run_sizes(settings, adapters, floors, results)
-    finally:
-        await floors.close()
-        for adapter in adapters:
-            try:
-                await adapter.close()
-            except Exception as exc:  # cleanup must not hide the run's own error
-                say(results, f"cleanup of {adapter.name} failed: {exc}")
-        machine = describe_machine(workdir, POSTGRES_URL, REDIS_URL)
-        machine["load_average_start"] = load_at_start
-        if args.keep:
-            say(results, f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    elapsed = time.perf_counter() - started
-    meta = {
-        "command": _command(),
-        "mode": mode,
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-        "elapsed": elapsed,
-    }
-    write_outputs(output, raw_dir, results, settings, machine, meta)
-    say(results, f"wrote {output} in {elapsed:.0f} s")
-    return output
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} cores ({cpu}), load averages {load} at the start; "
+        f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}"
+    )
 
 
-def write_outputs(
-    output: Path,
-    raw_dir: Path,
-    results: Results,
-    settings: Settings,
-    machine: dict[str, Any],
-    meta: dict[str, Any],
-) -> None:
-    """The markdown report, its plots next to it, and the raw figures as JSON."""
-    images = make_plots(results, settings.sizes, output.parent / output.stem)
-    report = Report(results, settings, machine, meta)
-    text = report.render({t: os.path.relpath(p, output.parent) for t, p in images.items()})
+def peers() -> str:
+    found = []
+    for name in PEERS:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return ", ".join(found)
+
+
+def pyperf_args(args: argparse.Namespace, heavy: bool) -> list[str]:
+    if args.quick:
+        return ["--debug-single-value"]
+    processes = max(1, args.processes // 2) if heavy else args.processes
+    return ["--processes", str(processes), "--values", str(args.values)]
+
+
+def measure(
+    args: argparse.Namespace, chosen: list[Any], scratch: Path, env: dict[str, str]
+) -> tuple[list[Path], dict[str, str]]:
+    """Each workload through suite.py under pyperf; its JSON file, or why it failed."""
+    done: list[Path] = []
+    failed: dict[str, str] = {}
+    for n, workload in enumerate(chosen, 1):
+        out = scratch / "results" / f"{n:04}.json"
+        out.parent.mkdir(exist_ok=True)
+        cmd = [
+            sys.executable,
+            str(HERE / "suite.py"),
+            "--scratch",
+            str(scratch),
+            "--workload",
+            workload.name,
+            "--quiet",
+            "--inherit-environ",
+            ",".join(INHERIT),
+            "-o",
+            str(out),
+            *pyperf_args(args, workload.heavy),
+            *(["--quick"] if args.quick else []),
+        ]
+        started = time.monotonic()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        took = time.monotonic() - started
+        if proc.returncode != 0 or not out.exists():
+            said = f"{proc.stdout}\n{proc.stderr}".strip().splitlines()
+            errors = [line for line in said if re.match(r"^[\w.]+(Error|Exception)\b", line)]
+            failed[workload.name] = (errors or said or [f"exit status {proc.returncode}"])[0]
+            print(
+                f"[{n}/{len(chosen)}] {workload.name}: FAILED {failed[workload.name]}", flush=True
+            )
+            continue
+        done.append(out)
+        print(f"[{n}/{len(chosen)}] {workload.name} ({took:.0f} s)", flush=True)
+    return done, failed
+
+
+def merge(files: list[Path], output: Path) -> None:
+    import pyperf
+
+    benchmarks = [b for f in files for b in pyperf.BenchmarkSuite.load(str(f)).get_benchmarks()]
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    raw = {
-        "meta": meta,
-        "machine": machine,
-        "settings": {
-            "sizes": settings.sizes,
-            "noise_ratio": settings.noise_ratio,
-            "writer_processes": settings.writer_processes,
-            "writer_saves": settings.writer_saves,
-        },
-        **vars(results),
-    }
-    (raw_dir / f"{output.stem}.json").write_text(json.dumps(raw, indent=1, default=str))
-    print(text)
+    if benchmarks:
+        pyperf.BenchmarkSuite(benchmarks).dump(str(output), replace=True)
 
 
-def _command() -> str:
-    extra = " ".join(shlex.quote(a) for a in sys.argv[1:])
-    return "uv run nox -s bench" + (f" -- {extra}" if extra else "")
+def facts_path(output: Path) -> Path:
+    return output.with_name(output.name.split(".json")[0] + ".facts.json")
+
+
+def render(args: argparse.Namespace, results_file: Path) -> str:
+    from skbench import render, report
+
+    results = render.load(results_file)
+    facts = json.loads(facts_path(results_file).read_text())
+    before = before_facts = None
+    if args.before:
+        before = render.load(args.before)
+        before_facts = json.loads(facts_path(Path(args.before)).read_text())
+    page = Path(args.docs)
+    plot_dir = page.parent / "benchmarks" if page.resolve() == DOCS.resolve() else None
+    return report.document(results, facts, before, before_facts, plot_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="every workload once, small sizes")
+    parser.add_argument("--only", help="run the workloads whose name matches this expression")
+    parser.add_argument("--rev", help="measure this commit's src/ (git archive), not the checkout")
+    parser.add_argument(
+        "-o", "--output", default=str(HERE / "results" / "latest.json.gz"), help="pyperf JSON"
+    )
+    parser.add_argument("--docs", nargs="?", const=str(DOCS), help="write the page (here)")
+    parser.add_argument("--before", help="a before run's pyperf JSON: add the before/after table")
+    parser.add_argument("--render", help="render this run's pyperf JSON, measure nothing")
+    parser.add_argument("--processes", type=int, default=4, help="pyperf worker processes")
+    parser.add_argument("--values", type=int, default=3, help="values per worker process")
+    parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+    args = parser.parse_args(argv)
+
+    if args.render:
+        output = Path(args.render)
+    else:
+        chosen = [w for w in workloads(args.quick) if not args.only or re.search(args.only, w.name)]
+        if args.list:
+            print("\n".join(w.name for w in chosen))
+            return 0
+        skipped = {w.name: why for w in chosen if (why := missing(w.needs))}
+        chosen = [w for w in chosen if w.name not in skipped]
+        output = Path(args.output)
+        started = time.monotonic()
+        token = new_token()
+        with tempfile.TemporaryDirectory(prefix="skbench-") as tmp:
+            scratch = Path(tmp)
+            env = {**os.environ, "SKBENCH_TOKEN": token}
+            source = "the checkout's src/"
+            if args.rev:
+                env["PYTHONPATH"] = export(args.rev, scratch / "rev")
+                source = git("log", "-1", "--format=%h", args.rev) + " (git archive of src/)"
+            else:
+                head = git("log", "-1", "--format=%h")
+                src = git("log", "-1", "--format=%h", "--", "src")
+                dirty = git("status", "--porcelain", "--", "src")
+                source = f"{head}, src/ as of {src}" + (
+                    ", with uncommitted changes" if dirty else ""
+                )
+            try:
+                files, failed = measure(args, chosen, scratch, env)
+            finally:
+                env_backup = os.environ.get("SKBENCH_TOKEN")
+                asyncio.run(drop_server_data(token))
+                del env_backup
+            merge(files, output)
+        via_nox = os.environ.get("NOX_CURRENT_SESSION") == "bench"
+        extra = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        command = (
+            ("uv run nox -s bench" + (f" -- {extra}" if extra else ""))
+            if via_nox
+            else (f"uv run python benchmarks/run.py {extra}".strip())
+        )
+        facts = {
+            "command": command,
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "source": source,
+            "seconds": time.monotonic() - started,
+            "machine": machine(),
+            "peers": peers(),
+            "pyperf": f"pyperf {version('pyperf')}",
+            "settings": "one value per benchmark: --debug-single-value (quick mode)"
+            if args.quick
+            else f"{args.processes} processes of {args.values} values each after a warm-up, "
+            f"{max(1, args.processes // 2)} for the slow ones",
+            "output": os.path.relpath(output, ROOT) if output.is_absolute() else str(output),
+            "skipped": skipped,
+            "failed": failed,
+        }
+        facts_path(output).write_text(json.dumps(facts, indent=1) + "\n")
+        print(f"{len(files)} measured, {len(skipped)} skipped, {len(failed)} failed: {output}")
+    if args.docs:
+        Path(args.docs).write_text(render(args, output))
+        print(f"wrote {args.docs}")
+    return 0
 
 
 if __name__ == "__main__":
-    run_script(parse_args, rerender, main, sys.argv[1:])
+    raise SystemExit(main())

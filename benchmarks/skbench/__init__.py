@@ -1,6 +1,30 @@
-"""statekeeper's benchmark harness: stores side by side with their peers, in one run.
+"""statekeeper's benchmark harness: its workloads, timed by pyperf, and the report.
 
-``benchmarks/run.py`` is the entry point. The modules here are the pieces: adapters
-that drive each store (ours and the peers) through the same workloads, the timing
-loop, the physical floors, the concurrent-writer test and the report.
+``benchmarks/run.py`` is the one command; ``benchmarks/suite.py`` is the pyperf
+script it runs for each workload. The modules:
+
+- ``subjects``: the stores under test, ours and the peers', behind one interface;
+- ``harness``: what a workload is, and the glue that lets pyperf time it;
+- ``stores``: saves, the bare floors, reads, listings, concurrency, batch access;
+- ``frameworks``: under LangGraph and Agent Framework;
+- ``features``: encryption, telemetry, retention sweeps, start-up;
+- ``render``: the one table renderer over pyperf results;
+- ``report``: the sections of ``docs/benchmarks.md``;
+- ``plots``: its plots;
+- ``payload``: the ~1 KB state every store saves.
 """
+
+from __future__ import annotations
+
+from .harness import Workload
+
+
+def workloads(quick: bool) -> list[Workload]:
+    """Every workload of a run, in the order it takes them."""
+    from . import features, frameworks, stores
+
+    return [
+        *stores.catalogue(quick),
+        *frameworks.catalogue(quick, stores.sizes(quick)),
+        *features.catalogue(quick),
+    ]

@@ -1,476 +1,352 @@
-"""The markdown report: stores, one table per workload, floors, writers, memory."""
+"""``docs/benchmarks.md``: which rows each section shows, rendered by
+:func:`skbench.render.table` from one run's pyperf results (and, for the before/after
+section, another run's)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from .runner import READ_OPS, Results, Settings
-from .targets import targets_section
-from .timing import format_seconds
+from . import plots
+from .features import BACKENDS
+from .features import SIZES as STATE_SIZES
+from .frameworks import LANGGRAPH_PAIRS, LANGGRAPH_READS
+from .render import Results, Row, before_after, table
+from .stores import FLOORS, PEERS, READERS, READS
+from .subjects import SUBJECTS
 
-OP_TITLES = {
-    "save": "save, one checkpoint per call",
-    "get_latest": "get_latest (or the peer's equivalent)",
-    "load": "load by id",
-    "first_page": "first page of 20, newest first",
-    "middle_page": "a page of 20 from the middle of the history, with a cursor",
-    "list_all": "list the whole stream",
+FLOOR_TITLES = {
+    "floor-durable-write": "bare durable write (temp file, write, fsync, rename, fsync dir)",
+    "floor-plain-write": "bare write (temp file, write, rename, no fsync)",
+    "floor-sqlite-FULL": "bare `BEGIN IMMEDIATE; INSERT; COMMIT`, WAL, synchronous=FULL",
+    "floor-sqlite-NORMAL": "bare `BEGIN IMMEDIATE; INSERT; COMMIT`, WAL, synchronous=NORMAL",
 }
-OP_SHORT = {
-    "save": "save",
-    "get_latest": "get_latest",
-    "load": "load by id",
-    "first_page": "first page",
-    "middle_page": "middle page",
-    "list_all": "list all",
+
+
+def title(subject: str) -> str:
+    return FLOOR_TITLES.get(subject) or SUBJECTS[subject].title
+
+
+def targets() -> list[Row]:
+    """The six single-save targets: a single save against its peer or its floor."""
+    return [
+        Row("SQLite full save vs `SqliteSaver.put`", "save/sqlite-full", "save/SqliteSaver", 1.0),
+        Row(
+            "SQLite full save vs the bare transaction at FULL",
+            "save/sqlite-full",
+            "save/floor-sqlite-FULL",
+            1.2,
+        ),
+        Row(
+            "file full save vs the bare durable write",
+            "save/file-full",
+            "save/floor-durable-write",
+            1.3,
+        ),
+        Row("memory save vs `InMemorySaver.put`", "save/memory", "save/InMemorySaver", 1.0),
+        Row(
+            "Agent Framework storage over SQLite, full, vs the bare transaction",
+            "af/save/af-sqlite-full",
+            "save/floor-sqlite-FULL",
+            1.3,
+        ),
+        Row(
+            "Agent Framework storage over the file store, full, vs the bare durable write",
+            "af/save/af-file-full",
+            "save/floor-durable-write",
+            1.3,
+        ),
+    ]
+
+
+SAVE_BASELINES = {
+    "memory": "InMemorySaver",
+    "sqlite-full": "SqliteSaver",
+    "sqlite-fast": "floor-sqlite-NORMAL",
+    "file-full": "floor-durable-write",
+    "file-fast": "floor-plain-write",
+    "postgresql-full": "AsyncPostgresSaver",
 }
-PEER_FAMILIES = ("LangGraph", "Agent Framework")
+READ_BASELINES = {
+    "memory": "InMemorySaver",
+    "file-full": "SqliteSaver",
+    "sqlite-full": "SqliteSaver",
+    "postgresql-full": "AsyncPostgresSaver",
+    "redis": "AsyncPostgresSaver",
+}
 
 
-def _k(size: int) -> str:
-    return f"{size // 1000}k" if size % 1000 == 0 and size >= 1000 else str(size)
-
-
-def _cell(cell: dict[str, Any] | None, ratio: float | None) -> str:
-    if not cell:
-        return "—"
-    if "skipped" in cell:
-        return "skipped¹"
-    if "error" in cell:
-        return "error²"
-    stat = cell["stat"]
-    text = (
-        f"**{format_seconds(stat['median'])}** "
-        f"({format_seconds(stat['p10'])}-{format_seconds(stat['p90'])})"
-    )
-    if stat["n"] < 3:
-        text += f" n={stat['n']}"
-    if ratio is not None:
-        text += f" x{ratio:.2g}"
-    return text
-
-
-class Report:
-    def __init__(
-        self, results: Results, settings: Settings, machine: dict[str, Any], meta: dict[str, Any]
-    ) -> None:
-        self.r = results
-        self.s = settings
-        self.machine = machine
-        self.meta = meta
-        self.footnotes: list[tuple[str, int, str, str]] = []  # row, size, op, reason
-
-    # -- comparison classes -------------------------------------------------------------
-
-    def _is_peer(self, store: str) -> bool:
-        return self.r.stores.get(store, {}).get("family") in PEER_FAMILIES
-
-    def _store_of(self, row: str) -> tuple[str, str | None]:
-        for store, info in self.r.stores.items():
-            if row == store:
-                modes = info.get("modes") or [{}]
-                return store, modes[0].get("label")
-            if row.startswith(store + " ("):
-                return store, row[len(store) + 2 : -1]
-        return row, None
-
-    def comparison_class(self, op: str, row: str) -> str:
-        store, mode = self._store_of(row)
-        info = self.r.stores.get(store, {})
-        if op == "save":
-            for m in info.get("modes", []):
-                if m["label"] == mode:
-                    return str(m["durability"])
-            return "?"
-        return str(info.get("kind", "?"))
-
-    def best_peer(self, op: str, cls: str, size: int) -> tuple[str, float] | None:
-        best: tuple[str, float] | None = None
-        for row in self.r.ops.get(op, {}):
-            store, _ = self._store_of(row)
-            if not self._is_peer(store) or self.comparison_class(op, row) != cls:
-                continue
-            median = self.r.median(op, row, size)
-            if median is not None and (best is None or median < best[1]):
-                best = (row, median)
-        return best
-
-    # -- sections -------------------------------------------------------------------------
-
-    def render(self, images: dict[str, str]) -> str:
-        parts = [
-            self._header(),
-            self._machine(),
-            self._stores(),
-            self._summary(),
-            "## Results\n\nEach cell: **median** (p10-p90) per call, then xratio against the "
-            "fastest peer of the same class at the same N. Reads compare like with like: "
-            "in-process *memory* stores with in-memory peers, *embedded* stores (files, SQLite) "
-            "with embedded peers, *server* stores (PostgreSQL, Redis) with server peers. Saves "
-            "compare within a durability class. Below 1 means faster than that peer. "
-            "`n=` marks a cell with fewer than 3 calls (long listings).\n",
-        ]
-        for op in ("save", *READ_OPS):
-            parts.append(self._op_table(op))
-        parts += [
-            self._memory(),
-            self._writers(),
-            self._floors(),
-            targets_section(self.r, self.s),
-            self._plots(images),
-            self._skipped(),
-            PEERS_EXPLAINED,
-            self._method(),
-        ]
-        return "\n".join(p for p in parts if p).rstrip() + "\n"
-
-    def _header(self) -> str:
-        m = self.meta
-        sizes = ", ".join(_k(n) for n in self.s.sizes)
-        return (
-            "# Benchmarks: statekeeper against its peers\n\n"
-            f"Generated by `{m['command']}` ({m['mode']} mode) on {m['date']}, "
-            f"in {m['elapsed']:.0f} s. Every figure below comes from that one run.\n\n"
-            f"Sizes N = {sizes} checkpoints in the measured stream, plus "
-            f"{self.s.noise_ratio:g}xN more spread over ten other streams (the noise). "
-            f"State: the same ~1 KB JSON-like dict for every store "
-            f"({self.r.record_bytes} bytes as a "
-            "statekeeper record).\n"
+def saves() -> list[Row]:
+    out = []
+    for subject in [*SUBJECTS]:
+        if subject.startswith(("lg-", "af-")) or subject == "AsyncSqliteSaver-NORMAL":
+            continue
+        base = SAVE_BASELINES.get(subject)
+        out.append(
+            Row(
+                title(subject),
+                f"save/{subject}",
+                f"save/{base}" if base else None,
+                against=title(base) if base else "",
+            )
         )
+    out += [Row(title(f), f"save/{f}") for f in FLOORS]
+    out.append(Row("one Redis PING (the floor of a Redis read)", "read/floor-redis-ping"))
+    return out
 
-    def _machine(self) -> str:
-        m = self.machine
-        lines = [
-            "## Machine\n",
-            "| | |",
-            "|---|---|",
-            f"| CPU | {m['cpu']} |",
-            f"| cores (nproc) | {m['nproc']}, shared with other work during the run "
-            f"(1/5/15-minute load averages: {m.get('load_average_start', '?')} at the start, "
-            f"{m.get('load_average', '?')} at the end) |",
-            f"| memory | {m['memory']} |",
-            f"| kernel | {m['kernel']} ({m['os']}) |",
-            f"| file system of the stores | {m['filesystem']} |",
-            f"| Python | {m['python']} (SQLite {m['sqlite']}) |",
-            f"| PostgreSQL | {m['postgresql']} |",
-            f"| Redis | {m['redis_server']} |",
+
+def reads(results: Results, why: Mapping[str, str]) -> list[tuple[str, list[Row]]]:
+    sizes = sorted({int(n.split("@")[1].split("/")[0]) for n in results if n.startswith("load@")})
+    out = []
+    for read in READS:
+        for size in sizes:
+            rows = []
+            for subject in (*READERS, *PEERS, "AF-InMemory", "AF-File"):
+                base = READ_BASELINES.get(subject)
+                name = f"{read}@{size}/{subject}"
+                if name not in results and name not in why:
+                    continue  # not a size this subject is read at
+                if f"{read}@{size}/{base}" not in results:
+                    base = None  # the peer is read at the other size
+                rows.append(
+                    Row(
+                        title(subject),
+                        name,
+                        f"{read}@{size}/{base}" if base else None,
+                        against=title(base) if base else "",
+                    )
+                )
+            out.append((f"`{read}`, {size:,} checkpoints in the stream", rows))
+    return out
+
+
+def concurrency() -> list[Row]:
+    out = []
+    for tasks in (1, 8, 64):
+        for s in ("sqlite-full", "file-full", "AsyncSqliteSaver"):
+            base = f"group@{tasks}/AsyncSqliteSaver" if s != "AsyncSqliteSaver" else None
+            label = f"{title(s)}, {tasks} tasks, per save"
+            out.append(Row(label, f"group@{tasks}/{s}", base, against="AsyncSqliteSaver"))
+    for s in ("sqlite-full", "file-full", "SqliteSaver", "AsyncSqliteSaver", "AF-File"):
+        base = "writers@4/SqliteSaver" if s in ("sqlite-full", "file-full") else None
+        label = f"{title(s)}, 4 processes, per save"
+        out.append(Row(label, f"writers@4/{s}", base, against="SqliteSaver"))
+    for n in (1, 4, 16):
+        label = f"{title('postgresql-full')}, {n} processes, per save"
+        base = f"writers@{n}/AsyncPostgresSaver"
+        out.append(
+            Row(label, f"writers@{n}/postgresql-full", base, 1.0, against="AsyncPostgresSaver")
+        )
+    return out
+
+
+def api(results: Results) -> list[Row]:
+    out = []
+    sizes = sorted({int(n.split("@")[1].split("/")[0]) for n in results if n.startswith("load@")})
+    size = sizes[-1] if sizes else 0
+    for s in ("memory", "file-full", "sqlite-full", "postgresql-full"):
+        first = f"first_page@{size}/{s}"
+        for name in sorted(n for n in results if n.startswith("api/cursor_page") and n.endswith(s)):
+            depth = name.split("@")[1].split("/")[0]
+            label = f"{title(s)}: cursor_at + page of 20 at depth {depth}"
+            out.append(Row(label, name, first, 2.0, against="first page"))
+        target = 3.0 if s in ("sqlite-full", "postgresql-full") else None
+        label = f"{title(s)}: page of 20 filtered on metadata (1% match)"
+        out.append(Row(label, f"api/filtered_page/{s}", first, target, against="first page"))
+        label = f"{title(s)}: `save_many` of 100"
+        target = 5.0 if s in ("sqlite-full", "file-full") else None
+        out.append(Row(label, f"api/save_many100/{s}", f"save/{s}", target, against="one save"))
+        label = f"{title(s)}: `load_many` of 100 ids"
+        out.append(Row(label, f"api/load_many100/{s}", f"api/load100/{s}", against="100 loads"))
+    return out
+
+
+LG_TARGETS = {"aget_tuple_latest": 0.5, "alist_all": 0.5}
+
+
+def langgraph() -> list[Row]:
+    out = []
+    for ours, peer in LANGGRAPH_PAIRS:
+        reads = () if ours == "lg-sqlite-fast" else LANGGRAPH_READS  # as the catalogue
+        for workload in ("aput", "aput_writes", "graph", *reads):
+            label = f"{title(ours)}: `{workload}`"
+            name, base = f"langgraph/{workload}/{ours}", f"langgraph/{workload}/{peer}"
+            out.append(Row(label, name, base, LG_TARGETS.get(workload, 1.0), against=title(peer)))
+    return out
+
+
+def agent_framework(results: Results) -> list[Row]:
+    floors = {"af-sqlite-full": "floor-sqlite-FULL", "af-file-full": "floor-durable-write"}
+    out = []
+    for s in ("af-sqlite-full", "af-sqlite-fast", "af-file-full", "af-file-fast"):
+        base = f"save/{floors[s]}" if s in floors else "af/save/AF-File"
+        against = title(floors[s]) if s in floors else title("AF-File")
+        out.append(Row(f"{title(s)}: save", f"af/save/{s}", base, 1.3, against=against))
+    out += [Row(f"{title(s)}: save", f"af/save/{s}") for s in ("AF-File", "AF-InMemory")]
+    for name in sorted(n for n in results if n.startswith("af/get_latest")):
+        head, subject = name.rsplit("/", 1)
+        peer = f"{head}/AF-File" if f"{head}/AF-File" in results else f"{head}/AF-InMemory"
+        label = f"{title(subject)}: `get_latest`, {head.split('@')[1]} checkpoints"
+        base = peer if not subject.startswith("AF-") else None
+        out.append(Row(label, name, base, 1.0 if base else None, against="its peer"))
+    return out
+
+
+def encryption() -> list[Row]:
+    out = []
+    for op in ("save", "get_latest"):
+        for size in STATE_SIZES:
+            for b in BACKENDS:
+                name = f"encryption/{op} {size}/{b}-"
+                label = f"{b}: `{op}` of a {size} state, encrypted"
+                out.append(Row(label, name + "encrypted", name + "plaintext", against="plaintext"))
+    for op in ("seal", "open"):
+        out += [
+            Row(f"the envelope alone: {op}, {s}", f"encryption/{op} {s}/envelope")
+            for s in STATE_SIZES
+        ]
+    return out
+
+
+def telemetry() -> list[Row]:
+    out = []
+    for op in ("save", "get_latest"):
+        for b in ("memory", "sqlite", "file"):
+            name = f"telemetry/{op}/{b}-"
+            out.append(Row(f"{b}: `{op}`, telemetry on", name + "on", name + "off", against="off"))
+    return out
+
+
+def retention() -> list[Row]:
+    return [
+        Row(f"sweep, keep_last=1: {b}", f"retention/sweep/{b}")
+        for b in ("sqlite", "file", "postgresql")
+    ]
+
+
+def startup() -> list[Row]:
+    return [
+        Row("`statekeeper --help`", "startup/help", target=0.3),
+        Row("`statekeeper latest` on a 10-checkpoint SQLite store", "startup/latest", target=0.5),
+    ]
+
+
+def document(
+    results: Results,
+    facts: Mapping[str, Any],
+    before: Results | None = None,
+    before_facts: Mapping[str, Any] | None = None,
+    plot_dir: Path | None = None,
+) -> str:
+    """The whole of ``docs/benchmarks.md`` for one run (and a before run), with its
+    plots written into ``plot_dir`` (none when it is ``None``)."""
+    why = dict.fromkeys(facts.get("failed", {}), "failed")
+    why.update(dict.fromkeys(facts.get("skipped", {}), "skipped"))  # the reasons: at the end
+
+    def section(heading: str, rows: list[Row], intro: str = "") -> list[str]:
+        return [
+            f"## {heading}",
             "",
-            "| package | version |",
-            "|---|---|",
+            *([intro, ""] if intro else []),
+            *table(results, rows, why=why),
+            "",
         ]
-        for name, ver in m["packages"].items():
-            lines.append(f"| {name} | {ver or 'not installed'} |")
-        return "\n".join(lines) + "\n"
 
-    def _stores(self) -> str:
-        lines = [
-            "## Stores\n",
-            "| store | package | save durability (what an acknowledged save survives) "
-            "| shared by processes | notes |",
-            "|---|---|---|---|---|",
+    out = [
+        "# Benchmarks: statekeeper against its peers and its floors",
+        "",
+        f"Generated by `{facts['command']}` on {facts['date']}, from `{facts['source']}`, "
+        f"in {facts['seconds']:.0f} s. A ratio is of two medians measured side by side in "
+        "one run.",
+        "",
+        f"Machine: {facts['machine']}. Peers: {facts['peers']}.",
+        "",
+        "Timing by [pyperf](https://pyperf.readthedocs.io) "
+        f"({facts['pyperf']}): each benchmark runs in fresh worker processes "
+        f"({facts['settings']}), each calibrating its loop count and recording its values; "
+        "a cell is the **median** of every value, ± its median absolute deviation, per call "
+        "(per save where several saves run at once). The raw results are "
+        f"`{facts['output']}`; `python -m pyperf stats` and `python -m pyperf compare_to` "
+        "read them.",
+        "",
+        *section(
+            "Targets: a single save at the floor",
+            targets(),
+            "One save per call, ~1 KB state, against LangGraph's saver or the bare write "
+            "the store must make, in the same run.",
+        ),
+        *section("Single saves, one checkpoint per call", saves()),
+    ]
+    out += [
+        "## Reads and listings",
+        "",
+        "Ours against the peer of the same kind: "
+        "in-process memory, embedded (files, SQLite), server.",
+        "",
+    ]
+    for heading, rows in reads(results, why):
+        out += [f"### {heading}", "", *table(results, rows, why=why), ""]
+    titles = {k: c.title for k, c in SUBJECTS.items()}
+    plotted = {} if plot_dir is None else plots.make_plots(results, titles, plot_dir)
+    if plotted:
+        out += ["### Plots", ""]
+        out += [f"![{title}](benchmarks/{name})\n" for name, title in plotted.items()]
+    out += section(
+        "Concurrent saves",
+        concurrency(),
+        "*Tasks*: that many asyncio tasks save at once, each to its own stream, on one "
+        "store (group commit). *Processes*: that many writer processes, each with its "
+        "own handle, save 5 checkpoints each to its own stream per call.",
+    )
+    out += section("Batch, positional and filtered access", api(results))
+    out += section(
+        "Under LangGraph",
+        langgraph(),
+        "`StatekeeperSaver` against LangGraph's saver of the same durability, on a "
+        "thread put through each saver's own `aput`; `graph` is a compiled 100-step "
+        "`StateGraph` run with `ainvoke` on a new thread per call.",
+    )
+    out += section("Under Agent Framework", agent_framework(results))
+    out += section(
+        "Encryption at rest", encryption(), "Stores at durability full (memory: its only mode)."
+    )
+    out += section("Telemetry", telemetry(), "On: the OpenTelemetry SDK, a no-op span exporter.")
+    out += section(
+        "Retention sweeps",
+        retention(),
+        "One sweep removing 90%: a store of checkpoints in a tenth as many streams, "
+        "rebuilt untimed before each sweep.",
+    )
+    out += section("Start-up of the command line", startup(), "Each a whole process.")
+    out += ["## Before and after", ""]
+    if before is not None:
+        facts_b = before_facts or {}
+        out += [
+            f"Before: `{facts_b.get('source', '?')}` ({facts_b.get('date', '?')}); after: "
+            f"`{facts['source']}`: one run at each end, each its own pyperf JSON, every "
+            "benchmark both have. A ratio below 1 is faster after.",
+            "",
+            *before_after(before, results),
+            "",
         ]
-        for name, info in self.r.stores.items():
-            package = f"{info['distribution']} {info.get('version') or ''}".strip()
-            if info.get("unavailable"):
-                lines.append(f"| {name} | {package} | — | — | **not run**: {info['unavailable']} |")
-                continue
-            modes = "; ".join(
-                f"`{m['label']}`: {m['durability']} ({m['detail']})" for m in info.get("modes", [])
-            )
-            shared = "yes" if info.get("cross_process") else "no"
-            notes = info.get("describe") or ""
-            lines.append(f"| {name} | {package} | {modes} | {shared} | {notes} |")
-        lines.append(
-            "\nDurability classes: *power-loss* (fsync or SQLite synchronous=FULL or a "
-            "PostgreSQL commit with fsync on), *process-crash* (in the OS page cache: survives "
-            "a killed process, not a power cut), *server-memory* (acknowledged by a server "
-            "that keeps it in memory only), *process-memory* (gone with the process)."
-        )
-        return "\n".join(lines) + "\n"
-
-    def _ratio_at_largest(self, op: str, row: str) -> str:
-        cls = self.comparison_class(op, row)
-        for size in reversed(self.s.sizes):
-            median = self.r.median(op, row, size)
-            best = self.best_peer(op, cls, size)
-            if median is not None and best is not None:
-                peer = best[0].replace("LangGraph ", "").replace("MAF ", "")
-                return f"x{median / best[1]:.2g} vs {peer} @{_k(size)}"
-        return "no peer" if self.r.median(op, row, self.s.sizes[0]) is not None else "—"
-
-    def _summary(self) -> str:
-        ours = [n for n, i in self.r.stores.items() if not self._is_peer(n) and i.get("modes")]
-        if not ours:
-            return ""
-        ops = ("save", *READ_OPS)
-        lines = [
-            "## Summary\n",
-            "statekeeper's median against the fastest comparable peer, at the largest N "
-            "where both were measured (below 1: statekeeper is faster). Details, spreads "
-            "and every N are in the tables below.\n",
-            "| store | " + " | ".join(OP_SHORT[op] for op in ops) + " |",
-            "|---|" + "---|" * len(ops),
+    else:
+        out += [
+            "This run is the *before* of the next change: its pyperf JSON is kept as "
+            f"`{facts['output']}`. The *after* run compares with it, one run at each end: "
+            f"`uv run nox -s bench -- --docs --before {facts['output']}` (or, from two saved "
+            "runs, `uv run python benchmarks/run.py --render AFTER.json.gz --before "
+            f"{facts['output']} --docs`), which adds the after/before ratio of every "
+            "benchmark both runs have; `python -m pyperf compare_to BEFORE AFTER --table` "
+            "adds pyperf's significance test.",
+            "",
         ]
-        for store in ours:
-            cells = []
-            for op in ops:
-                if op == "save":
-                    modes = self.r.stores[store]["modes"]
-                    rows = (
-                        [store] if len(modes) == 1 else [f"{store} ({m['label']})" for m in modes]
-                    )
-                    parts = [
-                        (f"{row[len(store) + 2 : -1]}: " if row != store else "")
-                        + self._ratio_at_largest(op, row)
-                        for row in rows
-                    ]
-                    cells.append("<br>".join(parts))
-                else:
-                    cells.append(self._ratio_at_largest(op, store))
-            lines.append(f"| {store} | " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
-
-    def _op_table(self, op: str) -> str:
-        rows = self.r.ops.get(op, {})
-        if not rows:
-            return ""
-        sizes = self.s.sizes
-        head = "| store | class | " + " | ".join(f"N={_k(n)}" for n in sizes) + " | notes |"
-        lines = [f"### {OP_TITLES[op]}\n", head, "|---|---|" + "---|" * len(sizes) + "---|"]
-        for row, cells in rows.items():
-            cls = self.comparison_class(op, row)
-            rendered = []
-            for size in sizes:
-                cell = cells.get(size)
-                ratio = None
-                median = self.r.median(op, row, size)
-                best = self.best_peer(op, cls, size)
-                if median is not None and best is not None:
-                    ratio = median / best[1]
-                text = _cell(cell, ratio)
-                if cell and ("skipped" in cell or "error" in cell):
-                    self.footnotes.append(
-                        (row, size, op, str(cell.get("skipped") or cell.get("error")))
-                    )
-                rendered.append(text)
-            store, _ = self._store_of(row)
-            note = self.r.stores.get(store, {}).get("notes", {}).get(op, "")
-            lines.append(f"| {row} | {cls} | " + " | ".join(rendered) + f" | {note} |")
-        return "\n".join(lines) + "\n"
-
-    def _memory(self) -> str:
-        if not self.r.memory:
-            return ""
-        sizes = self.s.sizes
-        lines = [
-            "### peak memory while listing the whole stream\n",
-            "Python heap peak (tracemalloc) during one full listing; in brackets (full runs) "
-            "the growth of the process's peak RSS during a separate, untraced listing "
-            "(includes C buffers such as libpq result sets and the SQLite page cache; "
-            "approximate, since freed memory is reused).\n",
-            "| store | " + " | ".join(f"N={_k(n)}" for n in sizes) + " |",
-            "|---|" + "---|" * len(sizes),
+    missing = sorted(why.items())
+    if missing:
+        out += ["## Skipped and failed", ""]
+        out += [
+            f"- `{name}`: {facts.get('skipped', {}).get(name) or facts.get('failed', {}).get(name)}"
+            for name, _ in missing
         ]
-        for store, cells in self.r.memory.items():
-            rendered = []
-            for size in sizes:
-                cell = cells.get(size)
-                if not cell:
-                    rendered.append("—")
-                elif "skipped" in cell:
-                    rendered.append("skipped¹")
-                else:
-                    rss = cell.get("rss_peak_delta")
-                    rss_text = f" [{_mib(rss)}]" if rss is not None else ""
-                    rendered.append(f"{_mib(cell['tracemalloc_peak'])}{rss_text}")
-            lines.append(f"| {store} | " + " | ".join(rendered) + " |")
-        return "\n".join(lines) + "\n"
-
-    def _writers(self) -> str:
-        if not self.r.writers:
-            return ""
-        n, k = self.s.writer_processes, self.s.writer_saves
-        lines = [
-            f"### {n} concurrent writers\n",
-            f"{n} processes, each with its own handle, save {k} checkpoints each to one "
-            "stream of a fresh store, started together at a barrier. Throughput is all "
-            "saves over the wall time from the first start to the last finish; afterwards "
-            "the stream is counted. Stores that cannot be shared across processes are not "
-            "listed. All writers here save to one stream, so they take turns on every "
-            "backend: sequence order is commit order (S10). statekeeper's SQLite and MySQL "
-            "stores take each sequence from a counter row in the save's transaction; "
-            "PostgreSQL takes it from the transaction id under a per-stream lock (see "
-            "docs/sql-backend.md). The peers promise no such order.\n",
-            "| store | throughput | median save latency | errors | saves counted afterwards |",
-            "|---|---|---|---|---|",
-        ]
-        for store, w in self.r.writers.items():
-            if w.get("problem"):
-                lines.append(f"| {store} | — | — | {w['problem']} | — |")
-                continue
-            err = str(w["errors"])
-            if w.get("first_error"):
-                err += f" (first: {w['first_error'][:80]})"
-            lines.append(
-                f"| {store} | {w['throughput_per_s']:.0f} saves/s | "
-                f"{format_seconds(w['median_latency_s'])} | {err} | "
-                f"{w['counted']} of {w['processes'] * w['saves_each']} |"
-            )
-        return "\n".join(lines) + "\n"
-
-    def _floors(self) -> str:
-        sizes = self.s.sizes
-        lines = [
-            "### physical floors (same run, interleaved with the stores' saves and reads)\n",
-            "| floor | " + " | ".join(f"N={_k(n)}" for n in sizes) + " |",
-            "|---|" + "---|" * len(sizes),
-        ]
-        labels = {
-            "durable file write": "write temp, fsync, rename, fsync directory (same bytes)",
-            "plain file write": "write temp, rename, no fsync (same bytes)",
-            "sqlite insert FULL": "SQLite WAL `BEGIN IMMEDIATE; INSERT; COMMIT`, synchronous=FULL",
-            "sqlite insert NORMAL": "the same at synchronous=NORMAL",
-            "dict lookup": "`d[key]` in a 100k-entry dict (best of 5 timeit runs, once)",
-            "redis round trip": "one PING through redis.asyncio",
-        }
-        for name, label in labels.items():
-            cells = self.r.floors.get(name)
-            if cells is None:
-                continue
-            rendered = [_cell(cells.get(n) or cells.get("all"), None) for n in sizes]
-            lines.append(f"| {label} | " + " | ".join(rendered) + " |")
-        lines.append("")
-        lines.append(self._against_floors())
-        return "\n".join(lines) + "\n"
-
-    def _against_floors(self) -> str:
-        pairs = [
-            ("save", "statekeeper file (full)", "durable file write"),
-            ("save", "statekeeper file (fast)", "plain file write"),
-            ("save", "statekeeper sqlite (full)", "sqlite insert FULL"),
-            ("save", "statekeeper sqlite (fast)", "sqlite insert NORMAL"),
-            ("get_latest", "statekeeper memory", "dict lookup"),
-            ("load", "statekeeper memory", "dict lookup"),
-            ("save", "statekeeper redis", "redis round trip"),
-            ("get_latest", "statekeeper redis", "redis round trip"),
-        ]
-        sizes = self.s.sizes
-        lines = [
-            "statekeeper as multiples of its floor:\n",
-            "| workload | store | floor | " + " | ".join(f"N={_k(n)}" for n in sizes) + " |",
-            "|---|---|---|" + "---|" * len(sizes),
-        ]
-        for op, row, floor in pairs:
-            if op not in self.r.ops or row not in self.r.ops[op]:
-                continue
-            values = []
-            for size in sizes:
-                median = self.r.median(op, row, size)
-                base = self.r.floor_median(floor, size)
-                values.append(f"x{median / base:.3g}" if median is not None and base else "—")
-            lines.append(f"| {op} | {row} | {floor} | " + " | ".join(values) + " |")
-        return "\n".join(lines)
-
-    def _plots(self, images: dict[str, str]) -> str:
-        if not images:
-            return ""
-        lines = ["## Plots\n"]
-        for title, path in images.items():
-            lines.append(f"![{title}]({path})\n")
-        return "\n".join(lines)
-
-    def _skipped(self) -> str:
-        lines = ["## Skipped, left out, errors\n"]
-        for name, info in self.r.stores.items():
-            if info.get("unavailable"):
-                lines.append(f"- **{name}** was not run: {info['unavailable']}")
-        grouped: dict[tuple[str, int, str], list[str]] = {}
-        for row, size, op, reason in self.footnotes:
-            grouped.setdefault((row, size, reason), []).append(op)
-        for (row, size, reason), ops in grouped.items():
-            lines.append(f"- **{row}**, N={_k(size)} ({', '.join(ops)}): {reason}")
-        if len(lines) == 1:
-            lines.append("- nothing")
-        lines.append(
-            "\n¹ skipped: over a time budget (projected from the previous N, linearly), "
-            "as listed above. ² error: the call raised; the message is above."
-        )
-        return "\n".join(lines) + "\n"
-
-    def _method(self) -> str:
-        return METHOD.format(
-            list_page=100, writers=self.s.writer_processes, saves=self.s.writer_saves
-        )
-
-
-def _mib(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value / 1024 / 1024:.2f} MiB"
-
-
-PEERS_EXPLAINED = """## Why the peers scale as they do (from their source, at the versions above)
-
-- **LangGraph InMemorySaver**: `get_tuple` without an id takes `max()` over the thread's
-  checkpoint ids, and `list` sorts the whole thread before it applies `limit` or `before`,
-  so both grow with the thread.
-- **LangGraph SqliteSaver / AsyncSqliteSaver**: `get_tuple` is one indexed query on
-  `(thread_id, checkpoint_ns, checkpoint_id)`; `list` runs one more query per returned row
-  for its pending writes, which the async saver pays as one thread hop each.
-- **LangGraph PostgresSaver**: its select aggregates each row's channel blobs through a
-  join on `jsonb_each_text(checkpoint -> 'channel_versions')`. On small tables PostgreSQL
-  plans that as a hash join over all of the thread's blobs, once per returned row (seen
-  with `EXPLAIN ANALYZE` at 1k, which is why its 1k pages are slower than its 10k ones);
-  on larger analyzed tables it switches to index lookups. `list` runs one query and
-  psycopg's client-side cursor holds the whole result in memory, so a full listing's
-  memory grows with the stream.
-- **MAF FileCheckpointStorage**: `get_latest` and every listing read and decode every
-  `*.json` file in the directory, all workflows included, then pick by timestamp; a save
-  writes a temp file and renames it, without fsync.
-- **MAF InMemoryCheckpointStorage**: `get_latest` scans every checkpoint of every workflow;
-  saves and reads deep-copy.
-
-"""
-
-METHOD = """## Method and fairness
-
-- **One run, interleaved.** All stores stay open for the whole run and grow through the
-  sizes together. At each size every workload is measured for every store in five
-  interleaved rounds, so background load on this shared machine falls on all of them
-  alike. Each call is timed on its own; the tables give the median and the p10-p90
-  spread of those calls.
-- **Population is untimed** and may take a faster path that yields the same data: the
-  statekeeper file and SQLite stores are filled through `durability="fast"` (the
-  server-backed ones with a few saves in flight), the LangGraph SQLite savers with
-  `PRAGMA synchronous=OFF` (AsyncSqliteSaver's file through SqliteSaver, which shares
-  its schema) and PostgresSaver with `synchronous_commit=off` on its own connection,
-  then restored; both PostgreSQL stores are then analyzed, as autovacuum would have.
-  Every *measured* save runs with the durability its row states.
-- **Like with like.** Saves are compared only within a durability class; reads within
-  a kind: in-process memory, embedded (files, SQLite), server (PostgreSQL, Redis).
-- **Bulk loads side by side.** Each store that can be shared across processes is
-  filled in its own child process while the in-process stores fill in the parent;
-  a store whose load at the next size is projected (from its rate at the size before)
-  over the time budget is left out of that size, and the report says so.
-- **Each peer as its docs show it.** LangGraph savers get what a compiled graph
-  passes to `put` (parent config, a `uuid6` checkpoint id, one channel `state` with
-  the whole state, so one blob per put: the cheapest shape for them) and are read with
-  `get_tuple` and `list(limit=, before=)`. The sync savers are called directly, the async
-  one awaited. MAF storages get a `WorkflowCheckpoint` with the state and the
-  previous-checkpoint chain, and are read with `get_latest`, `load` and
-  `list_checkpoints`; MAF has no paging, so a page is a full listing sorted and sliced,
-  as a caller would have to do. PostgresSaver runs in its own schema (its table names
-  are fixed).
-- **statekeeper** is opened by URL (`open_store`) with default options except where a
-  row says otherwise; a whole listing walks pages of {list_page} with `next_cursor`; the
-  middle page resumes from a cursor taken at the middle (walking there is untimed), and
-  the peers' middle pages start at the same position.
-- **Differences in contract are in the table, not hidden**: LangGraph orders by its
-  client-generated `uuid6` ids, MAF by ISO timestamps; statekeeper orders by a
-  store-assigned sequence and decodes only what it returns.
-- **4 writers**: {writers} processes x {saves} saves on one stream of a fresh store.
-- **Memory**: Python heap peak by tracemalloc (C allocations are invisible to it), plus
-  the growth of peak RSS (Linux `clear_refs`), during one full listing.
-- **Noise**: the machine has 2 cores shared with other engineers' test runs; absolute
-  figures move between runs, the side-by-side ratios much less.
-"""
+        out.append("")
+    return "\n".join(out)

@@ -1,1 +1,0 @@
-"""Adapters: one per store under test (statekeeper and the peers)."""
