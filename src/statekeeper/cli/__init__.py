@@ -5,8 +5,8 @@ Importing this package imports nothing beyond the standard library; only
 does. Start-up is kept to what the command needs: ``--help`` imports typer and
 these modules only; rich, pydantic, asyncio and the store machinery come when a
 command runs, and only the backend of the URL's scheme is imported
-(``tests/cli/test_cli_startup.py`` checks which modules; ``benchmarks/startup.py``
-measures the time).
+(``tests/cli/test_cli_startup.py`` checks which modules; the benchmarks'
+``startup/*`` workloads measure the time).
 
 - :mod:`.entry`: the console script; explains a missing ``cli`` extra.
 - :mod:`.base`: the typer app, the common options, how a command opens its store
