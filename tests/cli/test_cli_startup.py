@@ -1,7 +1,6 @@
 """The command line imports only what the command and the URL's scheme need, so
-that it starts quickly (the benchmarks' ``startup/*`` workloads measure
-the time; this checks
-which modules get imported, never a time)."""
+that it starts quickly (the benchmarks' ``startup/*`` workloads measure the time;
+this checks which modules get imported, never a time)."""
 
 from __future__ import annotations
 
