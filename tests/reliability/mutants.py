@@ -348,9 +348,9 @@ def restore() -> None:
     if "update" in _ORIGINAL:
         BaseCheckpointStore.update = _ORIGINAL.pop("update")  # type: ignore[method-assign]
     if "next_sequence" in _ORIGINAL:
-        from statekeeper.backends.sql import dialects
+        from statekeeper.backends.sql.sqlite import SqliteCheckpointStore
 
-        dialects.next_sequence = _ORIGINAL.pop("next_sequence")
+        SqliteCheckpointStore._take_sequences = _ORIGINAL.pop("next_sequence")  # type: ignore[method-assign]
     if "pg_statements" in _ORIGINAL:
         from statekeeper.backends.sql.postgres import statements
 
@@ -363,20 +363,20 @@ def restore() -> None:
 
 
 def sql_max_plus_one() -> None:
-    """The SQL backend takes the next sequence as ``max(seq) + 1`` of the rows that exist,
-    instead of from its persisted counter: a deleted newest sequence comes back."""
+    """The SQLite store takes the next sequence as ``max(seq) + 1`` of the rows that
+    exist, ignoring its persisted high-water mark: a deleted newest sequence comes back."""
     import sqlalchemy as sa
 
-    from statekeeper.backends.sql import dialects
+    from statekeeper.backends.sql.sqlite import SqliteCheckpointStore
 
-    _ORIGINAL.setdefault("next_sequence", dialects.next_sequence)
+    _ORIGINAL.setdefault("next_sequence", SqliteCheckpointStore._take_sequences)
 
-    def next_sequence(s: Any, st: Any) -> int:
+    def next_sequence(self: Any, s: Any, st: Any, count: int) -> int:
         seq = st.t.checkpoints.c.seq
-        row = s.first(sa.select(sa.func.coalesce(sa.func.max(seq), 0) + 1))
+        row = s.first(sa.select(sa.func.coalesce(sa.func.max(seq), 0) + count))
         return int(row[0])
 
-    dialects.next_sequence = next_sequence  # type: ignore[assignment]
+    SqliteCheckpointStore._take_sequences = next_sequence  # type: ignore[method-assign]
 
 
 def pg_unordered_sequences() -> None:

@@ -3,8 +3,9 @@
 Everything else is dialect-neutral SQLAlchemy Core in :mod:`.schema`. What
 differs:
 
-- taking the next sequence from the counter row (``UPDATE ... RETURNING`` on
-  PostgreSQL and SQLite, ``LAST_INSERT_ID(expr)`` on MySQL/MariaDB);
+- taking the next sequence from the counter row (``UPDATE ... RETURNING``,
+  ``LAST_INSERT_ID(expr)`` on MySQL/MariaDB; SQLite writes no counter per save,
+  :mod:`.sqlite.sequence`, and PostgreSQL takes transaction ids, :mod:`.postgres`);
 - inserting a checkpoint whose id may be taken, without aborting the transaction
   (``ON CONFLICT (id) DO NOTHING`` on PostgreSQL and SQLite; MySQL keeps the
   transaction alive after a duplicate-key error);
@@ -48,9 +49,6 @@ __all__ = [
 ]
 
 Family = Literal["sqlite", "postgresql", "mysql"]
-
-#: SQLite's UPDATE ... RETURNING arrived in 3.35.
-SQLITE_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 
 
 class Session(Protocol):
@@ -155,13 +153,7 @@ def next_sequence(s: Session, st: Statements, count: int = 1) -> int:
         if not value or (top is not None and int(value) <= int(top[0])):
             raise BackendError(counter_damage(s, st))
         return int(value)
-    if s.family == "sqlite" and not SQLITE_HAS_RETURNING:
-        # Under BEGIN IMMEDIATE nobody else can write between the two statements.
-        if s.run(st.bump_no_returning, {"step": count}) != 1:
-            raise BackendError(counter_damage(s, st))
-        row = s.first(st.read_hwm)
-    else:
-        row = s.first(st.bump, {"step": count})
+    row = s.first(st.bump, {"step": count})
     if row is None:
         raise BackendError(counter_damage(s, st))
     return int(row[0])

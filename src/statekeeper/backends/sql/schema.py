@@ -10,6 +10,8 @@ Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
     p meta          name PK, value                  schema_version, store_id, cursor_key, ...
     p counter       name PK, hwm                    one row: the sequence high-water mark
+                                                    (SQLite: of deleted checkpoints only,
+                                                    kept by a trigger, sqlite/high_water.py)
     p checkpoints   seq PK, id UNIQUE, stream,      one row per checkpoint; ``record`` is the
                     expires_at, record              checksummed envelope (record.py)
                     INDEX (stream, seq), INDEX (expires_at)
@@ -76,7 +78,7 @@ __all__ = [
 ]
 
 #: The schema version this code writes. A store with a higher version is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class _Utf8Binary(TypeDecorator[str]):
@@ -308,7 +310,6 @@ class Statements:
         step = _p("step", sa.BigInteger())
         self.bump = counter.update().where(*sane).values(hwm=counter.c.hwm + step)
         self.bump = self.bump.returning(counter.c.hwm)
-        self.bump_no_returning = counter.update().where(*sane).values(hwm=counter.c.hwm + step)
         self.bump_mysql = (
             counter.update()
             .where(counter.c.name == COUNTER_NAME)

@@ -27,7 +27,7 @@ from ...config import Capabilities, StoreOptions
 from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord, read_record
-from . import integrity, migrations, outcomes, updates, writes
+from . import dialects, integrity, migrations, outcomes, updates, writes
 from .compiler import Compiler
 from .dialects import INLINE_WRITE_BYTES, Family, Runtime, Session
 from .entries import scanned_entries
@@ -226,7 +226,13 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
-        op = partial(writes.insert_one, st=self._st, record=record, store_id=self._store_id)
+        op = partial(
+            writes.insert_one,
+            st=self._st,
+            record=record,
+            store_id=self._store_id,
+            sequence=self._take_sequences,
+        )
         call = self._write(lambda s: [op(s)], len(record.state))
         return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
 
@@ -234,7 +240,13 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         """One transaction: one counter bump for the batch, every id checked, one
         multi-row insert per table, one commit (see :func:`.writes.insert_many`)."""
         self._check_meta()
-        op = partial(writes.insert_many, st=self._st, records=records, store_id=self._store_id)
+        op = partial(
+            writes.insert_many,
+            st=self._st,
+            records=records,
+            store_id=self._store_id,
+            sequence=self._take_sequences,
+        )
         call = self._guard("saving a batch", self._write(op))
         return await outcomes.saving(call, records, self._get_many)
 
@@ -403,7 +415,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             count = s.first(self._st.count, at)
             streams = s.first(self._st.count_streams, at)
             expired = s.first(self._st.count_expired, at)
-            hwm = integrity.read_counter(s, self._st)
+            hwm = self._high_water(s)
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
@@ -444,6 +456,16 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await repair_records(
             self, drop_damaged, rebuilt=rebuilt, actions=actions, drop=self._drop_row
         )
+
+    def _take_sequences(self, s: Session, st: Statements, count: int) -> int:
+        """The last of ``count`` new sequences, in a save's write transaction: a
+        :data:`.writes.NextSequence` (SQLite: :mod:`.sqlite.sequence`)."""
+        return dialects.next_sequence(s, st, count)
+
+    def _high_water(self, s: Session) -> int | None:
+        """``info().high_water_mark``: the highest sequence handed out, ``None`` if the
+        counter row is missing or damaged (SQLite: :mod:`.sqlite.sequence`)."""
+        return integrity.read_counter(s, self._st)
 
     def _check_counter(self, s: Session) -> list[Problem]:
         """``verify`` of what orders sequences (PostgreSQL: :mod:`.postgres.seq_base`)."""
