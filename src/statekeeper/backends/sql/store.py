@@ -237,7 +237,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
-        """One transaction: one counter bump for the batch, every id checked, one
+        """One transaction: the batch's sequences taken at once, every id checked, one
         multi-row insert per table, one commit (see :func:`.writes.insert_many`)."""
         self._check_meta()
         op = partial(
