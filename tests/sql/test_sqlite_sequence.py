@@ -120,10 +120,34 @@ async def test_a_failed_save_in_a_group_gives_its_sequence_to_the_next(tmp_path:
         assert [c.sequence for c in page.items] == [5, 4, 3, 2, taken.sequence]
 
 
+#: The tags table as schema versions 1 and 2 made it: a rowid table.
+_V2_TAGS = """
+CREATE TABLE statekeeper_tags (
+    seq INTEGER NOT NULL, "key" VARCHAR(128) NOT NULL, vkey VARCHAR(64) NOT NULL,
+    value VARCHAR(1024) NOT NULL, shash BIGINT NOT NULL, PRIMARY KEY (seq, "key"),
+    FOREIGN KEY(seq) REFERENCES statekeeper_checkpoints (seq) ON DELETE CASCADE
+);
+INSERT INTO statekeeper_tags SELECT seq, "key", vkey, value, shash FROM tags_now;
+DROP TABLE tags_now;
+CREATE INDEX statekeeper_tags_global ON statekeeper_tags ("key", vkey, seq);
+CREATE INDEX statekeeper_tags_stream ON statekeeper_tags ("key", vkey, shash, seq);
+"""
+
+
 def _downgrade_to_v2(path: Path, hwm: int) -> None:
-    """What the counter-bumping code (schema version 2) left: no trigger, version 2,
-    and the counter row at the last sequence it handed out."""
+    """What the counter-bumping code (schema version 2) left: no trigger, a rowid
+    tags table, version 2, and the counter row at the last sequence it handed out."""
     with sqlite3.connect(path) as db:
+        db.execute("DROP INDEX statekeeper_tags_global")
+        db.execute("DROP INDEX statekeeper_tags_stream")
+        db.execute("ALTER TABLE statekeeper_tags RENAME TO tags_now")
+        db.executescript(_V2_TAGS)
+        assert (
+            "WITHOUT ROWID"
+            not in db.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'statekeeper_tags'"
+            ).fetchone()[0]
+        )
         db.execute("DROP TRIGGER statekeeper_checkpoints_top_deleted")
         db.execute("UPDATE statekeeper_meta SET value = '2' WHERE name = 'schema_version'")
         db.execute("UPDATE statekeeper_counter SET hwm = ?", (hwm,))
@@ -149,6 +173,12 @@ async def test_a_version_2_store_is_migrated_and_keeps_its_sequences(tmp_path: P
         assert await store.delete(new.id)
         assert (await store.save("s", "again")).sequence == 9  # the trigger is there now
     assert _hwm(path) == 8
+    with sqlite3.connect(path) as db:  # the tags table rebuilt without rowid, rows kept
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'statekeeper_tags'")
+        assert "WITHOUT ROWID" in sql[0].upper()
+        assert db.execute("SELECT count(*) FROM statekeeper_tags").fetchone()[0] == 5
+        indexes = {r[1] for r in db.execute("PRAGMA index_list('statekeeper_tags')")}
+        assert {"statekeeper_tags_global", "statekeeper_tags_stream"} <= indexes
 
 
 async def test_a_version_2_store_whose_counter_equals_its_newest_migrates(

@@ -32,7 +32,8 @@ from ...record import StoredRecord
 from . import dialects
 from .dialects import Session
 from .schema import SCHEMA_VERSION, Statements, Tables
-from .sqlite.high_water import create_trigger, lacks_trigger
+from .sqlite.high_water import lacks_trigger
+from .sqlite.schema_v3 import migrate as sqlite_v3
 from .writes import index_rows
 
 __all__ = [
@@ -113,7 +114,7 @@ _BACKFILL_PAGE = 500
 
 
 def _no_tables(tables: Tables, ddl: Callable[[Any], None]) -> None:
-    """Version 3 creates no table or index (its trigger is made by its backfill)."""
+    """Version 3 creates no table or index (SQLite's part is its backfill)."""
 
 
 #: Every migration, in order.
@@ -128,9 +129,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         3,
         "SQLite: a trigger raises the counter row when the newest checkpoint is deleted, "
-        "so saves no longer write it (other dialects: nothing changes)",
+        "so saves no longer write it, and the tags table is rebuilt WITHOUT ROWID "
+        "(other dialects: nothing changes)",
         _no_tables,
-        create_trigger,
+        sqlite_v3,
     ),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION

@@ -225,6 +225,8 @@ def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
         sa.Column("vkey", _text(VKEY_INLINE), nullable=False),
         sa.Column("value", _text(1024), nullable=False),
         sa.Column("shash", sa.BigInteger(), nullable=False),
+        # SQLite: as the fields table (schema version 3 rebuilt older ones so)
+        **_only(family, sqlite_with_rowid=False),
         **opts,
     )
     sa.Index(f"{prefix}tags_stream", tags.c.key, tags.c.vkey, tags.c.shash, tags.c.seq)

@@ -16,7 +16,9 @@ The modules, from the store down:
   highest stored sequence and the high-water mark of deleted ones; its ``verify``
   and ``repair``.
 - :mod:`.high_water`: the trigger that raises that high-water mark when the newest
-  checkpoint is deleted (schema version 3).
+  checkpoint is deleted.
+- :mod:`.schema_v3`: SQLite's part of schema version 3: that trigger, and the tags
+  table rebuilt ``WITHOUT ROWID``.
 - :mod:`.session`: :class:`SqliteSession`, the ``Session`` over one connection that
   every operation of :mod:`..store` runs on.
 - :mod:`.connect`: the file's path from the URL, the connection settings, WAL, and

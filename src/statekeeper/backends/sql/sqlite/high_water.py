@@ -33,8 +33,8 @@ def trigger_ddl(tables: Tables) -> str:
 
 
 def create_trigger(s: Session, st: Statements, meta: dict[str, str]) -> None:
-    """Schema version 3 on SQLite: create the trigger (other dialects: nothing; the
-    signature is a migration's backfill)."""
+    """Create the trigger if it is missing (schema version 3, and ``repair``); other
+    dialects: nothing."""
     if s.family == "sqlite":
         s.ddl(sa.text(trigger_ddl(st.t)))
 
