@@ -226,28 +226,21 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
         self._check_meta()
-        op = partial(
-            writes.insert_one,
-            st=self._st,
-            record=record,
-            store_id=self._store_id,
-            sequence=self._take_sequences,
+        st, store_id, take = self._st, self._store_id, self._take_sequences
+        call = self._write(
+            lambda s: [writes.insert_one(s, st, record, store_id, take)], len(record.state)
         )
-        call = self._write(lambda s: [op(s)], len(record.state))
         return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """One transaction: the batch's sequences taken at once, every id checked, one
         multi-row insert per table, one commit (see :func:`.writes.insert_many`)."""
         self._check_meta()
-        op = partial(
-            writes.insert_many,
-            st=self._st,
-            records=records,
-            store_id=self._store_id,
-            sequence=self._take_sequences,
+        st, store_id, take = self._st, self._store_id, self._take_sequences
+        call = self._guard(
+            "saving a batch",
+            self._write(lambda s: writes.insert_many(s, st, records, store_id, take)),
         )
-        call = self._guard("saving a batch", self._write(op))
         return await outcomes.saving(call, records, self._get_many)
 
     async def _update(
