@@ -303,10 +303,8 @@ class Statements:
         # sequence in the table: a damaged or lowered counter must fail the save,
         # never hand out a sequence below an existing one. max(seq) is one index
         # probe; a stale snapshot of it only makes the guard weaker, never wrong.
+        # (SQLite takes no counter bump: .sqlite.sequence)
         sane = [counter.c.name == COUNTER_NAME, counter.c.hwm + 1 > self.max_seq.scalar_subquery()]
-        if family == "sqlite":
-            # SQLite would store text in the column, and 'x' + 1 is 1 there.
-            sane.append(sa.func.typeof(counter.c.hwm) == "integer")
         # :step is how many sequences one transaction takes (a save_many takes all
         # of its batch at once, so they are consecutive).
         step = _p("step", sa.BigInteger())

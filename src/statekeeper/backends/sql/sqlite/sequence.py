@@ -28,6 +28,7 @@ the stored sequences: ``info().high_water_mark`` is the larger of the two
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -43,23 +44,17 @@ from .high_water import create_trigger, trigger_name
 __all__ = ["check_counter", "high_water", "next_sequence", "rebuild_counter"]
 
 
-_STATE: dict[str, sa.TextClause] = {}
-
-
+@cache
 def _state_query(tables: Tables) -> sa.TextClause:
-    """One row: the highest stored sequence, the counter row's value and its type
-    (``NULL`` without a row), and whether the trigger exists."""
-    key = f"{tables.checkpoints.name}:{tables.counter.name}"
-    query = _STATE.get(key)
-    if query is None:
-        q = sqlite_dialect.dialect().identifier_preparer
-        cp, counter = q.format_table(tables.checkpoints), q.format_table(tables.counter)
-        query = _STATE[key] = sa.text(
-            f"SELECT (SELECT coalesce(max(seq), 0) FROM {cp}), "
-            f"(SELECT hwm FROM {counter} WHERE name = '{COUNTER_NAME}'), "
-            "(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = :trigger)"
-        )
-    return query
+    """One row: the highest stored sequence (0 if none), the counter row's value
+    (``NULL`` without a row), and whether the trigger exists (1 or 0)."""
+    q = sqlite_dialect.dialect().identifier_preparer
+    cp, counter = q.format_table(tables.checkpoints), q.format_table(tables.counter)
+    return sa.text(
+        f"SELECT (SELECT coalesce(max(seq), 0) FROM {cp}), "
+        f"(SELECT hwm FROM {counter} WHERE name = '{COUNTER_NAME}'), "
+        "(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = :trigger)"
+    )
 
 
 def _state(s: Session, tables: Tables) -> tuple[int, Any, bool]:
