@@ -3,18 +3,17 @@
 Synchronous operations over one :class:`~.dialects.Session`, each inside the
 caller's write transaction. A checkpoint is its row in the checkpoints table plus
 its derived rows: one tags row per tag, one fields row per filterable metadata
-value (:func:`.schema.field_rows`). Every insert takes its sequences first, from
-the store's :data:`NextSequence` (the counter row, :func:`.dialects.next_sequence`;
-on SQLite :func:`.sqlite.sequence.next_sequence`, under the write lock that
-``BEGIN IMMEDIATE`` took), so the lock it holds orders all inserts: a batch's
-sequences are consecutive, no other insert lands between them, and an id checked
-here cannot be taken by another insert before this transaction ends.
+value (:func:`.schema.field_rows`). Every insert takes its sequences from the
+counter row first (:meth:`.dialects.Dialect.next_sequence`), so the row lock it takes
+orders all inserts: a batch's sequences are consecutive, no other insert lands
+between them, and an id checked here cannot be taken by another insert before
+this transaction ends.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,15 +22,11 @@ import sqlalchemy as sa
 from ...errors import BackendError, PreconditionFailed
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
-from . import dialects, schema_check
 from .dialects import Session
+from .integrity import schema_check
 from .schema import SCHEMA_VERSION, Statements, expires_micros, field_rows, tag_rows, to_micros
 
-__all__ = ["NextSequence", "index_rows", "insert_many", "insert_one", "reindex"]
-
-#: Takes ``count`` sequences in the write transaction: ``(session, statements,
-#: count)`` to the last of them.
-NextSequence = Callable[[Session, Statements, int], int]
+__all__ = ["index_rows", "insert_many", "insert_one", "reindex"]
 
 
 def _row(stored: StoredRecord, store_id: str) -> dict[str, Any]:
@@ -82,29 +77,21 @@ def _schema_checked(s: Session, st: Statements) -> Iterator[None]:
         raise BackendError(why, orig=exc) from exc
 
 
-def insert_one(
-    s: Session,
-    st: Statements,
-    record: NewRecord,
-    store_id: str,
-    sequence: NextSequence = dialects.next_sequence,
-) -> CheckpointHeader:
+def insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
     """``save``: the next sequence, the row (replacing an expired one with its id), and
     its index rows. :class:`PreconditionFailed` if the id is live."""
     with _schema_checked(s, st):
-        return _insert_one(s, st, record, store_id, sequence)
+        return _insert_one(s, st, record, store_id)
 
 
-def _insert_one(
-    s: Session, st: Statements, record: NewRecord, store_id: str, sequence: NextSequence
-) -> CheckpointHeader:
-    stored = record.seal(sequence(s, st, 1))
+def _insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
+    stored = record.seal(s.dialect.next_sequence(s, st))
     row = _row(stored, store_id)
-    if not dialects.insert_checkpoint(s, st, row):
+    if not s.dialect.insert_checkpoint(s, st, row):
         # The id is taken; an expired checkpoint may be replaced, a live one not.
         now = to_micros(record.now)
         if not s.run(st.delete_expired_id, {"id": record.id, "now": now}) or (
-            not dialects.insert_checkpoint(s, st, row)
+            not s.dialect.insert_checkpoint(s, st, row)
         ):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
     _insert_index_rows(s, st, [stored])
@@ -112,34 +99,25 @@ def _insert_one(
 
 
 def insert_many(
-    s: Session,
-    st: Statements,
-    records: Sequence[NewRecord],
-    store_id: str,
-    sequence: NextSequence = dialects.next_sequence,
+    s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
 ) -> list[CheckpointHeader]:
     """``save_many``: ``len(records)`` consecutive sequences from one counter bump, in
     the order given, every id checked before anything is inserted, then one
     multi-row insert per table. Raises :class:`PreconditionFailed` (the caller's
     transaction then rolls back, so nothing is written) if any id is live."""
     with _schema_checked(s, st):
-        return _insert_many(s, st, records, store_id, sequence)
+        return _insert_many(s, st, records, store_id)
 
 
 def _insert_many(
-    s: Session,
-    st: Statements,
-    records: Sequence[NewRecord],
-    store_id: str,
-    sequence: NextSequence,
+    s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
 ) -> list[CheckpointHeader]:
-    last = sequence(s, st, len(records))
+    last = s.dialect.next_sequence(s, st, len(records))
     first = last - len(records) + 1
     by_id = {record.id: record for record in records}
     expired: list[int] = []
-    # After the sequences are taken: every insert waits for the lock that holds
-    # them (the counter row's, SQLite's write lock), so no id seen free here can be
-    # taken before this transaction ends.
+    # After the counter bump: every insert waits for that row lock, so no id seen
+    # free here can be taken before this transaction ends.
     for seq, rid, expires_at in s.rows(st.ids_taken, {"ids": list(by_id)}):
         record = by_id[str(rid)]
         if expires_at is None or expires_at > to_micros(record.now):
@@ -151,7 +129,7 @@ def _insert_many(
     try:
         s.run_many(st.insert_cp, [_row(record, store_id) for record in stored])
     except (sa.exc.IntegrityError, sqlite3.IntegrityError) as exc:
-        # Only a writer that bypasses that lock (an older statekeeper) gets here.
+        # Only a writer that bypasses the counter (an older statekeeper) gets here.
         raise PreconditionFailed(f"an id of this save_many was taken meanwhile: {exc}") from exc
     _insert_index_rows(s, st, stored)
     return [record.header for record in stored]

@@ -35,7 +35,7 @@ def trigger_ddl(tables: Tables) -> str:
 def create_trigger(s: Session, st: Statements, meta: dict[str, str]) -> None:
     """Create the trigger if it is missing (schema version 3, and ``repair``); other
     dialects: nothing."""
-    if s.family == "sqlite":
+    if s.dialect.name == "sqlite":
         s.ddl(sa.text(trigger_ddl(st.t)))
 
 
@@ -45,4 +45,4 @@ _HAS_TRIGGER = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND n
 def lacks_trigger(s: Session, tables: Tables) -> bool:
     """Whether an SQLite store's tables lack the trigger (never on other dialects,
     which have none to lack)."""
-    return s.family == "sqlite" and not s.rows(_HAS_TRIGGER, {"name": trigger_name(tables)})
+    return s.dialect.name == "sqlite" and not s.rows(_HAS_TRIGGER, {"name": trigger_name(tables)})

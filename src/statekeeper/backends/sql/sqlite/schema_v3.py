@@ -28,7 +28,7 @@ def migrate(s: Session, st: Statements, meta: dict[str, str]) -> None:
     """Schema version 3 (a migration's backfill, run in its transaction under the
     migration lock): on SQLite create the trigger, and rebuild a rowid tags table
     ``WITHOUT ROWID`` with the same rows; on other dialects nothing."""
-    if s.family != "sqlite":
+    if s.dialect.name != "sqlite":
         return
     create_trigger(s, st, meta)
     tables = st.t

@@ -36,8 +36,9 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from ....errors import BackendError
 from ....models import Problem
-from .. import dialects, integrity
+from .. import dialects
 from ..dialects import Session
+from ..integrity import derived
 from ..schema import COUNTER_NAME, Statements, Tables
 from .high_water import create_trigger, trigger_name
 
@@ -73,7 +74,7 @@ def next_sequence(s: Session, st: Statements, count: int = 1) -> int:
     of the newest checkpoint could let its sequence be handed out again.
     """
     top, hwm, trigger = _state(s, st.t)
-    value = integrity.counter_value((hwm,))
+    value = derived.counter_value((hwm,))
     if value is None:
         raise BackendError(dialects.counter_damage(s, st))
     if not trigger:
@@ -93,10 +94,10 @@ def _trigger_missing(tables: Tables) -> str:
 def high_water(s: Session, st: Statements) -> int | None:
     """The highest sequence handed out that is known: the larger of the counter row
     and the highest stored sequence; ``None`` for a missing or non-integer row."""
-    if not dialects.table_exists(s, st.t.counter):
+    if not s.dialect.table_exists(s, st.t.counter):
         return None
     top, hwm, _ = _state(s, st.t)
-    value = integrity.counter_value((hwm,))
+    value = derived.counter_value((hwm,))
     return None if value is None else max(top, value)
 
 
@@ -108,7 +109,7 @@ def check_counter(s: Session, st: Statements, where: str) -> list[Problem]:
     reason = None
     if row is None:
         reason = "the sequence counter row is missing"
-    elif integrity.counter_value(row) is None:
+    elif derived.counter_value(row) is None:
         reason = f"the sequence counter holds {row[0]!r}, not an integer"
     problems = []
     if reason is not None:
@@ -140,9 +141,9 @@ def rebuild_counter(s: Session, st: Statements) -> tuple[int, int] | None:
     the row is never lowered."""
     create_trigger(s, st, {})
     row = s.first(st.read_hwm)
-    if row is not None and integrity.counter_value(row) is not None:
+    if row is not None and derived.counter_value(row) is not None:
         return None
-    top = integrity.top_sequence(s, st)
+    top = derived.top_sequence(s, st)
     if row is None:
         s.run(st.insert_hwm, {"new_hwm": top})
         return (0, top)

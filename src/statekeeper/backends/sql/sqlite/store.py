@@ -4,14 +4,18 @@ how its runtime (:mod:`.runtime`) is built from the store's options."""
 from __future__ import annotations
 
 import weakref
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...._runtime.finalizer import when_collected
 from ...._url import StoreURL
 from ....config import Capabilities, StoreOptions
+from ..schema import Statements
 from ..store import SqlCheckpointStore
 from . import sequence
+from .compiler import Compiler
 from .connect import OpenMode, sqlite_path
+from .dialect import SQLITE, SqliteDialect
 from .high_water import lacks_trigger, trigger_name
 from .options import SqliteOptions, refuse_foreign_driver, refuse_foreign_options
 from .runtime import SqliteRuntime
@@ -19,9 +23,15 @@ from .runtime import SqliteRuntime
 if TYPE_CHECKING:
     from ....models import Problem, RepairReport
     from ..dialects import Runtime, Session
-    from ..schema import Statements
 
 __all__ = ["SqliteCheckpointStore"]
+
+
+@lru_cache(maxsize=64)
+def _compiler(st: Statements) -> Compiler:
+    """One compiler per set of statements (they are shared by every store with these
+    tables), so each statement compiles once per process."""
+    return Compiler()
 
 
 def _sqlite_mode(options: SqliteOptions) -> OpenMode:
@@ -57,6 +67,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         metadata_filter=True,
     )
     backend_name: ClassVar[str] = "sqlite"
+    dialect: ClassVar[SqliteDialect] = SQLITE
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         parsed = StoreURL.parse(url)
@@ -64,6 +75,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         refuse_foreign_options([*parsed.query, *options])
         super().__init__(parsed, **options)
         self.path = sqlite_path(self.url)
+        self._compiler = _compiler(self._st)
         self._abandon: weakref.finalize[[], object] | None = None
 
     def _sqlite_options(self) -> SqliteOptions:
@@ -92,10 +104,6 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         if abandon is not None:
             abandon.detach()
         await super()._stop()
-
-    def _take_sequences(self, s: Session, st: Statements, count: int) -> int:
-        # no counter write per save (see .sequence)
-        return sequence.next_sequence(s, st, count)
 
     def _high_water(self, s: Session) -> int | None:
         return sequence.high_water(s, self._st)
