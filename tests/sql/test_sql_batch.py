@@ -21,6 +21,7 @@ import pytest
 import statekeeper as sk
 from sql_helpers import Target, finish_children, start_children
 from statekeeper.backends.sql import SqlCheckpointStore
+from statekeeper.backends.sql.schema import SCHEMA_VERSION
 from statekeeper.backends.sql.sqlite.compiler import _expand as expand_in_lists
 from statekeeper.errors import InvalidQuery, PreconditionFailed, StoreFormatError
 from statekeeper.record import StoredRecord
@@ -397,7 +398,7 @@ async def test_a_version_1_store_is_migrated_and_backfilled(target: Target) -> N
     with pytest.raises(StoreFormatError, match="without read_only"):
         await target.store(read_only=True).open()
     async with target.store() as store:
-        assert (await store.info()).format_version == 2
+        assert (await store.info()).format_version == SCHEMA_VERSION
         page = await store.list("s1", metadata={"i": 2}, limit=1000)
         want = [c.id for c in reversed(cps) if c.stream == "s1" and c.metadata["i"] == 2]
         assert bad.id in want
@@ -429,6 +430,6 @@ async def test_a_version_1_store_without_its_version_row_is_migrated(target: Tar
             await store.save("s", 2)
         report = await store.repair()
         assert report.rebuilt == {"meta_rows": 1}, report
-        assert (await store.info()).format_version == 2
+        assert (await store.info()).format_version == SCHEMA_VERSION
         await store.save("s", 2)
         assert (await store.verify()).ok

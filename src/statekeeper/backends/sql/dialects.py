@@ -154,7 +154,8 @@ class Dialect(ABC):
         return {}
 
     def keyed_table_options(self) -> dict[str, Any]:
-        """Options of a table read only through its primary key (the fields table)."""
+        """Options of a table read only through its primary key (the tags and fields
+        tables)."""
         return {}
 
     def partial_index(self, where: sa.ColumnElement[bool]) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from ...errors import CheckpointDecodeError, StoreFormatError
 from ...record import StoredRecord
 from .dialects import Session
 from .schema import SCHEMA_VERSION, Statements, Tables
+from .sqlite.high_water import lacks_trigger
+from .sqlite.schema_v3 import migrate as sqlite_v3
 from .writes import index_rows
 
 __all__ = [
@@ -50,7 +52,8 @@ class Migration:
     ``apply(tables, ddl)`` receives a callable that executes one DDL element; it
     runs inside the migration's transaction, under the migration lock. Then
     ``backfill(session, statements, meta)``, if any, derives the new tables' rows
-    from the records, in the transaction that records the new version.
+    from the records (or makes what one dialect needs besides tables and indexes:
+    SQLite's trigger of version 3), in the transaction that records the new version.
     """
 
     version: int
@@ -108,6 +111,11 @@ def _backfill_v2(s: Session, st: Statements, meta: dict[str, str]) -> None:
 
 _BACKFILL_PAGE = 500
 
+
+def _no_tables(tables: Tables, ddl: Callable[[Any], None]) -> None:
+    """Version 3 creates no table or index (SQLite's part is its backfill)."""
+
+
 #: Every migration, in order.
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "create the meta, counter, checkpoints and tags tables", _create_v1),
@@ -117,14 +125,25 @@ MIGRATIONS: tuple[Migration, ...] = (
         _create_v2,
         _backfill_v2,
     ),
+    Migration(
+        3,
+        "SQLite: a trigger raises the counter row when the newest checkpoint is deleted, "
+        "so saves no longer write it, and the tags table is rebuilt WITHOUT ROWID "
+        "(other dialects: nothing changes)",
+        _no_tables,
+        sqlite_v3,
+    ),
 )
 assert MIGRATIONS[-1].version == SCHEMA_VERSION
 
 
 def tables_version(s: Session, tables: Tables) -> int:
     """The schema version the store's tables are at, for a meta table that lost its
-    ``schema_version`` row: 2 once the fields table exists."""
-    return 2 if s.dialect.table_exists(s, tables.fields) else 1
+    ``schema_version`` row: 2 once the fields table exists, 3 once SQLite's trigger
+    does too (elsewhere version 3 changed nothing, so 3 once the fields table exists)."""
+    if not s.dialect.table_exists(s, tables.fields):
+        return 1
+    return 2 if lacks_trigger(s, tables) else 3
 
 
 def read_meta(s: Session, st: Statements) -> dict[str, str] | None:

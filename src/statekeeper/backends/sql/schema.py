@@ -11,6 +11,8 @@ Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
     p meta          name PK, value                  schema_version, store_id, cursor_key, ...
     p counter       name PK, hwm                    one row: the sequence high-water mark
+                                                    (SQLite: of deleted checkpoints only,
+                                                    kept by a trigger, sqlite/high_water.py)
     p checkpoints   seq PK, id UNIQUE, stream,      one row per checkpoint; ``record`` is the
                     expires_at, record              checksummed envelope (record.py)
                     INDEX (stream, seq), INDEX (expires_at)
@@ -75,7 +77,7 @@ __all__ = [
 ]
 
 #: The schema version this code writes. A store with a higher version is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class SchemaDialect(Protocol):
@@ -164,6 +166,8 @@ def build_tables(prefix: str, schema: str | None, dialect: SchemaDialect) -> Tab
         sa.Column("vkey", _text(VKEY_INLINE), nullable=False),
         sa.Column("value", _text(1024), nullable=False),
         sa.Column("shash", sa.BigInteger(), nullable=False),
+        # (SQLite: WITHOUT ROWID since schema version 3, which rebuilt older ones)
+        **dialect.keyed_table_options(),
         **opts,
     )
     sa.Index(f"{prefix}tags_stream", tags.c.key, tags.c.vkey, tags.c.shash, tags.c.seq)

@@ -248,7 +248,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
 
     async def _insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
-        """One transaction: one counter bump for the batch, every id checked, one
+        """One transaction: the batch's sequences taken at once, every id checked, one
         multi-row insert per table, one commit (see :func:`.writes.insert_many`)."""
         self._check_meta()
         op = partial(writes.insert_many, st=self._st, records=records, store_id=self._store_id)
@@ -412,7 +412,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             count = s.first(self._st.count, at)
             streams = s.first(self._st.count_streams, at)
             expired = s.first(self._st.count_expired, at)
-            hwm = derived.read_counter(s, self._st)
+            hwm = self._high_water(s)
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
@@ -453,6 +453,11 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         return await repair_records(
             self, drop_damaged, rebuilt=rebuilt, actions=actions, drop=self._drop_row
         )
+
+    def _high_water(self, s: Session) -> int | None:
+        """``info().high_water_mark``: the highest sequence handed out, ``None`` if the
+        counter row is missing or damaged (SQLite: :mod:`.sqlite.sequence`)."""
+        return derived.read_counter(s, self._st)
 
     def _check_counter(self, s: Session) -> list[Problem]:
         """``verify`` of what orders sequences (PostgreSQL: :mod:`.postgres.seq_base`)."""

@@ -14,6 +14,13 @@ The modules, from the store down:
   inline budget; closing, and abandoning a store collected unclosed.
 - :mod:`.workers`: the connection-owning threads, and the writer's group commit
   (one transaction, a savepoint per write, one COMMIT; SPEC S15).
+- :mod:`.sequence`: a save's sequence without a counter write: one above the
+  highest stored sequence and the high-water mark of deleted ones; its ``verify``
+  and ``repair``.
+- :mod:`.high_water`: the trigger that raises that high-water mark when the newest
+  checkpoint is deleted.
+- :mod:`.schema_v3`: SQLite's part of schema version 3: that trigger, and the tags
+  table rebuilt ``WITHOUT ROWID``.
 - :mod:`.session`: :class:`SqliteSession`, the ``Session`` over one connection that
   every operation of :mod:`..store` runs on.
 - :mod:`.compiler`: the SQL core's statements compiled once for ``sqlite3``.

@@ -9,16 +9,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql import Executable
 
-from ....errors import BackendError, StatekeeperError, StoreFormatError, StoreTimeout
-from ..dialects import Dialect, Family, Session, counter_damage
+from ....errors import StatekeeperError, StoreFormatError, StoreTimeout
+from ..dialects import Dialect, Family, Session
+from . import sequence
 
 if TYPE_CHECKING:
     from ..schema import Statements
 
 __all__ = ["SQLITE", "SqliteDialect"]
-
-#: SQLite's UPDATE ... RETURNING arrived in 3.35.
-SQLITE_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 
 _HAS_TABLE = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
 _INDEXES = sa.text('SELECT name, "unique" FROM pragma_index_list(:table)')
@@ -55,16 +53,9 @@ class SqliteDialect(Dialect):
         return sqlite_dialect.insert(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
 
     def next_sequence(self, s: Session, st: Statements, count: int = 1) -> int:
-        if SQLITE_HAS_RETURNING:
-            return super().next_sequence(s, st, count)
-        # Under BEGIN IMMEDIATE nobody else can write between the two statements.
-        bump = self.statement(st, "bump_no_returning", _bump_no_returning)
-        if s.run(bump, {"step": count}) != 1:
-            raise BackendError(counter_damage(s, st))
-        row = s.first(st.read_hwm)
-        if row is None:
-            raise BackendError(counter_damage(s, st))
-        return int(row[0])
+        # No counter write per save: one above the highest stored sequence and the
+        # high-water mark of deleted ones (.sequence).
+        return sequence.next_sequence(s, st, count)
 
     def table_exists(self, s: Session, table: sa.Table) -> bool:
         return bool(s.rows(_HAS_TABLE, {"name": table.name}))
@@ -92,11 +83,6 @@ class SqliteDialect(Dialect):
         if code == _NOTADB:
             return StoreFormatError(f"{where}: the file is not an SQLite database ({detail})")
         return None
-
-
-def _bump_no_returning(st: Statements) -> Executable:
-    counter = st.t.counter
-    return counter.update().where(*st.counter_sane).values(hwm=counter.c.hwm + st.step)
 
 
 #: The one SQLite dialect object.

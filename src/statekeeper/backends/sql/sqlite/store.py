@@ -12,14 +12,17 @@ from ...._url import StoreURL
 from ....config import Capabilities, StoreOptions
 from ..schema import Statements
 from ..store import SqlCheckpointStore
+from . import sequence
 from .compiler import Compiler
 from .connect import OpenMode, sqlite_path
 from .dialect import SQLITE, SqliteDialect
+from .high_water import lacks_trigger, trigger_name
 from .options import SqliteOptions, refuse_foreign_driver, refuse_foreign_options
 from .runtime import SqliteRuntime
 
 if TYPE_CHECKING:
-    from ..dialects import Runtime
+    from ....models import Problem, RepairReport
+    from ..dialects import Runtime, Session
 
 __all__ = ["SqliteCheckpointStore"]
 
@@ -101,6 +104,38 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         if abandon is not None:
             abandon.detach()
         await super()._stop()
+
+    def _high_water(self, s: Session) -> int | None:
+        return sequence.high_water(s, self._st)
+
+    def _check_counter(self, s: Session) -> list[Problem]:
+        return sequence.check_counter(s, self._st, self.describe())
+
+    def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
+        return sequence.rebuild_counter(s, self._st)
+
+    async def _repair(self, drop_damaged: bool) -> RepairReport:
+        """As every SQL store's, and a missing high-water trigger is recreated (by
+        :func:`.sequence.rebuild_counter`, before any damaged record is dropped) and
+        reported."""
+        tables = self.tables
+        missing = await self._guard(
+            "checking the high-water trigger", self._read(lambda s: lacks_trigger(s, tables))
+        )
+        report = await super()._repair(drop_damaged)
+        if not missing:
+            return report
+        action = (
+            f"recreated the trigger {trigger_name(tables)}, which keeps the sequence "
+            "high-water mark when the newest checkpoint is deleted; newest checkpoints "
+            "deleted while it was missing cannot be known"
+        )
+        return report.model_copy(
+            update={
+                "rebuilt": {**report.rebuilt, "trigger": 1},
+                "actions": [*report.actions, action],
+            }
+        )
 
     def _make_runtime(self) -> Runtime:
         options = self._sqlite_options()

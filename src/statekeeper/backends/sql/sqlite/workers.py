@@ -113,10 +113,11 @@ class SqliteWriter(SqliteWorker):
         COMMIT
 
     - Each operation runs as it would alone: it sees the writes of the operations
-      before it, bumps the counter row itself, so sequences follow the order the
-      operations ran in, and commit order is sequence order.
-    - An operation that raises is rolled back to its savepoint (its counter bump
-      too: no gap) and only its caller gets the error; the others go on.
+      before it, takes its sequence itself (:mod:`.sequence`), so sequences follow
+      the order the operations ran in, and commit order is sequence order.
+    - An operation that raises is rolled back to its savepoint (its insert too,
+      so the next takes its sequence: no gap) and only its caller gets the error;
+      the others go on.
     - Every caller's future is settled only after the COMMIT returned, that is
       after SQLite synced the WAL under ``synchronous=FULL``: nothing is
       acknowledged before it is durable. If BEGIN or COMMIT fails, every
