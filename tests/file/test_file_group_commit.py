@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from fault_io import FaultHookIO
 
+from statekeeper._runtime.inline import WORKER, Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.budget import WORKER, Budget, WouldBlock
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     BackendError,

@@ -2,7 +2,7 @@
 
 Each read of the file backend (``get_latest``, ``load``, ``load_many``, a listed
 page and its probe) is ONE function of the engine taking a budget
-(:mod:`statekeeper.backends.file.budget`): the store runs it on the event loop's
+(:mod:`statekeeper._runtime.inline`): the store runs it on the event loop's
 thread under an inline budget, where it raises ``WouldBlock`` wherever it would
 block, and then runs the same function in the worker. This test holds the two
 against each other over seeded random histories of saves (some with a TTL, some
@@ -33,9 +33,10 @@ from file_helpers import a_journal_in_flight
 
 import statekeeper as sk
 from statekeeper._core.query import ScanQuery
+from statekeeper._runtime.inline import WORKER, Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.budget import INLINE_RECORD_BYTES, WORKER, Budget, WouldBlock
 from statekeeper.backends.file.index import IndexDamaged
+from statekeeper.backends.file.reads import INLINE_RECORD_BYTES
 from statekeeper.errors import StatekeeperError
 from statekeeper.models import Checkpoint
 

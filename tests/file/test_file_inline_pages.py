@@ -18,7 +18,7 @@ import pytest
 from file_helpers import a_journal_in_flight, count_hops
 
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.budget import INLINE_RECORD_BYTES
+from statekeeper.backends.file.reads import INLINE_RECORD_BYTES
 from statekeeper.errors import CheckpointDecodeError
 from statekeeper.models import Checkpoint, Page
 

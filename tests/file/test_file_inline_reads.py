@@ -21,11 +21,12 @@ from file_helpers import a_journal_in_flight, count_hops
 
 import statekeeper as sk
 from statekeeper._core.query import ScanQuery
+from statekeeper._runtime.inline import Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import format as fmt
-from statekeeper.backends.file.budget import INLINE_RECORD_BYTES, Budget, WouldBlock
 from statekeeper.backends.file.index import StreamIndex, write_index
 from statekeeper.backends.file.io import OsFileIO
+from statekeeper.backends.file.reads import INLINE_RECORD_BYTES
 from statekeeper.errors import (
     BackendError,
     CheckpointDecodeError,

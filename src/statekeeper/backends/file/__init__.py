@@ -10,13 +10,12 @@ operating system:
 
 - :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
   class's primitives onto the engine, in one worker thread hop each, or none
-  (``inline_reads``: a read runs on the event loop's thread first, see
-  :mod:`.budget`); sends saves to the writer of :mod:`.saves`.
+  (``inline_reads``: a read runs on the event loop's thread first, under the
+  budget of :mod:`statekeeper._runtime.inline`); sends saves to the writer of
+  :mod:`.saves`.
 - :mod:`.saves`: the saves' writer thread and its group commit (the shared
   :class:`~statekeeper._runtime.group.GroupCommit`, run by :class:`~.saves.FileSaves`),
   and :func:`~.saves.engine_call`, where OS errors become ``BackendError``.
-- :mod:`.budget`: what a call may do on the event loop's thread, and the
-  :class:`~.budget.WouldBlock` that sends the same call to the worker.
 - :mod:`.batch`: :class:`~.batch.FileEngine`, the wiring of the parts.
 - :mod:`.batches`: ``save_many`` (atomic: intent, one fsync group, commit), the
   group commit of concurrent saves (one fsync group, one outcome each) and

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ..._runtime.inline import WORKER, Budget
 from ...errors import StatekeeperError
 from ...models import CheckpointHeader
 from ...record import NewRecord
 from . import format as fmt
 from .batches import Batches
-from .budget import WORKER, Budget
 from .core import BatchSync, EngineCore
 from .engine import Writes
 from .io import FileIO

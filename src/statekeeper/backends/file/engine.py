@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from ..._runtime.inline import WORKER, Budget
 from ...errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
@@ -23,7 +24,6 @@ from ...errors import (
 from ...models import CheckpointHeader
 from ...record import NewRecord, RecordEdits, StoredRecord
 from . import format as fmt
-from .budget import WORKER, Budget
 from .core import EngineCore, Txn
 from .index import IdTable, IndexDamaged
 from .rebuild import Rebuild

@@ -22,11 +22,11 @@ from typing import Any, Literal
 
 from ..._core.query import ScanQuery
 from ..._core.validate import skipped_from
+from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord, header_values
 from . import format as fmt
-from .budget import WORKER, Budget
 from .core import EngineCore, RecordProblem
 from .index import IndexDamaged
 from .survey import Survey, take_survey

@@ -3,7 +3,7 @@ other cursor, tolerant (a damaged record is a skipped entry), with the damaged
 records of unknown stream merged in where their sequences fall (see
 :mod:`.orphans`). A global listing comes from :meth:`.listing.Listing.scan_all`,
 and a store whose indexes cannot be trusted answers from a survey of the records.
-One function per page, run inline first under a budget (see :mod:`.budget`).
+One function per page, run inline first under a budget (see :mod:`statekeeper._runtime.inline`).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from collections.abc import Callable
 
 from ..._core.query import ScanQuery
 from ..._core.validate import skipped_from
+from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError, ConcurrentModificationError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import format as fmt
-from .budget import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, WORKER, Budget
 from .core import EngineCore
 from .index import IndexDamaged, StreamIndex
 from .listing import Listing, wanted
 from .orphans import OrphanKey, merge_orphans, orphans_key
-from .reads import Reader
+from .reads import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, Reader
 from .survey import Survey
 from .view import orphan_error, view_scan
 
@@ -65,8 +65,8 @@ class Pages:
         readable and of that stream; it blocks for a global listing, an orphan, a
         damaged or missing index, a record missing, damaged, too large or of
         another stream (which the worker reports as skipped, or sees deleted), and
-        more than :data:`~.budget.INLINE_EXTRA_SLOTS` slots or
-        :data:`~.budget.INLINE_EXTRA_RECORDS` records passed over. So an inline
+        more than :data:`~.reads.INLINE_EXTRA_SLOTS` slots or
+        :data:`~.reads.INLINE_EXTRA_RECORDS` records passed over. So an inline
         page never holds a :class:`~statekeeper.models.Skipped` entry."""
         if query.stream is None:
             budget.block()

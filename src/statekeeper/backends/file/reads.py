@@ -7,11 +7,12 @@ change. Where a reader's two looks disagree (a slot said live, its record is gon
 it looks again; if the disagreement persists across a few tries it is damage,
 reported as such, never papered over with an older checkpoint.
 
-Each read is one function that takes a :class:`~.budget.Budget`: the store runs it
-on the event loop's thread first, and again in the worker where it says it would
-block (see :mod:`.budget`). Inline, the descriptors come from this thread's kept
-ones (see :mod:`.descriptors`, one ``lstat`` per file); in the worker, from fresh
-opens. What ``heal`` may touch: the state, and (under the write lock, through the
+Each read is one function that takes a budget
+(:class:`statekeeper._runtime.inline.Budget`): the store runs it on the event
+loop's thread first, and again in the worker where it says it would block.
+Inline, the descriptors come from this thread's kept ones (see
+:mod:`.descriptors`, one ``lstat`` per file); in the worker, from fresh opens.
+What ``heal`` may touch: the state, and (under the write lock, through the
 ``recover`` it is given) the crashed writer's journal, nothing else.
 """
 
@@ -20,24 +21,41 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from ..._runtime.inline import WORKER, Budget, WouldBlock
 from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
 from ...record import StoredRecord
 from . import format as fmt
-from .budget import (
-    INLINE_DELETED,
-    INLINE_RECORD_BYTES,
-    INLINE_TAIL_RECORDS,
-    INLINE_TAIL_SLOTS,
-    WORKER,
-    Budget,
-    WouldBlock,
-)
 from .core import EngineCore, RecordProblem
 from .index import IdTable, IndexDamaged, StreamIndex
 from .listing import Listing
 from .view import orphan_error, view_get, view_latest
 
-__all__ = ["READ_RETRIES", "Reader"]
+__all__ = [
+    "INLINE_DELETED",
+    "INLINE_EXTRA_RECORDS",
+    "INLINE_EXTRA_SLOTS",
+    "INLINE_RECORD_BYTES",
+    "INLINE_TAIL_RECORDS",
+    "INLINE_TAIL_SLOTS",
+    "READ_RETRIES",
+    "Reader",
+]
+
+#: The most index slots and record files ``get_latest`` looks at inline: a tail of
+#: expired checkpoints is walked in the worker, not on the loop.
+INLINE_TAIL_SLOTS = 16
+INLINE_TAIL_RECORDS = 2
+#: What a page scan may pass over inline beyond the page itself: index slots that
+#: are deleted, expired or past the reader's cap, and records it reads but does not
+#: list (expired, or without the tags asked for). A sparse tag filter or a long run
+#: of deleted checkpoints is walked in the worker.
+INLINE_EXTRA_SLOTS = 64
+INLINE_EXTRA_RECORDS = 16
+#: Deleted entries of an id that ``load`` checks inline (one ``lstat`` each).
+INLINE_DELETED = 4
+#: The largest record file read inline: a bigger one is read in the worker, so a
+#: cold read of a large file never stalls the loop.
+INLINE_RECORD_BYTES = 1 << 20
 
 #: How many times a read that a concurrent writer disturbed is retried.
 READ_RETRIES = 8
@@ -376,16 +394,16 @@ class Reader:
         self, seq: int, cid: str, dirs: dict[int, int] | None, budget: Budget
     ) -> tuple[StoredRecord, bytes] | None:
         """:meth:`~.core.EngineCore.load_record` for a read. Inline: through this
-        thread's kept bucket descriptors (``budget.seen`` holds the one this call
+        thread's kept bucket descriptors (``budget.kept`` holds the one this call
         last checked by ``lstat``, used again without one), at most
-        :data:`~.budget.INLINE_RECORD_BYTES`, and a record that cannot be read (an
+        :data:`INLINE_RECORD_BYTES`, and a record that cannot be read (an
         OS error, damage, too large) blocks; the worker reads it and reports it as
         it always does. ``None``: the record file (or its bucket) is not there."""
         if not budget.inline:
             return self.core.load_record(seq, cid, dirs)
         try:
             number = fmt.bucket_of(seq)
-            seen = budget.seen
+            seen = budget.kept
             bucket = seen.get(number)
             if bucket is None:
                 bucket = self.descriptors.kept_bucket(seq)

@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
 from . import format as fmt
-from .budget import WORKER, Budget
 from .core import EngineCore, RecordProblem, Txn
 from .index import IdTable, IndexDamaged
 from .rebuild import Rebuild

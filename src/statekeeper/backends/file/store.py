@@ -26,6 +26,7 @@ from ..._core.primitives import StoreIdentity
 from ..._core.query import INLINE_PAGE_ROWS, PageScan, ScanQuery, probe_bound, probe_query
 from ..._core.store import BaseCheckpointStore
 from ..._runtime.finalizer import when_collected
+from ..._runtime.inline import WORKER, Budget, WouldBlock
 from ..._runtime.threads import ThreadDoor
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
@@ -33,7 +34,6 @@ from ...errors import BackendError, InvalidURL, StatekeeperError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
 from ...record import NewRecord, RecordEdits, StoredRecord
 from .batch import FileEngine
-from .budget import WORKER, Budget, WouldBlock
 from .check import check_store
 from .io import FileIO, OsFileIO
 from .pages import Entry, PageEntries, ProbeOf
@@ -353,7 +353,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         """``read(*args, budget)``, one function of the engine: with ``inline_reads``
         (and ``inline``) first on this thread under an inline budget, and where it
         would block (:class:`~.budget.WouldBlock`) the same function again in the
-        worker (see :mod:`.budget`). The hop costs more than such a read."""
+        worker (see :mod:`statekeeper._runtime.inline`). The hop costs more than such a read."""
         if inline and self._inline_reads:
             try:
                 return self._call(what, read, *args, Budget(inline=True))
