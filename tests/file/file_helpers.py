@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file import layout as fmt
 
 
 def count_hops(store: FileCheckpointStore) -> list[str]:

@@ -35,8 +35,8 @@ import statekeeper as sk
 from statekeeper._core.query import ScanQuery
 from statekeeper._runtime.inline import WORKER, Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.index import IndexDamaged
 from statekeeper.backends.file.reads import INLINE_RECORD_BYTES
+from statekeeper.backends.file.stream_index import IndexDamaged
 from statekeeper.errors import StatekeeperError
 from statekeeper.models import Checkpoint
 

@@ -23,10 +23,10 @@ import statekeeper as sk
 from statekeeper._core.query import ScanQuery
 from statekeeper._runtime.inline import Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
-from statekeeper.backends.file.index import StreamIndex, write_index
+from statekeeper.backends.file import layout as fmt
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.backends.file.reads import INLINE_RECORD_BYTES
+from statekeeper.backends.file.stream_index import StreamIndex, write_index
 from statekeeper.errors import (
     BackendError,
     CheckpointDecodeError,

@@ -51,11 +51,10 @@ operating system:
 - :mod:`.lock`: the write lock (the instance's mutex, then ``flock``).
 - :mod:`.descriptors`: the one cache of descriptors kept across calls (the lock
   holder's, and each inline reader thread's).
-- :mod:`.index`: the per-stream slot indexes; :mod:`.ids`: the id table;
-  :mod:`.handles`: what both share (derived data).
-- :mod:`.format`: names and the bytes of the small files; pure, no I/O.
-- :mod:`.statefile`: the bytes of the state file and its journal, and what a
-  reader may see of a batch in flight; pure, re-exported by :mod:`.format`.
+- :mod:`.stream_index`: the per-stream slot indexes and what both index files
+  share; :mod:`.id_table`: the id table.
+- :mod:`.layout`: names and the bytes of the small files (the state file too);
+  pure, no I/O.
 - :mod:`.spares`: the temp file of the next durable save, made ahead while the
   writer is idle.
 - :mod:`.io`: :class:`FileIO`, every OS call behind one seam, for durability and

@@ -16,7 +16,7 @@ from ..._runtime.inline import WORKER, Budget
 from ...errors import StatekeeperError
 from ...models import CheckpointHeader
 from ...record import NewRecord
-from . import format as fmt
+from . import layout as fmt
 from .batches import Batches
 from .core import BatchSync, EngineCore
 from .engine import Writes

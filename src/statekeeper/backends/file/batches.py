@@ -42,10 +42,10 @@ from ...errors import (
 )
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore, Txn
 from .engine import Found, Writes
-from .index import IdTable
+from .id_table import IdTable
 from .io import syncfs_usable
 from .rebuild import Rebuild
 from .recovery import Recovery

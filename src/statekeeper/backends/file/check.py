@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ...models import Problem
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore
 from .survey import Entry, Survey
 

@@ -16,12 +16,13 @@ from typing import Any, Literal
 
 from ...errors import CheckpointDecodeError, StoreClosed
 from ...record import StoredRecord, read_record
-from . import format as fmt
+from . import layout as fmt
 from .descriptors import Descriptors
-from .index import IdTable, IndexDamaged, StreamIndex
+from .id_table import IdTable
 from .io import FileIO, read_exact, write_all
 from .lock import WriteLock
 from .spares import Spares
+from .stream_index import IndexDamaged, StreamIndex
 
 __all__ = ["EngineCore", "RecordProblem", "Txn"]
 

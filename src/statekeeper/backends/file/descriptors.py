@@ -24,9 +24,10 @@ import threading
 from collections import OrderedDict
 from typing import Protocol
 
-from . import format as fmt
-from .index import IdTable, StreamIndex
+from . import layout as fmt
+from .id_table import IdTable
 from .io import FileIO, read_exact
+from .stream_index import StreamIndex
 
 __all__ = ["Descriptors"]
 

@@ -23,11 +23,12 @@ from ...errors import (
 )
 from ...models import CheckpointHeader
 from ...record import NewRecord, RecordEdits, StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore, Txn
-from .index import IdTable, IndexDamaged
+from .id_table import IdTable
 from .rebuild import Rebuild
 from .recovery import Recovery
+from .stream_index import IndexDamaged
 
 __all__ = ["Found", "Writes"]
 

@@ -26,9 +26,9 @@ from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord, header_values
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore, RecordProblem
-from .index import IndexDamaged
+from .stream_index import IndexDamaged
 from .survey import Survey, take_survey
 from .view import view_info, view_streams
 

@@ -16,12 +16,12 @@ import os
 from datetime import datetime
 
 from ...errors import StoreFormatError, StoreNotFound
-from . import format as fmt
+from . import layout as fmt
 from .core import RO_FILE, RW_FILE, EngineCore, RecordProblem
-from .index import IndexDamaged
 from .rebuild import Rebuild
 from .recovery import Recovery
 from .restart import recover_restart
+from .stream_index import IndexDamaged
 
 __all__ = ["Opening"]
 

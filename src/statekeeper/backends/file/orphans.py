@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from ..._core.query import ScanQuery
 from ...models import Skipped
 from ...record import StoredRecord
-from . import format as fmt
+from . import layout as fmt
 
 __all__ = ["OrphanKey", "merge_orphans", "orphans_digest", "orphans_key"]
 

@@ -16,12 +16,12 @@ from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError, ConcurrentModificationError
 from ...models import Skipped
 from ...record import StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore
-from .index import IndexDamaged, StreamIndex
 from .listing import Listing, wanted
 from .orphans import OrphanKey, merge_orphans, orphans_key
 from .reads import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, Reader
+from .stream_index import IndexDamaged, StreamIndex
 from .survey import Survey
 from .view import orphan_error, view_scan
 

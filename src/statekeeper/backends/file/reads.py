@@ -24,10 +24,11 @@ from datetime import datetime
 from ..._runtime.inline import WORKER, Budget, WouldBlock
 from ...errors import CheckpointDecodeError, CheckpointNotFound, ConcurrentModificationError
 from ...record import StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore, RecordProblem
-from .index import IdTable, IndexDamaged, StreamIndex
+from .id_table import IdTable
 from .listing import Listing
+from .stream_index import IndexDamaged, StreamIndex
 from .view import orphan_error, view_get, view_latest
 
 __all__ = [

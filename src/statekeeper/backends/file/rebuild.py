@@ -20,11 +20,12 @@ from dataclasses import replace
 from typing import Any
 
 from ...errors import CheckpointDecodeError
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore, Txn
-from .index import IdTable, IndexDamaged, StreamIndex, write_index
+from .id_table import IdTable
 from .io import read_exact
 from .orphans import orphans_digest
+from .stream_index import IndexDamaged, StreamIndex, write_index
 from .survey import Entry, take_survey
 
 __all__ = ["Rebuild", "index_names"]

@@ -27,10 +27,11 @@ from typing import Any
 from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import EngineCore, RecordProblem, Txn
-from .index import IdTable, IndexDamaged
+from .id_table import IdTable
 from .rebuild import Rebuild
+from .stream_index import IndexDamaged
 
 __all__ = ["Recovery"]
 

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import RecordProblem, Txn
-from .index import IndexDamaged
 from .io import read_exact
 from .rebuild import index_names
 from .recovery import Recovery
+from .stream_index import IndexDamaged
 
 __all__ = ["recover_restart"]
 

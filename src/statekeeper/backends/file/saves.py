@@ -33,7 +33,7 @@ from ...errors import BackendError, StatekeeperError
 from ...models import CheckpointHeader
 from ...record import NewRecord
 from .batch import FileEngine
-from .index import IndexDamaged
+from .stream_index import IndexDamaged
 
 __all__ = ["MAX_GROUP", "FileSaves", "SaveWriter", "engine_call"]
 

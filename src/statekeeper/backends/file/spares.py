@@ -30,9 +30,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import format as fmt
-from .handles import NEW
+from . import layout as fmt
 from .io import FileIO
+from .stream_index import NEW
 
 #: ``(sequence, create) -> a new descriptor of its bucket directory, or None``: never
 #: one of the descriptor cache's (which a spare's file must not evict from under a

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
-from . import format as fmt
+from . import layout as fmt
 from .core import RO_FILE, EngineCore, RecordProblem
-from .index import IndexDamaged, open_regular
 from .io import read_exact
+from .stream_index import IndexDamaged, open_regular
 
 __all__ = ["Entry", "OldIndex", "Survey", "take_survey"]
 

@@ -1,5 +1,5 @@
 """``ids.idx``, the file backend's id table: id hash -> sequence, derived from the
-records like the stream indexes (:mod:`.index`), written without an fsync on the
+records like the stream indexes (:mod:`.stream_index`), written without an fsync on the
 save path and rebuilt by recovery when a crash may have lost writes."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from . import format as fmt
-from .handles import NEW, RO, RW, Handle, IndexDamaged, open_regular, pwrite_all, unlink_quiet
+from . import layout as fmt
 from .io import FileIO, read_exact
+from .stream_index import NEW, RO, RW, Handle, IndexDamaged, open_regular, pwrite_all, unlink_quiet
 
 __all__ = ["IdTable"]
 
