@@ -22,12 +22,13 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Protocol
 
 from . import layout as fmt
 from .id_table import IdTable
 from .io import FileIO, read_exact
-from .stream_index import StreamIndex
+from .stream_index import IndexDamaged, StreamIndex
 
 __all__ = ["Descriptors"]
 
@@ -37,7 +38,7 @@ _BUCKETS_KEPT = 4
 
 
 class Files(Protocol):
-    """What :class:`Descriptors` needs of the store's files (the engine's core)."""
+    """What :class:`Descriptors` needs of the store's directory (:class:`.records.Files`)."""
 
     io: FileIO
     store_id: str
@@ -100,6 +101,10 @@ class Descriptors:
         self._kept: dict[int, _Kept] = {}
 
     # -- the lock holder's, and fresh opens ---------------------------------------------
+
+    def new_epoch(self) -> None:
+        """Another process wrote since this one: re-validate every kept handle."""
+        self.epoch += 1
 
     def bucket(self, seq: int, *, create: bool = False) -> int | None:
         """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
@@ -220,6 +225,32 @@ class Descriptors:
             with contextlib.suppress(OSError):
                 self.io.close(fd)
 
+    def index_files(self) -> list[str]:
+        """The stream index files' names (dot-files and other planted names left out)."""
+        return [
+            name
+            for name in self.io.listdir(self.files.fd("streams"))
+            if not name.startswith(".") and name.endswith(".idx")
+        ]
+
+    def readable_indexes(self, *, strict: bool = False, prefix: str = "") -> Iterator[StreamIndex]:
+        """Each stream index that opens; a damaged or vanished one is passed over,
+        or, if ``strict``, raises :class:`IndexDamaged`. The caller closes each
+        (``with idx:``). With ``prefix``, only the files whose name can belong to
+        a stream starting with it (the caller still checks ``idx.stream``)."""
+        head = fmt.file_name_head(prefix)
+        for sfile in self.index_files():
+            if not sfile.startswith(head):
+                continue
+            try:
+                idx = self.open_index(sfile)
+            except IndexDamaged:
+                if strict:
+                    raise
+                continue
+            if idx is not None:
+                yield idx
+
     # -- the inline readers' -----------------------------------------------------------
 
     def mine(self) -> _Kept:
@@ -246,7 +277,7 @@ class Descriptors:
             return None
 
     def kept_index(self, sfile: str) -> StreamIndex | None:
-        """:meth:`~.core.EngineCore.open_index` through this thread's kept descriptors: ``None`` if
+        """:meth:`open_index` through this thread's kept descriptors: ``None`` if
         there is no such index; raises :class:`IndexDamaged` as the open does."""
         kept = self.mine()
         streams = self.files.fd("streams")
