@@ -35,8 +35,8 @@ import statekeeper as sk
 from statekeeper._core.query import ScanQuery
 from statekeeper._runtime.inline import WORKER, Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
+from statekeeper.backends.file.indexes import IndexDamaged
 from statekeeper.backends.file.reader import INLINE_RECORD_BYTES
-from statekeeper.backends.file.stream_index import IndexDamaged
 from statekeeper.errors import StatekeeperError
 from statekeeper.models import Checkpoint
 
@@ -225,7 +225,7 @@ def outcome(
     """What ``read(*args, budget)`` gave on the engine: its answer, its error (type and
     words), or :data:`BLOCKED`."""
     try:
-        with parts_of(store).engine.active():
+        with parts_of(store).engine.files.active():
             return ("answer", read(*args, budget))
     except WouldBlock:
         return BLOCKED

@@ -24,9 +24,9 @@ from statekeeper._core.query import ScanQuery
 from statekeeper._runtime.inline import Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
 from statekeeper.backends.file import layout as fmt
+from statekeeper.backends.file.indexes import StreamIndex, write_index
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.backends.file.reader import INLINE_RECORD_BYTES
-from statekeeper.backends.file.stream_index import StreamIndex, write_index
 from statekeeper.errors import (
     BackendError,
     CheckpointDecodeError,
@@ -83,7 +83,7 @@ def load_of(store: FileCheckpointStore, cid: str) -> Callable[[], Awaitable[Any]
 def inline(store: FileCheckpointStore, read: Callable[..., Any], *args: Any) -> Any:
     """``read(*args, now)``, an engine read, run inline right here: its answer, or
     :data:`BLOCKS` where it would block."""
-    with parts_of(store).engine.active():
+    with parts_of(store).engine.files.active():
         try:
             return read(*args, store.now(), Budget(inline=True))
         except WouldBlock:
@@ -395,7 +395,10 @@ async def test_a_batch_in_flight_sends_reads_to_the_worker(tmp_path: Path) -> No
         cp = await store.save("job", {"n": 1})
         parts = parts_of(store)
         for op in ("batch", "batched", "delete", "update"):
-            with a_journal_in_flight(store, tmp_path / "s", op, cp.sequence), parts.engine.active():
+            with (
+                a_journal_in_flight(store, tmp_path / "s", op, cp.sequence),
+                parts.engine.files.active(),
+            ):
                 assert inline(store, parts.reader.latest, "job") == BLOCKS
                 assert inline(store, parts.reader.get, cp.id) == BLOCKS
         hops = count_hops(store)
@@ -497,7 +500,7 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
                     back = "desc" if query.order == "asc" else "asc"
                     return replace(query, order=back, bound=edge, limit=1)  # type: ignore[arg-type]
 
-                with engine.active():
+                with engine.files.active():
                     want, _ = parts.pages.scan_page(query, None)
                     io.opened.clear()
                     page, probed = parts.pages.scan_page(query, probe_of)
@@ -507,7 +510,7 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
         index.unlink()  # replaced by junk: a new file, whose header is not a store's
         index.write_bytes(b"\0" * 5000)
         query = ScanQuery("job", order, saved[13].sequence, 6, {}, now)  # type: ignore[arg-type]
-        with engine.active():
+        with engine.files.active():
             page, probed = parts.pages.scan_page(query, lambda p: replace(query, limit=1))
             assert page == parts.pages.scan_page(query, None)[0] and len(page) == 6
             assert probed == parts.pages.scan_page(replace(query, limit=1), None)[0]
@@ -517,7 +520,7 @@ async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> 
     async with FileCheckpointStore(tmp_path / "s") as store:
         cp = await store.save("job", {"n": 1})
         parts = parts_of(store)
-        with parts.engine.active(), parts.engine.lock.held() as got:
+        with parts.engine.files.active(), parts.engine.lock.held() as got:
             assert got
             assert inline(store, parts.reader.latest, "job") == BLOCKS
             assert inline(store, parts.reader.get, cp.id) == BLOCKS

@@ -116,6 +116,6 @@ async def test_fast_durability_makes_no_spare(tmp_path: Path) -> None:
         for i in range(3):
             await store.save("s", {"n": i})
         engine = parts_of(store).engine
-        with engine.active():
+        with engine.files.active():
             engine.files.spares.make()  # what the idle writer would do after a durable save
         assert _temps(root) == []

@@ -6,24 +6,26 @@ the write lock, the state file and the descriptor cache, and every other part is
 given, in its constructor, the collaborators it uses (never the engine). The
 modules, from the public class down to the operating system:
 
-- :mod:`.store`: :class:`FileCheckpointStore` and its options; :class:`~.store.FileParts`,
-  the engine and the parts built over it; the saves' writer thread and its group
-  commit. Maps the base class's primitives onto the parts, in one worker thread
-  hop each, or none (``inline_reads``: a read runs on the event loop's thread
-  first, under the budget of :mod:`statekeeper._runtime.inline`).
+- :mod:`.store`: :class:`FileCheckpointStore` and its options;
+  :class:`~.store.FileParts`, the engine and the parts built over it, and
+  :meth:`~.store.FileParts.call`, the one place OS errors become
+  ``BackendError``; the saves' writer thread and its group commit. Maps the base
+  class's primitives onto the parts, in one worker thread hop each, or none
+  (``inline_reads``: a read runs on the event loop's thread first, under the
+  budget of :mod:`statekeeper._runtime.inline`).
 - :mod:`.batch`: ``save_many`` (atomic: intent, one fsync group, commit), the
-  group commit of concurrent saves (one fsync group, one outcome each) and
-  ``delete_many``.
+  group commit of concurrent saves (one fsync group, one outcome each),
+  ``delete_many``, ``prune``, ``delete_stream`` and ``purge_expired``.
 - :mod:`.engine`: :class:`~.engine.FileEngine`, the one owner of the files, the
   lock, the state and the descriptor cache: open (the read-only open writes
-  nothing), close, and :meth:`~.engine.FileEngine.call`, where OS errors become
-  ``BackendError``; :class:`~.engine.Writes`, the one-record writes (save,
-  update, delete, prune, purge) under ``flock``.
+  nothing) and close; :class:`~.engine.Writes`, the one-record writes (save,
+  update, delete) under ``flock``.
 - :mod:`.pages`: a listed page of one stream and its probe, with the damaged
-  records of unknown stream (orphans) merged in.
+  records of unknown stream (orphans) merged in; ``list(None)`` from the bucket
+  directories.
 - :mod:`.reader`: the strict reads (``get_latest``, ``load``, ``load_many``) and
-  ``heal``, lock-free; the listings (``list(None)``, ``list_streams``, ``info``)
-  and the looks every read shares.
+  ``heal``, lock-free; ``list_streams``, ``info`` and the looks every read
+  shares.
 - :mod:`.recovery`: the lock holder's transaction, the journal, restart recovery,
   the rebuild and repair, and THE one way records enter the indexes
   (:meth:`~.recovery.Rebuild.index`, and :meth:`~.recovery.Recovery.reindex` of
@@ -34,13 +36,14 @@ modules, from the public class down to the operating system:
   trusted.
 - :mod:`.fdcache`: the one cache of descriptors kept across calls (the lock
   holder's, and each inline reader thread's).
-- :mod:`.records`: the store's directory as this process holds it open, the
-  record files (safe reads of untrusted files, publication by rename), THE one
-  walk of the bucket directories, and the spare temp file of the next save.
-- :mod:`.state`: the state file as this process reads and writes it, the
-  lock holder's transaction, the write lock and the ``dirty`` list.
-- :mod:`.stream_index`: the per-stream slot indexes and what both index files
-  share; :mod:`.id_table`: the id table.
+- :mod:`.files`: the store's directory as this process holds it open: its
+  top-level descriptors (and the in-flight mark ``close`` waits for), the state
+  file with the lock holder's transaction, the write lock and the ``dirty``
+  list, the record files (safe reads of untrusted files, publication by
+  rename), THE one walk of the bucket directories, and the spare temp file of
+  the next save.
+- :mod:`.indexes`: the derived index files, the per-stream slot indexes and the
+  id table, and the handle both share.
 - :mod:`.layout`: names and the bytes of the small files (the state file too);
   pure, no I/O.
 - :mod:`.io`: :class:`FileIO`, every OS call behind one seam, for durability and

@@ -47,12 +47,10 @@ from ...record import NewRecord, StoredRecord
 from . import layout as fmt
 from .engine import Found, Writes
 from .fdcache import Descriptors
-from .id_table import IdTable
+from .files import Files, Txn, quietly
+from .indexes import IdTable, IndexDamaged
 from .io import syncfs_usable
-from .records import Files, quietly
 from .recovery import Rebuild, Recovery, slot_of
-from .state import Txn
-from .stream_index import IndexDamaged
 
 __all__ = ["BatchSync", "Batches"]
 

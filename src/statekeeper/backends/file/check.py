@@ -26,7 +26,7 @@ from typing import Protocol
 
 from ...models import Problem
 from . import layout as fmt
-from .records import Files
+from .files import Files
 from .survey import Entry, Survey
 
 __all__ = ["check_store"]

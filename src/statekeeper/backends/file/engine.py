@@ -25,22 +25,16 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..._runtime.inline import WORKER, Budget
 from ...errors import (
-    BackendError,
     CheckpointDecodeError,
     CheckpointEncodeError,
     CheckpointNotFound,
     PreconditionFailed,
-    StatekeeperError,
-    StoreClosed,
     StoreFormatError,
     StoreNotFound,
 )
@@ -48,12 +42,10 @@ from ...models import CheckpointHeader
 from ...record import NewRecord, RecordEdits, StoredRecord
 from . import layout as fmt
 from .fdcache import Descriptors
-from .id_table import IdTable
+from .files import RO_FILE, RW_FILE, Files, RecordProblem, StateFile, Txn, WriteLock, quietly
+from .indexes import IdTable, IndexDamaged
 from .io import FileIO
-from .records import RO_FILE, RW_FILE, Files, RecordProblem, quietly
 from .recovery import Rebuild, Recovery
-from .state import StateFile, Txn, WriteLock
-from .stream_index import IndexDamaged
 
 __all__ = ["FileEngine", "Found", "Writes"]
 
@@ -109,58 +101,10 @@ class FileEngine:
             self.recovery,
             sync_interval=sync_interval,
         )
-        # In-flight calls, so close() never pulls a descriptor from under a thread.
-        self._busy = 0
-        self._busy_cond = threading.Condition()
-        self._closing = False
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """Mark a call in flight (``close`` waits for it)."""
-        with self._busy_cond:
-            if self._closing or not self.files.fd_table:
-                raise StoreClosed(f"the file store at {self.files.root} is closed")
-            self._busy += 1
-        try:
-            yield
-        finally:
-            with self._busy_cond:
-                self._busy -= 1
-                self._busy_cond.notify_all()
-
-    def call(self, what: str, func: Callable[..., T], *args: Any) -> T:
-        """``func(*args)`` while the store is open (:meth:`close` waits for it): the
-        one place where an engine call's errors become
-        :class:`~statekeeper.errors.BackendError` with ``.orig``, naming the
-        operation ``what`` and the store (every worker hop of the store and every
-        inline call goes through it)."""
-        try:
-            with self.active():
-                return func(*args)
-        except StatekeeperError:
-            raise
-        except IndexDamaged as exc:
-            raise BackendError(
-                f"{what} failed in the file store at {self.files.root}: {exc}; "
-                "FileCheckpointStore.repair() rebuilds the indexes from the records",
-                orig=exc,
-            ) from exc
-        except OSError as exc:
-            name = errno.errorcode.get(exc.errno or 0, f"errno {exc.errno}")
-            raise BackendError(
-                f"{what} failed in the file store at {self.files.root}: "
-                f"{exc.strerror or exc} ({name})",
-                orig=exc,
-            ) from exc
 
     def close(self) -> None:
         """Close every descriptor, once the calls in flight are done."""
-        with self._busy_cond:
-            self._closing = True
-            while self._busy:
-                self._busy_cond.wait()
-            self.files.close()
-            self._closing = False
+        self.files.close()
         self.fdcache.drop()
         self.fdcache.close_kept()
 
@@ -499,7 +443,7 @@ class Writes:
             bucket = self.files.bucket(seq, create=True)
             assert bucket is not None
             try:
-                tmp = self.files.spares.take(seq) or fmt.temp_name(seq)  # (see .spares)
+                tmp = self.files.spares.take(seq) or fmt.temp_name(seq)  # (see Spares)
                 # One write of state per save: it reserves the sequence, counts the
                 # id-table slot and names the operation; it is not cleared after.
                 tx.commit(

@@ -26,9 +26,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from . import layout as fmt
-from .id_table import IdTable
+from .indexes import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact
-from .stream_index import IndexDamaged, StreamIndex
 
 __all__ = ["Descriptors"]
 
@@ -38,7 +37,7 @@ _BUCKETS_KEPT = 4
 
 
 class Files(Protocol):
-    """What :class:`Descriptors` needs of the store's directory (:class:`.records.Files`)."""
+    """What :class:`Descriptors` needs of the store's directory (:class:`.files.Files`)."""
 
     io: FileIO
     store_id: str

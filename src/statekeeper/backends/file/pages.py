@@ -2,7 +2,7 @@
 its other cursor, tolerant (a damaged record is a skipped entry), with the
 damaged records of unknown stream merged in where their sequences fall; of every
 stream (``list(None)``, :meth:`Pages.scan_all`) from the bucket directories,
-through the one walk of :meth:`.records.Files.walk`. A store whose indexes
+through the one walk of :meth:`.files.Files.walk`. A store whose indexes
 cannot be trusted answers from a survey of the records. One function per page, run inline
 first under a budget (see :mod:`statekeeper._runtime.inline`).
 
@@ -41,9 +41,9 @@ from ...errors import CheckpointDecodeError, ConcurrentModificationError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import layout as fmt
+from .files import Files, RecordProblem
+from .indexes import IndexDamaged, StreamIndex
 from .reader import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, Listing, Reader, wanted
-from .records import Files, RecordProblem
-from .stream_index import IndexDamaged, StreamIndex
 from .survey import Survey, orphan_error, view_scan
 
 __all__ = ["Entry", "OrphanKey", "PageEntries", "Pages", "ProbeOf", "merge_orphans", "orphans_key"]
@@ -83,7 +83,7 @@ class Pages:
         ``state`` (one cap: the probe sees what the page saw), through one open
         stream index and the same bucket descriptors, or from one survey of the
         records. A scan of one stream also reports, as skipped, each damaged record
-        of unknown stream in its range (see :mod:`.orphans`).
+        of unknown stream in its range (see the module).
 
         Inline, a page of one stream from its index, whose records are there,
         readable and of that stream; it blocks for a global listing, an orphan, a
@@ -220,7 +220,7 @@ class Pages:
         budget: Budget,
     ) -> list[Entry]:
         """``page``, a scan of ``q`` from its stream index, with the damaged records
-        of unknown stream in its range (see :mod:`.orphans`): those ``get_latest``
+        of unknown stream in its range (see the module): those ``get_latest``
         raises for. Nothing to do, and nothing read, while ``state`` marks none."""
         key = orphans_key(state)
         if key is None:
@@ -359,7 +359,7 @@ class Pages:
         """A temp file nobody is writing: not the current journal's (its one temp, or
         one of the sequences of a group commit in flight), still there, and not
         empty (an empty one holds nothing to leave out: a writer's spare, see
-        :mod:`.spares`, or a write cut before its first byte)."""
+        :class:`.files.Spares`, or a write cut before its first byte)."""
         state = self.listing.statefile.read()
         if state is not None and fmt.temp_in_flight(state.journal, location):
             return False

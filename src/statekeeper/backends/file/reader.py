@@ -39,10 +39,8 @@ from ...models import Skipped
 from ...record import StoredRecord, header_values
 from . import layout as fmt
 from .fdcache import Descriptors
-from .id_table import IdTable
-from .records import Files, RecordProblem
-from .state import StateFile, WriteLock
-from .stream_index import IndexDamaged, StreamIndex
+from .files import Files, RecordProblem, StateFile, WriteLock
+from .indexes import IdTable, IndexDamaged, StreamIndex
 from .survey import (
     Survey,
     orphan_error,
@@ -129,7 +127,7 @@ class Listing:
 
     def survey_upto(self, state: fmt.State | None) -> Survey:
         """:meth:`survey` without the records a reader that read ``state`` must
-        not see (see :func:`.format.visible_cap`)."""
+        not see (see :func:`.layout.visible_cap`)."""
         cap = fmt.visible_cap(state, from_records=True)
         s = self.survey()
         if cap is not None:
@@ -137,7 +135,7 @@ class Listing:
         return s
 
     def survey(self) -> Survey:
-        """The whole store, from its records (O(store); see :mod:`.view`)."""
+        """The whole store, from its records (O(store); see :func:`.survey.view_latest`)."""
         return take_survey(self.files)
 
     def index_missing(self, state: fmt.State, budget: Budget) -> bool:
@@ -433,7 +431,7 @@ class Reader:
         """Through the id table (``table``, if the caller has it open). Raises
         :class:`IndexDamaged` (so the caller asks the records) when the table says
         something the record files contradict. A record above ``cap`` is not
-        shown (see :func:`.format.visible_cap`); an entry above it is still
+        shown (see :func:`.layout.visible_cap`); an entry above it is still
         checked against the record files, since a damaged entry can say any
         sequence. Inline, an entry above ``cap`` or a record that is not there
         blocks (the worker looks again)."""
@@ -575,7 +573,7 @@ class Reader:
     def load(
         self, seq: int, cid: str, dirs: dict[int, int] | None, budget: Budget
     ) -> tuple[StoredRecord, bytes] | None:
-        """:meth:`.records.Files.load_record` for a read. Inline: through this
+        """:meth:`.files.Files.load_record` for a read. Inline: through this
         thread's kept bucket descriptors (``budget.kept`` holds the one this call
         last checked by ``lstat``, used again without one), at most
         :data:`INLINE_RECORD_BYTES`, and a record that cannot be read (an

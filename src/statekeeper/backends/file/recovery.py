@@ -38,10 +38,8 @@ from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
 from . import layout as fmt
 from .fdcache import Descriptors
-from .id_table import IdTable
-from .records import Files, RecordProblem
-from .state import StateFile, Txn, WriteLock
-from .stream_index import IndexDamaged, StreamIndex, write_index
+from .files import Files, RecordProblem, StateFile, Txn, WriteLock
+from .indexes import IdTable, IndexDamaged, StreamIndex, write_index
 from .survey import Entry, orphans_digest, take_survey
 
 __all__ = ["Rebuild", "Recovery", "slot_of"]

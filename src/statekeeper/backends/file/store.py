@@ -32,6 +32,7 @@ should not, and the store can be collected unclosed (its finalizer then closes i
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
@@ -57,6 +58,7 @@ from ...record import NewRecord, RecordEdits, StoredRecord
 from .batch import Batches
 from .check import check_store
 from .engine import FileEngine
+from .indexes import IndexDamaged
 from .io import FileIO, OsFileIO
 from .pages import Entry, PageEntries, Pages, ProbeOf
 from .reader import Listing, Reader
@@ -149,6 +151,31 @@ class FileParts:
             read_only=opts.read_only,
         )
         self.pages = Pages(files, self.listing, self.reader)
+
+    def call(self, what: str, func: Callable[..., T], *args: Any) -> T:
+        """``func(*args)``, one of the parts' functions, while the store is open
+        (:meth:`.files.Files.close` waits for it): the one place where its errors become
+        :class:`~statekeeper.errors.BackendError` with ``.orig``, naming the
+        operation ``what`` and the store (every worker hop of the store and every
+        inline call goes through it)."""
+        try:
+            with self.engine.files.active():
+                return func(*args)
+        except StatekeeperError:
+            raise
+        except IndexDamaged as exc:
+            raise BackendError(
+                f"{what} failed in the file store at {self.engine.files.root}: {exc}; "
+                "FileCheckpointStore.repair() rebuilds the indexes from the records",
+                orig=exc,
+            ) from exc
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno or 0, f"errno {exc.errno}")
+            raise BackendError(
+                f"{what} failed in the file store at {self.engine.files.root}: "
+                f"{exc.strerror or exc} ({name})",
+                orig=exc,
+            ) from exc
 
 
 class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
@@ -331,7 +358,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._door.run(self._call, what, func, *args)
 
     def _call(self, what: str, func: Callable[..., T], *args: Any) -> T:
-        return self._parts.engine.call(what, func, *args)
+        return self._parts.call(what, func, *args)
 
     # -- primitives ---------------------------------------------------------------------
 
@@ -417,10 +444,10 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._read("get_latest", self._parts.reader.latest, stream, now)
 
     async def _read(self, what: str, read: Callable[..., T], *args: Any, inline: bool = True) -> T:
-        """``read(*args, budget)``, one function of the engine: with ``inline_reads``
+        """``read(*args, budget)``, one function of the parts: with ``inline_reads``
         (and ``inline``) first on this thread under an inline budget, and where it
-        would block (:class:`~.budget.WouldBlock`) the same function again in the
-        worker (see :mod:`statekeeper._runtime.inline`). The hop costs more than such a read."""
+        would block (:class:`~statekeeper._runtime.inline.WouldBlock`) the same
+        function again in the worker. The hop costs more than such a read."""
         if inline and self._inline_reads:
             try:
                 return self._call(what, read, *args, Budget(inline=True))
@@ -501,7 +528,7 @@ class FileSaves:
 
     def alone(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """One save, as ungrouped: its header, or its error."""
-        return self._parts.engine.call("save", fn, *args)
+        return self._parts.call("save", fn, *args)
 
     def group(self, jobs: Sequence[Job]) -> tuple[Sequence[Settled], Sequence[Job]]:
         """The saves in one ``insert_group``: one lock hold, one fsync group. Each
@@ -509,7 +536,7 @@ class FileSaves:
         every save of it."""
         records: list[NewRecord] = [job[1][0] for job in jobs]
         parts = self._parts
-        outcomes = parts.engine.call("save", parts.batches.insert_group, records)
+        outcomes = parts.call("save", parts.batches.insert_group, records)
         return [
             (job, outcome, None) if isinstance(outcome, CheckpointHeader) else (job, None, outcome)
             for job, outcome in zip(jobs, outcomes, strict=True)
@@ -520,11 +547,11 @@ class FileSaves:
 
     def idle(self) -> None:
         """After a lone save whose caller has its outcome, with nothing queued: the
-        temp file of the next durable save, made ahead (:class:`.records.Spares`). Upkeep:
+        temp file of the next durable save, made ahead (:class:`.files.Spares`). Upkeep:
         a closed store or an OS error makes none."""
         with contextlib.suppress(StatekeeperError, OSError):
-            engine = self._parts.engine  # (anything else it raises, the worker drops)
-            engine.call("spare", engine.files.spares.make)
+            parts = self._parts  # (anything else it raises, the worker drops)
+            parts.call("spare", parts.engine.files.spares.make)
 
 
 class SaveWriter:

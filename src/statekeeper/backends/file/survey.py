@@ -46,9 +46,9 @@ from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import layout as fmt
+from .files import RO_FILE, Files, RecordProblem
+from .indexes import IndexDamaged, open_regular
 from .io import read_exact
-from .records import RO_FILE, Files, RecordProblem
-from .stream_index import IndexDamaged, open_regular
 
 __all__ = [
     "Entry",
@@ -106,7 +106,7 @@ class Survey:
     #: ``(bucket, name)`` of temp files no write is using.
     temps: list[tuple[int, str]] = field(default_factory=list)
     #: ``(bucket, name)`` of empty temp files no write is using: a writer's spare
-    #: (:mod:`.spares`) or one cut before its first byte. They hold nothing, so
+    #: (:class:`.files.Spares`) or one cut before its first byte. They hold nothing, so
     #: ``verify`` does not report them and they count for no sequence; ``repair``
     #: removes them.
     empty_temps: list[tuple[int, str]] = field(default_factory=list)
