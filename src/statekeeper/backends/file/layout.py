@@ -112,17 +112,6 @@ class Journal:
     path: str | None = None
     tmp: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "stream": self.stream,
-            "seq": self.seq,
-            "lo": self.lo,
-            "hi": self.hi,
-            "path": self.path,
-            "tmp": self.tmp,
-        }
-
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Journal:
         return cls(
@@ -570,11 +559,6 @@ class Slot:
         except UnicodeDecodeError:
             return None
         return cls(seq, cid, expires, flags)
-
-
-def slot_seq(data: bytes) -> int:
-    """The sequence field of raw slot bytes (for binary search; not verified)."""
-    return int.from_bytes(data[:8], "little")
 
 
 def index_header(stream: str, store_id: str) -> bytes:
