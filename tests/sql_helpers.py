@@ -57,7 +57,7 @@ def run_async_in_thread(coro_fn: Any) -> Any:
 def drop_store(url: str, prefix: str, **options: Any) -> None:
     """Drop the tables of the store ``prefix`` at ``url``."""
     run_async_in_thread(
-        lambda: SqlCheckpointStore(url, table_prefix=prefix, **options).drop_tables()
+        lambda: SqlCheckpointStore.from_url(url, table_prefix=prefix, **options).drop_tables()
     )
 
 
@@ -65,7 +65,7 @@ def server_factory(service: str) -> Iterator[StoreFactory]:
     """A ``store_factory`` over a fresh prefix on a real server; drops it afterwards."""
     url = service_url(service)
     prefix = new_prefix()
-    yield lambda **options: SqlCheckpointStore(url, table_prefix=prefix, **options)
+    yield lambda **options: SqlCheckpointStore.from_url(url, table_prefix=prefix, **options)
     drop_store(url, prefix)
 
 
@@ -76,7 +76,7 @@ def wipe_store(url: str, prefix: str) -> None:
     an interrupted one) and starts a new store: new store id, new cursor key,
     sequences from 1. Cheaper than dropping and re-creating the tables per test.
     """
-    tables = SqlCheckpointStore(url, table_prefix=prefix).tables
+    tables = SqlCheckpointStore.from_url(url, table_prefix=prefix).tables
 
     async def wipe() -> None:
         engine = create_async_engine(url)
@@ -105,7 +105,7 @@ class ServerStores:
 
     def factory(self) -> Iterator[StoreFactory]:
         url, prefix = self.url, self.prefix
-        yield lambda **options: SqlCheckpointStore(url, table_prefix=prefix, **options)
+        yield lambda **options: SqlCheckpointStore.from_url(url, table_prefix=prefix, **options)
         wipe_store(url, prefix)
 
     def drop(self) -> None:
@@ -121,7 +121,7 @@ class Target:
     prefix: str
 
     def store(self, **options: Any) -> SqlCheckpointStore:
-        return SqlCheckpointStore(self.url, table_prefix=self.prefix, **options)
+        return SqlCheckpointStore.from_url(self.url, table_prefix=self.prefix, **options)
 
     def key(self) -> str:
         """The ``key`` column, quoted (a reserved word)."""

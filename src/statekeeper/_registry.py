@@ -100,7 +100,7 @@ def _load(target: str, scheme: str) -> type[BaseCheckpointStore]:
 
 def builtin_class(scheme: str) -> type[BaseCheckpointStore]:
     """The built-in backend class for ``scheme``, whatever is registered for it
-    (``SqlCheckpointStore(url)`` returns its dialect's class through this)."""
+    (``SqlCheckpointStore.from_url(url)`` builds its dialect's class through this)."""
     scheme = scheme.lower()
     target = _BUILTIN.get(scheme)
     if target is None:

@@ -90,3 +90,35 @@ async def test_verify_reports_a_load_by_id_that_answers_another_record() -> None
     assert not report.ok
     assert [(p.kind, p.id) for p in report.problems] == [("index", newest.id)]
     assert "load() by id finds sequence 1" in report.problems[0].reason
+
+
+class _RefusingReads(MemoryCheckpointStore):
+    """A backend whose listing refuses to answer (damaged derived data), with a walk
+    of its own for verify() when ``walk`` is set."""
+
+    walk = False
+
+    async def _scan(self, query: ScanQuery) -> builtins.list[StoredRecord | statekeeper.Skipped]:
+        raise statekeeper.errors.StoreFormatError("the index is of the wrong type")
+
+    async def _verify_refused(
+        self, error: statekeeper.errors.StoreFormatError
+    ) -> statekeeper.VerifyReport | None:
+        if not self.walk:
+            return await super()._verify_refused(error)
+        problem = statekeeper.Problem(kind="index", location="walk", reason=str(error))
+        return statekeeper.VerifyReport(
+            records=1, streams=1, high_water_mark=1, complete=False, problems=[problem]
+        )
+
+
+@pytest.mark.asyncio
+async def test_verify_answers_from_the_backends_walk_when_a_read_path_refuses() -> None:
+    async with _RefusingReads() as store:
+        await store.save("s", {"i": 1})
+        with pytest.raises(statekeeper.errors.StoreFormatError, match="wrong type"):
+            await store.verify()  # the default: no walk, the refusal propagates
+        store.walk = True
+        report = await store.verify()
+    assert not report.ok and not report.complete
+    assert [p.reason for p in report.problems] == ["the index is of the wrong type"]

@@ -30,7 +30,7 @@ from statekeeper.errors import (
     RecordUndecryptable,
     StoreFormatError,
 )
-from statekeeper.record import StoredRecord, frame
+from statekeeper.record import StoredRecord, Update, frame
 from statekeeper.testing import service_url
 
 K0 = os.urandom(32)
@@ -464,12 +464,13 @@ async def test_an_update_never_seals_for_the_stream_the_record_left(meta: bool) 
         assert sealed is not None and sealed.inner is store
         store.doomed, store.reads = cp.id, 0
         header = await sealed._update(
-            cp.id,
-            state=store.codec.encode({"n": "updated"}),
-            if_match=None,
-            now=store.now(),
-            etag="e-updated",
-            codec=store.codec.name,
+            Update(
+                id=cp.id,
+                state=store.codec.encode({"n": "updated"}),
+                codec=store.codec.name,
+                now=store.now(),
+                etag="e-updated",
+            )
         )
         assert store.reads == 2  # read, lost the race, read again
         assert header.stream == "elsewhere" and header.etag == "e-updated"

@@ -233,13 +233,21 @@ async def test_a_pending_envelope_reads_as_its_bytes_would() -> None:
             parent_id="p1",
             tags={"k": "v"},
             expires_at=datetime(2999, 1, 1, tzinfo=UTC),
+            metadata={"k": [1, 2.5]},
         )
+        metadata: dict[str, Any] = {
+            "deep": [1, {"x": -0.0, "big": 10**40, "f": 1e300, "t": True}, None],
+            "s": "é \u2028 \x01",
+            "e": {},
+        }
         saved = [
             await store.save("job", {"v": 1}),
             await store.save("job \u2028 \x01 é", [1.5], tags={"t": "ü"}, ttl=0.5, parent_id="x"),
             await store.save("job", None, ttl=timedelta(days=3), id="given.id"),
             await store.import_checkpoint(header, {"v": 2}),
+            await store.save("job", {"v": 4}, metadata=metadata),
         ]
+        metadata["deep"][1]["x"] = 1.0  # the caller's later change never reaches the store
         for cp in saved:
             entry = store.storage.by_id[cp.id]
             direct = entry.read_pending()

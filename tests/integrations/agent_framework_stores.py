@@ -88,7 +88,7 @@ async def backend_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Asy
         from statekeeper.backends.sql import SqlCheckpointStore
 
         def cleanup() -> Any:
-            return SqlCheckpointStore(base, table_prefix=prefix).drop_tables()
+            return SqlCheckpointStore.from_url(base, table_prefix=prefix).drop_tables()
 
     else:
         base = service_url("redis")

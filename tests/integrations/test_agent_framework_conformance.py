@@ -366,9 +366,62 @@ async def test_what_is_stored_is_the_frameworks_json_as_raw_bytes(backend: Backe
     document = json.loads(record.state)
     assert document["state"]["list"] == [1, 2, 3]
     assert set(document["state"]["when"]) == {"__pickled__", "__type__"}
-    assert record.metadata["checkpoint_id"] == item.checkpoint_id
-    assert record.metadata["workflow_name"] == WF
-    assert record.metadata["timestamp"] == item.timestamp
+    assert document["timestamp"] == item.timestamp  # the checkpoint's fields are its state
+    # the metadata holds what the storage reads back, under one key, so no backend
+    # indexes a field of it (SQL indexes top-level scalars for list(metadata=))
+    assert record.metadata == {
+        "agent_framework": {
+            "format": "agent-framework/json",
+            "checkpoint_id": item.checkpoint_id,
+            "workflow_name": WF,
+        }
+    }
+
+
+async def test_records_of_the_earlier_metadata_layout_read_as_before(backend: Backend) -> None:
+    """Records written before the metadata moved under one key (format, ids and the
+    checkpoint's timestamp, parent and iteration count at the top level) load, list,
+    are the latest, are listed by id, are replaced by a re-save and are deleted."""
+    storage = backend.storage()
+    first, second = cp(state={"n": 1}), cp(state={"n": 2})
+    raw = backend.raw_store()
+    async with raw:
+        for item in (first, second):
+            new = storage.encode(item)
+            await raw.save(
+                new.stream,
+                new.state,
+                id=new.id,
+                parent_id=new.parent_id,
+                metadata={
+                    "format": "agent-framework/json",
+                    "checkpoint_id": item.checkpoint_id,
+                    "workflow_name": item.workflow_name,
+                    "timestamp": item.timestamp,
+                    "previous_checkpoint_id": item.previous_checkpoint_id,
+                    "iteration_count": item.iteration_count,
+                },
+            )
+    assert (await storage.load(first.checkpoint_id)).state == {"n": 1}
+    latest = await storage.get_latest(workflow_name=WF)
+    assert latest is not None and latest.checkpoint_id == second.checkpoint_id
+    listed = await storage.list_checkpoints(workflow_name=WF)
+    assert [(c.checkpoint_id, c.state) for c in listed] == [
+        (first.checkpoint_id, {"n": 1}),
+        (second.checkpoint_id, {"n": 2}),
+    ]
+    ids = await storage.list_checkpoint_ids(workflow_name=WF)
+    assert ids == [first.checkpoint_id, second.checkpoint_id]
+    other = cp(state={"n": 3}, workflow_name="other-wf", checkpoint_id=first.checkpoint_id)
+    with pytest.raises(WorkflowCheckpointException, match=f"under workflow {WF!r}"):
+        await storage.save(other)
+    first.state = {"n": 10}
+    await storage.save(first)
+    assert (await storage.load(first.checkpoint_id)).state == {"n": 10}
+    assert await storage.list_checkpoint_ids(workflow_name=WF) == ids
+    assert await storage.delete(second.checkpoint_id)
+    latest = await storage.get_latest(workflow_name=WF)
+    assert latest is not None and latest.state == {"n": 10}
 
 
 def _shape(value: Any) -> Any:

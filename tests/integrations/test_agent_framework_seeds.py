@@ -247,14 +247,14 @@ async def test_get_latest_costs_the_same_at_10_and_10000_checkpoints(
     total = 0
     for size in (10, 10_000):
         while total < size:
-            batch = [
-                storage.encode(cp(state={"n": total + i, "pad": "p" * 200}))
-                for i in range(min(1000, size - total))
+            checkpoints = [
+                cp(state={"n": total + i, "pad": "p" * 200}) for i in range(min(1000, size - total))
             ]
+            batch = [storage.encode(c) for c in checkpoints]
             await storage.save(cp(state={"n": -1}))  # opens the store, and mixes in single saves
             await store.save_many(batch)
             total += len(batch) + 1
-        last_id = batch[-1].metadata["checkpoint_id"]  # type: ignore[index]
+        last_id = checkpoints[-1].checkpoint_id
         with monkeypatch.context() as patch:
             calls = Calls(patch, store)
             latest = await storage.get_latest(workflow_name=WF)

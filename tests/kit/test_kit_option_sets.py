@@ -1,5 +1,6 @@
 """The kit runs under a backend's option sets (``option_sets``), and is one class
-deep: ``CheckpointStoreTests`` adopts its test groups instead of mixing them in."""
+wide, not deep: ``CheckpointStoreTests`` inherits its test groups, each on ``KitBase``
+alone, and refuses a name two of them define."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from statekeeper.testing import CheckpointStoreTests
 from statekeeper.testing._base import KitBase
-from statekeeper.testing.kit import GROUPS, _adopt
+from statekeeper.testing.kit import GROUPS, check_groups
 
 #: A backend with two paths to its latest checkpoint, chosen by an option, and a
 #: factory that records the options of every store it builds.
@@ -97,17 +98,18 @@ def test_each_test_runs_once_per_option_set_with_the_set_in_its_id(
     assert "TestKitOptionsWin::test_raw_codec_stores_bytes_verbatim[json] PASSED" in out
 
 
-def test_a_backend_test_class_inherits_through_two_kit_classes() -> None:
+def test_a_backend_test_class_inherits_the_groups_through_three_kit_classes() -> None:
     class TestSomeConformance(CheckpointStoreTests):
         pass
 
     own = [c for c in TestSomeConformance.__mro__[1:] if c.__module__.startswith("statekeeper")]
-    assert own == [CheckpointStoreTests, KitBase]
+    assert own == [CheckpointStoreTests, *GROUPS, KitBase]
+    assert CheckpointStoreTests.__bases__ == GROUPS
     for group in GROUPS:
         assert group.__bases__ == (KitBase,)
         for name in vars(group):
             if name.startswith("test_"):
-                assert getattr(CheckpointStoreTests, name) is vars(group)[name], name
+                assert getattr(TestSomeConformance, name) is vars(group)[name], name
 
 
 def test_a_name_two_groups_define_is_refused() -> None:
@@ -117,13 +119,12 @@ def test_a_name_two_groups_define_is_refused() -> None:
     class Two(KitBase):
         def test_same(self) -> None: ...
 
-    class Suite(KitBase):
-        pass
-
     with pytest.raises(TypeError, match="'test_same' is defined by both One and Two"):
-        _adopt(Suite, (One, Two))
+        check_groups((One, Two))
     with pytest.raises(TypeError, match="'store' is defined by both KitBase and Three"):
-        _adopt(Suite, (type("Three", (KitBase,), {"store": None}),))
+        check_groups((type("Three", (KitBase,), {"store": None}),))
+    with pytest.raises(TypeError, match="Four must subclass KitBase alone"):
+        check_groups((type("Four", (One,), {}),))
 
 
 def test_the_documented_example_names_a_real_knob() -> None:

@@ -33,7 +33,7 @@ from statekeeper.config import Capabilities
 from statekeeper.cursor import query_fingerprint
 from statekeeper.errors import CheckpointDecodeError, CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Page, Skipped
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 from statekeeper.testing import KitColor, KitModel, KitRecord
 
 # -- the mutants -----------------------------------------------------------------------
@@ -128,20 +128,8 @@ class DeleteStreamByPrefix(Faithful):
 class UpdateIgnoresIfMatch(Faithful):
     """``update(if_match=...)`` is not a compare-and-set: lost updates go unnoticed."""
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
-        return await super()._update(
-            id, state=state, if_match=None, now=now, etag=etag, edits=edits, codec=codec
-        )
+    async def _update(self, update: Update) -> CheckpointHeader:
+        return await super()._update(dataclasses.replace(update, if_match=None))
 
 
 class DuplicateIdOverwrites(Faithful):

@@ -40,7 +40,7 @@ from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
 from statekeeper.backends.memory.storage import Entry
 from statekeeper.errors import CheckpointNotFound, PreconditionFailed
 from statekeeper.models import Checkpoint, CheckpointHeader, Skipped
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 
 Bug = Literal[
     "none",
@@ -182,31 +182,20 @@ class SnapshotStore(MemoryCheckpointStore):
         result: CheckpointHeader = await self._locked(go, write=True)
         return result
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         sup = super()._update
+        id, if_match = update.id, update.if_match
         if self.bug == "lost_update" and if_match is not None:
-            current = await self._get(id, now)
+            current = await self._get(id, update.now)
             if current is None:
                 raise CheckpointNotFound(id)
             if current.header.etag != if_match:
                 raise PreconditionFailed(f"{id!r} has another etag")
             await asyncio.sleep(0.005)  # the window in which another writer's CAS is lost
-            if_match = None
+            update = replace(update, if_match=None)
 
         async def go() -> CheckpointHeader:
-            return await sup(
-                id, state=state, if_match=if_match, now=now, etag=etag, edits=edits, codec=codec
-            )
+            return await sup(update)
 
         result: CheckpointHeader = await self._locked(go, write=True)
         return result
@@ -348,9 +337,9 @@ def restore() -> None:
     if "update" in _ORIGINAL:
         BaseCheckpointStore.update = _ORIGINAL.pop("update")  # type: ignore[method-assign]
     if "next_sequence" in _ORIGINAL:
-        from statekeeper.backends.sql import dialects
+        from statekeeper.backends.sql.sqlite.dialect import SqliteDialect
 
-        dialects.next_sequence = _ORIGINAL.pop("next_sequence")
+        SqliteDialect.next_sequence = _ORIGINAL.pop("next_sequence")  # type: ignore[method-assign]
     if "pg_statements" in _ORIGINAL:
         from statekeeper.backends.sql.postgres import statements
 
@@ -367,16 +356,16 @@ def sql_max_plus_one() -> None:
     instead of from its persisted counter: a deleted newest sequence comes back."""
     import sqlalchemy as sa
 
-    from statekeeper.backends.sql import dialects
+    from statekeeper.backends.sql.sqlite.dialect import SqliteDialect
 
-    _ORIGINAL.setdefault("next_sequence", dialects.next_sequence)
+    _ORIGINAL.setdefault("next_sequence", SqliteDialect.next_sequence)
 
-    def next_sequence(s: Any, st: Any) -> int:
+    def next_sequence(self: Any, s: Any, st: Any, count: int = 1) -> int:
         seq = st.t.checkpoints.c.seq
-        row = s.first(sa.select(sa.func.coalesce(sa.func.max(seq), 0) + 1))
+        row = s.first(sa.select(sa.func.coalesce(sa.func.max(seq), 0) + count))
         return int(row[0])
 
-    dialects.next_sequence = next_sequence  # type: ignore[assignment]
+    SqliteDialect.next_sequence = next_sequence  # type: ignore[method-assign]
 
 
 def pg_unordered_sequences() -> None:

@@ -155,7 +155,7 @@ class TestPgBouncerConformance(CheckpointStoreTests):
     ) -> Iterator[StoreFactory]:
         server, pool = bouncer
         url, prefix = pool.url(), self.prefix
-        yield lambda **options: SqlCheckpointStore(
+        yield lambda **options: SqlCheckpointStore.from_url(
             url, table_prefix=prefix, pooler="transaction", **options
         )
         wipe_store(server.url(), prefix)

@@ -21,7 +21,7 @@ import pytest
 import statekeeper as sk
 from sql_helpers import Target, finish_children, start_children
 from statekeeper.backends.sql import SqlCheckpointStore
-from statekeeper.backends.sql.compiler import _expand as expand_in_lists
+from statekeeper.backends.sql.sqlite.compiler import _expand as expand_in_lists
 from statekeeper.errors import InvalidQuery, PreconditionFailed, StoreFormatError
 from statekeeper.record import StoredRecord
 
@@ -122,7 +122,7 @@ def _sqlite_plan(store: SqlCheckpointStore, stmt: Any, params: dict[str, Any]) -
 
 @pytest.mark.asyncio
 async def test_prefixes_ids_and_metadata_are_answered_from_indexes(tmp_path: Path) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{tmp_path / 's.db'}") as store:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{tmp_path / 's.db'}") as store:
         await store.save("s", 1, metadata={"k": 1})
         st = store._st
         plan = _sqlite_plan(store, st.streams_between, {"lo": "a", "hi": "b", "now": 0})

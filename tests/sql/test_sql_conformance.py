@@ -34,7 +34,7 @@ class TestSqliteConformance(CheckpointStoreTests):
     @pytest.fixture
     def store_factory(self, tmp_path: Path) -> StoreFactory:
         url = f"sqlite:///{tmp_path / 'store.db'}"
-        return lambda **options: SqlCheckpointStore(url, **options)
+        return lambda **options: SqlCheckpointStore.from_url(url, **options)
 
 
 class TestPostgresConformance(CheckpointStoreTests):

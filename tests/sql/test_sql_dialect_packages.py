@@ -6,6 +6,7 @@ None of these needs a server: they check types, imports and compiled SQL.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
 import subprocess
@@ -27,10 +28,11 @@ from statekeeper.backends.sql import (
 )
 from statekeeper.backends.sql.options import DIALECT_OPTIONS
 from statekeeper.backends.sql.postgres import statements
+from statekeeper.backends.sql.postgres.dialect import POSTGRES
 from statekeeper.backends.sql.postgres.statements import PgSql
 from statekeeper.backends.sql.schema import Statements, build_tables
 from statekeeper.config import validate_options
-from statekeeper.errors import InvalidOptions
+from statekeeper.errors import InvalidOptions, InvalidURL
 
 OPTIONS: dict[str, type[SqlOptions]] = {
     "SQLite": SqliteOptions,
@@ -68,12 +70,12 @@ def test_the_options_type_refuses_another_dialects_option_naming_it(
 
 def test_the_stores_take_their_dialects_options() -> None:
     assert isinstance(
-        SqlCheckpointStore("postgresql://u@h/db?listing_wait=2").options, PostgresOptions
+        SqlCheckpointStore.from_url("postgresql://u@h/db?listing_wait=2").options, PostgresOptions
     )
-    assert isinstance(SqlCheckpointStore("mysql://u@h/db").options, MysqlOptions)
-    assert isinstance(SqlCheckpointStore("sqlite:///x.db").options, SqliteOptions)
+    assert isinstance(SqlCheckpointStore.from_url("mysql://u@h/db").options, MysqlOptions)
+    assert isinstance(SqlCheckpointStore.from_url("sqlite:///x.db").options, SqliteOptions)
     with pytest.raises(InvalidOptions, match="SQLite's"):
-        SqlCheckpointStore("postgresql://u@h/db", inline_reads=False)
+        SqlCheckpointStore.from_url("postgresql://u@h/db", inline_reads=False)
 
 
 @pytest.mark.parametrize(
@@ -94,8 +96,20 @@ def test_sql_store_of_a_url_is_the_class_the_registry_names(url: str, cls: type)
         ("postgres", "PostgresCheckpointStore"),
         ("mysql", "MysqlCheckpointStore"),
     }
-    assert type(SqlCheckpointStore(url)) is cls
+    assert type(SqlCheckpointStore.from_url(url)) is cls
     assert type(sk.open_store(url)) is cls
+    assert type(cls.from_url(url)) is cls
+
+
+def test_the_sql_base_class_is_not_a_store_of_its_own() -> None:
+    """``SqlCheckpointStore`` is the dialects' base: built directly it says what to
+    build instead, and a dialect's class refuses another dialect's URL."""
+    with pytest.raises(TypeError, match=r"SqlCheckpointStore\.from_url\(url\)"):
+        SqlCheckpointStore("sqlite:///x.db")
+    with pytest.raises(InvalidURL, match="SqliteCheckpointStore opens sqlite URLs"):
+        SqliteCheckpointStore("postgresql://u@h/db")
+    with pytest.raises(InvalidURL, match="not an SQL store URL"):
+        SqlCheckpointStore.from_url("file:///tmp/x")
 
 
 def test_opening_a_sqlite_store_imports_no_server_dialect(tmp_path: Path) -> None:
@@ -122,7 +136,7 @@ print(sorted(m for m in sys.modules if m.startswith(bad)))
 
 # -- PostgreSQL's statements --------------------------------------------------------------
 
-_ST = Statements(build_tables("statekeeper_", None, "postgresql"), "postgresql")
+_ST = Statements(build_tables("statekeeper_", None, POSTGRES), POSTGRES)
 
 
 def _lean() -> list[tuple[str, PgSql]]:
@@ -162,3 +176,80 @@ def test_a_paired_page_probes_with_parameters_of_its_own() -> None:
     assert [n for n in names if n.startswith("probe_")] == [f"probe_{n}" for n in page]
     values = {n: i for i, n in enumerate(page)} | {f"probe_{n}": -i for i, n in enumerate(page)}
     assert stmt.args(values) == [values[n] for n in names]
+
+
+# -- no dialect branch in the SQL core ------------------------------------------------------
+
+SQL_ROOT = Path(sk.__file__).parent / "backends" / "sql"
+_DIALECT_PACKAGES = ("sqlite", "postgres", "mysql")
+_DIALECT_WORDS = {"sqlite", "postgresql", "postgres", "mysql", "mariadb"}
+_LOOKUPS = ("getattr", "hasattr")
+
+
+def _dialect_branches(source: str) -> list[str]:
+    """The places in ``source`` that decide by dialect: a comparison with a dialect's
+    name (``s.family == "mysql"``, ``in ("sqlite", ...)``), and any name, attribute or
+    ``getattr`` of ``mariadb``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for part in ast.walk(node):
+                word = (
+                    part.value.lower()
+                    if isinstance(part, ast.Constant) and isinstance(part.value, str)
+                    else None
+                )
+                if word in _DIALECT_WORDS:
+                    found.append(f"line {node.lineno}: {ast.unparse(node)}")
+                    break
+        elif isinstance(node, ast.Name | ast.Attribute):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            if "mariadb" in name.lower():
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+            "getattr",
+            "hasattr",
+        ):
+            args = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            if any(isinstance(a, str) and "mariadb" in a.lower() for a in args):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_sql_core_has_no_dialect_branch() -> None:
+    """What differs per dialect is a method of its ``Dialect`` (issue 32): no module of
+    the SQL core (outside ``sqlite/``, ``postgres/`` and ``mysql/``) asks which
+    dialect it runs on."""
+    core = [
+        path
+        for path in sorted(SQL_ROOT.rglob("*.py"))
+        if path.relative_to(SQL_ROOT).parts[0] not in _DIALECT_PACKAGES
+    ]
+    assert len(core) > 10
+    branches = {
+        str(path.relative_to(SQL_ROOT)): found
+        for path in core
+        if (found := _dialect_branches(path.read_text()))
+    }
+    assert branches == {}
+
+
+def test_the_branch_check_sees_a_branch() -> None:
+    source = """
+if s.family == "mysql":
+    pass
+if dialect in ("sqlite", "postgresql"):
+    pass
+x = s.mariadb
+y = getattr(conn.dialect, "is_mariadb", False)
+if family != "postgresql":
+    pass
+ok = {"mariadb": "mysql"}
+"""
+    assert [line.split(":")[0] for line in _dialect_branches(source)] == [
+        "line 2",
+        "line 4",
+        "line 6",
+        "line 7",
+        "line 8",
+    ]

@@ -55,7 +55,7 @@ async def test_every_dialect_works_whichever_was_opened_first(
     urls: dict[str, str], order: tuple[str, ...]
 ) -> None:
     prefix = new_prefix()
-    stores = [SqlCheckpointStore(urls[name], table_prefix=prefix) for name in order]
+    stores = [SqlCheckpointStore.from_url(urls[name], table_prefix=prefix) for name in order]
     try:
         # Open all first, so that every dialect's open runs before any save...
         for store in stores:

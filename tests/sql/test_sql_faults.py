@@ -1,6 +1,6 @@
-"""Issue 36: which driver errors are retryable (``dialects.translate_error`` and
+"""Issue 36: which driver errors are retryable (``Dialect.translate_error`` and
 ``faults.connection_fault``), without a server: the errors are built as the drivers
-raise them."""
+raise them, and translated by the dialect whose driver raises them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,27 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from statekeeper.backends.sql.dialects import translate_error
 from statekeeper.backends.sql.faults import connection_fault
-from statekeeper.errors import BackendError, ConcurrentModificationError, StoreTimeout
+from statekeeper.backends.sql.mysql.dialect import MYSQL
+from statekeeper.backends.sql.postgres.dialect import POSTGRES
+from statekeeper.errors import (
+    BackendError,
+    ConcurrentModificationError,
+    StatekeeperError,
+    StoreTimeout,
+)
+
+
+def translate_error(exc: BaseException, where: str, busy: float) -> StatekeeperError | None:
+    """``exc`` translated by the dialect whose driver raised it (an OS error: both
+    server dialects, which must agree)."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        return MYSQL.translate_error(exc, where, busy)
+    err = POSTGRES.translate_error(exc, where, busy)
+    if isinstance(exc, OSError):
+        other = MYSQL.translate_error(exc, where, busy)
+        assert type(other) is type(err) and str(other) == str(err)
+    return err
 
 
 def wrapped(orig: Exception) -> sa.exc.DBAPIError:

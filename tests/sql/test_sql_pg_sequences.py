@@ -86,7 +86,8 @@ async def test_saves_to_other_streams_never_wait_for_a_stream_lock(
             await other.fetch("SELECT pg_advisory_xact_lock($1::int4, $2::int4)", *keys)
             waiting = asyncio.create_task(store.save("a", 1))
             b = [await asyncio.wait_for(store.save("b", i), 5) for i in range(3)]
-            await asyncio.sleep(0.2)
+            # the server's word that the save waits for its stream's lock
+            await _until_advisory_waiters(other, keys, 1)
             assert not waiting.done(), "a save did not take its stream's lock"
         finally:
             await held.rollback()
@@ -145,8 +146,8 @@ async def test_a_lost_base_row_is_reported_and_rebuilt(
 @pytest.mark.parametrize("url", ["sqlite:///x.db", "mysql+aiomysql://u@localhost/db"])
 def test_listing_wait_is_an_option_of_postgresql_only(url: str) -> None:
     with pytest.raises(InvalidOptions, match="listing_wait"):
-        SqlCheckpointStore(url, listing_wait=1)
-    store = SqlCheckpointStore("postgresql://u@localhost/db?listing_wait=0.5")
+        SqlCheckpointStore.from_url(url, listing_wait=1)
+    store = SqlCheckpointStore.from_url("postgresql://u@localhost/db?listing_wait=0.5")
     assert store.options.listing_wait == 0.5
 
 
@@ -197,17 +198,22 @@ async def test_a_cursor_walk_over_every_stream_misses_nothing_while_streams_are_
     reader = factory(listing_wait=0.5)
     halt = asyncio.Event()  # the writers' signal
     stop = asyncio.Event()  # the walk's: set once every save has returned
+    saved = [0] * len(writers)
+    enough = asyncio.Event()  # every writer has saved its share: a count, not a time
 
-    async def write(store: SqlCheckpointStore, name: str) -> None:
+    async def write(store: SqlCheckpointStore, name: str, n: int) -> None:
         while not halt.is_set():
             await store.save(name, {"n": 1})
+            saved[n] += 1
+            if min(saved) >= 40:
+                enough.set()
 
     for store in [*writers, reader]:
         await store.open()
     try:
-        tasks = [asyncio.create_task(write(s, f"w{i}")) for i, s in enumerate(writers)]
+        tasks = [asyncio.create_task(write(s, f"w{i}", i)) for i, s in enumerate(writers)]
         walk = asyncio.create_task(_walk_every_stream(reader, stop))
-        await asyncio.sleep(2.0)
+        await asyncio.wait_for(enough.wait(), 120)  # the bound only turns a hang into a failure
         halt.set()
         await asyncio.gather(*tasks)
         # Only now may the walk end on finding nothing new: a save still in flight
@@ -223,7 +229,7 @@ async def test_a_cursor_walk_over_every_stream_misses_nothing_while_streams_are_
             if page.next_cursor is None:
                 break
             cursor = page.next_cursor
-        assert len(final) > 50, "the writers hardly saved"
+        assert len(final) >= 40 * len(writers)
         missed = sorted(set(final) - set(seen))
         passed = [seq for seq in missed if seen and seq < seen[-1]]
         assert not passed, f"the walk passed {len(passed)} checkpoint(s) that committed later"

@@ -153,7 +153,7 @@ async def test_the_verify_command_exits_1_and_names_the_damage(tmp_path: Path, c
     doc = result.json()
     assert doc["ok"] is False
     assert any(named in p["reason"] for p in doc["problems"]), doc["problems"]
-    async with SqlCheckpointStore(url) as store:
+    async with SqlCheckpointStore.from_url(url) as store:
         await store.repair(drop_damaged=True)
     await asyncio.to_thread(run_cli, "verify", "--url", url, cwd=tmp_path, expect=0)
 

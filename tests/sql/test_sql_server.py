@@ -8,7 +8,9 @@ Every test uses its own table prefix (or schema) and drops it afterwards.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -54,7 +56,7 @@ class Server:
         self.engines: list[AsyncEngine] = []
 
     def store(self, **options: Any) -> SqlCheckpointStore:
-        return SqlCheckpointStore(self.url, **{"table_prefix": self.prefix, **options})
+        return SqlCheckpointStore.from_url(self.url, **{"table_prefix": self.prefix, **options})
 
     def engine(self) -> AsyncEngine:
         engine = create_async_engine(self.url, pool_size=2)
@@ -112,7 +114,7 @@ def test_server_urls_pick_the_async_drivers(url: str, cls: type, sa_driver: str)
     assert type(store) is cls
     assert store.capabilities.cross_host
     assert "pw" not in store.describe() and "db.example" in store.describe()
-    sa_url = server_url(store.url, store.family, store.driver)  # type: ignore[attr-defined]
+    sa_url = server_url(store.url, store.dialect, store.driver)  # type: ignore[attr-defined]
     assert sa_url.drivername == sa_driver
     assert sa_url.password in (None, "pw")  # the driver does get the password
 
@@ -120,21 +122,61 @@ def test_server_urls_pick_the_async_drivers(url: str, cls: type, sa_driver: str)
 # -- S10: sequence order is commit order -----------------------------------------------
 
 
-def _slow_insert_trigger(server: Server, table: str, seconds: float) -> list[str]:
-    """DDL that makes every insert of stream 'slow' sleep inside its transaction."""
+def _gated_insert_trigger(server: Server, table: str) -> list[str]:
+    """DDL that makes every insert of stream 'slow' wait, inside its transaction, for
+    the gate lock the test holds (:func:`_gate`)."""
     name = f"{server.prefix}slow"
     if server.service == "postgres":
         return [
             f"CREATE FUNCTION {name}() RETURNS trigger AS $$ BEGIN "
-            f"IF NEW.stream = 'slow' THEN PERFORM pg_sleep({seconds}); END IF; "
-            "RETURN NEW; END $$ LANGUAGE plpgsql",
+            f"IF NEW.stream = 'slow' THEN PERFORM pg_advisory_xact_lock({_gate_key(server)}); "
+            "END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
             f"CREATE TRIGGER {name} BEFORE INSERT ON {table} "
             f"FOR EACH ROW EXECUTE FUNCTION {name}()",
         ]
+    gate = _gate_name(server)
     return [
         f"CREATE TRIGGER {name} BEFORE INSERT ON {table} FOR EACH ROW "
-        f"BEGIN IF NEW.stream = 'slow' THEN DO SLEEP({seconds}); END IF; END"
+        f"BEGIN IF NEW.stream = 'slow' THEN DO GET_LOCK('{gate}', 600); "
+        f"DO RELEASE_LOCK('{gate}'); END IF; END"
     ]
+
+
+def _gate_key(server: Server) -> int:
+    """This test's PostgreSQL advisory lock key (its table prefix's, so tests running
+    at once never share one)."""
+    return int.from_bytes(hashlib.blake2b(server.prefix.encode(), digest_size=4).digest(), "big")
+
+
+def _gate_name(server: Server) -> str:
+    return f"{server.prefix}gate"
+
+
+@contextlib.asynccontextmanager
+async def _gate(server: Server) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Hold the gate lock on a connection of the test's own; yield its release (also
+    run on the way out). A save held at the gate stays mid-transaction, its sequence
+    taken, for as long as the test says: no sleep decides how long."""
+    if server.service == "postgres":
+        take = sa.text(f"SELECT pg_advisory_lock({_gate_key(server)})")
+        give = sa.text(f"SELECT pg_advisory_unlock({_gate_key(server)})")
+    else:
+        take = sa.text(f"SELECT GET_LOCK('{_gate_name(server)}', 10)")
+        give = sa.text(f"SELECT RELEASE_LOCK('{_gate_name(server)}')")
+    async with server.engine().connect() as conn:
+        await conn.execute(take)
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                await conn.execute(give)
+
+        try:
+            yield release
+        finally:
+            await release()
 
 
 @pytest.mark.asyncio
@@ -142,37 +184,40 @@ async def test_a_reader_never_sees_a_sequence_before_a_lower_one_commits(
     engines_closed: Server,
 ) -> None:
     server = engines_closed
-    hold = 3.0  # counted from when the server shows the slow insert asleep
     writer, other_host, reader = server.store(), server.store(), server.store()
     async with writer, other_host, reader:
         first = await writer.save("warmup", 0)
         table = writer.tables.checkpoints.name
-        await server.execute(*_slow_insert_trigger(server, table, hold))
+        await server.execute(*_gated_insert_trigger(server, table))
         try:
-            slow_task = asyncio.create_task(writer.save("slow", "slow"))
-            # the slow save holds its sequence, mid-transaction: the server says so
-            await _until_sleeping_in_trigger(server, table)
-            done: list[str] = []  # which save finished first: behaviour, not timing
-            slow_task.add_done_callback(lambda _: done.append("slow"))
-            fast_task = asyncio.create_task(other_host.save("fast", "fast"))
-            fast_task.add_done_callback(lambda _: done.append("fast"))
-            # PostgreSQL: the fast save does not wait (sequences from transaction ids);
-            # listings hide it until the slow one ends (the horizon), and one that
-            # waits listing_wait in vain raises, retryable. MySQL: the fast save waits.
-            pending = slow_task if server.service == "postgres" else fast_task
-            snapshots: list[list[int]] = []
-            refused = 0
-            while not pending.done():
-                try:
-                    page = await reader.list(None, order="asc", limit=100)
-                except StoreTimeout as exc:
-                    if not (exc.retryable and server.service == "postgres"):
-                        raise
-                    refused += 1
-                else:
-                    snapshots.append([cp.sequence for cp in page.items])
-                await asyncio.sleep(0.02)
-            slow, fast = await slow_task, await fast_task
+            async with _gate(server) as release:
+                slow_task = asyncio.create_task(writer.save("slow", "slow"))
+                # the slow save holds its sequence, mid-transaction: the server says so
+                await _until_waiting_in_trigger(server, table)
+                done: list[str] = []  # which save finished first: behaviour, not timing
+                slow_task.add_done_callback(lambda _: done.append("slow"))
+                fast_task = asyncio.create_task(other_host.save("fast", "fast"))
+                fast_task.add_done_callback(lambda _: done.append("fast"))
+                if server.service == "postgres":
+                    # the fast save does not wait (sequences from transaction ids)
+                    await asyncio.wait_for(asyncio.shield(fast_task), 60)
+                # PostgreSQL: listings hide the fast save while the slow one is held
+                # (the horizon), and one that waits listing_wait in vain raises,
+                # retryable. MySQL: the fast save waits for the slow one's counter lock.
+                snapshots: list[list[int]] = []
+                refused = 0
+                for _ in range(3):
+                    try:
+                        page = await reader.list(None, order="asc", limit=100)
+                    except StoreTimeout as exc:
+                        if not (exc.retryable and server.service == "postgres"):
+                            raise
+                        refused += 1
+                    else:
+                        snapshots.append([cp.sequence for cp in page.items])
+                await release()
+                slow, fast = await slow_task, await fast_task
+            snapshots.append([cp.sequence for cp in (await reader.list(None, order="asc")).items])
         finally:
             await server.execute(*_drop_trigger(server, table))
     assert first.sequence < slow.sequence < fast.sequence
@@ -188,16 +233,17 @@ async def test_a_reader_never_sees_a_sequence_before_a_lower_one_commits(
     order = [first.sequence, slow.sequence, fast.sequence]
     for seen in snapshots:
         assert seen == order[: len(seen)], snapshots
+    assert snapshots[-1] == order
     if server.service == "postgres":
         # once the fast save committed above the slow one, listings said they were
         # held back (retryable) instead of answering with a page that looked final
-        assert refused > 0, snapshots
+        assert refused == 3, snapshots
     else:
-        assert [first.sequence] in snapshots  # the reader looked while the slow save ran
+        assert snapshots[:3] == [[first.sequence]] * 3  # read while the slow save ran
 
 
-async def _until_sleeping_in_trigger(server: Server, table: str) -> None:
-    """Poll the server until an insert into ``table`` sleeps in the slow trigger.
+async def _until_waiting_in_trigger(server: Server, table: str) -> None:
+    """Poll the server until an insert into ``table`` waits at the gate in the trigger.
 
     The test waits on the server's word that the slow save is inside its transaction,
     never on a sleep it hopes is long enough; the bound only turns a hang into a
@@ -205,22 +251,22 @@ async def _until_sleeping_in_trigger(server: Server, table: str) -> None:
     """
     if server.service == "postgres":
         sql = (
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event = 'PgSleep' AND query LIKE :pattern"
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND wait_event = 'advisory' AND query LIKE :pattern"
         )
         pattern = f"%{table}%"
     else:  # MariaDB shows the trigger's own statement, in this test's database
         sql = (
             "SELECT count(*) FROM information_schema.processlist "
-            "WHERE state = 'User sleep' AND db = DATABASE() AND info LIKE :pattern"
+            "WHERE state = 'User lock' AND db = DATABASE() AND info LIKE :pattern"
         )
-        pattern = "DO SLEEP(%"
+        pattern = f"DO GET_LOCK('{_gate_name(server)}'%"
     async with server.engine().connect() as conn:
         for _ in range(1000):
             if await conn.scalar(sa.text(sql), {"pattern": pattern}):
                 return
             await asyncio.sleep(0.01)
-    raise AssertionError(f"no insert into {table} was seen asleep in the slow trigger")
+    raise AssertionError(f"no insert into {table} was seen waiting in the gated trigger")
 
 
 def _drop_trigger(server: Server, table: str) -> list[str]:
@@ -321,7 +367,7 @@ def test_driver_errors_are_backend_errors_with_orig(service: str) -> None:
     url = service_url(service)
     wrong_db = url.rsplit("/", 1)[0] + "/statekeeper_no_such_db"
     with pytest.raises(BackendError) as caught:
-        run_async_in_thread(lambda: SqlCheckpointStore(wrong_db).open())
+        run_async_in_thread(lambda: SqlCheckpointStore.from_url(wrong_db).open())
     assert caught.value.orig is not None
     assert "statekeeper_no_such_db" in str(caught.value)
 
@@ -332,7 +378,7 @@ def test_passwords_never_appear_in_descriptions_or_errors(service: str) -> None:
     scheme, rest = url.split("://", 1)
     host_part = rest.split("@", 1)[-1].split("/", 1)[1]
     secret_url = f"{scheme}://someone:s3cr3t-pw@127.0.0.1:1/{host_part}"  # nothing listens
-    store = SqlCheckpointStore(secret_url)
+    store = SqlCheckpointStore.from_url(secret_url)
     assert "s3cr3t" not in store.describe()
     with pytest.raises(BackendError) as caught:
         run_async_in_thread(store.open)

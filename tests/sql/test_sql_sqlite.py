@@ -48,7 +48,7 @@ def db(tmp_path: Path) -> Path:
 
 @pytest_asyncio.fixture
 async def store(db: Path) -> Any:
-    async with SqlCheckpointStore(f"sqlite:///{db}") as opened:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as opened:
         yield opened
 
 
@@ -66,10 +66,10 @@ def test_urls_resolve_to_the_sqlite_store(tmp_path: Path, monkeypatch: pytest.Mo
     opts = statekeeper.open_store("sqlite:///x.db?busy_timeout=2.5&table_prefix=jobs_")
     assert opts.options.busy_timeout == 2.5
     assert "jobs_" in opts.describe()
-    direct = SqlCheckpointStore("sqlite:///x.db?busy_timeout=2.5")
+    direct = SqlCheckpointStore.from_url("sqlite:///x.db?busy_timeout=2.5")
     assert direct.options.busy_timeout == 2.5
     with pytest.raises(InvalidOptions, match="both"):
-        SqlCheckpointStore("sqlite:///x.db?busy_timeout=2.5", busy_timeout=1)
+        SqlCheckpointStore.from_url("sqlite:///x.db?busy_timeout=2.5", busy_timeout=1)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_bad_urls_and_options_are_refused_at_once(url: str, error: type[Exceptio
     "make",
     [
         lambda: statekeeper.open_store("sqlite+aiosqlite:///x.db"),
-        lambda: SqlCheckpointStore("sqlite+aiosqlite:///x.db"),
+        lambda: SqlCheckpointStore.from_url("sqlite+aiosqlite:///x.db"),
         lambda: SqliteCheckpointStore("sqlite+aiosqlite:///x.db"),
     ],
 )
@@ -124,13 +124,13 @@ def test_another_dialects_option_is_refused_naming_that_dialect(
     url: str, options: dict[str, Any], dialect: str
 ) -> None:
     with pytest.raises(InvalidOptions, match=dialect):
-        SqlCheckpointStore(url, **options)
+        SqlCheckpointStore.from_url(url, **options)
 
 
 def test_the_sqlite_store_has_its_own_options_class() -> None:
     from statekeeper.backends.sql.sqlite import SqliteOptions
 
-    store = SqlCheckpointStore("sqlite:///x.db?inline_reads=false")
+    store = SqlCheckpointStore.from_url("sqlite:///x.db?inline_reads=false")
     assert isinstance(store.options, SqliteOptions)
     assert store.options.inline_reads is False
     assert SqliteCheckpointStore("sqlite:///x.db").options.inline_reads is True
@@ -142,7 +142,7 @@ def test_missing_server_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(BackendNotFound, match=r"statekeeper\[postgres\]"):
-        real("postgresql://u@h/db")
+        real.from_url("postgresql://u@h/db")
 
 
 # -- the file: WAL, synchronous, not-a-database, missing directory ---------------------
@@ -153,7 +153,7 @@ def test_missing_server_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 async def test_wal_and_synchronous_follow_durability(
     db: Path, durability: str, expected: int
 ) -> None:
-    store = SqlCheckpointStore(f"sqlite:///{db}", durability=durability)
+    store = SqlCheckpointStore.from_url(f"sqlite:///{db}", durability=durability)
     async with store:
         runtime = store._runtime
         assert runtime is not None
@@ -169,7 +169,7 @@ async def test_wal_and_synchronous_follow_durability(
 @pytest.mark.asyncio
 async def test_echo_logs_each_statement(db: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="statekeeper.sql")
-    async with SqlCheckpointStore(f"sqlite:///{db}", echo=True) as store:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", echo=True) as store:
         await store.save("job", 1)
     assert any("BEGIN IMMEDIATE" in r.getMessage() for r in caplog.records)
     assert any("INSERT INTO statekeeper_checkpoints" in r.getMessage() for r in caplog.records)
@@ -179,13 +179,13 @@ async def test_echo_logs_each_statement(db: Path, caplog: pytest.LogCaptureFixtu
 async def test_a_file_that_is_not_a_database_is_a_format_error(db: Path) -> None:
     await asyncio.to_thread(db.write_bytes, b"this is not a database" * 100)
     with pytest.raises(StoreFormatError):
-        await SqlCheckpointStore(f"sqlite:///{db}").open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}").open()
 
 
 @pytest.mark.asyncio
 async def test_a_missing_directory_is_a_backend_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="does not exist"):
-        await SqlCheckpointStore(f"sqlite:///{tmp_path}/nope/store.db").open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{tmp_path}/nope/store.db").open()
 
 
 # -- errors: busy timeout and driver errors --------------------------------------------
@@ -196,7 +196,7 @@ async def test_busy_timeout_runs_out_as_store_timeout(store: SqlCheckpointStore,
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
     try:
-        slow = SqlCheckpointStore(f"sqlite:///{db}", busy_timeout=0.2)
+        slow = SqlCheckpointStore.from_url(f"sqlite:///{db}", busy_timeout=0.2)
         async with slow:
             started = time.monotonic()
             with pytest.raises(StoreTimeout) as caught:
@@ -230,13 +230,13 @@ async def test_driver_errors_are_backend_errors_with_orig(
 
 @pytest.mark.asyncio
 async def test_newer_schema_is_a_format_error(db: Path) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}") as first:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as first:
         await first.save("job", 1)
     raw = sqlite3.connect(db, isolation_level=None)
     raw.execute("UPDATE statekeeper_meta SET value = '99' WHERE name = 'schema_version'")
     raw.close()
     with pytest.raises(StoreFormatError, match="schema version 99"):
-        await SqlCheckpointStore(f"sqlite:///{db}").open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}").open()
 
 
 @pytest.mark.asyncio
@@ -245,8 +245,8 @@ async def test_foreign_table_with_our_name_is_not_adopted(db: Path) -> None:
     raw.execute("CREATE TABLE statekeeper_checkpoints (x TEXT)")
     raw.close()
     with pytest.raises(StoreFormatError, match="table_prefix"):
-        await SqlCheckpointStore(f"sqlite:///{db}").open()
-    async with SqlCheckpointStore(f"sqlite:///{db}", table_prefix="mine_") as other:
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}").open()
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", table_prefix="mine_") as other:
         assert (await other.save("job", 1)).sequence == 1
 
 
@@ -254,7 +254,7 @@ async def test_foreign_table_with_our_name_is_not_adopted(db: Path) -> None:
 async def test_migrations_run_once_each_in_order_under_concurrent_opens(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}") as v1:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as v1:
         kept = await v1.save("job", {"n": 1})
     applied: list[int] = []
 
@@ -270,7 +270,7 @@ async def test_migrations_run_once_each_in_order_under_concurrent_opens(
 
     step = Migration(NEXT, "test: add an index", add_index)
     monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, step))
-    stores = [SqlCheckpointStore(f"sqlite:///{db}") for _ in range(4)]
+    stores = [SqlCheckpointStore.from_url(f"sqlite:///{db}") for _ in range(4)]
     await asyncio.gather(*(s.open() for s in stores))
     try:
         assert applied == [NEXT]
@@ -280,14 +280,14 @@ async def test_migrations_run_once_each_in_order_under_concurrent_opens(
         await asyncio.gather(*(s.close() for s in stores))
     monkeypatch.setattr(migrations_module, "MIGRATIONS", MIGRATIONS)
     with pytest.raises(StoreFormatError, match="upgrade statekeeper"):
-        await SqlCheckpointStore(f"sqlite:///{db}").open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}").open()
 
 
 @pytest.mark.asyncio
 async def test_two_prefixes_in_one_file_are_two_stores(db: Path) -> None:
     async with (
-        SqlCheckpointStore(f"sqlite:///{db}", table_prefix="a_") as a,
-        SqlCheckpointStore(f"sqlite:///{db}", table_prefix="b_") as b,
+        SqlCheckpointStore.from_url(f"sqlite:///{db}", table_prefix="a_") as a,
+        SqlCheckpointStore.from_url(f"sqlite:///{db}", table_prefix="b_") as b,
     ):
         assert a.store_id != b.store_id
         await a.save("job", "in a")
@@ -322,11 +322,13 @@ async def test_tag_filters_use_the_tag_indexes(store: SqlCheckpointStore, db: Pa
 
 
 @pytest.mark.asyncio
-async def test_purge_gives_the_space_back(store: SqlCheckpointStore, db: Path) -> None:
-    for i in range(50):
-        await store.save("job", {"pad": "x" * 20_000, "i": i}, ttl=0.05)
-    await asyncio.sleep(0.1)
-    assert await store.purge_expired() == 50
+async def test_purge_gives_the_space_back(db: Path) -> None:
+    clock = FakeClock()  # expiry by the store's clock: exact, no wait
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", clock=clock) as store:
+        for i in range(50):
+            await store.save("job", {"pad": "x" * 20_000, "i": i}, ttl=1)
+        clock.advance(2)
+        assert await store.purge_expired() == 50
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
@@ -349,10 +351,10 @@ async def test_a_missing_file_is_store_not_found_and_nothing_is_created(
 ) -> None:
     db = tmp_path / "mistyped.db"
     with pytest.raises(StoreNotFound, match=r"mistyped\.db"):
-        await SqlCheckpointStore(f"sqlite:///{db}", **options).open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}", **options).open()
     assert _files(tmp_path) == {}
     with pytest.raises(StoreNotFound):
-        await SqlCheckpointStore(f"sqlite:///{tmp_path}/no/such/dir.db", **options).open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{tmp_path}/no/such/dir.db", **options).open()
     assert _files(tmp_path) == {}
 
 
@@ -366,29 +368,29 @@ async def test_a_database_without_the_store_is_store_not_found_and_left_alone(
     raw.close()
     before = _files(db.parent)
     with pytest.raises(StoreNotFound, match="no meta table"):
-        await SqlCheckpointStore(f"sqlite:///{db}", **options).open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}", **options).open()
     assert _files(db.parent) == before  # no table, no WAL switch, no -wal file
 
 
 @pytest.mark.asyncio
 async def test_create_false_opens_an_existing_store_for_writing(db: Path) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}") as first:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as first:
         cp = await first.save("job", 1)
-    async with SqlCheckpointStore(f"sqlite:///{db}", create=False) as again:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", create=False) as again:
         assert await again.get_latest("job") == cp
         assert (await again.save("job", 2)).sequence == 2
 
 
 @pytest.mark.asyncio
 async def test_read_only_reads_and_writes_nothing(db: Path) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}") as first:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as first:
         cp = await first.save("job", {"n": 1}, tags={"k": "v"})
     # A rollback-journal database: a read-only open must not switch it to WAL.
     raw = sqlite3.connect(db, isolation_level=None)
     assert raw.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
     raw.close()
     before = _files(db.parent)
-    async with SqlCheckpointStore(f"sqlite:///{db}", read_only=True) as ro:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", read_only=True) as ro:
         assert await ro.get_latest("job") == cp
         assert (await ro.list("job", tags={"k": "v"})).items == [cp]
         assert (await ro.verify()).ok
@@ -411,14 +413,14 @@ async def test_read_only_reads_and_writes_nothing(db: Path) -> None:
 async def test_read_only_never_migrates_an_older_schema(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}") as v1:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as v1:
         await v1.save("job", 1)
     before = _files(db.parent)
     applied: list[int] = []
     step = Migration(NEXT, "test: a step", lambda tables, ddl: applied.append(NEXT))
     monkeypatch.setattr(migrations_module, "MIGRATIONS", (*MIGRATIONS, step))
     with pytest.raises(StoreFormatError, match="without read_only"):
-        await SqlCheckpointStore(f"sqlite:///{db}", read_only=True).open()
+        await SqlCheckpointStore.from_url(f"sqlite:///{db}", read_only=True).open()
     assert applied == []
     after = _files(db.parent)
     assert after["store.db"] == before["store.db"]
@@ -443,7 +445,7 @@ def test_four_processes_saving_at_once_never_see_locked(tmp_path: Path, db: Path
     assert sorted(x for s in seqs for x in s) == list(range(1, 801))  # unique, no gaps
 
     async def check() -> None:
-        async with SqlCheckpointStore(url) as store:
+        async with SqlCheckpointStore.from_url(url) as store:
             listed, cursor = [], None
             while True:
                 page = await store.list("shared", order="asc", limit=500, after=cursor)
@@ -487,7 +489,7 @@ def test_sigkill_mid_transaction_loses_no_acknowledged_save(tmp_path: Path, db: 
         assert _integrity(db) == "ok"
 
     async def check() -> None:
-        async with SqlCheckpointStore(url) as store:
+        async with SqlCheckpointStore.from_url(url) as store:
             for cp_id, seq in acked.items():
                 assert (await store.load(cp_id)).sequence == seq
             info = await store.info()
@@ -500,7 +502,7 @@ def test_sigkill_mid_transaction_loses_no_acknowledged_save(tmp_path: Path, db: 
 
 def test_a_forked_child_gets_its_own_connections(db: Path) -> None:
     loop = asyncio.new_event_loop()
-    store = SqlCheckpointStore(f"sqlite:///{db}")
+    store = SqlCheckpointStore.from_url(f"sqlite:///{db}")
     try:
         loop.run_until_complete(store.open())
         parent_cp = loop.run_until_complete(store.save("job", "parent"))
@@ -628,7 +630,7 @@ async def test_a_page_past_many_expired_rows_is_read_by_a_reader_thread(
     interrupts it on the loop's connection, and it runs on a reader thread
     instead, with the same answer. Ordinary pages stay on the loop."""
     clock = FakeClock()
-    async with SqlCheckpointStore(f"sqlite:///{db}", clock=clock) as store:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}", clock=clock) as store:
         await _page_past_expired_rows(store, clock, monkeypatch)
 
 
@@ -660,7 +662,7 @@ async def _page_past_expired_rows(
 async def test_inline_reads_false_sends_pages_to_the_reader_threads(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}?inline_reads=false") as store:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}?inline_reads=false") as store:
         for i in range(25):
             await store.save("s", {"i": i}, tags={"odd": str(i % 2)})
         hops = _count_reader_hops(store, monkeypatch)
@@ -697,7 +699,7 @@ async def test_get_latest_and_load_run_on_the_loop_thread_and_see_every_commit(
 async def test_inline_reads_false_sends_point_reads_to_the_reader_threads(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with SqlCheckpointStore(f"sqlite:///{db}?inline_reads=false") as store:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}?inline_reads=false") as store:
         assert store.options.inline_reads is False
         hops = _count_reader_hops(store, monkeypatch)
         cp = await store.save("job", {"n": 1})
@@ -711,15 +713,16 @@ async def test_inline_and_reader_thread_reads_give_the_same_answers(db: Path) ->
     """The differential test of the one read body: the same reads, inline on and off,
     over one file (pages both ways, filters, misses, load_many, an expired checkpoint)."""
     url = f"sqlite:///{db}"
-    async with SqlCheckpointStore(url) as store:
+    clock = FakeClock()  # one clock for every store here: the expiry is exact
+    async with SqlCheckpointStore.from_url(url, clock=clock) as store:
         ids = []
         for i in range(45):
             cp = await store.save(
                 f"s{i % 3}", {"i": i}, tags={"odd": str(i % 2)}, metadata={"i": i}
             )
             ids.append(cp.id)
-        await store.save("s0", {"gone": True}, ttl=0.001)
-        await asyncio.sleep(0.01)
+        await store.save("s0", {"gone": True}, ttl=1)
+        clock.advance(2)
 
     async def answers(store: Any) -> list[Any]:
         out: list[Any] = []
@@ -743,9 +746,9 @@ async def test_inline_and_reader_thread_reads_give_the_same_answers(db: Path) ->
         out.append([cp.id for cp in (await store.list(None, limit=50)).items])
         return out
 
-    async with SqlCheckpointStore(url, inline_reads=True) as inline:
+    async with SqlCheckpointStore.from_url(url, inline_reads=True, clock=clock) as inline:
         here = await answers(inline)
-    async with SqlCheckpointStore(url, inline_reads=False) as threads:
+    async with SqlCheckpointStore.from_url(url, inline_reads=False, clock=clock) as threads:
         there = await answers(threads)
     assert here == there
 
@@ -769,12 +772,14 @@ async def test_a_point_read_that_would_wait_goes_to_a_reader_and_the_loop_runs_o
     holds it exclusively: the loop's connection is told busy at once, the read (a
     get_latest, or a page and its probe) runs again and waits on a reader thread
     (busy_timeout), and the event loop keeps running meanwhile."""
-    async with SqlCheckpointStore(f"sqlite:///{db}") as writable:
+    async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as writable:
         cp = await writable.save("job", {"n": 1})
     plain = sqlite3.connect(db, isolation_level=None)
     plain.execute("PRAGMA journal_mode = DELETE")
     plain.close()
-    async with SqlCheckpointStore(f"sqlite:///{db}", read_only=True, busy_timeout=5) as store:
+    async with SqlCheckpointStore.from_url(
+        f"sqlite:///{db}", read_only=True, busy_timeout=5
+    ) as store:
         hops = _count_reader_hops(store, monkeypatch)
         assert await read(store) == cp.id  # the loop's connection exists
         assert hops == []
@@ -814,7 +819,7 @@ async def test_after_close_the_database_file_alone_holds_every_save(
     all connections at once left the saves in the -wal file in about 1 close in 6)."""
     wal = db.with_name(db.name + "-wal")
     for i in range(40):
-        async with SqlCheckpointStore(f"sqlite:///{db}") as store:
+        async with SqlCheckpointStore.from_url(f"sqlite:///{db}") as store:
             await store.save("job", {"i": i})
             await store.get_latest("job")  # the point-read connection
             # two reader threads: a page over 100 items is read there
@@ -836,7 +841,7 @@ def test_a_store_collected_unclosed_ends_its_threads_and_leaves_the_file_whole(
     wal = db.with_name(db.name + "-wal")
 
     async def use_and_drop(n: int) -> None:
-        store = SqlCheckpointStore(f"sqlite:///{db}")
+        store = SqlCheckpointStore.from_url(f"sqlite:///{db}")
         await store.open()
         for i in range(n):
             await store.save("job", {"i": i})

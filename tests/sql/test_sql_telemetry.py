@@ -24,7 +24,9 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, ServerStores]]
 async def test_spans_events_and_metrics_on_a_server(server: tuple[str, ServerStores]) -> None:
     name, stores = server
     rec = Recorder()
-    store = SqlCheckpointStore(stores.url, table_prefix=stores.prefix, telemetry=rec.options())
+    store = SqlCheckpointStore.from_url(
+        stores.url, table_prefix=stores.prefix, telemetry=rec.options()
+    )
     async with store:
         system = "postgresql" if name == "postgres" else store.family
         await scenario(store, rec, system)
@@ -41,7 +43,9 @@ async def test_spans_events_and_metrics_on_a_server(server: tuple[str, ServerSto
 async def test_pool_connections_by_state(server: tuple[str, ServerStores]) -> None:
     name, stores = server
     rec = Recorder()
-    store = SqlCheckpointStore(stores.url, table_prefix=stores.prefix, telemetry=rec.options())
+    store = SqlCheckpointStore.from_url(
+        stores.url, table_prefix=stores.prefix, telemetry=rec.options()
+    )
     async with store:
         for i in range(3):
             await store.save("s", i)
@@ -71,7 +75,9 @@ async def test_a_mariadb_url_is_named_mariadb(mysql_stores: ServerStores) -> Non
     rec = Recorder()
     url = "mariadb" + mysql_stores.url[len("mysql") :]
     for _ in mysql_stores.factory():
-        store = SqlCheckpointStore(url, table_prefix=mysql_stores.prefix, telemetry=rec.options())
+        store = SqlCheckpointStore.from_url(
+            url, table_prefix=mysql_stores.prefix, telemetry=rec.options()
+        )
         async with store:
             await store.save("s", 1)
     assert [(s.attributes or {})["db.system.name"] for s in rec.spans("save")] == ["mariadb"]

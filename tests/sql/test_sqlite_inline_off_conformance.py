@@ -22,7 +22,7 @@ class TestSqliteInlineReadsOffConformance(CheckpointStoreTests):
 
         def make(**options: Any) -> SqlCheckpointStore:
             options.setdefault("inline_reads", False)
-            store = SqlCheckpointStore(url, **options)
+            store = SqlCheckpointStore.from_url(url, **options)
             assert isinstance(store.options, SqliteOptions)
             assert store.options.inline_reads is False
             return store

@@ -24,7 +24,7 @@ class TestSqliteInlineWritesConformance(CheckpointStoreTests):
 
         def make(**options: Any) -> SqlCheckpointStore:
             options.setdefault("durability", "fast")
-            store = SqlCheckpointStore(url, **options)
+            store = SqlCheckpointStore.from_url(url, **options)
             assert isinstance(store.options, SqliteOptions)
             assert store.options.inline_writes is True
             return store

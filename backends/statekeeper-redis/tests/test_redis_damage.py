@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio as aioredis
-from statekeeper_redis import RedisCheckpointStore
+from statekeeper_redis import DamagedStoreError, RedisCheckpointStore
 
 from statekeeper import Checkpoint
 from statekeeper.errors import (
@@ -504,3 +504,27 @@ async def test_an_update_that_replaces_tags_moves_their_index_entries(make_store
         assert (await store.verify()).ok  # the indexes agree with the record
         assert await store.delete(cp.id) is True
         assert await store.client.zscore(store.key_prefix + "t:kind\x00edited", cp.id) is None
+
+
+@pytest.mark.asyncio
+async def test_verify_reports_from_the_walk_when_the_read_paths_refuse(
+    make_store: Maker,
+) -> None:
+    """An index key of the wrong Redis type makes the read paths refuse
+    (DamagedStoreError); verify() then answers from its walk of the keys (the
+    _verify_refused primitive): incomplete, the refusal first among the problems,
+    and nothing written."""
+    async with make_store() as store:
+        await _seed(store)
+        prefix, client = store.key_prefix, store.client
+        await client.delete(prefix + "all")
+        await client.set(prefix + "all", "not a sorted set")
+        with pytest.raises(DamagedStoreError):
+            await store.list(None)
+        before = await _snapshot(client, prefix)
+        report = await store.verify()
+        assert not report.ok and not report.complete
+        assert report.problems[0].kind == "index"
+        assert "wrong Redis type" in report.problems[0].reason
+        assert report.records == 6
+        assert await _snapshot(client, prefix) == before

@@ -18,16 +18,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
-from ..errors import CheckpointDecodeError
+from ..errors import CheckpointDecodeError, StoreFormatError
 from ..models import (
     Checkpoint,
     CheckpointHeader,
     Problem,
     RepairReport,
     Skipped,
+    VerifyReport,
     checkpoint_with_state,
 )
-from ..record import NewRecord, RecordEdits, StoredRecord
+from ..record import NewRecord, StoredRecord, Update
 from .integrity import RecordWalker, repair_records
 from .query import PageScan, ScanQuery, probe_bound, probe_query
 
@@ -99,26 +100,16 @@ class StorePrimitives(ABC):
         """
 
     @abstractmethod
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
-        """Atomically replace the state of live checkpoint ``id``.
+    async def _update(self, update: Update) -> CheckpointHeader:
+        """Atomically replace the state of live checkpoint ``update.id``.
 
-        Read the current record, raise :class:`CheckpointNotFound` if it is not live,
-        :class:`PreconditionFailed` if ``if_match`` is given and differs from its etag,
-        then persist ``current.updated(state, now=now, etag=etag, edits=edits,
-        codec=codec)``, re-indexing tags (and metadata) where the backend indexes
-        them. The read and the write form one compare-and-set. ``codec`` names the
-        codec of ``state`` (the record's codec changes with it); ``edits`` is
-        ``None`` when only the state changes.
+        Read the current record, raise :class:`CheckpointNotFound` if it is not live
+        at ``update.now``, :class:`PreconditionFailed` if ``update.if_match`` is given
+        and differs from its etag, then persist ``update.applied_to(current)``,
+        re-indexing tags (and metadata) where the backend indexes them, and return
+        its header. The read and the write form one compare-and-set.
+        ``update.codec`` names the codec of the new state (the record's codec
+        changes with it); ``update.edits`` is ``None`` when only the state changes.
         """
 
     @abstractmethod
@@ -304,6 +295,17 @@ class StorePrimitives(ABC):
         The default returns ``None``: "not checked", which :meth:`verify` reports as
         an ``"unchecked"`` problem. A backend with no derived metadata returns
         ``[]``; one with indexes or tables must override this to be verifiable.
+        """
+        return None
+
+    async def _verify_refused(self, error: StoreFormatError) -> VerifyReport | None:
+        """The report of :meth:`verify` when a read path refused to answer with
+        ``error`` (damaged derived data the reads will not work around), or
+        ``None`` to let ``error`` propagate.
+
+        The default returns ``None``. A backend that can still walk its keys or
+        files without the read paths returns that walk's findings instead:
+        ``complete=False``, with the refusal among the problems.
         """
         return None
 

@@ -27,7 +27,7 @@ from ..cursor import MAX_POSITION
 from ..encryption.envelope import inner_codec, key_id_of
 from ..errors import CheckpointDecodeError, CheckpointNotFound, InvalidOptions, PreconditionFailed
 from ..models import Problem, Skipped, VerifyReport
-from ..record import StoredRecord, header_values
+from ..record import StoredRecord, Update, header_values
 from ..telemetry._switch import traced
 from .primitives import StorePrimitives
 from .query import ScanQuery
@@ -231,13 +231,15 @@ async def _reseal(
     edits = sealed.edits_for(None, carried, values["tags"], values["metadata"])
     try:
         await inner._update(
-            values["id"],
-            state=envelope,
-            if_match=values["etag"],
-            now=values["updated_at"],
-            etag=values["etag"],
-            edits=edits,
-            codec=codec,
+            Update(
+                id=values["id"],
+                state=envelope,
+                codec=codec,
+                now=values["updated_at"],
+                etag=values["etag"],
+                if_match=values["etag"],
+                edits=edits,
+            )
         )
     except (PreconditionFailed, CheckpointNotFound):
         report.changed += 1  # its writer sealed it under the active key, or deleted it

@@ -37,11 +37,12 @@ from ..errors import (
     RecordUndecryptable,
     StoreFormatError,
 )
-from ..models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
+from ..models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped, VerifyReport
 from ..record import (
     NewRecord,
     RecordEdits,
     StoredRecord,
+    Update,
     header_values,
     trusted_new_record,
     verified_record,
@@ -180,24 +181,14 @@ class SealedPrimitives(StorePrimitives):
         headers = await self._inner._insert_many([self.seal_new(r) for r in records])
         return [self._reveal(h, r.tags, r.metadata) for h, r in zip(headers, records, strict=True)]
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         """Read the record for the stream its tag binds, seal, then write under the
         etag read (a compare-and-set), so a record re-created elsewhere meanwhile
         never gets a state sealed for another stream; without ``if_match``, a
         concurrent change is re-read (bounded), as an unconditional update."""
-        assert codec is not None, "update always names the codec of the new state"
+        id, edits, if_match = update.id, update.edits, update.if_match
         for _ in range(_UPDATE_TRIES):
-            current = await self._inner._get(id, now)
+            current = await self._inner._get(id, update.now)
             if current is None:
                 raise CheckpointNotFound(id)
             values = header_values(current)
@@ -206,19 +197,17 @@ class SealedPrimitives(StorePrimitives):
                 tags = tags if edits.tags is None else edits.tags
                 metadata = metadata if edits.metadata is None else edits.metadata
             sealed_codec, envelope = self._sealer.seal(
-                id, values["stream"], codec, state, tags, metadata
+                id, values["stream"], update.codec, update.state, tags, metadata
             )
-            sealed_edits = self.edits_for(edits, carried, tags, metadata)
+            sealed = replace(
+                update,
+                state=envelope,
+                codec=sealed_codec,
+                if_match=values["etag"] if if_match is None else if_match,
+                edits=self.edits_for(edits, carried, tags, metadata),
+            )
             try:
-                header = await self._inner._update(
-                    id,
-                    state=envelope,
-                    if_match=values["etag"] if if_match is None else if_match,
-                    now=now,
-                    etag=etag,
-                    edits=sealed_edits,
-                    codec=sealed_codec,
-                )
+                header = await self._inner._update(sealed)
             except PreconditionFailed:
                 if if_match is not None:
                     raise
@@ -322,6 +311,9 @@ class SealedPrimitives(StorePrimitives):
 
     async def _verify(self) -> builtins.list[Problem] | None:
         return await self._inner._verify()
+
+    async def _verify_refused(self, error: StoreFormatError) -> VerifyReport | None:
+        return await self._inner._verify_refused(error)
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
         return await self._inner._repair(drop_damaged)

@@ -26,7 +26,7 @@ from .._url import StoreURL
 from ..codec import Codec
 from ..config import Capabilities, StoreOptions, validate_options
 from ..cursor import CursorSigner
-from ..errors import CheckpointNotFound, ReadOnlyStore, StoreClosed
+from ..errors import CheckpointNotFound, ReadOnlyStore, StoreClosed, StoreFormatError
 from ..models import (
     Checkpoint,
     CheckpointHeader,
@@ -554,11 +554,19 @@ class BaseCheckpointStore(StorePrimitives, Generic[OptionsT]):
         is never ``ok`` about a store that was not fully checked. Costs O(store).
         Writers may run meanwhile; a checkpoint deleted or expired during the walk
         is not a problem. ``progress``, if given, is called with the number of
-        records checked since its last call.
+        records checked since its last call. Where a read path refuses to answer
+        (:class:`StoreFormatError`), the report is the backend's own walk
+        (:meth:`_verify_refused`, ``complete=False``) if it has one; else it raises.
         """
         self._require_open()
-        report = await verify_store(self, progress)
-        return await with_key_notices(report, self._sealed, self.now)
+        try:
+            report = await verify_store(self, progress)
+            return await with_key_notices(report, self._sealed, self.now)
+        except StoreFormatError as exc:
+            walked = await self._verify_refused(exc)
+            if walked is None:
+                raise
+            return walked
 
     async def repair(self, *, drop_damaged: bool = False) -> RepairReport:
         """Rebuild what can be rebuilt from the records, and report what stays damaged.

@@ -25,7 +25,7 @@ from ..codec import Codec
 from ..errors import InvalidQuery
 from ..models import Checkpoint, CheckpointHeader, checkpoint_with_state
 from ..rawcodec import RawCodec
-from ..record import NewRecord, RecordEdits, trusted_new_record
+from ..record import NewRecord, RecordEdits, Update, trusted_new_record
 from .interface import TTL
 from .primitives import StorePrimitives
 from .validate import check_id, check_if_match, check_stream, check_tags, new_etag
@@ -174,21 +174,23 @@ async def update(
 ) -> Checkpoint:
     """The body of ``update(id, state, if_match=, tags=, metadata=, parent_id=)``,
     written through ``primitives``: validated and encoded first (nothing written on
-    a refusal), then one ``_update``. The new state is always in this store's codec,
-    whatever the old one was."""
+    a refusal), then one ``_update`` of the :class:`~statekeeper.record.Update`. The
+    new state is always in this store's codec, whatever the old one was."""
     check_id(id, what="id")
     check_if_match(if_match)
     edits = record_edits(json_codec, tags, metadata, parent_id)
     state_bytes = codec.encode(state)
     note_bytes(len(state_bytes))
     header = await primitives._update(
-        id,
-        state=state_bytes,
-        if_match=if_match,
-        now=clock(),
-        etag=new_etag(),
-        edits=edits,
-        codec=codec.name,
+        Update(
+            id=id,
+            state=state_bytes,
+            codec=codec.name,
+            now=clock(),
+            etag=new_etag(),
+            if_match=if_match,
+            edits=edits,
+        )
     )
     return checkpoint_with_state(header, state)
 
@@ -214,7 +216,10 @@ def record_edits(
 def _metadata(json_codec: Codec, metadata: Any) -> dict[str, Any]:
     # check_metadata refuses a non-mapping with CheckpointEncodeError; calling
     # dict() on it first would raise a bare TypeError, or accept a list of pairs.
-    return json_codec.check_metadata(dict(metadata) if isinstance(metadata, Mapping) else metadata)
+    # type() first: the ABC isinstance check costs more than a save's whole metadata check
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        metadata = dict(metadata)
+    return json_codec.check_metadata(metadata)
 
 
 def check_ttl(rule: TtlRule, ttl: TTL | None) -> float | None:

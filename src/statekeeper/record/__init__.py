@@ -37,7 +37,8 @@ Data flows one way, each module importing only those listed before it:
 - ``verify``: the one body every read of a record runs: frame, header, and the
   expected store id, id and sequence, with every error worded.
 - ``records``: :class:`NewRecord`, :class:`StoredRecord` (``to_bytes``,
-  ``from_bytes``) and :class:`RecordEdits`; a record that a read verified builds
+  ``from_bytes``), :class:`RecordEdits` and :class:`Update` (what ``_update``
+  is asked to write); a record that a read verified builds
   its header model only when asked for it (``checkpoint_of`` builds the checkpoint
   a read returns straight from the verified values: one model per checkpoint).
 - ``read``: a backend's reads, :func:`read_record` and :func:`read_checkpoint`.
@@ -57,7 +58,7 @@ from statekeeper.record.header import FORMAT_VERSION
 from statekeeper.record.read import StateDecoder as StateDecoder
 from statekeeper.record.read import read_checkpoint as read_checkpoint
 from statekeeper.record.read import read_record
-from statekeeper.record.records import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record.records import NewRecord, RecordEdits, StoredRecord, Update
 
 # the save and read paths' constructors of values already checked (exempt from the
 # compatibility promise of the names above)
@@ -73,5 +74,6 @@ __all__ = [
     "NewRecord",
     "RecordEdits",
     "StoredRecord",
+    "Update",
     "read_record",
 ]

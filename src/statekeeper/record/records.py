@@ -24,6 +24,7 @@ __all__ = [
     "NewRecord",
     "RecordEdits",
     "StoredRecord",
+    "Update",
     "checkpoint_of",
     "header_values",
     "trusted_new_record",
@@ -149,6 +150,30 @@ class RecordEdits:
     @property
     def tags_changed(self) -> bool:
         return self.tags is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One ``update``, as the core hands it to a backend's ``_update`` primitive:
+    replace the state of live checkpoint ``id`` with ``state`` (encoded by the codec
+    ``codec``), stamped ``now`` with the new ``etag``, if its etag is ``if_match``
+    (``None``: whatever it is), and replace what ``edits`` names (``None``: only
+    the state changes). Validated and encoded before it is built."""
+
+    id: str
+    state: bytes
+    codec: str
+    now: datetime
+    etag: str
+    if_match: str | None = None
+    edits: RecordEdits | None = None
+
+    def applied_to(self, current: StoredRecord) -> StoredRecord:
+        """``current`` after this update: same id, sequence and created_at, the TTL
+        slid from ``now`` (see :meth:`StoredRecord.updated`)."""
+        return current.updated(
+            self.state, now=self.now, etag=self.etag, edits=self.edits, codec=self.codec
+        )
 
 
 @dataclass(frozen=True, slots=True)

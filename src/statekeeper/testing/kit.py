@@ -9,11 +9,17 @@ The tests are grouped by contract clause in private modules, one class each
 knobs. :class:`CheckpointStoreTests` is the one public entry point and the only
 class a backend's tests subclass.
 
-The groups are not mixed in: :class:`CheckpointStoreTests` subclasses ``KitBase``
-alone and adopts each group's tests and helpers as its own attributes
-(:func:`_adopt`), so a backend's test class inherits through two of the kit's
-classes however many groups there are, and a name defined by two groups is an
-error at import, not a silent override.
+The groups are inherited: :class:`CheckpointStoreTests` subclasses each of them,
+and each subclasses :class:`~statekeeper.testing._base.KitBase` alone. That is a
+wide class, not a tower: no group builds on another or keeps state (the fixtures and
+helpers are ``KitBase``'s), a backend's test class inherits through three of the
+kit's classes whatever the number of groups, and ``super()`` works in the groups and
+in a backend's override of one test, as in any Python class. Plain inheritance is
+what pytest collects, what type checkers and IDEs read, and what the suites this
+kit follows do: fsspec's ``Abstract*Tests`` and SQLAlchemy's dialect suite are
+inherited, zarr's ``StoreTests`` subclassed. A name
+that two groups, or a group and ``KitBase``, define would be settled silently by
+the method resolution order, so :func:`check_groups` refuses it at import.
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ from ._write_tests import WriteTests
 
 __all__ = ["CheckpointStoreTests", "StoreFactory"]
 
-#: The kit's test groups, in the order their tests are collected.
-GROUPS: tuple[type[KitBase], ...] = (
+
+class CheckpointStoreTests(
     CoreTests,
     WriteTests,
     ReadTests,
@@ -55,10 +61,7 @@ GROUPS: tuple[type[KitBase], ...] = (
     EncryptionTests,
     RetentionTests,
     StatefulTests,
-)
-
-
-class CheckpointStoreTests(KitBase):
+):
     """The statekeeper contract (SPEC S1-S8, S11 as far as the codec goes, S13,
     S14 and S17) as tests.
 
@@ -112,25 +115,25 @@ class CheckpointStoreTests(KitBase):
     pytestmark = [pytest.mark.conformance]
 
 
-def _adopt(suite: type[KitBase], groups: tuple[type[KitBase], ...]) -> None:
-    """Give ``suite`` every test, fixture and helper that ``groups`` define.
+#: The kit's test groups: the bases of :class:`CheckpointStoreTests`.
+GROUPS: tuple[type[KitBase], ...] = CheckpointStoreTests.__bases__
 
-    Each group subclasses :class:`KitBase` directly (so its methods are typed
-    against the fixtures and helpers they use) and uses no ``super()``; a name that
-    two groups, or a group and ``KitBase``, define is refused.
-    """
+
+def check_groups(groups: tuple[type[KitBase], ...]) -> None:
+    """Refuse test groups that would not combine by plain inheritance: each must
+    subclass :class:`KitBase` alone, and no name may be defined by two groups or by
+    a group and ``KitBase`` (the method resolution order would pick one silently)."""
     owner: dict[str, str] = {}
     for group in groups:
         if group.__bases__ != (KitBase,):
             raise TypeError(f"{group.__name__} must subclass KitBase alone")
-        for name, value in vars(group).items():
+        for name in vars(group):
             if name.startswith("__"):
                 continue
             clash = owner.get(name) or ("KitBase" if name in vars(KitBase) else None)
             if clash is not None:
                 raise TypeError(f"{name!r} is defined by both {clash} and {group.__name__}")
             owner[name] = group.__name__
-            setattr(suite, name, value)
 
 
-_adopt(CheckpointStoreTests, GROUPS)
+check_groups(GROUPS)

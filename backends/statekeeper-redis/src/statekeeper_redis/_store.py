@@ -32,8 +32,9 @@ from statekeeper.errors import (
     ConcurrentModificationError,
     InvalidURL,
     PreconditionFailed,
+    StoreFormatError,
 )
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 
 from . import _batch, _lua, _meta, _repair, _tracking
 from ._audit import DamagedStoreError, index_json, us
@@ -256,17 +257,8 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         """One script call: all or none, consecutive sequences, invisible until whole."""
         return await self._inserter.insert(records, self.store_id)
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
+        id, if_match, now, etag = update.id, update.if_match, update.now, update.etag
         for _ in range(MAX_ATTEMPTS):
             current, read_etag = await self._read(id, now)
             if current is None:
@@ -276,7 +268,7 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
             seen = text(read_etag)
             if if_match is not None and seen != if_match:
                 raise PreconditionFailed(f"checkpoint {id!r} has etag {seen!r}, not {if_match!r}")
-            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
+            new = update.applied_to(current)
             exp, millis = expiry(new.header.expires_at, now)
             try:
                 result = await self._link.call(
@@ -443,18 +435,14 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
 
     # -- verify and repair -----------------------------------------------------------------
 
-    async def verify(self, *, progress: Callable[[int], None] | None = None) -> VerifyReport:
-        """Check every record and every key of the store against the records.
-
-        As :meth:`BaseCheckpointStore.verify`, plus a walk of every key under the
-        prefix (:meth:`_verify`). Writes nothing. When the store's read paths refuse
-        to answer (an index key missing or of the wrong type), the report comes from
-        that walk alone, with the refusal as one more problem.
-        """
-        try:
-            return await super().verify(progress=progress)
-        except DamagedStoreError as exc:
-            return await _repair.verify_by_walk(self._link, self.store_id, self.now, str(exc))
+    async def _verify_refused(self, error: StoreFormatError) -> VerifyReport | None:
+        """When the read paths refuse to answer (an index key missing or of the
+        wrong type: :class:`DamagedStoreError`), the report of ``verify()`` comes
+        from the walk of every key under the prefix alone, with the refusal as one
+        more problem."""
+        if not isinstance(error, DamagedStoreError):
+            return None
+        return await _repair.verify_by_walk(self._link, self.store_id, self.now, str(error))
 
     async def _verify(self) -> list[Problem]:
         """Every derived key checked against the records (a read-only walk)."""

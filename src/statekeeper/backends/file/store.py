@@ -54,7 +54,7 @@ from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import BackendError, InvalidURL, StatekeeperError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, RecordEdits, StoredRecord
+from ...record import NewRecord, StoredRecord, Update
 from .batch import Batches
 from .check import check_store
 from .engine import FileEngine
@@ -419,19 +419,17 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
     async def _list_streams_prefixed(self, now: datetime, prefix: str) -> list[str]:
         return await self._run("list_streams", self._parts.listing.list_streams, now, prefix)
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         return await self._run(
-            "update", self._parts.engine.writes.update, id, state, if_match, now, etag, edits, codec
+            "update",
+            self._parts.engine.writes.update,
+            update.id,
+            update.state,
+            update.if_match,
+            update.now,
+            update.etag,
+            update.edits,
+            update.codec,
         )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:

@@ -10,11 +10,13 @@ fail in production because of state production cannot store.
 
 Costs: ``get_latest`` is O(1) amortised, a page is O(log n + page), ``save`` is
 O(1) amortised, ``delete`` is O(n) in the worst case (a list removal). A save
-without metadata leaves its envelope bytes to be built on first use (a read, a raw
-read), from the very values the save saw, so that cost moves from the save to the
-first read. A record's envelope is parsed and verified on its first read and kept
-beside its bytes (so a checkpoint that was read takes about twice its size); states
-are decoded on every read, through the store's codec.
+leaves its envelope bytes to be built on first use (a read, a raw read), from the
+very values the save saw (its own copies of the tags and metadata), so that cost
+moves from the save to the first read; the state is encoded by the save, so a
+state production could not store is refused there (SPEC S5). A record's envelope
+is parsed and verified on its first read and kept beside its bytes (so a
+checkpoint that was read takes about twice its size); states are decoded on every
+read, through the store's codec.
 
 The modules: ``store.py``, :class:`MemoryCheckpointStore`, the primitives over a
 storage; ``storage.py``, :class:`MemoryStorage`, the maps by id, sequence and

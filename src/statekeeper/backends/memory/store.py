@@ -28,11 +28,11 @@ from statekeeper.errors import (
     PreconditionFailed,
     StoreNotFound,
 )
-from statekeeper.record import NewRecord, RecordEdits, StoredRecord
+from statekeeper.record import NewRecord, StoredRecord, Update
 
 # private, for speed: see the package docstring
 from ...models import trusted_checkpoint, trusted_header
-from .storage import Entry, MemoryStorage, fresh, remove_sorted
+from .storage import Entry, MemoryStorage, fresh, own_metadata, remove_sorted
 
 __all__ = ["MemoryCheckpointStore"]
 
@@ -167,12 +167,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
         """Insert ``record`` at the next sequence and return it; the caller holds the
         lock.
 
-        Without metadata the envelope is left pending and built on first use (a
-        read, ``backdoor_read_raw``): it would be built from the same immutable
-        values and the entry's own tags, so the bytes are the same, and with no
-        metadata nothing in it can fail to encode. With metadata it is built now,
-        so an error raises here, and the caller's later changes to the metadata it
-        passed never reach the store.
+        The envelope is left pending and built on first use (a read,
+        ``backdoor_read_raw``): it would be built from the same immutable values,
+        the entry's own tags and its own copy of the metadata (see
+        :func:`~.storage.own_metadata`), so the bytes are the same, and the caller's
+        later changes to the tags or metadata it passed never reach the store.
         """
         data = self.storage
         by_id = data.by_id
@@ -182,20 +181,18 @@ class MemoryCheckpointStore(BaseCheckpointStore):
             self._unlink(rid, existing)
         seq = data.high_water_mark + 1
         stream = record.stream
-        if record.metadata:
-            blob = record.seal(seq).to_bytes(data.store_id)
-            entry = Entry(seq, stream, blob, record.tags.copy(), record.expires_at)
-        else:
-            entry = Entry(
-                seq,
-                stream,
-                None,
-                record.tags.copy(),
-                record.expires_at,
-                None,
-                record,
-                data.store_id,
-            )
+        metadata = record.metadata
+        entry = Entry(
+            seq,
+            stream,
+            None,
+            record.tags.copy(),
+            record.expires_at,
+            None,
+            record,
+            data.store_id,
+            own_metadata(metadata) if metadata else None,
+        )
         data.high_water_mark = seq
         by_id[rid] = entry
         data.by_seq[seq] = rid
@@ -223,20 +220,11 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                     removed += 1
             return removed
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         data = self.storage
+        id, if_match = update.id, update.if_match
         with data.lock:
-            entry = self._live_entry(id, now)
+            entry = self._live_entry(id, update.now)
             if entry is None:
                 raise CheckpointNotFound(id)
             current = self._parse(id, entry)
@@ -244,7 +232,7 @@ class MemoryCheckpointStore(BaseCheckpointStore):
                 raise PreconditionFailed(
                     f"checkpoint {id!r} has etag {current.header.etag!r}, not {if_match!r}"
                 )
-            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
+            new = update.applied_to(current)
             entry.blob = new.to_bytes(data.store_id)
             entry.expires_at = new.header.expires_at
             entry.tags = dict(new.header.tags)

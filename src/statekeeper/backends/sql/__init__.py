@@ -3,42 +3,38 @@
 
 The SQL core (this package's modules) is every operation, written once; the
 dialect packages :mod:`.sqlite`, :mod:`.postgres` and :mod:`.mysql` hold what
-differs, each with its own options class. Opening a SQLite store imports
+differs: each its store class, its options class and its
+:class:`~.dialects.Dialect`, whose methods the core calls. Opening a SQLite store imports
 no server dialect: :class:`PostgresCheckpointStore`, :class:`MysqlCheckpointStore`
 and their options are imported from here on first use. The modules:
 
 - :mod:`.store`: :class:`SqlCheckpointStore`; every operation written once, as a
   synchronous function over a ``Session``, and where it runs.
-- :mod:`.upkeep`: opening (the meta probe, migrations), ``verify`` and ``repair``
-  of one store's tables.
+- :mod:`.integrity`: damage: opening (the meta probe, migrations), ``verify`` and
+  ``repair`` of one store's tables (records are the truth).
 - :mod:`.server_store`: the base of the server dialects' stores.
 - :mod:`.options`: :class:`SqlOptions` (what every dialect takes, and the refusal
   of another dialect's option) and the URL schemes and drivers.
 - :mod:`.writes`: inserts (``save``, ``save_many``) and the tags and fields rows.
 - :mod:`.updates`: ``update``, ``delete``, ``delete_stream``, ``prune``, ``purge``.
 - :mod:`.entries`: scanned rows read back into a listing's entries.
-- :mod:`.integrity`: damage: the meta probe on open, the read-only checks of
-  ``verify`` and the rebuilds of ``repair`` (records are the truth).
-- :mod:`.store_ids`: the store id the records carry, which decides over a damaged
-  ``store_id`` meta row.
-- :mod:`.schema_check`: the tables and indexes a schema version needs, checked by
-  ``verify`` and recreated by ``repair``.
 - :mod:`.schema`: the tables and every statement, built once with SQLAlchemy Core.
 - :mod:`.values`: the values the tables hold (expiry, hashes, index keys, filter
   parameters, prefix bounds).
-- :mod:`.compiler`: those statements compiled once for SQLite's ``sqlite3``.
-- :mod:`.dialects`: the few things that differ per dialect (sequence, upserts,
-  locks, error mapping); statements are built and cached per dialect.
+- :mod:`.dialects`: the dialect interface, :class:`~.dialects.Dialect` (what
+  differs per database, as methods), and the ``Session`` and ``Runtime`` every
+  operation runs on.
 - :mod:`.migrations`: versioned schema steps, applied under a lock on open.
 - :mod:`.sqlite`: SQLite: :class:`SqliteCheckpointStore`, its options, and stdlib
   ``sqlite3`` on worker threads of its own.
-- :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine.
+- :mod:`.server`: PostgreSQL and MySQL/MariaDB through a SQLAlchemy async engine,
+  and :class:`~.server.ServerDialect`, what their connections differ in.
 - :mod:`.faults`: refused and lost connections, and the one retry of a read.
 - :mod:`.outcomes`: a write whose reply a lost connection hid: the lookup of a
   save or update, or ``OutcomeUnknown``.
 - :mod:`.postgres`: PostgreSQL: sequences from transaction ids, the listing
   horizon, and the hot statements as prepared asyncpg statements.
-- :mod:`.mysql`: MySQL/MariaDB.
+- :mod:`.mysql`: MySQL/MariaDB: :class:`MysqlCheckpointStore` and its dialect.
 """
 
 from __future__ import annotations

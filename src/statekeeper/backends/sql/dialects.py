@@ -1,56 +1,51 @@
-"""The few things the SQL backend does differently per dialect.
+"""The SQL backend's dialect interface: :class:`Dialect`, what differs per database.
 
-Everything else is dialect-neutral SQLAlchemy Core in :mod:`.schema`. What
-differs:
-
-- taking the next sequence from the counter row (``UPDATE ... RETURNING`` on
-  PostgreSQL and SQLite, ``LAST_INSERT_ID(expr)`` on MySQL/MariaDB);
-- inserting a checkpoint whose id may be taken, without aborting the transaction
-  (``ON CONFLICT (id) DO NOTHING`` on PostgreSQL and SQLite; MySQL keeps the
-  transaction alive after a duplicate-key error);
-- the migration lock (SQLite's write lock, a PostgreSQL transaction-level advisory
-  lock, a MySQL ``GET_LOCK``) and "does this table exist";
-- connection settings (lock timeouts, synchronous commit) and error codes.
+Everything else is dialect-neutral SQLAlchemy Core (:mod:`.schema`), run as
+synchronous operations over a :class:`Session` on a :class:`Runtime`. As
+SQLAlchemy's own ``Dialect`` does, one object per database carries what
+differs, as methods the operations call on ``s.dialect``: column types and table
+options, the counter's guard and the stream order of the statements, the next
+sequence, insert-or-skip, the migration lock, schema creation, table existence,
+idempotent DDL, the catalog of indexes and keys, and the driver's error codes.
+The implementations are :mod:`.sqlite.dialect`, :mod:`.postgres.dialect` and
+:mod:`.mysql.dialect` (MariaDB a variant there); the server dialects' connection
+settings are :class:`.server.ServerDialect`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
-import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql import Executable
 
 from ...errors import (
     BackendError,
     ConcurrentModificationError,
     StatekeeperError,
-    StoreFormatError,
     StoreTimeout,
 )
 from .faults import connection_fault
-from .schema import Statements, Tables
+
+if TYPE_CHECKING:
+    from .schema import Statements, Tables
 
 __all__ = [
+    "INLINE_WRITE_BYTES",
+    "Dialect",
     "Family",
     "Runtime",
     "Session",
-    "insert_checkpoint",
-    "migration_lock",
-    "migration_unlock",
-    "next_sequence",
-    "table_exists",
-    "translate_error",
+    "collision",
+    "counter_damage",
+    "lock_key",
+    "lock_timeout",
 ]
 
 Family = Literal["sqlite", "postgresql", "mysql"]
-
-#: SQLite's UPDATE ... RETURNING arrived in 3.35.
-SQLITE_HAS_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 
 
 class Session(Protocol):
@@ -61,8 +56,9 @@ class Session(Protocol):
     ``AsyncConnection.run_sync``.
     """
 
-    family: Family
-    mariadb: bool
+    @property
+    def dialect(self) -> Dialect:
+        """What differs on this connection's database."""
 
     def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
@@ -127,44 +123,218 @@ class Runtime(Protocol):
         """Release every connection (and thread)."""
 
 
-# -- sequences and inserts ----------------------------------------------------------
+class Dialect(ABC):
+    """What one database does differently, as methods over a :class:`Session`.
 
-
-def next_sequence(s: Session, st: Statements, count: int = 1) -> int:
-    """Bump the counter row by ``count`` and return the new high-water mark (so the
-    transaction owns the ``count`` sequences up to and including it).
-
-    The row lock taken here is held until the transaction ends, so a second writer
-    waits for the first to commit before it gets the next sequence: sequence order
-    is commit order, and a reader that sees sequence n sees every committed n' < n.
-
-    A missing counter row, or one that is not above every stored sequence, raises
-    :class:`BackendError` saying how to repair (and the transaction rolls back):
-    restarting at 1, or below an existing sequence, would reuse sequences and put
-    the new checkpoint behind older ones.
+    One instance per dialect, shared and stateless; a store holds its dialect and
+    every session carries the one of its connection (:attr:`Session.dialect`).
+    The defaults are what most dialects share; each dialect package overrides
+    what it does differently.
     """
-    if s.family == "mysql":
-        # LAST_INSERT_ID(expr) makes the server report expr as the statement's
-        # insert id, so the new value comes back in the same round trip.
-        value = s.lastrowid(st.bump_mysql, {"step": count})
-        # A separate check here: a subquery inside the UPDATE would take InnoDB
-        # next-key locks on the checkpoints table and deadlock concurrent savers.
-        # This plain read runs after the counter lock is ours, so it sees every
-        # committed save.
-        top = s.first(st.max_seq)
-        if not value or (top is not None and int(value) <= int(top[0])):
-            raise BackendError(counter_damage(s, st))
-        return int(value)
-    if s.family == "sqlite" and not SQLITE_HAS_RETURNING:
-        # Under BEGIN IMMEDIATE nobody else can write between the two statements.
-        if s.run(st.bump_no_returning, {"step": count}) != 1:
-            raise BackendError(counter_damage(s, st))
-        row = s.first(st.read_hwm)
-    else:
+
+    #: The dialect family, as ``info()["dialect"]`` and messages name it.
+    name: ClassVar[Family]
+
+    # -- column types and table options (:func:`.schema.build_tables`) ------------------
+
+    def text(self, chars: int) -> sa.types.TypeEngine[str]:
+        """A string column of at most ``chars`` characters, compared byte for byte."""
+        return sa.String(chars)
+
+    def key(self) -> sa.types.TypeEngine[int]:
+        """The type of the ``seq`` columns (the checkpoints table's primary key)."""
+        return sa.BigInteger()
+
+    def blob(self) -> sa.types.TypeEngine[bytes]:
+        """The type of the ``record`` column."""
+        return sa.LargeBinary()
+
+    def table_options(self) -> dict[str, Any]:
+        """SQLAlchemy dialect options (``mysql_engine=...``) of every table."""
+        return {}
+
+    def keyed_table_options(self) -> dict[str, Any]:
+        """Options of a table read only through its primary key (the fields table)."""
+        return {}
+
+    def partial_index(self, where: sa.ColumnElement[bool]) -> dict[str, Any]:
+        """Options of an index over the rows ``where`` holds (where supported)."""
+        return {}
+
+    # -- statements (:class:`.schema.Statements`) ----------------------------------------
+
+    def counter_guard(self, hwm: sa.ColumnElement[int]) -> list[sa.ColumnElement[bool]]:
+        """Extra conditions of the counter bump, beyond "above every sequence"."""
+        return []
+
+    def code_point_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+        """``column`` as it compares in code point order."""
+        return column
+
+    def insert_or_skip(self, st: Statements) -> Executable:
+        """An insert of a checkpoint row that does nothing where its id is taken."""
+        raise NotImplementedError(f"{self.name} inserts checkpoints with insert_checkpoint")
+
+    # -- sequences and inserts -----------------------------------------------------------
+
+    def next_sequence(self, s: Session, st: Statements, count: int = 1) -> int:
+        """Bump the counter row by ``count`` and return the new high-water mark (so the
+        transaction owns the ``count`` sequences up to and including it).
+
+        The row lock taken here is held until the transaction ends, so a second writer
+        waits for the first to commit before it gets the next sequence: sequence order
+        is commit order, and a reader that sees sequence n sees every committed n' < n.
+
+        A missing counter row, or one that is not above every stored sequence, raises
+        :class:`BackendError` saying how to repair (and the transaction rolls back):
+        restarting at 1, or below an existing sequence, would reuse sequences and put
+        the new checkpoint behind older ones.
+        """
         row = s.first(st.bump, {"step": count})
-    if row is None:
-        raise BackendError(counter_damage(s, st))
-    return int(row[0])
+        if row is None:
+            raise BackendError(counter_damage(s, st))
+        return int(row[0])
+
+    def insert_checkpoint(self, s: Session, st: Statements, row: Mapping[str, Any]) -> bool:
+        """Insert a checkpoint row; ``False`` (transaction intact) if its id is taken."""
+        return s.run(self.statement(st, "insert_or_skip", self.insert_or_skip), row) == 1
+
+    def statement(
+        self, st: Statements, name: str, build: Callable[[Statements], Executable]
+    ) -> Executable:
+        """This dialect's own statement ``name`` over ``st``'s tables, built once.
+
+        Cached in ``st`` under the dialect's name as well: a statement built for one
+        dialect must never reach another, even through a shared ``Statements``
+        (a PostgreSQL compiler handed SQLite's ``ON CONFLICT`` fails, issue 11)."""
+        key = f"{name}:{self.name}"
+        stmt = st.dialect_cache.get(key)
+        if stmt is None:
+            stmt = st.dialect_cache[key] = build(st)
+        return stmt
+
+    # -- migrations and the catalog -----------------------------------------------------
+
+    def migration_lock(self, s: Session, tables: Tables, timeout: float) -> None:
+        """Serialise migrations of one store across processes and hosts (session lock).
+
+        Run before the migration's own transaction, which must start after the lock
+        is held. The default takes none: the migration's transaction takes the
+        database's write lock itself (SQLite's ``BEGIN IMMEDIATE``). Released by
+        :meth:`migration_unlock`; a dropped connection releases it too.
+        """
+        return None
+
+    def migration_unlock(self, s: Session, tables: Tables) -> None:
+        """Release what :meth:`migration_lock` took."""
+        return None
+
+    def create_schema(self, s: Session, tables: Tables) -> None:
+        """Create the store's schema (namespace) if it is missing, under the migration
+        lock; by default there is none to create."""
+        return None
+
+    @abstractmethod
+    def table_exists(self, s: Session, table: sa.Table) -> bool:
+        """Whether ``table`` exists, as the catalog says now."""
+
+    def run_ddl(self, s: Session, element: Any) -> None:
+        """Run one DDL element; idempotent (``IF NOT EXISTS``). An index whose
+        ``info["dialect"]`` names another dialect is that dialect's and is skipped."""
+        if isinstance(element, sa.schema.CreateIndex):
+            only = element.element.info.get("dialect")
+            if only is not None and only != self.name:
+                return
+        s.ddl(element)
+
+    def extra_indexes(self, table: sa.Table, tables: Tables, version: int) -> list[sa.Index]:
+        """Indexes of ``table`` at schema ``version`` that only this dialect has (not in
+        ``table.indexes``)."""
+        return []
+
+    @abstractmethod
+    def catalog(self, s: Session, table: sa.Table) -> tuple[dict[str, bool], set[str]]:
+        """``{index name: unique}`` of ``table`` (primary key left out) and the
+        primary key's columns, as the catalog says."""
+
+    # -- errors --------------------------------------------------------------------------
+
+    def is_driver_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a driver error this dialect's driver raises unwrapped
+        (SQLAlchemy's, the OS's and connection errors always are)."""
+        return False
+
+    def own_error(
+        self, orig: BaseException, where: str, detail: str, busy_timeout: float
+    ) -> StatekeeperError | None:
+        """The statekeeper error the driver's error ``orig`` (its text ``detail``) is by
+        this dialect's codes, or ``None`` to judge it as every dialect does."""
+        return None
+
+    def translate_error(
+        self, exc: BaseException, where: str, busy_timeout: float
+    ) -> StatekeeperError | None:
+        """The statekeeper error for a driver/SQLAlchemy/OS error, or ``None`` to re-raise.
+
+        Lock and busy timeouts become :class:`StoreTimeout`, deadlocks and
+        serialization failures :class:`ConcurrentModificationError`, a file that is
+        not a database :class:`StoreFormatError` (the dialect's codes say which:
+        :meth:`own_error`), a refused or lost connection a retryable
+        :class:`BackendError` (:func:`.faults.connection_fault`), everything else a
+        :class:`BackendError` that is not retryable; each keeps the driver's
+        exception in ``.orig``.
+        """
+        if isinstance(exc, StatekeeperError):
+            return None
+        if isinstance(exc, sa.exc.TimeoutError):
+            return StoreTimeout(
+                f"no database connection became free in time for {where}; raise pool_size",
+                orig=exc,
+            )
+        orig: BaseException = exc
+        if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+            orig = exc.orig
+        elif not isinstance(
+            exc, sa.exc.SQLAlchemyError | OSError | ConnectionError
+        ) and not self.is_driver_error(exc):
+            return None
+        detail = str(orig).strip() or type(orig).__name__
+        own = self.own_error(orig, where, detail, busy_timeout)
+        if own is not None:
+            return own
+        fault = connection_fault(exc)
+        if fault == "refused":
+            return BackendError(
+                f"{where} could not connect ({type(orig).__name__}: {detail}): the server is "
+                "down, starting up, shutting down or full, and nothing was sent; retry once "
+                "it accepts connections",
+                orig=orig,
+                retryable=True,
+            )
+        if fault == "lost":
+            return BackendError(
+                f"{where} lost its connection to the server ({type(orig).__name__}: {detail}); "
+                "retry once the server is back",
+                orig=orig,
+                retryable=True,
+            )
+        return BackendError(f"{where} failed: {type(orig).__name__}: {detail}", orig=orig)
+
+
+def lock_timeout(where: str, detail: str, busy_timeout: float, orig: BaseException) -> StoreTimeout:
+    """A server's lock timeout: a lock another transaction held past ``busy_timeout``."""
+    return StoreTimeout(
+        f"{where} waited longer than busy_timeout={busy_timeout:g}s for a lock held by "
+        f"another transaction ({detail}); retry, or raise busy_timeout",
+        orig=orig,
+    )
+
+
+def collision(where: str, detail: str) -> ConcurrentModificationError:
+    """A deadlock or serialization failure: the call may simply be retried."""
+    return ConcurrentModificationError(
+        f"{where} collided with a concurrent transaction ({detail}); retry the call"
+    )
 
 
 def counter_damage(s: Session, st: Statements) -> str:
@@ -189,234 +359,8 @@ def counter_damage(s: Session, st: Statements) -> str:
     )
 
 
-def _insert_or_skip(st: Statements, family: Family) -> Executable:
-    # Keyed by family as well: a PostgreSQL compiler handed SQLite's ON CONFLICT
-    # clause fails with an AttributeError (issue 11), so a Statements built for
-    # one dialect must never answer for another, even if shared by mistake.
-    key = f"insert_or_skip:{family}"
-    stmt = st.dialect_cache.get(key)
-    if stmt is None:
-        cp = st.t.checkpoints
-        if family == "postgresql":
-            # here, not at the top: a SQLite store imports no PostgreSQL code
-            from sqlalchemy.dialects import postgresql
-
-            stmt = postgresql.insert(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
-        else:
-            stmt = sqlite_dialect.insert(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
-        st.dialect_cache[key] = stmt
-    return stmt
-
-
-def insert_checkpoint(s: Session, st: Statements, row: Mapping[str, Any]) -> bool:
-    """Insert a checkpoint row; ``False`` (transaction intact) if its id is taken."""
-    if s.family == "mysql":
-        try:
-            s.run(st.insert_cp, row)
-        except sa.exc.IntegrityError as exc:
-            # 1062: duplicate entry. InnoDB rolls back the statement only.
-            if _mysql_errno(exc.orig) == 1062 and s.first(st.raw_read, {"id": row["id"]}):
-                return False
-            raise
-        return True
-    return s.run(_insert_or_skip(st, s.family), row) == 1
-
-
-# -- migrations ----------------------------------------------------------------------
-
-
 def lock_key(tables: Tables) -> tuple[int, str]:
     """A PostgreSQL advisory lock key and a MySQL lock name for one store."""
     ident = f"statekeeper:{tables.metadata.schema or ''}:{tables.meta.name}"
     digest = hashlib.blake2b(ident.encode("utf-8"), digest_size=8)
     return int.from_bytes(digest.digest(), "big", signed=True), "statekeeper:" + digest.hexdigest()
-
-
-def migration_lock(s: Session, tables: Tables, timeout: float) -> None:
-    """Serialise migrations of one store across processes and hosts (session lock).
-
-    Run before the migration's own transaction, which must start after the lock is
-    held: on PostgreSQL only a new transaction is sure to see catalog changes that
-    another process committed while this one waited. SQLite needs nothing here,
-    since its migration transaction starts with ``BEGIN IMMEDIATE``. Release with
-    :func:`migration_unlock`; a dropped connection releases it too.
-    """
-    key, name = lock_key(tables)
-    if s.family == "postgresql":
-        # Waits at most lock_timeout (busy_timeout), then raises 55P03: StoreTimeout.
-        # Behind a pooler in transaction mode a session lock would stay on a server
-        # connection other clients get: there the lock is the transaction's, and the
-        # migration runs in that transaction (ServerRuntime.locked_write).
-        fn = "pg_advisory_xact_lock" if getattr(s, "xact_locks", False) else "pg_advisory_lock"
-        s.rows(sa.text(f"SELECT {fn}(:key)"), {"key": key})
-    elif s.family == "mysql":
-        row = s.first(
-            sa.text("SELECT GET_LOCK(:name, :timeout)"),
-            {"name": name, "timeout": max(1, math.ceil(timeout))},
-        )
-        if row is None or row[0] != 1:
-            raise StoreTimeout(
-                f"another process held the migration lock {name!r} for more than "
-                f"{timeout:g}s; retry, or raise busy_timeout"
-            )
-
-
-def migration_unlock(s: Session, tables: Tables) -> None:
-    key, name = lock_key(tables)
-    if s.family == "postgresql" and not getattr(s, "xact_locks", False):
-        s.rows(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
-    elif s.family == "mysql":
-        s.rows(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": name})
-
-
-def create_schema(s: Session, tables: Tables) -> None:
-    """Create the store's PostgreSQL schema if it is missing (under the migration lock)."""
-    schema = tables.metadata.schema
-    if s.family == "postgresql" and schema is not None:
-        s.ddl(sa.schema.CreateSchema(schema, if_not_exists=True))
-
-
-_SQLITE_HAS_TABLE = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
-# A catalog scan, not to_regclass(): a by-name lookup can leave this backend a
-# cached "no such table" that outlives the transaction that learned it.
-_PG_HAS_TABLE = sa.text(
-    "SELECT 1 FROM pg_catalog.pg_tables "
-    "WHERE schemaname = COALESCE(:schema, current_schema()) AND tablename = :name"
-)
-_MYSQL_HAS_TABLE = sa.text(
-    "SELECT 1 FROM information_schema.tables "
-    "WHERE table_schema = COALESCE(:schema, DATABASE()) AND table_name = :name"
-)
-_MYSQL_HAS_INDEX = sa.text(
-    "SELECT 1 FROM information_schema.statistics WHERE table_schema = "
-    "COALESCE(:schema, DATABASE()) AND table_name = :table AND index_name = :name LIMIT 1"
-)
-
-
-def table_exists(s: Session, table: sa.Table) -> bool:
-    if s.family == "sqlite":
-        return bool(s.rows(_SQLITE_HAS_TABLE, {"name": table.name}))
-    query = _PG_HAS_TABLE if s.family == "postgresql" else _MYSQL_HAS_TABLE
-    return bool(s.rows(query, {"schema": table.schema, "name": table.name}))
-
-
-def run_ddl(s: Session, element: Any) -> None:
-    """Run one DDL element; idempotent (``IF NOT EXISTS``) on every dialect. An index
-    marked ``info={"postgresql_only": True}`` is skipped on the other dialects."""
-    if (
-        isinstance(element, sa.schema.CreateIndex)
-        and s.family != "postgresql"
-        and element.element.info.get("postgresql_only")
-    ):
-        return
-    if s.family == "mysql" and not s.mariadb and isinstance(element, sa.schema.CreateIndex):
-        # MySQL (unlike MariaDB) has no CREATE INDEX IF NOT EXISTS.
-        index = element.element
-        table = index.table
-        assert table is not None
-        params = {"schema": table.schema, "table": table.name, "name": index.name}
-        if s.rows(_MYSQL_HAS_INDEX, params):
-            return
-        element = sa.schema.CreateIndex(index)
-    s.ddl(element)
-
-
-# -- errors ----------------------------------------------------------------------------
-
-_PG_TIMEOUT = {"55P03", "57014"}  # lock_not_available, query_canceled (statement_timeout)
-_PG_CONFLICT = {"40P01", "40001"}  # deadlock_detected, serialization_failure
-_MYSQL_TIMEOUT = {1205, 3024}  # lock wait timeout, max_execution_time exceeded
-# deadlock; a table created after this transaction's snapshot ("please retry")
-_MYSQL_CONFLICT = {1213, 1412}
-_SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
-_SQLITE_NOTADB = 26
-
-
-def _mysql_errno(orig: BaseException | None) -> int | None:
-    args = getattr(orig, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None
-
-
-def _pg_sqlstate(orig: BaseException | None) -> str | None:
-    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
-    if state is None and orig is not None:
-        state = getattr(orig.__cause__, "sqlstate", None)
-    return state if isinstance(state, str) else None
-
-
-def _from_asyncpg(exc: BaseException) -> bool:
-    """An asyncpg error, raised on PostgreSQL's lean path (:mod:`.postgres`) without SQLAlchemy."""
-    return type(exc).__module__.split(".")[0] == "asyncpg"
-
-
-def translate_error(exc: BaseException, where: str, busy_timeout: float) -> StatekeeperError | None:
-    """The statekeeper error for a driver/SQLAlchemy/OS error, or ``None`` to re-raise.
-
-    Lock and busy timeouts become :class:`StoreTimeout`, deadlocks and serialization
-    failures :class:`ConcurrentModificationError`, a file that is not a database
-    :class:`StoreFormatError`, a refused or lost connection a retryable
-    :class:`BackendError` (:func:`.faults.connection_fault`), everything else a
-    :class:`BackendError` that is not retryable; each keeps the driver's exception
-    in ``.orig``.
-    """
-    if isinstance(exc, StatekeeperError):
-        return None
-    if isinstance(exc, sa.exc.TimeoutError):
-        return StoreTimeout(
-            f"no database connection became free in time for {where}; raise pool_size",
-            orig=exc,
-        )
-    orig: BaseException = exc
-    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
-        orig = exc.orig
-    elif not isinstance(
-        exc, sa.exc.SQLAlchemyError | sqlite3.Error | OSError | ConnectionError
-    ) and not _from_asyncpg(exc):
-        return None
-    detail = str(orig).strip() or type(orig).__name__
-    if isinstance(orig, sqlite3.Error):
-        code = (getattr(orig, "sqlite_errorcode", 0) or 0) & 0xFF
-        if code in _SQLITE_BUSY:
-            return StoreTimeout(
-                f"{where} waited {busy_timeout:g}s (busy_timeout) for another writer to "
-                f"release the database lock ({detail}); retry, or raise busy_timeout",
-                orig=orig,
-            )
-        if code == _SQLITE_NOTADB:
-            return StoreFormatError(f"{where}: the file is not an SQLite database ({detail})")
-    state = _pg_sqlstate(orig)
-    errno = _mysql_errno(orig)
-    if state in _PG_TIMEOUT or errno in _MYSQL_TIMEOUT:
-        return StoreTimeout(
-            f"{where} waited longer than busy_timeout={busy_timeout:g}s for a lock held by "
-            f"another transaction ({detail}); retry, or raise busy_timeout",
-            orig=orig,
-        )
-    if state in _PG_CONFLICT or errno in _MYSQL_CONFLICT:
-        return ConcurrentModificationError(
-            f"{where} collided with a concurrent transaction ({detail}); retry the call"
-        )
-    if "unsupported startup parameter" in detail:
-        return BackendError(
-            f"{where} failed: a connection pooler refused a session setting ({detail}); "
-            "behind PgBouncer or another pooler, open the store with pooler='transaction' "
-            "(docs/sql-backend.md, Poolers)",
-            orig=orig,
-        )
-    fault = connection_fault(exc)
-    if fault == "refused":
-        return BackendError(
-            f"{where} could not connect ({type(orig).__name__}: {detail}): the server is "
-            "down, starting up, shutting down or full, and nothing was sent; retry once "
-            "it accepts connections",
-            orig=orig,
-            retryable=True,
-        )
-    if fault == "lost":
-        return BackendError(
-            f"{where} lost its connection to the server ({type(orig).__name__}: {detail}); "
-            "retry once the server is back",
-            orig=orig,
-            retryable=True,
-        )
-    return BackendError(f"{where} failed: {type(orig).__name__}: {detail}", orig=orig)

@@ -5,7 +5,7 @@ this code writes (:data:`.schema.SCHEMA_VERSION`). Opening a store:
 
 1. reads the meta table without any lock (the common case: already current);
 2. for each missing version, takes the store's migration lock (see
-   :func:`.dialects.migration_lock`), re-reads the version in a new
+   :meth:`.dialects.Dialect.migration_lock`), re-reads the version in a new
    transaction, and applies the step and records its version in that same
    transaction, unless another process got there first;
 3. refuses a store whose version is newer than ``MIGRATIONS`` knows
@@ -29,7 +29,6 @@ import sqlalchemy as sa
 
 from ...errors import CheckpointDecodeError, StoreFormatError
 from ...record import StoredRecord
-from . import dialects
 from .dialects import Session
 from .schema import SCHEMA_VERSION, Statements, Tables
 from .writes import index_rows
@@ -125,12 +124,12 @@ assert MIGRATIONS[-1].version == SCHEMA_VERSION
 def tables_version(s: Session, tables: Tables) -> int:
     """The schema version the store's tables are at, for a meta table that lost its
     ``schema_version`` row: 2 once the fields table exists."""
-    return 2 if dialects.table_exists(s, tables.fields) else 1
+    return 2 if s.dialect.table_exists(s, tables.fields) else 1
 
 
 def read_meta(s: Session, st: Statements) -> dict[str, str] | None:
     """The meta table as a dict, or ``None`` if there is no meta table."""
-    if not dialects.table_exists(s, st.t.meta):
+    if not s.dialect.table_exists(s, st.t.meta):
         return None
     return {str(name): str(value) for name, value in s.rows(st.read_meta)}
 
@@ -143,7 +142,7 @@ def parse_version(
     An empty meta table is a creation that was interrupted after its DDL, which
     on MySQL commits by itself; version 1 is then applied again (idempotently).
     ``damaged`` is the version to read when the row is missing or unreadable in a
-    meta table that has other rows (see :func:`.integrity.probe_meta`).
+    meta table that has other rows (see :func:`.integrity.derived.probe_meta`).
     """
     if meta is None:
         return None
@@ -163,7 +162,7 @@ def parse_version(
 def apply_migration(s: Session, st: Statements, migration: Migration, where: str) -> None:
     """Apply one migration in the current transaction, under the migration lock."""
     tables = st.t
-    dialects.create_schema(s, tables)
+    s.dialect.create_schema(s, tables)
     meta = read_meta(s, st)
     # A store whose schema_version row was damaged (store_id or cursor_key are
     # there; probe_meta refused anything else) is at the version its tables say.
@@ -172,7 +171,7 @@ def apply_migration(s: Session, st: Statements, migration: Migration, where: str
     if current is not None and current >= migration.version:
         return  # another process got here first
     if current is None:
-        taken = [t.name for t in tables.all if dialects.table_exists(s, t)]
+        taken = [t.name for t in tables.all if s.dialect.table_exists(s, t)]
         if taken:
             raise StoreFormatError(
                 f"{where}: table(s) {', '.join(taken)} exist but are not a "
@@ -182,7 +181,7 @@ def apply_migration(s: Session, st: Statements, migration: Migration, where: str
         raise StoreFormatError(
             f"{where}: cannot migrate from version {current} to {migration.version}"
         )
-    migration.apply(tables, lambda element: dialects.run_ddl(s, element))
+    migration.apply(tables, lambda element: s.dialect.run_ddl(s, element))
     if migration.backfill is not None:
         migration.backfill(s, st, meta or {})
     if migration.version == 1:

@@ -104,12 +104,18 @@ class SqlOptions(StoreOptions):
     connect_args: dict[str, Any] = Field(default_factory=dict)
 
 
-def family_of(url: StoreURL) -> Family:
-    """The dialect family of an SQL store URL; :class:`InvalidURL` for any other URL
-    or an unsupported driver."""
+def family_of(url: StoreURL, store: tuple[str, Family] | None = None) -> Family:
+    """The dialect family of an SQL store URL; :class:`InvalidURL` for any other URL,
+    an unsupported driver, or (``store``: a store class's name and its family) a URL
+    of another family than that store's."""
     family = _FAMILIES.get(url.scheme)
     if family is None:
         raise InvalidURL(f"{url} is not an SQL store URL (sqlite, postgresql or mysql)")
+    if store is not None and store[1] != family:
+        raise InvalidURL(
+            f"{store[0]} opens {store[1]} URLs, not {url.scheme}://; "
+            "SqlCheckpointStore.from_url(url) opens any SQL URL"
+        )
     if url.driver is not None and url.driver not in _DRIVERS[family]:
         raise InvalidURL(
             f"driver {url.driver!r} is not supported for {url.scheme}; use one of "

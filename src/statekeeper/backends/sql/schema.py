@@ -1,10 +1,11 @@
 """The SQL backend's schema: the tables and the statements run against them.
 
 Every statement the backend runs is built here, once, with SQLAlchemy Core and
-bound parameters (the migrations' DDL is in :mod:`.migrations`); dialect
-differences are confined to column types (below), to the few statements in
-:mod:`.dialects`, and to PostgreSQL's own (:mod:`.postgres.statements`, which
-reuses these where they agree).
+bound parameters (the migrations' DDL is in :mod:`.migrations`); what differs
+per dialect (column types, table options, the counter's guard, the stream order,
+a few statements of its own) comes from the store's :class:`~.dialects.Dialect`,
+and PostgreSQL's lean path has its own (:mod:`.postgres.statements`, which reuses
+these where they agree).
 
 Tables (``p`` is the table prefix, default ``statekeeper_``)::
 
@@ -33,15 +34,12 @@ of each value (:func:`.values.field_value`), so that ``True`` never matches ``1`
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.sql import Executable
-from sqlalchemy.types import TypeDecorator
 
 # The values the tables hold, re-exported: the backend's modules import them from here.
 from .values import (
@@ -61,6 +59,7 @@ from .values import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SchemaDialect",
     "Statements",
     "Tables",
     "build_tables",
@@ -79,66 +78,18 @@ __all__ = [
 SCHEMA_VERSION = 2
 
 
-class _Utf8Binary(TypeDecorator[str]):
-    """MySQL: text stored as UTF-8 bytes, compared byte for byte.
+class SchemaDialect(Protocol):
+    """What the tables and statements ask of a dialect: the part of
+    :class:`~.dialects.Dialect` (which implements it) that shapes them."""
 
-    MySQL's text collations are case-insensitive or pad trailing spaces, so
-    ``"a"``, ``"A"`` and ``"a "`` would be one stream, one id or one tag value.
-    ``VARBINARY`` compares bytes, like PostgreSQL and SQLite compare text. Values
-    are bound as text (the connection is utf8mb4), which the server converts.
-    """
-
-    impl = sa.VARBINARY
-    cache_ok = True
-
-    def bind_processor(self, dialect: sa.Dialect) -> None:
-        return None  # not VARBINARY's, which would call bytes(str)
-
-    def process_result_value(self, value: Any, dialect: sa.Dialect) -> str | None:
-        return None if value is None else bytes(value).decode("utf-8")
-
-
-class _Base64Blob(TypeDecorator[bytes]):
-    """MySQL: a ``LONGBLOB`` bound as base64 text and decoded by the server.
-
-    aiomysql 0.3 cannot bind ``bytes`` with PyMySQL >= 1.2.3 (aio-libs/aiomysql
-    #1080); text always binds, and base64 is smaller on the wire than the hex
-    literal PyMySQL itself would send.
-    """
-
-    impl = sa.LargeBinary
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
-        # MySQL's own type, imported here: a SQLite store imports no MySQL code
-        from sqlalchemy.dialects.mysql import LONGBLOB
-
-        return dialect.type_descriptor(LONGBLOB())
-
-    def bind_expression(self, bindvalue: Any) -> Any:
-        return sa.func.from_base64(bindvalue, type_=self)
-
-    def bind_processor(self, dialect: sa.Dialect) -> Callable[[bytes | None], str | None]:
-        def process(value: bytes | None) -> str | None:
-            return None if value is None else base64.b64encode(value).decode("ascii")
-
-        return process
-
-
-def _text(chars: int) -> sa.types.TypeEngine[str]:
-    """A string column of at most ``chars`` characters, byte-compared on every dialect."""
-    return sa.String(chars).with_variant(_Utf8Binary(4 * chars), "mysql", "mariadb")
-
-
-def _bigint() -> sa.types.TypeEngine[int]:
-    # SQLite makes "INTEGER PRIMARY KEY" (exactly that spelling) the rowid, so the
-    # checkpoints table is clustered on the sequence there, as InnoDB is on MySQL.
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-
-def _blob() -> sa.types.TypeEngine[bytes]:
-    # MySQL's plain BLOB stops at 64 KiB.
-    return sa.LargeBinary().with_variant(_Base64Blob(), "mysql", "mariadb")
+    def text(self, chars: int) -> sa.types.TypeEngine[str]: ...
+    def key(self) -> sa.types.TypeEngine[int]: ...
+    def blob(self) -> sa.types.TypeEngine[bytes]: ...
+    def table_options(self) -> dict[str, Any]: ...
+    def keyed_table_options(self) -> dict[str, Any]: ...
+    def partial_index(self, where: sa.ColumnElement[bool]) -> dict[str, Any]: ...
+    def counter_guard(self, hwm: sa.ColumnElement[int]) -> list[sa.ColumnElement[bool]]: ...
+    def code_point_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]: ...
 
 
 @dataclass(frozen=True)
@@ -162,18 +113,12 @@ class Tables:
         return (self.meta, self.counter, self.checkpoints, self.tags, self.fields)
 
 
-def _only(family: str, **options: Any) -> dict[str, Any]:
-    """The dialect options (``mysql_engine=...``) of ``family`` among ``options``:
-    SQLAlchemy imports the dialect of every option it is given, and a SQLite store
-    imports no server dialect."""
-    return {k: v for k, v in options.items() if k.startswith(f"{family}_")}
-
-
-def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
+def build_tables(prefix: str, schema: str | None, dialect: SchemaDialect) -> Tables:
     """The table definitions for ``prefix`` in ``schema`` (``None``: the default schema),
-    with the dialect options of ``family``."""
+    with the column types and table options of ``dialect``."""
     md = sa.MetaData(schema=schema)
-    opts = _only(family, mysql_engine="InnoDB", mysql_charset="utf8mb4")
+    opts = dialect.table_options()
+    _text, _bigint, _blob = dialect.text, dialect.key, dialect.blob
     meta = sa.Table(
         f"{prefix}meta",
         md,
@@ -203,11 +148,7 @@ def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
     sa.Index(
         f"{prefix}checkpoints_expires",
         cp.c.expires_at,
-        **_only(
-            family,
-            postgresql_where=cp.c.expires_at.is_not(None),
-            sqlite_where=cp.c.expires_at.is_not(None),
-        ),
+        **dialect.partial_index(cp.c.expires_at.is_not(None)),
     )
     tags = sa.Table(
         f"{prefix}tags",
@@ -242,9 +183,7 @@ def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
         sa.Column("vkey", _text(VKEY_INLINE), nullable=False),
         sa.Column("value", _text(FIELD_VALUE_MAX), nullable=False),
         sa.Column("shash", sa.BigInteger(), nullable=False),
-        # SQLite: the primary key is the table (no rowid b-tree beside it), one
-        # b-tree fewer to write per save
-        **_only(family, sqlite_with_rowid=False),
+        **dialect.keyed_table_options(),
         **opts,
     )
     sa.Index(
@@ -257,7 +196,9 @@ def build_tables(prefix: str, schema: str | None, family: str) -> Tables:
     )
     sa.Index(f"{prefix}fields_global", fields.c.key, fields.c.kind, fields.c.vkey, fields.c.seq)
     pg_stream_c = sa.Index(
-        f"{prefix}checkpoints_stream_c", cp.c.stream.collate("C"), info={"postgresql_only": True}
+        f"{prefix}checkpoints_stream_c",
+        dialect.code_point_order(cp.c.stream),
+        info={"dialect": "postgresql"},
     )
     cp.indexes.discard(pg_stream_c)
     return Tables(md, meta, counter, cp, tags, fields, pg_stream_c)
@@ -279,13 +220,11 @@ class Statements:
     :mod:`.sqlite`) compiles each shape once, and SQLAlchemy's own compiled
     cache hits for the others. One instance serves one dialect only: the few
     dialect-specific statements (:attr:`dialect_cache`) are built for
-    :attr:`family`, and compiling one under another dialect fails.
+    the dialect it was built with, and compiling one under another dialect fails.
     """
 
-    def __init__(self, tables: Tables, family: str) -> None:
+    def __init__(self, tables: Tables, dialect: SchemaDialect) -> None:
         self.t = tables
-        #: The dialect family (``sqlite``, ``postgresql``, ``mysql``) these serve.
-        self.family = family
         cp, meta, counter, tags = tables.checkpoints, tables.meta, tables.counter, tables.tags
         fields = tables.fields
         live = sa.or_(cp.c.expires_at.is_(None), cp.c.expires_at > _p("now"))
@@ -299,20 +238,19 @@ class Statements:
         # sequence in the table: a damaged or lowered counter must fail the save,
         # never hand out a sequence below an existing one. max(seq) is one index
         # probe; a stale snapshot of it only makes the guard weaker, never wrong.
-        sane = [counter.c.name == COUNTER_NAME, counter.c.hwm + 1 > self.max_seq.scalar_subquery()]
-        if family == "sqlite":
-            # SQLite would store text in the column, and 'x' + 1 is 1 there.
-            sane.append(sa.func.typeof(counter.c.hwm) == "integer")
+        self.counter_sane = [
+            counter.c.name == COUNTER_NAME,
+            counter.c.hwm + 1 > self.max_seq.scalar_subquery(),
+            *dialect.counter_guard(counter.c.hwm),
+        ]
         # :step is how many sequences one transaction takes (a save_many takes all
         # of its batch at once, so they are consecutive).
-        step = _p("step", sa.BigInteger())
-        self.bump = counter.update().where(*sane).values(hwm=counter.c.hwm + step)
-        self.bump = self.bump.returning(counter.c.hwm)
-        self.bump_no_returning = counter.update().where(*sane).values(hwm=counter.c.hwm + step)
-        self.bump_mysql = (
+        self.step = _p("step", sa.BigInteger())
+        self.bump = (
             counter.update()
-            .where(counter.c.name == COUNTER_NAME)
-            .values(hwm=sa.func.last_insert_id(counter.c.hwm + step))
+            .where(*self.counter_sane)
+            .values(hwm=counter.c.hwm + self.step)
+            .returning(counter.c.hwm)
         )
         self.insert_cp = cp.insert()
         self.insert_tag = tags.insert()
@@ -322,9 +260,8 @@ class Statements:
         self.ids_taken = sa.select(cp.c.seq, cp.c.id, cp.c.expires_at).where(cp.c.id.in_(ids))
         self.delete_many = cp.delete().where(cp.c.id.in_(ids), live)
         self.delete_seqs = cp.delete().where(cp.c.seq.in_(sa.bindparam("seqs", expanding=True)))
-        # Code point order is byte order in SQLite (BINARY) and MySQL (VARBINARY);
-        # PostgreSQL compares in the database's collation unless told "C".
-        name = cp.c.stream.collate("C") if family == "postgresql" else cp.c.stream
+        # Code point order is byte order in SQLite (BINARY) and MySQL (VARBINARY).
+        name = dialect.code_point_order(cp.c.stream)
         self.streams_from = sa.select(cp.c.stream).where(name >= _p("lo"), live).distinct()
         self.streams_between = self.streams_from.where(name < _p("hi"))
         self.delete_expired_id = cp.delete().where(
@@ -417,8 +354,8 @@ class Statements:
             .values(id=_p("new_id"), stream=_p("new_stream"), expires_at=_p("new_expires_at"))
         )
         self.scan = cache(self._scan)
-        #: Dialect-specific statements for :attr:`family`, built on first use by
-        #: ``dialects``.
+        #: Dialect-specific statements, built on first use
+        #: (:meth:`.dialects.Dialect.statement`).
         self.dialect_cache: dict[str, Executable] = {}
 
     def _scan(

@@ -16,53 +16,85 @@ statement runs inside a transaction, so the pooler keeps it on one server
 connection: reads are not autocommit, no statement is prepared under a name
 (asyncpg's statement caches are off), the session settings (``lock_timeout``,
 ``synchronous_commit``, read-only) are ``set_config(..., true)`` at the start of
-each transaction (:func:`local_settings`), and the migration lock is a
-transaction lock (:func:`.dialects.migration_lock`).
+each transaction (:func:`.postgres.dialect.local_settings`), and the migration lock is a
+transaction lock (:meth:`.dialects.Dialect.migration_lock`).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import Executable
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
 from ..._url import StoreURL
 from ...errors import BackendNotFound
 from ...telemetry._pools import PoolUsage
-from .dialects import Family
+from .dialects import Dialect
 from .faults import connection_fault, retry_read
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from .options import SqlOptions
 
 __all__ = [
     "SaSession",
+    "ServerDialect",
     "ServerRuntime",
     "check_driver",
-    "local_settings",
-    "server_connect_args",
     "server_url",
 ]
 
-_DEFAULT_DRIVER = {"postgresql": "asyncpg", "mysql": "aiomysql"}
-_EXTRA = {"postgresql": "postgres", "mysql": "mysql"}
-
 T = TypeVar("T")
+
+
+class ServerDialect(Dialect):
+    """A :class:`~.dialects.Dialect` reached through a SQLAlchemy async engine, with
+    what its connections differ in."""
+
+    #: The driver a URL without one gets, and the extra that installs it.
+    default_driver: ClassVar[str]
+    extra: ClassVar[str]
+    #: Query parameters of the SQLAlchemy URL.
+    url_query: ClassVar[Mapping[str, str]] = {}
+    #: Reads run in autocommit, each statement its own snapshot (no ``BEGIN``).
+    autocommit_reads: ClassVar[bool] = False
+
+    @abstractmethod
+    def connect_args(self, options: SqlOptions, *, pooled: bool = False) -> dict[str, Any]:
+        """Driver ``connect()`` arguments for ``options``: the lock timeout
+        (``busy_timeout``) and commit durability, plus ``connect_args``; under
+        ``read_only`` every transaction read-only from the start where the driver
+        can say so; ``pooled``: behind a pooler in transaction mode (PostgreSQL),
+        where session settings do not stay."""
+
+    def snapshot_options(self) -> dict[str, Any]:
+        """Execution options of a read-only snapshot transaction, beyond its isolation."""
+        return {}
+
+    def watch_engine(self, engine: sa.Engine, *, read_only: bool) -> None:
+        """Add this dialect's listeners to a new engine (e.g. a read-only session)."""
+        return None
+
+    def on_connection(self, conn: sa.Connection) -> Dialect:
+        """The dialect of the server ``conn`` reached (a variant: MariaDB's)."""
+        return self
 
 
 class SaSession:
     """:class:`~.dialects.Session` over a SQLAlchemy (sync-facing) connection."""
 
-    def __init__(self, conn: sa.Connection, family: Family, *, xact_locks: bool = False) -> None:
+    def __init__(
+        self, conn: sa.Connection, dialect: ServerDialect, *, xact_locks: bool = False
+    ) -> None:
         self.conn = conn
-        self.family = family
-        self.mariadb = bool(getattr(conn.dialect, "is_mariadb", False))
+        self.dialect = dialect.on_connection(conn)
         #: take the migration lock for the transaction, not the session (a pooler)
         self.xact_locks = xact_locks
 
@@ -89,82 +121,28 @@ class SaSession:
         self.conn.execute(element)
 
 
-def check_driver(url: StoreURL, family: Family) -> str:
+def check_driver(url: StoreURL, dialect: ServerDialect) -> str:
     """The driver module for ``url``; :class:`BackendNotFound` if it is not installed."""
-    driver = url.driver or _DEFAULT_DRIVER[family]
+    driver = url.driver or dialect.default_driver
     if importlib.util.find_spec(driver) is None:
         raise BackendNotFound(
             f"the {driver} driver for {url.scheme}:// is not installed; "
-            f"pip install 'statekeeper[{_EXTRA[family]}]'"
+            f"pip install 'statekeeper[{dialect.extra}]'"
         )
     return driver
 
 
-def server_url(url: StoreURL, family: Family, driver: str) -> sa.URL:
+def server_url(url: StoreURL, dialect: ServerDialect, driver: str) -> sa.URL:
     """The SQLAlchemy URL (with the password) for a server store URL."""
     return sa.URL.create(
-        f"{family}+{driver}",
+        f"{dialect.name}+{driver}",
         username=url.username,
         password=url.password,
         host=url.host,
         port=url.port,
         database=url.path.lstrip("/") or None,
-        query={"charset": "utf8mb4"} if family == "mysql" else {},
+        query=dict(dialect.url_query),
     )
-
-
-def server_connect_args(
-    family: Family,
-    *,
-    busy_timeout: float,
-    fast: bool,
-    extra: Mapping[str, Any],
-    read_only: bool = False,
-    pooled: bool = False,
-) -> dict[str, Any]:
-    """Driver ``connect()`` arguments: lock timeout and commit durability, plus ``extra``.
-
-    ``read_only`` makes every PostgreSQL transaction read-only from the start
-    (MySQL gets the same from :class:`ServerRuntime`, on connect). ``pooled``
-    (PostgreSQL behind a pooler in transaction mode): no session setting but
-    ``application_name``, which poolers pass on (the others are
-    :func:`local_settings`), and asyncpg's statement caches off.
-    """
-    args = dict(extra)
-    if family == "postgresql":
-        settings = {"application_name": "statekeeper"}
-        if pooled:
-            args.setdefault("statement_cache_size", 0)
-            args["server_settings"] = {**settings, **args.get("server_settings", {})}
-            return args
-        settings["lock_timeout"] = f"{busy_timeout * 1000:.0f}"
-        if read_only:
-            settings["default_transaction_read_only"] = "on"
-        if fast:
-            # The commit returns before the WAL reaches disk: a crash of the client
-            # loses nothing, a crash of the server may lose the last transactions.
-            settings["synchronous_commit"] = "off"
-        settings.update(args.get("server_settings", {}))
-        args["server_settings"] = settings
-    else:
-        wait = max(1, math.ceil(busy_timeout))  # MySQL takes whole seconds
-        args.setdefault("init_command", f"SET SESSION innodb_lock_wait_timeout = {wait}")
-    return args
-
-
-def local_settings(*, busy_timeout: float, fast: bool, read_only: bool) -> str:
-    """The statement that gives one PostgreSQL transaction the settings a direct
-    connection gets for its session (:func:`server_connect_args`): behind a pooler
-    in transaction mode a session setting would stay on a server connection that
-    the pooler hands to other clients, and never reach the next one this client
-    gets. ``set_config(name, value, true)`` lasts until the transaction ends."""
-    settings = {"lock_timeout": f"{busy_timeout * 1000:.0f}"}
-    if fast:
-        settings["synchronous_commit"] = "off"
-    if read_only:
-        settings["transaction_read_only"] = "on"
-    calls = ", ".join(f"set_config('{k}', '{v}', true)" for k, v in settings.items())
-    return f"SELECT {calls}"
 
 
 def _drop_socket(dbapi_conn: Any) -> None:
@@ -205,14 +183,6 @@ def _lost(ctx: Any) -> None:
     _drop_socket(getattr(fairy, "dbapi_connection", None))
 
 
-def _mysql_session_read_only(dbapi_conn: Any, record: Any) -> None:
-    cursor = dbapi_conn.cursor()
-    try:
-        cursor.execute("SET SESSION TRANSACTION READ ONLY")
-    finally:
-        cursor.close()
-
-
 class ServerRuntime:
     """The async engine of one PostgreSQL or MySQL store, recreated after ``fork``.
 
@@ -224,7 +194,7 @@ class ServerRuntime:
     def __init__(
         self,
         url: sa.URL,
-        family: Family,
+        dialect: ServerDialect,
         *,
         pool_size: int,
         echo: bool,
@@ -232,10 +202,10 @@ class ServerRuntime:
         read_only: bool = False,
         local: str | None = None,
     ) -> None:
-        self.family = family
+        self.dialect = dialect
         self.read_only = read_only
         #: behind a pooler in transaction mode: each transaction's settings statement
-        #: (:func:`local_settings`), and every statement in a transaction
+        #: (:func:`.postgres.dialect.local_settings`), and every statement in a transaction
         self.local = local
         self._url = url
         if local is not None:
@@ -267,8 +237,7 @@ class ServerRuntime:
             sync_engine = self._engine.sync_engine
             sa.event.listen(sync_engine, "checkout", _drop_dead)
             sa.event.listen(sync_engine, "handle_error", _lost)
-            if self.read_only and self.family == "mysql":
-                sa.event.listen(sync_engine, "connect", _mysql_session_read_only)
+            self.dialect.watch_engine(sync_engine, read_only=self.read_only)
             local = self.local
             if local is not None:
                 sa.event.listen(
@@ -276,7 +245,7 @@ class ServerRuntime:
                 )
             self._reader = (
                 self._engine.execution_options(isolation_level="AUTOCOMMIT")
-                if self.family == "postgresql" and local is None
+                if self.dialect.autocommit_reads and local is None
                 else self._engine
             )
         return self._engine, self._reader
@@ -288,7 +257,7 @@ class ServerRuntime:
             await self._engine.dispose()
 
     def _session(self, conn: sa.Connection) -> SaSession:
-        return SaSession(conn, self.family, xact_locks=self.local is not None)
+        return SaSession(conn, self.dialect, xact_locks=self.local is not None)
 
     async def start(self) -> None:
         await self._engines()
@@ -309,9 +278,10 @@ class ServerRuntime:
 
     async def _snapshot(self, fn: Callable[[SaSession], T]) -> T:
         engine, _ = await self._engines()
-        options: dict[str, Any] = {"isolation_level": "REPEATABLE READ"}
-        if self.family == "postgresql":
-            options["postgresql_readonly"] = True
+        options: dict[str, Any] = {
+            "isolation_level": "REPEATABLE READ",
+            **self.dialect.snapshot_options(),
+        }
         async with engine.connect() as conn:
             await conn.execution_options(**options)
             try:

@@ -9,7 +9,7 @@ from ..._url import StoreURL
 from ...config import Capabilities
 from ...telemetry._pools import PoolUsage
 from .dialects import Runtime
-from .server import ServerRuntime, check_driver, server_connect_args, server_url
+from .server import ServerDialect, ServerRuntime, check_driver, server_url
 from .store import SqlCheckpointStore
 
 __all__ = ["ServerSqlStore"]
@@ -28,21 +28,14 @@ class ServerSqlStore(SqlCheckpointStore):
         atomic_batches=True,
         metadata_filter=True,
     )
+    dialect: ClassVar[ServerDialect]
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         super().__init__(url, **options)
-        self.driver = check_driver(self.url, self.family)
+        self.driver = check_driver(self.url, self.dialect)
 
     def _connect_args(self, pooled: bool = False) -> dict[str, Any]:
-        opts = self.options
-        return server_connect_args(
-            self.family,
-            busy_timeout=opts.busy_timeout,
-            fast=opts.durability == "fast",
-            extra=opts.connect_args,
-            read_only=opts.read_only,
-            pooled=pooled,
-        )
+        return self.dialect.connect_args(self.options, pooled=pooled)
 
     def _pool_usage(self) -> list[PoolUsage]:
         """How the store's connection pools stand, for telemetry (S18)."""
@@ -52,8 +45,8 @@ class ServerSqlStore(SqlCheckpointStore):
     def _make_runtime(self) -> Runtime:
         opts = self.options
         return ServerRuntime(
-            server_url(self.url, self.family, self.driver),
-            self.family,
+            server_url(self.url, self.dialect, self.driver),
+            self.dialect,
             pool_size=opts.pool_size or 5,
             echo=opts.echo,
             connect_args=self._connect_args(),

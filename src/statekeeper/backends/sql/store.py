@@ -26,11 +26,12 @@ from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
 from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, RecordEdits, StoredRecord, read_record
-from . import integrity, migrations, outcomes, updates, writes
-from .compiler import Compiler
-from .dialects import INLINE_WRITE_BYTES, Family, Runtime, Session
+from ...record import NewRecord, StoredRecord, Update, read_record
+from . import migrations, outcomes, updates, writes
+from .dialects import INLINE_WRITE_BYTES, Dialect, Family, Runtime, Session
 from .entries import scanned_entries
+from .integrity import derived
+from .integrity.upkeep import Upkeep
 from .options import SqlOptions, family_of
 from .schema import (
     Statements,
@@ -39,7 +40,6 @@ from .schema import (
     prefix_bounds,
     to_micros,
 )
-from .upkeep import Upkeep, translated
 
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 
@@ -50,10 +50,13 @@ Order = Literal["asc", "desc"]
 class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     """A :class:`~statekeeper.CheckpointStore` in an SQL database.
 
-    ``SqlCheckpointStore(url, **options)`` returns the dialect's subclass
-    (:class:`SqliteCheckpointStore`, :class:`PostgresCheckpointStore` or
-    :class:`MysqlCheckpointStore`, the class the registry names for the URL's
-    scheme), which declares that dialect's capabilities and options.
+    The base of the dialects' stores (:class:`SqliteCheckpointStore`,
+    :class:`PostgresCheckpointStore` and :class:`MysqlCheckpointStore`), each of
+    which declares its dialect's capabilities and options and holds its
+    :class:`~.dialects.Dialect`. ``SqlCheckpointStore.from_url(url, **options)``
+    builds the class the registry names for the URL's scheme, as
+    :func:`statekeeper.open_store` does; ``SqlCheckpointStore(url)`` itself raises
+    :class:`TypeError` naming those.
 
     Strict and tolerant reads are as the base contract says; a row whose record
     cannot be decoded raises :class:`~statekeeper.errors.CheckpointDecodeError`
@@ -99,35 +102,47 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     )
     backend_name: ClassVar[str] = "sql"
 
-    def __new__(cls, url: str | StoreURL, **options: Any) -> Self:
-        target: type[BaseCheckpointStore[Any]] = cls
-        if cls is SqlCheckpointStore:
-            # by name from the registry: a SQLite store imports no server dialect
-            parsed = StoreURL.parse(url)
-            family_of(parsed)
-            target = builtin_class(parsed.scheme)
-            assert issubclass(target, SqlCheckpointStore)
-        return cast(Self, super().__new__(target))
+    #: What differs on this store's database (each dialect's store sets its own).
+    dialect: ClassVar[Dialect]
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         parsed = StoreURL.parse(url)
+        if type(self) is SqlCheckpointStore:
+            raise TypeError(
+                "SqlCheckpointStore is the base of the SQL dialects' stores; build one "
+                "with SqlCheckpointStore.from_url(url) or statekeeper.open_store(url), "
+                "which pick the dialect's class by the URL's scheme, or with "
+                "SqliteCheckpointStore, PostgresCheckpointStore or MysqlCheckpointStore"
+            )
+        family = family_of(parsed, (type(self).__name__, self.dialect.name))
         # Options may come in the URL's query too; the same option twice is an error.
         super().__init__(**parsed.merge_options(options))
         self.url = parsed.with_(query={})
-        self.family: Family = family_of(self.url)
+        self.family: Family = family
         self.table_prefix = self.options.table_prefix
-        self._st, self._compiler = _statements(
-            self.table_prefix, self.options.db_schema, self.family
-        )
+        self._st = _statements(self.table_prefix, self.options.db_schema, self.dialect)
         self.tables = self._st.t
         self._store_id = ""
         self._meta_damage: list[str] = []
         self._runtime: Runtime | None = None
 
     @classmethod
-    def from_url(cls, url: StoreURL, **options: Any) -> Self:
-        """Build an unopened store; URL query parameters are options."""
-        return cls(url, **options)
+    def from_url(cls, url: str | StoreURL, **options: Any) -> Self:
+        """Build an unopened store; URL query parameters are options.
+
+        On :class:`SqlCheckpointStore` itself this picks the dialect's class by the
+        URL's scheme (the built-in class the registry names for it:
+        :class:`SqliteCheckpointStore`, :class:`PostgresCheckpointStore` or
+        :class:`MysqlCheckpointStore`); on a dialect's class it builds that class.
+        """
+        if cls is not SqlCheckpointStore:
+            return cls(url, **options)
+        parsed = StoreURL.parse(url)
+        family_of(parsed)  # InvalidURL for a URL that is not SQL
+        # by name from the registry: a SQLite store imports no server dialect
+        target = builtin_class(parsed.scheme)
+        assert issubclass(target, SqlCheckpointStore)
+        return cast(Self, target(parsed, **options))
 
     def describe(self) -> str:
         where = self.url.with_(password=None, query={}).render()
@@ -175,13 +190,15 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         try:
             return await call
         except BaseException as exc:
-            err = translated(exc, what, self.describe, self.options.busy_timeout)
+            where = f"{what} on {self.describe()}"
+            err = self.dialect.translate_error(exc, where, self.options.busy_timeout)
             if err is None:
                 raise
             raise err from exc
 
     def _upkeep(self) -> Upkeep:
-        return Upkeep(self._rt(), self._st, self.describe(), self.options.busy_timeout)
+        rt, where = self._rt(), self.describe()
+        return Upkeep(rt, self._st, self.dialect, where, self.options.busy_timeout)
 
     # -- open, migrations ----------------------------------------------------------
 
@@ -238,33 +255,25 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         call = self._guard("saving a batch", self._write(op))
         return await outcomes.saving(call, records, self._get_many)
 
-    async def _update(
-        self,
-        id: str,
-        *,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    async def _update(self, update: Update) -> CheckpointHeader:
         self._check_meta()
         op = partial(
             updates.update,
             st=self._st,
             parse=self._parse,
             store_id=self._store_id,
-            id=id,
-            state=state,
-            if_match=if_match,
-            now=now,
-            etag=etag,
-            edits=edits,
-            codec=codec,
+            id=update.id,
+            state=update.state,
+            if_match=update.if_match,
+            now=update.now,
+            etag=update.etag,
+            edits=update.edits,
+            codec=update.codec,
         )
-        call = self._guard("updating", self._write(op, len(state)))
-        return await outcomes.updating(call, id, etag, partial(self._get_many, now=now))
+        call = self._guard("updating", self._write(op, len(update.state)))
+        return await outcomes.updating(
+            call, update.id, update.etag, partial(self._get_many, now=update.now)
+        )
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         def op(s: Session) -> StoredRecord | None:
@@ -403,7 +412,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
             count = s.first(self._st.count, at)
             streams = s.first(self._st.count_streams, at)
             expired = s.first(self._st.count_expired, at)
-            hwm = integrity.read_counter(s, self._st)
+            hwm = derived.read_counter(s, self._st)
             return {
                 "checkpoints": int(count[0]) if count else 0,
                 "streams": int(streams[0]) if streams else 0,
@@ -420,7 +429,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _verify(self) -> list[Problem]:
         """Meta rows, tables and indexes, the counter, every row against its record, and
-        orphan index rows; reads only (:meth:`.upkeep.Upkeep.verify`)."""
+        orphan index rows; reads only (:meth:`.integrity.upkeep.Upkeep.verify`)."""
         version = self._require_open().format_version or migrations.MIGRATIONS[-1].version
         return await self._upkeep().verify(
             version, self._check_counter, self._store_id, self._location
@@ -428,7 +437,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     async def _repair(self, drop_damaged: bool) -> RepairReport:
         """Recreate lost tables and indexes, rebuild the meta rows, row columns, tag and
-        fields rows and the counter from the records (:meth:`.upkeep.Upkeep.repair`),
+        fields rows and the counter from the records (:meth:`.integrity.upkeep.Upkeep.repair`),
         then deal with the damaged records."""
         identity = self._require_open()
         version = identity.format_version or migrations.MIGRATIONS[-1].version
@@ -447,10 +456,10 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
     def _check_counter(self, s: Session) -> list[Problem]:
         """``verify`` of what orders sequences (PostgreSQL: :mod:`.postgres.seq_base`)."""
-        return integrity.check_counter(s, self._st, self.describe())
+        return derived.check_counter(s, self._st, self.describe())
 
     def _rebuild_counter(self, s: Session) -> tuple[int, int] | None:
-        return integrity.rebuild_counter(s, self._st)
+        return derived.rebuild_counter(s, self._st)
 
     async def _drop_row(self, entry: Skipped) -> bool:
         return await self._upkeep().drop_row(entry.sequence)
@@ -497,8 +506,8 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
 
 
 @lru_cache(maxsize=64)
-def _statements(prefix: str, schema: str | None, family: Family) -> tuple[Statements, Compiler]:
+def _statements(prefix: str, schema: str | None, dialect: Dialect) -> Statements:
     """Shared by every store of one dialect with these tables, so statements compile
     once per process and dialect. Keyed by dialect: the dialect-specific statements
     built on first use must not reach a store of another dialect (issue 11)."""
-    return Statements(build_tables(prefix, schema, family), family), Compiler()
+    return Statements(build_tables(prefix, schema, dialect), dialect)

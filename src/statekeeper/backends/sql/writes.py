@@ -4,7 +4,7 @@ Synchronous operations over one :class:`~.dialects.Session`, each inside the
 caller's write transaction. A checkpoint is its row in the checkpoints table plus
 its derived rows: one tags row per tag, one fields row per filterable metadata
 value (:func:`.schema.field_rows`). Every insert takes its sequences from the
-counter row first (:func:`.dialects.next_sequence`), so the row lock it takes
+counter row first (:meth:`.dialects.Dialect.next_sequence`), so the row lock it takes
 orders all inserts: a batch's sequences are consecutive, no other insert lands
 between them, and an id checked here cannot be taken by another insert before
 this transaction ends.
@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from ...errors import BackendError, PreconditionFailed
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
-from . import dialects, schema_check
 from .dialects import Session
+from .integrity import schema_check
 from .schema import SCHEMA_VERSION, Statements, expires_micros, field_rows, tag_rows, to_micros
 
 __all__ = ["index_rows", "insert_many", "insert_one", "reindex"]
@@ -85,13 +85,13 @@ def insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> 
 
 
 def _insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
-    stored = record.seal(dialects.next_sequence(s, st))
+    stored = record.seal(s.dialect.next_sequence(s, st))
     row = _row(stored, store_id)
-    if not dialects.insert_checkpoint(s, st, row):
+    if not s.dialect.insert_checkpoint(s, st, row):
         # The id is taken; an expired checkpoint may be replaced, a live one not.
         now = to_micros(record.now)
         if not s.run(st.delete_expired_id, {"id": record.id, "now": now}) or (
-            not dialects.insert_checkpoint(s, st, row)
+            not s.dialect.insert_checkpoint(s, st, row)
         ):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
     _insert_index_rows(s, st, [stored])
@@ -112,7 +112,7 @@ def insert_many(
 def _insert_many(
     s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
 ) -> list[CheckpointHeader]:
-    last = dialects.next_sequence(s, st, len(records))
+    last = s.dialect.next_sequence(s, st, len(records))
     first = last - len(records) + 1
     by_id = {record.id: record for record in records}
     expired: list[int] = []

@@ -46,9 +46,11 @@ applies it once, ``sweep_every`` in the background from the first call until
 **Modules.** :mod:`._storage` (``StatekeeperCheckpointStorage``: the protocol's
 methods over the store), :mod:`._codec` (the mapping of workflow names and
 checkpoint ids to streams and store ids, and the framework's JSON encoding in and
-out of records, with the allowlist check), :mod:`._lifecycle` (the store opened
-lazily on the first call's event loop, reopened after that loop closed, closed by
-``aclose``) and :mod:`._retention` (the sweep of the storage's workflows).
+out of records, with the allowlist check; and ``framework_encoding``, the one import
+of the framework's encoder, which agent-framework-core does not export),
+:mod:`._lifecycle` (the store opened lazily on the first call's event loop,
+reopened after that loop closed, closed by ``aclose``) and :mod:`._retention`
+(the sweep of the storage's workflows).
 """
 
 from __future__ import annotations

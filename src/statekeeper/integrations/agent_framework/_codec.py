@@ -7,31 +7,94 @@ does not fit the store's rules is hashed (stream ``"<namespace>#<sha256>"``, id
 ``FileCheckpointStorage`` does (``encode_checkpoint_value`` of
 ``WorkflowCheckpoint.to_dict()``, as JSON, stored verbatim with ``codec="raw"``),
 refusing what it could not decode back under the storage's allowlist, and decodes
-records back, checking that a record is the checkpoint asked for.
+records back, checking that a record is the checkpoint asked for. The framework's
+encoder comes from :func:`framework_encoding`, the adapter's one use of a private
+module of agent-framework-core.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.metadata
+import inspect
 import json
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
-
-# The encoder FileCheckpointStorage uses is not re-exported by agent_framework; using
-# it (not a copy) is what keeps our records in the framework's own format and its
-# allowlist policy. The extra pins agent-framework-core <2.
-from agent_framework._workflows._checkpoint_encoding import (
-    decode_checkpoint_value,
-    encode_checkpoint_value,
-)
 
 from ..._core.validate import ID_PATTERN, MAX_STREAM_LEN
 from ...models import CheckpointHeader, NewCheckpoint
 
-#: ``metadata["format"]`` of every record this adapter writes: the framework's JSON.
+#: Where agent-framework-core keeps the checkpoint encoder of FileCheckpointStorage.
+PRIVATE_ENCODING = "agent_framework._workflows._checkpoint_encoding"
+
+
+def framework_encoding() -> tuple[Callable[[Any], Any], Callable[..., Any]]:
+    """agent-framework-core's ``encode_checkpoint_value`` and
+    ``decode_checkpoint_value``: the encoder and decoder its ``FileCheckpointStorage``
+    uses, so that our records are the framework's own format under its allowlist.
+
+    The framework does not export them (checked up to agent-framework-core 1.23,
+    whose public ``agent_framework`` names only ``register_checkpoint_type`` of that
+    module), so this is the one place the adapter reaches into a private module.
+    If that module moves or changes shape, this raises ``ImportError`` saying what is
+    missing and from which version, when the adapter is imported, never a wrong
+    encoding at a save (``tests/integrations/test_agent_framework_private.py``
+    pins the shape). The extra pins agent-framework-core <2.
+    """
+    try:
+        module = importlib.import_module(PRIVATE_ENCODING)
+    except ImportError as exc:
+        raise ImportError(_changed(f"{PRIVATE_ENCODING} cannot be imported ({exc})")) from exc
+    encode = getattr(module, "encode_checkpoint_value", None)
+    decode = getattr(module, "decode_checkpoint_value", None)
+    if not callable(encode) or not callable(decode):
+        raise ImportError(
+            _changed(f"{PRIVATE_ENCODING} has no encode_checkpoint_value/decode_checkpoint_value")
+        )
+    try:
+        takes_allowlist = "allowed_types" in inspect.signature(decode).parameters
+    except (TypeError, ValueError):  # no signature to read: not the function we know
+        takes_allowlist = False
+    if not takes_allowlist:
+        raise ImportError(
+            _changed(f"{PRIVATE_ENCODING}.decode_checkpoint_value takes no allowed_types=")
+        )
+    return encode, decode
+
+
+def _changed(what: str) -> str:
+    try:
+        version = importlib.metadata.version("agent-framework-core")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return (
+        f"statekeeper's Agent Framework storage needs the checkpoint encoding of "
+        f"agent-framework-core's FileCheckpointStorage, which that package does not "
+        f"export: {what} in agent-framework-core {version}. Install the version "
+        f"statekeeper supports (pip install 'statekeeper[agent-framework]') or a "
+        f"statekeeper release that supports this one"
+    )
+
+
+encode_checkpoint_value, decode_checkpoint_value = framework_encoding()
+
+#: ``"format"`` of every record this adapter writes: the framework's JSON.
 FORMAT: Final = "agent-framework/json"
+#: The one metadata key of a record this adapter writes; its value holds what the
+#: adapter reads back: ``format``, ``checkpoint_id`` and ``workflow_name``.
+META_KEY: Final = "agent_framework"
+
+
+def checkpoint_fields(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What the adapter wrote in a record's metadata (``format``, ``checkpoint_id``,
+    ``workflow_name``): under :data:`META_KEY`, or at the top level in records written
+    before it moved there (which also hold ``timestamp``,
+    ``previous_checkpoint_id`` and ``iteration_count``, read by nothing)."""
+    nested = metadata.get(META_KEY)
+    return nested if isinstance(nested, dict) else metadata
 
 
 def _sha256(text: str) -> str:
@@ -109,13 +172,16 @@ class CheckpointCodec:
             state=data,
             id=self.store_id_for(cid),
             parent_id=None if previous is None else self.store_id_for(previous),
+            # One key whose value is a mapping: the SQL backends index top-level
+            # scalar metadata for list(metadata=...) filters, a row per key, and the
+            # adapter filters on none (it reads a workflow's stream). Only what the
+            # adapter reads back; the rest of the checkpoint is in the state.
             metadata={
-                "format": FORMAT,
-                "checkpoint_id": cid,
-                "workflow_name": checkpoint.workflow_name,
-                "timestamp": checkpoint.timestamp,
-                "previous_checkpoint_id": previous,
-                "iteration_count": checkpoint.iteration_count,
+                META_KEY: {
+                    "format": FORMAT,
+                    "checkpoint_id": cid,
+                    "workflow_name": checkpoint.workflow_name,
+                }
             },
         )
 
@@ -154,12 +220,12 @@ class CheckpointCodec:
         self, header: CheckpointHeader, state: object, cid: str | None
     ) -> WorkflowCheckpoint:
         """Decode a record read by store id, checking it is the checkpoint asked for."""
-        meta = header.metadata
+        meta = checkpoint_fields(header.metadata)
         expected = meta.get("checkpoint_id") if cid is None else cid
         if meta.get("format") != FORMAT or meta.get("checkpoint_id") != expected:
             raise WorkflowCheckpointException(
                 f"store record {header.id!r} is not the Agent Framework checkpoint "
-                f"{expected!r} (metadata {meta!r})"
+                f"{expected!r} (metadata {header.metadata!r})"
             )
         checkpoint = self.decode(state, str(expected))
         if checkpoint.checkpoint_id != expected:

@@ -27,7 +27,7 @@ from ...errors import (
 )
 from ...models import NewCheckpoint, Retention, SweepReport
 from .._background import BackgroundSweep
-from ._codec import CheckpointCodec
+from ._codec import CheckpointCodec, checkpoint_fields
 from ._lifecycle import LazyStore
 from ._retention import sweep_workflows
 
@@ -237,8 +237,8 @@ class StatekeeperCheckpointStorage:
                 if current.stream != item.stream:
                     raise WorkflowCheckpointException(
                         f"checkpoint {cid!r} is already saved under workflow "
-                        f"{current.metadata.get('workflow_name')!r}; delete it before "
-                        f"saving it under {checkpoint.workflow_name!r}"
+                        f"{checkpoint_fields(current.metadata).get('workflow_name')!r}; "
+                        f"delete it before saving it under {checkpoint.workflow_name!r}"
                     )
                 await store.update(
                     item.id,
@@ -306,14 +306,15 @@ class StatekeeperCheckpointStorage:
                     skipped.reason,
                 )
             for item in page.items:
-                if item.metadata.get("workflow_name") != workflow_name:
+                fields = checkpoint_fields(item.metadata)
+                if fields.get("workflow_name") != workflow_name:
                     continue  # another name hashed to this stream (never in practice)
                 try:
                     checkpoints.append(self._codec.checked(item, item.state, None))
                 except WorkflowCheckpointException as exc:
                     logger.warning(
                         "skipping undecodable checkpoint %s of workflow %r: %s",
-                        item.metadata.get("checkpoint_id", item.id),
+                        fields.get("checkpoint_id", item.id),
                         workflow_name,
                         exc,
                     )
@@ -337,8 +338,9 @@ class StatekeeperCheckpointStorage:
                 stream, order="asc", limit=_PAGE, after=after, include_state=False
             )
             for item in page.items:
-                cid = item.metadata.get("checkpoint_id")
-                if item.metadata.get("workflow_name") == workflow_name and isinstance(cid, str):
+                fields = checkpoint_fields(item.metadata)
+                cid = fields.get("checkpoint_id")
+                if fields.get("workflow_name") == workflow_name and isinstance(cid, str):
                     ids.append(cid)
             if page.next_cursor is None:
                 return ids
@@ -366,10 +368,11 @@ class StatekeeperCheckpointStorage:
             ) from exc
         if record is None:
             return None
-        if record.metadata.get("workflow_name") != workflow_name:
+        owner = checkpoint_fields(record.metadata).get("workflow_name")
+        if owner != workflow_name:
             raise WorkflowCheckpointException(
                 f"the newest record of workflow {workflow_name!r}'s stream belongs to "
-                f"workflow {record.metadata.get('workflow_name')!r}"
+                f"workflow {owner!r}"
             )
         try:
             return self._codec.checked(record, record.state, None)

@@ -6,6 +6,9 @@ modules:
 
 - :mod:`.store`: :class:`MysqlCheckpointStore` (what the dialect declares) and
   :class:`MysqlOptions`, its options.
+- :mod:`.dialect`: :class:`~.dialect.MysqlDialect`, what MySQL does differently
+  (the counter through ``LAST_INSERT_ID``, ``GET_LOCK``, text as UTF-8 bytes,
+  error codes, connection settings), and its MariaDB variant.
 """
 
 from __future__ import annotations

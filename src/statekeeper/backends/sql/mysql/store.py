@@ -7,6 +7,7 @@ from typing import ClassVar
 from ....config import StoreOptions
 from ..options import SqlOptions
 from ..server_store import ServerSqlStore
+from .dialect import MYSQL, MysqlDialect
 
 __all__ = ["MysqlCheckpointStore", "MysqlOptions"]
 
@@ -27,4 +28,5 @@ class MysqlCheckpointStore(ServerSqlStore):
 
     Options: ClassVar[type[StoreOptions]] = MysqlOptions
     backend_name: ClassVar[str] = "mysql"
+    dialect: ClassVar[MysqlDialect] = MYSQL
     options: MysqlOptions

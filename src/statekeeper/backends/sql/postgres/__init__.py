@@ -9,6 +9,9 @@ The modules:
 - :mod:`.store`: :class:`PostgresCheckpointStore`, the SQL core's store with the
   lean path for ``save``, ``save_many``, ``get_latest``, ``load`` and ``list``.
 - :mod:`.options`: :class:`PostgresOptions` (``listing_wait``).
+- :mod:`.dialect`: :class:`~.dialect.PostgresDialect`, what PostgreSQL does
+  differently (advisory locks, ``ON CONFLICT``, the catalog, error codes, the
+  connection settings and those of one transaction behind a pooler).
 - :mod:`.statements`: every statement of the lean path, built in this one place
   (Core statements of :mod:`..schema` where the dialects share them) and compiled
   once for asyncpg's ``$n`` parameters.

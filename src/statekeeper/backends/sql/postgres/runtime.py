@@ -8,7 +8,7 @@ own (:class:`Connections`), through asyncpg's public API only.
 Behind a pooler in transaction mode (``pooler="transaction"``) asyncpg caches no
 statement (a name prepared on one server connection would be another client's on
 the next), and every call runs in a transaction that begins with the settings a
-direct connection has for its session (:func:`..server.local_settings`), so the
+direct connection has for its session (:func:`.dialect.local_settings`), so the
 pooler keeps the call on one server connection. A read that meets a lost
 connection runs once more on a fresh one (:func:`..faults.retry_read`); a write is
 never re-sent here (the store resolves its outcome, :mod:`..outcomes`).

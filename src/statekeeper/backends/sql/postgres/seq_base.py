@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from ....models import Problem
 from ..dialects import Session
-from ..integrity import top_sequence
+from ..integrity.derived import top_sequence
 from ..schema import Statements, Tables
 from .statements import BASE_ROW, SEQ_SLOTS
 

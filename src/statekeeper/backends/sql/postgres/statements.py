@@ -2,7 +2,7 @@
 
 The lean path runs on raw asyncpg connections (:mod:`.runtime`), so its statements
 are compiled once, here, for asyncpg's ``$n`` parameters: SQLAlchemy numbers the
-parameters (:func:`compile_pg`, as :mod:`..compiler` does for SQLite's ``?``), and
+parameters (:func:`compile_pg`, as :mod:`..sqlite.compiler` does for SQLite's ``?``), and
 callers pass values by name (:meth:`PgSql.args`). Where the statement is the same
 as on every dialect (``get_latest``, ``load``, a listed page) it is the Core
 statement of :class:`~..schema.Statements` itself; what only PostgreSQL has (the

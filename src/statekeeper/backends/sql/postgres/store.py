@@ -12,13 +12,14 @@ from ...._url import StoreURL
 from ....config import StoreOptions
 from ....models import CheckpointHeader, Problem, RepairReport, Skipped
 from ....record import NewRecord, StoredRecord
-from .. import dialects, outcomes
+from .. import outcomes
 from ..dialects import Runtime, Session
 from ..entries import scanned_entries
 from ..schema import filter_params, to_micros
-from ..server import local_settings, server_url
+from ..server import server_url
 from ..server_store import ServerSqlStore
 from . import listing, seq_base, sequences, statements
+from .dialect import POSTGRES, PostgresDialect, local_settings
 from .options import PostgresOptions
 from .runtime import PgRuntime
 
@@ -47,6 +48,7 @@ class PostgresCheckpointStore(ServerSqlStore):
 
     Options: ClassVar[type[StoreOptions]] = PostgresOptions
     backend_name: ClassVar[str] = "postgresql"
+    dialect: ClassVar[PostgresDialect] = POSTGRES
     options: PostgresOptions
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
@@ -82,8 +84,8 @@ class PostgresCheckpointStore(ServerSqlStore):
             else None
         )
         return PgRuntime(
-            server_url(self.url, self.family, self.driver),
-            self.family,
+            server_url(self.url, self.dialect, self.driver),
+            self.dialect,
             pool_size=size,
             echo=opts.echo,
             connect_args=connect_args,
@@ -122,9 +124,9 @@ class PostgresCheckpointStore(ServerSqlStore):
             return
         tables, timeout = self.tables, self.options.busy_timeout
         self._base = await self._rt().locked_write(
-            lambda s: dialects.migration_lock(s, tables, timeout),
+            lambda s: s.dialect.migration_lock(s, tables, timeout),
             lambda s: seq_base.raise_base(s, tables),
-            lambda s: dialects.migration_unlock(s, tables),
+            lambda s: s.dialect.migration_unlock(s, tables),
         )
 
     def _check_counter(self, s: Session) -> list[Problem]:

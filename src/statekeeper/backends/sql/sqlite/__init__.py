@@ -5,6 +5,8 @@ The modules, from the store down:
 
 - :mod:`.store`: :class:`SqliteCheckpointStore`, SQLite's capabilities, and its
   runtime built from the options.
+- :mod:`.dialect`: :class:`~.dialect.SqliteDialect`, what SQLite does differently
+  (the SQL core's :class:`~..dialects.Dialect`).
 - :mod:`.options`: :class:`SqliteOptions` (``inline_reads``), and the refusal of
   other dialects' options and of ``sqlite+aiosqlite://``.
 - :mod:`.runtime`: :class:`SqliteRuntime`, the connections of one store: the writer,
@@ -14,6 +16,7 @@ The modules, from the store down:
   (one transaction, a savepoint per write, one COMMIT; SPEC S15).
 - :mod:`.session`: :class:`SqliteSession`, the ``Session`` over one connection that
   every operation of :mod:`..store` runs on.
+- :mod:`.compiler`: the SQL core's statements compiled once for ``sqlite3``.
 - :mod:`.connect`: the file's path from the URL, the connection settings, WAL, and
   the writer's wait for the write lock.
 

@@ -35,7 +35,7 @@ from typing import TypeVar
 
 from ...._runtime.inline import HOP, Budget, try_inline
 from ...._runtime.worker import pick
-from ..compiler import Compiler
+from .compiler import Compiler
 from .connect import BUSY_CODES, Connector, OpenMode, error_code, prepare_file, with_busy_timeout
 from .session import SqliteSession
 from .workers import SqliteWorker, SqliteWriter, run_alone

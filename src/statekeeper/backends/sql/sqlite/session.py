@@ -1,19 +1,17 @@
 """The :class:`~..dialects.Session` of SQLite: one ``sqlite3`` connection, and the
-statements of :mod:`..schema` compiled once for SQLite (:mod:`..compiler`)."""
+statements of :mod:`..schema` compiled once for SQLite (:mod:`.compiler`)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.sql import Executable
 
-from ..compiler import _POSTCOMPILE, Compiler, _expand
-
-if TYPE_CHECKING:  # (a name only: the session needs nothing of the dialects module)
-    from ..dialects import Family
+from .compiler import _POSTCOMPILE, Compiler, _expand
+from .dialect import SQLITE, SqliteDialect
 
 __all__ = ["SqliteSession"]
 
@@ -21,8 +19,7 @@ __all__ = ["SqliteSession"]
 class SqliteSession:
     """:class:`~.dialects.Session` over one ``sqlite3`` connection."""
 
-    family: Family = "sqlite"
-    mariadb = False
+    dialect: SqliteDialect = SQLITE
 
     def __init__(self, conn: sqlite3.Connection, compiler: Compiler) -> None:
         self.conn = conn

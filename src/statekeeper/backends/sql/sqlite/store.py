@@ -4,13 +4,17 @@ how its runtime (:mod:`.runtime`) is built from the store's options."""
 from __future__ import annotations
 
 import weakref
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...._runtime.finalizer import when_collected
 from ...._url import StoreURL
 from ....config import Capabilities, StoreOptions
+from ..schema import Statements
 from ..store import SqlCheckpointStore
+from .compiler import Compiler
 from .connect import OpenMode, sqlite_path
+from .dialect import SQLITE, SqliteDialect
 from .options import SqliteOptions, refuse_foreign_driver, refuse_foreign_options
 from .runtime import SqliteRuntime
 
@@ -18,6 +22,13 @@ if TYPE_CHECKING:
     from ..dialects import Runtime
 
 __all__ = ["SqliteCheckpointStore"]
+
+
+@lru_cache(maxsize=64)
+def _compiler(st: Statements) -> Compiler:
+    """One compiler per set of statements (they are shared by every store with these
+    tables), so each statement compiles once per process."""
+    return Compiler()
 
 
 def _sqlite_mode(options: SqliteOptions) -> OpenMode:
@@ -53,6 +64,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         metadata_filter=True,
     )
     backend_name: ClassVar[str] = "sqlite"
+    dialect: ClassVar[SqliteDialect] = SQLITE
 
     def __init__(self, url: str | StoreURL, **options: Any) -> None:
         parsed = StoreURL.parse(url)
@@ -60,6 +72,7 @@ class SqliteCheckpointStore(SqlCheckpointStore):
         refuse_foreign_options([*parsed.query, *options])
         super().__init__(parsed, **options)
         self.path = sqlite_path(self.url)
+        self._compiler = _compiler(self._st)
         self._abandon: weakref.finalize[[], object] | None = None
 
     def _sqlite_options(self) -> SqliteOptions:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from ...._runtime.group import GroupCommit, Settled
 from ...._runtime.worker import Job, Worker
-from ..compiler import Compiler
+from .compiler import Compiler
 from .connect import begin_immediate
 from .session import SqliteSession
 

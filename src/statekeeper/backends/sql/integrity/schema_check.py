@@ -5,7 +5,7 @@ hand, a restore that left one out). Nothing about the records is wrong then, but
 saves fail (SQLite's ``ON CONFLICT (id)`` needs the unique index on ``id``; every
 save needs the counter table) or, worse, stop being checked (MySQL takes a
 duplicate id for a free one without that index). So ``verify`` compares the
-catalog with :func:`.schema.build_tables` for the store's version
+catalog with :func:`..schema.build_tables` for the store's version
 (:func:`check_schema`), ``repair()`` recreates what is missing
 (:func:`rebuild_schema`, the migrations' own ``IF NOT EXISTS`` DDL), and a save that
 fails on a damaged schema says so and says to repair (:func:`schema_damage`).
@@ -22,41 +22,11 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from ...models import Problem
-from . import dialects
-from .dialects import Session
-from .schema import Statements, Tables
+from ....models import Problem
+from ..dialects import Session
+from ..schema import Statements, Tables
 
 __all__ = ["SchemaDamage", "check_schema", "rebuild_schema", "schema_damage"]
-
-_SQLITE_INDEXES = sa.text('SELECT name, "unique" FROM pragma_index_list(:table)')
-_SQLITE_PK = sa.text("SELECT name FROM pragma_table_info(:table) WHERE pk > 0")
-_PG_INDEXES = sa.text(
-    "SELECT i.relname, x.indisunique AND x.indisvalid FROM pg_catalog.pg_index x "
-    "JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid "
-    "JOIN pg_catalog.pg_class t ON t.oid = x.indrelid "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace "
-    "WHERE n.nspname = COALESCE(:schema, current_schema()) AND t.relname = :table "
-    "AND NOT x.indisprimary"
-)
-_PG_PK = sa.text(
-    "SELECT a.attname FROM pg_catalog.pg_index x "
-    "JOIN pg_catalog.pg_class t ON t.oid = x.indrelid "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace "
-    "JOIN pg_catalog.pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(x.indkey) "
-    "WHERE n.nspname = COALESCE(:schema, current_schema()) AND t.relname = :table "
-    "AND x.indisprimary"
-)
-_MYSQL_INDEXES = sa.text(
-    "SELECT index_name, MIN(non_unique) = 0 FROM information_schema.statistics "
-    "WHERE table_schema = COALESCE(:schema, DATABASE()) AND table_name = :table "
-    "AND index_name <> 'PRIMARY' GROUP BY index_name"
-)
-_MYSQL_PK = sa.text(
-    "SELECT column_name FROM information_schema.statistics "
-    "WHERE table_schema = COALESCE(:schema, DATABASE()) AND table_name = :table "
-    "AND index_name = 'PRIMARY'"
-)
 
 
 @dataclass(frozen=True)
@@ -76,34 +46,18 @@ def _tables_of(tables: Tables, version: int) -> tuple[sa.Table, ...]:
     return tables.all if version >= 2 else tables.all[:-1]
 
 
-def _indexes_of(table: sa.Table, tables: Tables, family: str, version: int) -> list[sa.Index]:
+def _indexes_of(s: Session, table: sa.Table, tables: Tables, version: int) -> list[sa.Index]:
     indexes = sorted(table.indexes, key=lambda ix: str(ix.name))
-    if table is tables.checkpoints and family == "postgresql" and version >= 2:
-        indexes.append(tables.pg_stream_c)
-    return indexes
-
-
-def _catalog(s: Session, table: sa.Table) -> tuple[dict[str, bool], set[str]]:
-    """``{index name: unique}`` (primary key left out) and the primary key's columns."""
-    params = {"schema": table.schema, "table": table.name}
-    if s.family == "sqlite":
-        indexes, pk = _SQLITE_INDEXES, _SQLITE_PK
-        params = {"table": table.name}
-    elif s.family == "postgresql":
-        indexes, pk = _PG_INDEXES, _PG_PK
-    else:
-        indexes, pk = _MYSQL_INDEXES, _MYSQL_PK
-    found = {str(name): bool(unique) for name, unique in s.rows(indexes, params)}
-    return found, {str(r[0]) for r in s.rows(pk, params)}
+    return indexes + s.dialect.extra_indexes(table, tables, version)
 
 
 def _damage(s: Session, tables: Tables, version: int) -> list[SchemaDamage]:
     out = []
     for table in _tables_of(tables, version):
-        if not dialects.table_exists(s, table):
+        if not s.dialect.table_exists(s, table):
             out.append(SchemaDamage(table, None, f"the table {table.name} is missing"))
             continue
-        found, pk = _catalog(s, table)
+        found, pk = s.dialect.catalog(s, table)
         want_pk = {c.name for c in table.primary_key.columns}
         if pk != want_pk:
             has = ", ".join(sorted(pk)) or "nothing"
@@ -111,7 +65,7 @@ def _damage(s: Session, tables: Tables, version: int) -> list[SchemaDamage]:
                 f"the primary key of {table.name} is on ({has}), not ({', '.join(sorted(want_pk))})"
             )
             out.append(SchemaDamage(table, None, reason, rebuildable=False))
-        for index in _indexes_of(table, tables, s.family, version):
+        for index in _indexes_of(s, table, tables, version):
             name = str(index.name)
             if name not in found:
                 out.append(SchemaDamage(table, index, f"the index {name} is missing"))
@@ -152,9 +106,9 @@ def rebuild_schema(s: Session, st: Statements, version: int) -> tuple[list[str],
     ``IF NOT EXISTS`` DDL), and an index of the wrong uniqueness; return what was
     recreated and what could not be (each a sentence).
 
-    A recreated counter table is empty: :func:`.integrity.rebuild_counter`, which
+    A recreated counter table is empty: :func:`.derived.rebuild_counter`, which
     runs after this, fills it from the highest stored sequence. A recreated tags or
-    fields table is filled by :func:`.integrity.rebuild_rows`. The unique index on
+    fields table is filled by :func:`.derived.rebuild_rows`. The unique index on
     ``id`` is not created over ids that several rows hold; that is reported instead.
     """
     done: list[str] = []
@@ -165,9 +119,9 @@ def rebuild_schema(s: Session, st: Statements, version: int) -> tuple[list[str],
             left.append(f"{d.reason} (repair() cannot rebuild a primary key)")
             continue
         if d.index is None:
-            dialects.run_ddl(s, sa.schema.CreateTable(d.table, if_not_exists=True))
-            for index in _indexes_of(d.table, tables, s.family, version):
-                dialects.run_ddl(s, sa.schema.CreateIndex(index, if_not_exists=True))
+            s.dialect.run_ddl(s, sa.schema.CreateTable(d.table, if_not_exists=True))
+            for index in _indexes_of(s, d.table, tables, version):
+                s.dialect.run_ddl(s, sa.schema.CreateIndex(index, if_not_exists=True))
             done.append(f"recreated the table {d.table.name} and its indexes")
             continue
         if d.index.unique and d.table is tables.checkpoints:
@@ -181,7 +135,7 @@ def rebuild_schema(s: Session, st: Statements, version: int) -> tuple[list[str],
                 continue
         if "missing" not in d.reason:
             s.ddl(sa.schema.DropIndex(d.index))
-        dialects.run_ddl(s, sa.schema.CreateIndex(d.index, if_not_exists=True))
+        s.dialect.run_ddl(s, sa.schema.CreateIndex(d.index, if_not_exists=True))
         done.append(f"recreated the index {d.index.name}")
     return done, left
 

@@ -1,10 +1,11 @@
 """Opening, ``verify`` and ``repair`` of one SQL store's tables: :class:`Upkeep`.
 
 The store builds one :class:`Upkeep` per open runtime and hands it what it uses:
-the runtime, the statements, the store's name for messages and its lock timeout.
+the runtime, the statements, the dialect, the store's name for messages and its
+lock timeout.
 Opening probes the meta table and migrates under the migration lock
-(:mod:`.migrations`); ``verify`` reads one snapshot per step, and ``repair``
-rebuilds in one transaction per step (:mod:`.integrity`, :mod:`.schema_check`).
+(:mod:`..migrations`); ``verify`` reads one snapshot per step, and ``repair``
+rebuilds in one transaction per step (:mod:`.derived`, :mod:`.schema_check`).
 What orders sequences (the counter row, or PostgreSQL's ``seq_base``) is the
 store's, passed in as ``check_counter`` and ``rebuild_counter``.
 """
@@ -17,34 +18,27 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-from ...errors import ConcurrentModificationError, StoreFormatError, StoreNotFound
-from ...models import Problem
-from . import dialects, integrity, migrations, schema_check
-from .dialects import Runtime, Session
-from .schema import Statements
+from ....errors import ConcurrentModificationError, StoreFormatError, StoreNotFound
+from ....models import Problem
+from .. import migrations
+from ..dialects import Dialect, Runtime, Session
+from ..schema import Statements
+from . import derived, schema_check
 
-__all__ = ["Repaired", "Upkeep", "guarded", "translated"]
+__all__ = ["Repaired", "Upkeep", "guarded"]
 
 T = TypeVar("T")
 
 _REBUILD = "repair() rebuilds the meta table from the records"
 
 
-def translated(
-    exc: BaseException, what: str, where: str | Callable[[], str], busy_timeout: float
-) -> BaseException | None:
-    """The statekeeper error for a driver error ``exc`` (``None``: not a driver error);
-    ``where``, the store's name for it, may be a function: only an error needs it."""
-    place = where if isinstance(where, str) else where()
-    return dialects.translate_error(exc, f"{what} on {place}", busy_timeout)
-
-
-async def guarded(call: Awaitable[T], what: str, where: str, busy_timeout: float) -> T:
-    """Await ``call``, turning driver errors into statekeeper errors."""
+async def guarded(call: Awaitable[T], dialect: Dialect, what: str, where: str, busy: float) -> T:
+    """Await ``call``, turning driver errors into statekeeper errors (by ``dialect``;
+    ``busy``: the store's busy_timeout, which a lock timeout names)."""
     try:
         return await call
     except BaseException as exc:
-        err = translated(exc, what, where, busy_timeout)
+        err = dialect.translate_error(exc, f"{what} on {where}", busy)
         if err is None:
             raise
         raise err from exc
@@ -108,17 +102,20 @@ class Repaired:
 class Upkeep:
     """The open runtime's table work: probe, open and migrate, verify, repair."""
 
-    def __init__(self, rt: Runtime, st: Statements, where: str, busy_timeout: float) -> None:
-        self.rt, self.st, self.where, self.busy_timeout = rt, st, where, busy_timeout
+    def __init__(
+        self, rt: Runtime, st: Statements, dialect: Dialect, where: str, busy_timeout: float
+    ) -> None:
+        self.rt, self.st, self.dialect = rt, st, dialect
+        self.where, self.busy_timeout = where, busy_timeout
 
     def _guard(self, what: str, call: Awaitable[T]) -> Awaitable[T]:
-        return guarded(call, what, self.where, self.busy_timeout)
+        return guarded(call, self.dialect, what, self.where, self.busy_timeout)
 
-    async def probe(self, attempts: int = 5) -> integrity.MetaProbe:
+    async def probe(self, attempts: int = 5) -> derived.MetaProbe:
         st, where = self.st, self.where
         try:
             return await self._guard(
-                "reading the meta table", self.rt.read(lambda s: integrity.probe_meta(s, st, where))
+                "reading the meta table", self.rt.read(lambda s: derived.probe_meta(s, st, where))
             )
         except ConcurrentModificationError:
             # MySQL: another process created a table after this read's snapshot
@@ -128,9 +125,7 @@ class Upkeep:
             await asyncio.sleep(0.05)
             return await self.probe(attempts - 1)
 
-    async def open_tables(
-        self, *, create: bool, read_only: bool
-    ) -> tuple[integrity.MetaProbe, int]:
+    async def open_tables(self, *, create: bool, read_only: bool) -> tuple[derived.MetaProbe, int]:
         """The meta table's probe and the schema version, migrated to the latest
         unless ``read_only``; :class:`StoreNotFound` or :class:`StoreFormatError`."""
         where = self.where
@@ -175,9 +170,9 @@ class Upkeep:
         """``fn`` in a write transaction under the store's migration lock."""
         tables, timeout = self.st.t, self.busy_timeout
         return self.rt.locked_write(
-            lambda s: dialects.migration_lock(s, tables, timeout),
+            lambda s: s.dialect.migration_lock(s, tables, timeout),
             fn,
-            lambda s: dialects.migration_unlock(s, tables),
+            lambda s: s.dialect.migration_unlock(s, tables),
         )
 
     async def verify(
@@ -203,10 +198,10 @@ class Upkeep:
         if torn:
             return problems  # the row checks need every table; repair() recreates them
         problems += await self._guard("checking the counter", rt.snapshot(check_counter))
-        for found in await self.pages(rt.snapshot, integrity.check_rows, store_id, locate):
+        for found in await self.pages(rt.snapshot, derived.check_rows, store_id, locate):
             problems += found
         problems += await self._guard(
-            "checking index rows", rt.snapshot(lambda s: integrity.check_orphan_rows(s, st))
+            "checking index rows", rt.snapshot(lambda s: derived.check_orphan_rows(s, st))
         )
         return problems
 
@@ -232,9 +227,9 @@ class Upkeep:
             # Persist the identity this store was opened with (and reads use).
             probe.store_id, probe.cursor_key = identity
         meta = await self._guard(
-            "rebuilding the meta table", write(lambda s: integrity.rebuild_meta(s, st, probe))
+            "rebuilding the meta table", write(lambda s: derived.rebuild_meta(s, st, probe))
         )
-        rows = await self.pages(write, integrity.rebuild_rows, store_id, locate)
+        rows = await self.pages(write, derived.rebuild_rows, store_id, locate)
         orphans = await self._guard(
             "deleting orphan index rows",
             write(lambda s: (s.run(st.delete_orphan_tags), s.run(st.delete_orphan_fields))),
@@ -255,7 +250,7 @@ class Upkeep:
     async def pages(
         self,
         run: Callable[[Callable[[Session], tuple[T, int | None]]], Awaitable[tuple[T, int | None]]],
-        step: integrity.PageStep[T],
+        step: derived.PageStep[T],
         store_id: str,
         locate: Callable[[int], str],
     ) -> list[T]:

@@ -17,7 +17,7 @@ else is derived from it and may be rebuilt:
 A row whose record cannot be read stays: strict reads keep raising
 :class:`~statekeeper.errors.CheckpointDecodeError` for it until
 ``repair(drop_damaged=True)``. Every function here is a synchronous operation over
-one :class:`~.dialects.Session`; the ``check_*`` ones only read.
+one :class:`~..dialects.Session`; the ``check_*`` ones only read.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from ...errors import CheckpointDecodeError, StoreFormatError
-from ...models import Problem
-from ...record import StoredRecord
-from . import dialects, writes
-from .dialects import Session
-from .migrations import read_meta, tables_version
-from .schema import Statements, expires_micros, field_rows, tag_rows
+from ....errors import CheckpointDecodeError, StoreFormatError
+from ....models import Problem
+from ....record import StoredRecord
+from .. import writes
+from ..dialects import Session
+from ..migrations import read_meta, tables_version
+from ..schema import Statements, expires_micros, field_rows, tag_rows
 from .store_ids import STORE_ID as _STORE_ID
 from .store_ids import store_id_on_record
 
@@ -113,7 +113,7 @@ def probe_meta(s: Session, st: Statements, where: str) -> MetaProbe:
                 meta, version=version, store_id=store_id, cursor_key=bytes.fromhex(key)
             )
     missing = [
-        t.name for t in (tables.counter, tables.checkpoints) if not dialects.table_exists(s, t)
+        t.name for t in (tables.counter, tables.checkpoints) if not s.dialect.table_exists(s, t)
     ]
     counter = None if missing else s.first(st.read_hwm)
     rows = None if missing else s.first(st.newest_records, {"limit": 1})
@@ -181,7 +181,7 @@ def rebuild_meta(s: Session, st: Statements, probe: MetaProbe) -> list[str]:
 def read_counter(s: Session, st: Statements) -> int | None:
     """The counter's value; ``None`` if its row or its table is missing, or it is not
     an integer (``verify`` says which)."""
-    if not dialects.table_exists(s, st.t.counter):
+    if not s.dialect.table_exists(s, st.t.counter):
         return None
     return counter_value(s.first(st.read_hwm))
 

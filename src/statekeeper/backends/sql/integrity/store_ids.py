@@ -8,7 +8,7 @@ on one, the meta row is the damage, not the records. Reading the records as
 ``repair(drop_damaged=True)`` delete every acknowledged checkpoint.
 
 :func:`store_id_on_record` decides, on every open (see
-:func:`.integrity.probe_meta`). The common case costs one indexed read of the
+:func:`.derived.probe_meta`). The common case costs one indexed read of the
 newest row: its header names the meta row's id. Only when it does not (the meta row
 is damaged, or the newest row holds a record that is not this store's) does it read
 every row, verifying each record's checksum, and count the ids they carry.
@@ -22,10 +22,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import CheckpointDecodeError
-from ...record import MAGIC, StoredRecord
-from .dialects import Session
-from .schema import Statements
+from ....errors import CheckpointDecodeError
+from ....record import MAGIC, StoredRecord
+from ..dialects import Session
+from ..schema import Statements
 
 __all__ = ["STORE_ID", "StoreIdVerdict", "header_store", "store_id_on_record"]
 
