@@ -8,7 +8,28 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file import layout as fmt
+from statekeeper.backends.file.store import FileParts
+
+
+def parts_of(store: FileCheckpointStore) -> FileParts:
+    """``store``'s engine and the parts over it (:class:`FileParts`), to call one
+    part directly with a budget of the test's choosing."""
+    return store._parts
+
+
+def read_state(root: Path | str) -> fmt.State | None:
+    """The store's ``state``, read from its file (``None``: unreadable)."""
+    return fmt.State.from_bytes((Path(root) / "state").read_bytes())
+
+
+def write_state(root: Path | str, state: fmt.State) -> None:
+    """Write ``state`` into the store's ``state`` file as a writer does: the copy its
+    generation owns (another writer's write, as the store sees it)."""
+    offset, data = state.copy_bytes()
+    with (Path(root) / "state").open("r+b") as f:
+        f.seek(offset)
+        f.write(data)
 
 
 def count_hops(store: FileCheckpointStore) -> list[str]:
@@ -40,14 +61,10 @@ def a_journal_in_flight(
     that crashed, or is still running, leaves it), put back as it was after."""
     path = root / "state"
     before = path.read_bytes()
-    engine = store._engine
-    with engine.active():
-        state = engine.read_state()
-        assert state is not None
-        lo, hi = state.hwm + 1, state.hwm + 2
-        engine.write_state(
-            state.next(hwm=hi, journal=fmt.Journal(op, "job.idx", seq=seq, lo=lo, hi=hi))
-        )
+    state = read_state(root)
+    assert state is not None
+    lo, hi = state.hwm + 1, state.hwm + 2
+    write_state(root, state.next(hwm=hi, journal=fmt.Journal(op, "job.idx", seq=seq, lo=lo, hi=hi)))
     try:
         yield
     finally:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file import layout as fmt
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     CheckpointDecodeError,

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from file_helpers import count_hops
+from file_helpers import count_hops, read_state
 
 from statekeeper.backends.file import FileCheckpointStore
 
@@ -72,7 +72,7 @@ async def test_fast_saves_still_move_the_sync_mark_in_the_worker(tmp_path: Path)
             await store.save("s", {"i": i})
         # the saves that reach the mark (3 and 6) flush the indexes: in the worker
         assert hops == ["save", "save"]
-        state = store._engine.read_state()
+        state = read_state(store.path)
         assert state is not None and state.synced == 6
 
 

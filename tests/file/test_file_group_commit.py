@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 from fault_io import FaultHookIO
+from file_helpers import parts_of
 
+from statekeeper._runtime.inline import WORKER, Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.budget import WORKER, Budget, WouldBlock
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     BackendError,
@@ -45,8 +46,8 @@ class Gate:
         self.on_group: Callable[[], None] | None = None
         #: Called once the group's insert returned (before its callers hear of it).
         self.after_group: Callable[[], None] | None = None
-        engine = store._engine
-        insert, insert_group = engine.insert, engine.insert_group
+        parts = parts_of(store)
+        insert, insert_group = parts.engine.writes.insert, parts.batches.insert_group
 
         def gated_insert(record: Any, budget: Budget = WORKER) -> Any:
             if budget.inline:
@@ -69,8 +70,8 @@ class Gate:
                 if self.after_group is not None:
                     self.after_group()
 
-        engine.insert = gated_insert  # type: ignore[method-assign]
-        engine.insert_group = recorded_group  # type: ignore[method-assign]
+        parts.engine.writes.insert = gated_insert  # type: ignore[method-assign]
+        parts.batches.insert_group = recorded_group  # type: ignore[method-assign]
 
 
 async def queued_behind_one(
@@ -142,7 +143,8 @@ async def test_a_lone_save_is_not_grouped(tmp_path: Path) -> None:
 async def test_a_failing_save_in_a_group_fails_alone(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         await store.save("old", {"x": 1}, id="taken")
-        store._engine.max_record_bytes = 4096  # a record over it fails its own save only
+        # a record over it fails its own save only
+        parts_of(store).engine.files.max_record_bytes = 4096
         gate = Gate(store)
         calls = [
             saving(store, "a", "ok-1"),
@@ -513,9 +515,9 @@ async def test_a_group_across_two_buckets_keeps_both_directories_open(
     not close one under it (regression: with one cached descriptor, the second
     bucket evicted and closed the first while its renames were still to come)."""
     import statekeeper as sk
-    from statekeeper.backends.file import descriptors
+    from statekeeper.backends.file import fdcache
 
-    monkeypatch.setattr(descriptors, "_BUCKETS_KEPT", 1)
+    monkeypatch.setattr(fdcache, "_BUCKETS_KEPT", 1)
     async with FileCheckpointStore(tmp_path / "s", durability="fast") as store:
         await store.save_many([sk.NewCheckpoint(stream="fill", state={}) for _ in range(996)])
         gate = Gate(store)

@@ -2,7 +2,7 @@
 
 Each read of the file backend (``get_latest``, ``load``, ``load_many``, a listed
 page and its probe) is ONE function of the engine taking a budget
-(:mod:`statekeeper.backends.file.budget`): the store runs it on the event loop's
+(:mod:`statekeeper._runtime.inline`): the store runs it on the event loop's
 thread under an inline budget, where it raises ``WouldBlock`` wherever it would
 block, and then runs the same function in the worker. This test holds the two
 against each other over seeded random histories of saves (some with a TTL, some
@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from file_helpers import a_journal_in_flight
+from file_helpers import a_journal_in_flight, parts_of
 
 import statekeeper as sk
 from statekeeper._core.query import ScanQuery
+from statekeeper._runtime.inline import WORKER, Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.budget import INLINE_RECORD_BYTES, WORKER, Budget, WouldBlock
-from statekeeper.backends.file.index import IndexDamaged
+from statekeeper.backends.file.indexes import IndexDamaged
+from statekeeper.backends.file.reader import INLINE_RECORD_BYTES
 from statekeeper.errors import StatekeeperError
 from statekeeper.models import Checkpoint
 
@@ -224,7 +225,7 @@ def outcome(
     """What ``read(*args, budget)`` gave on the engine: its answer, its error (type and
     words), or :data:`BLOCKED`."""
     try:
-        with store._engine.active():
+        with parts_of(store).engine.files.active():
             return ("answer", read(*args, budget))
     except WouldBlock:
         return BLOCKED
@@ -233,14 +234,14 @@ def outcome(
 
 
 def engine_reads(w: World) -> Iterator[tuple[str, Callable[..., Any], tuple[Any, ...]]]:
-    engine, now, rng = w.store._engine, w.store.now(), w.rng
+    parts, now, rng = parts_of(w.store), w.store.now(), w.rng
     for stream in (*STREAMS, "never-used"):
-        yield "get_latest", engine.reader.latest, (stream, now)
+        yield "get_latest", parts.reader.latest, (stream, now)
     ids = [cp.id for cp in rng.sample(w.saved, min(4, len(w.saved)))] + ["never-saved"]
     for cid in ids:
-        yield "load", engine.reader.get, (cid, now)
-        yield "load_many", engine.reader.get_many, ([cid], now)
-    yield "load_many", engine.reader.get_many, (ids, now)
+        yield "load", parts.reader.get, (cid, now)
+        yield "load_many", parts.reader.get_many, ([cid], now)
+    yield "load_many", parts.reader.get_many, (ids, now)
     top = max((cp.sequence for cp in w.saved), default=0) + 2
     for _ in range(6):
         query = ScanQuery(
@@ -253,7 +254,7 @@ def engine_reads(w: World) -> Iterator[tuple[str, Callable[..., Any], tuple[Any,
         )
         probed = query.bound is not None and rng.random() < 0.8  # list probes past a bound
         probe_of = w.store._probe_of(query) if probed else None
-        yield "list", engine.pages.scan_page, (query, probe_of)
+        yield "list", parts.pages.scan_page, (query, probe_of)
 
 
 async def public(store: FileCheckpointStore, w: World, what: str, arg: Any) -> Any:

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from file_helpers import a_journal_in_flight, count_hops
+from file_helpers import a_journal_in_flight, count_hops, read_state, write_state
 
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file.budget import INLINE_RECORD_BYTES
+from statekeeper.backends.file.reader import INLINE_RECORD_BYTES
 from statekeeper.errors import CheckpointDecodeError
 from statekeeper.models import Checkpoint, Page
 
@@ -227,14 +227,12 @@ async def test_a_page_spread_over_many_buckets(tmp_path: Path) -> None:
     """A sparse stream: each of its records in a bucket of its own, more buckets than
     a thread keeps open. Every page inline, every page the worker's."""
     async with FileCheckpointStore(tmp_path / "s") as store:
-        engine = store._engine
         sparse = []
         for i in range(12):
             sparse.append(await store.save("sparse", {"i": i}))
-            with engine.active():  # move the next sequence to the next bucket
-                state = engine.read_state()
-                assert state is not None
-                engine.write_state(state.next(hwm=(state.hwm // 1000 + 1) * 1000))
+            state = read_state(store.path)  # move the next sequence to the next bucket
+            assert state is not None
+            write_state(store.path, state.next(hwm=(state.hwm // 1000 + 1) * 1000))
         hops = count_hops(store)
         pages = await walk(store, hops, "sparse", limit=5, order="asc")
         assert [cp.id for p in pages for cp in p.items] == [cp.id for cp in sparse]

@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from file_helpers import a_journal_in_flight, count_hops
+from file_helpers import a_journal_in_flight, count_hops, parts_of, read_state
 
 import statekeeper as sk
 from statekeeper._core.query import ScanQuery
+from statekeeper._runtime.inline import Budget, WouldBlock
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
-from statekeeper.backends.file.budget import INLINE_RECORD_BYTES, Budget, WouldBlock
-from statekeeper.backends.file.index import StreamIndex, write_index
+from statekeeper.backends.file import layout as fmt
+from statekeeper.backends.file.indexes import StreamIndex, write_index
 from statekeeper.backends.file.io import OsFileIO
+from statekeeper.backends.file.reader import INLINE_RECORD_BYTES
 from statekeeper.errors import (
     BackendError,
     CheckpointDecodeError,
@@ -82,7 +83,7 @@ def load_of(store: FileCheckpointStore, cid: str) -> Callable[[], Awaitable[Any]
 def inline(store: FileCheckpointStore, read: Callable[..., Any], *args: Any) -> Any:
     """``read(*args, now)``, an engine read, run inline right here: its answer, or
     :data:`BLOCKS` where it would block."""
-    with store._engine.active():
+    with parts_of(store).engine.files.active():
         try:
             return read(*args, store.now(), Budget(inline=True))
         except WouldBlock:
@@ -158,11 +159,11 @@ async def test_a_damaged_index_falls_back_to_the_records(tmp_path: Path) -> None
         saved = [await store.save("job", {"i": i}) for i in range(5)]
         hops = count_hops(store)
         (tmp_path / "s" / "streams" / "job.idx").write_bytes(b"\0" * 5000)
-        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, parts_of(store).reader.latest, "job") == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got == ("checkpoint", (saved[-1].id, saved[-1].sequence, {"i": 4}))
         (tmp_path / "s" / "ids.idx").write_bytes(b"junk")
-        assert inline(store, store._engine.reader.get, saved[1].id) == BLOCKS
+        assert inline(store, parts_of(store).reader.get, saved[1].id) == BLOCKS
         got = await one_hop(hops, "load", lambda: store.load(saved[1].id))
         assert got == ("checkpoint", (saved[1].id, saved[1].sequence, {"i": 1}))
 
@@ -183,7 +184,7 @@ async def test_a_missing_index_falls_back_to_the_records(tmp_path: Path) -> None
         assert await store.get_latest("nothing") is None  # streams/ seen whole
         hops = count_hops(store)
         (tmp_path / "s" / "streams" / "job.idx").unlink()
-        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
+        assert inline(store, parts_of(store).reader.latest, "job") == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id  # never None: the records still have it
 
@@ -195,16 +196,16 @@ async def test_a_torn_or_unreadable_state_falls_back(tmp_path: Path, how: str) -
         hops = count_hops(store)
         state = tmp_path / "s" / "state"
         data = bytearray(state.read_bytes())
-        current = store._engine.read_state()
+        current = read_state(store.path)
         assert current is not None
         other_copy = 2048 * (1 - current.gen % 2)  # the copy the last write did not touch
         for at in [0, 2048] if how == "unreadable" else [other_copy]:
             data[at + 100 : at + 110] = b"#" * 10
         state.write_bytes(bytes(data))
-        read = store._engine.read_state()
+        read = read_state(store.path)
         assert read is None if how == "unreadable" else read is not None and read.torn
-        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
-        assert inline(store, store._engine.reader.get, saved[0].id) == BLOCKS
+        assert inline(store, parts_of(store).reader.latest, "job") == BLOCKS
+        assert inline(store, parts_of(store).reader.get, saved[0].id) == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[1][0] == saved[-1].id
         got = await one_hop(hops, "load", lambda: store.load(saved[0].id))
@@ -230,16 +231,16 @@ async def test_a_crashed_writers_journal_is_finished_in_the_worker(tmp_path: Pat
         io.armed = True
         with pytest.raises(BackendError):
             await store.delete(saved[-1].id)
-        state = store._engine.read_state()
+        state = read_state(store.path)
         assert state is not None and state.journal is not None and state.journal.op == "delete"
-        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
-        assert inline(store, store._engine.reader.get, saved[0].id) == BLOCKS
+        assert inline(store, parts_of(store).reader.latest, "job") == BLOCKS
+        assert inline(store, parts_of(store).reader.get, saved[0].id) == BLOCKS
         hops = count_hops(store)
         latest = await store.get_latest("job")
         assert latest is not None and latest.id == saved[-2].id
         assert hops == ["get_latest"]
         # the worker finished the delete (heal), so the next reads are inline again
-        state = store._engine.read_state()
+        state = read_state(store.path)
         assert state is not None and state.journal is None
         assert not record_file(tmp_path / "s", saved[-1]).exists()
         assert (await store.get_latest("job")).id == saved[-2].id  # type: ignore[union-attr]
@@ -261,8 +262,8 @@ async def test_a_damaged_newest_record_raises_as_the_hop_does(tmp_path: Path, da
             flip(path, -2)
         else:
             path.unlink()
-        assert inline(store, store._engine.reader.latest, "job") == BLOCKS
-        assert inline(store, store._engine.reader.get, saved[-1].id) == BLOCKS
+        assert inline(store, parts_of(store).reader.latest, "job") == BLOCKS
+        assert inline(store, parts_of(store).reader.get, saved[-1].id) == BLOCKS
         got = await one_hop(hops, "get_latest", lambda: store.get_latest("job"))
         assert got[0] == "raised" and got[1][0] == "CheckpointDecodeError"
         with pytest.raises(CheckpointDecodeError) as caught:
@@ -284,11 +285,11 @@ async def test_an_orphan_newer_than_the_answer_raises_as_the_hop_does(tmp_path: 
     record_file(tmp_path / "s", job[-1]).write_bytes(b"\0" * 300)
     (tmp_path / "s" / "streams" / "job.idx").unlink()
     async with FileCheckpointStore(tmp_path / "s") as store:
-        state = store._engine.read_state()
+        state = read_state(store.path)
         assert state is not None and state.orphan == (job[-1].sequence, job[-1].id)
         hops = count_hops(store)
         for stream in ("other", "job", "never-used"):
-            assert inline(store, store._engine.reader.latest, stream) == BLOCKS
+            assert inline(store, parts_of(store).reader.latest, stream) == BLOCKS
             got = await one_hop(hops, "get_latest", latest_of(store, stream))
             assert got[0] == "raised" and "drop-damaged" in got[1][1]
         newer = await store.save("other", {"n": 2})
@@ -305,8 +306,8 @@ async def test_a_record_gone_under_the_read_is_left_to_the_worker(
     may be in the way), it reports nothing itself: the worker looks again."""
     async with FileCheckpointStore(tmp_path / "s") as store:
         cp = await store.save("job", {"n": 1})
-        engine = store._engine
-        real = engine.load_record
+        files = parts_of(store).engine.files
+        real = files.load_record
         vanish: list[bool] = []
 
         def flaky(*args: Any) -> Any:
@@ -315,7 +316,7 @@ async def test_a_record_gone_under_the_read_is_left_to_the_worker(
                 return None
             return real(*args)
 
-        monkeypatch.setattr(engine, "load_record", flaky)
+        monkeypatch.setattr(files, "load_record", flaky)
         hops = count_hops(store)
         vanish.append(True)
         assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
@@ -392,11 +393,14 @@ async def test_a_batch_in_flight_sends_reads_to_the_worker(tmp_path: Path) -> No
     """A journal that hides a batch (or that heal may finish) is not the cheap path."""
     async with FileCheckpointStore(tmp_path / "s") as store:
         cp = await store.save("job", {"n": 1})
-        engine = store._engine
+        parts = parts_of(store)
         for op in ("batch", "batched", "delete", "update"):
-            with a_journal_in_flight(store, tmp_path / "s", op, cp.sequence), engine.active():
-                assert inline(store, engine.reader.latest, "job") == BLOCKS
-                assert inline(store, engine.reader.get, cp.id) == BLOCKS
+            with (
+                a_journal_in_flight(store, tmp_path / "s", op, cp.sequence),
+                parts.engine.files.active(),
+            ):
+                assert inline(store, parts.reader.latest, "job") == BLOCKS
+                assert inline(store, parts.reader.get, cp.id) == BLOCKS
         hops = count_hops(store)
         assert (await store.get_latest("job")).id == cp.id  # type: ignore[union-attr]
         assert hops == []
@@ -485,8 +489,8 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
     io = CountingOpens()
     async with FileCheckpointStore(tmp_path / "s", io=io) as store:
         saved = [await store.save("job", {"i": i}, tags={"k": str(i % 2)}) for i in range(30)]
-        engine = store._engine
-        now = store.now()
+        parts = parts_of(store)
+        engine, now = parts.engine, store.now()
         for bound in (None, saved[0].sequence, saved[13].sequence, saved[-1].sequence + 1):
             for tags in ({}, {"k": "1"}):
                 query = ScanQuery("job", order, bound, 6, tags, now)  # type: ignore[arg-type]
@@ -496,31 +500,31 @@ async def test_a_page_and_its_probe_share_one_index_and_state_read(
                     back = "desc" if query.order == "asc" else "asc"
                     return replace(query, order=back, bound=edge, limit=1)  # type: ignore[arg-type]
 
-                with engine.active():
-                    want, _ = engine.pages.scan_page(query, None)
+                with engine.files.active():
+                    want, _ = parts.pages.scan_page(query, None)
                     io.opened.clear()
-                    page, probed = engine.pages.scan_page(query, probe_of)
+                    page, probed = parts.pages.scan_page(query, probe_of)
                     assert io.opened.count("job.idx") == 1
-                    assert (page, probed) == (want, engine.pages.scan_page(probe_of(want), None)[0])
+                    assert (page, probed) == (want, parts.pages.scan_page(probe_of(want), None)[0])
         index = tmp_path / "s" / "streams" / "job.idx"
         index.unlink()  # replaced by junk: a new file, whose header is not a store's
         index.write_bytes(b"\0" * 5000)
         query = ScanQuery("job", order, saved[13].sequence, 6, {}, now)  # type: ignore[arg-type]
-        with engine.active():
-            page, probed = engine.pages.scan_page(query, lambda p: replace(query, limit=1))
-            assert page == engine.pages.scan_page(query, None)[0] and len(page) == 6
-            assert probed == engine.pages.scan_page(replace(query, limit=1), None)[0]
+        with engine.files.active():
+            page, probed = parts.pages.scan_page(query, lambda p: replace(query, limit=1))
+            assert page == parts.pages.scan_page(query, None)[0] and len(page) == 6
+            assert probed == parts.pages.scan_page(replace(query, limit=1), None)[0]
 
 
 async def test_a_thread_holding_the_write_lock_takes_the_hop(tmp_path: Path) -> None:
     async with FileCheckpointStore(tmp_path / "s") as store:
         cp = await store.save("job", {"n": 1})
-        engine = store._engine
-        with engine.active(), engine.locked() as got:
+        parts = parts_of(store)
+        with parts.engine.files.active(), parts.engine.lock.held() as got:
             assert got
-            assert inline(store, engine.reader.latest, "job") == BLOCKS
-            assert inline(store, engine.reader.get, cp.id) == BLOCKS
-        assert inline(store, engine.reader.latest, "job").id == cp.id
+            assert inline(store, parts.reader.latest, "job") == BLOCKS
+            assert inline(store, parts.reader.get, cp.id) == BLOCKS
+        assert inline(store, parts.reader.latest, "job").id == cp.id
 
 
 @pytest.mark.parametrize("order", ["asc", "desc"])
@@ -577,7 +581,7 @@ async def test_files_replaced_under_kept_descriptors_are_opened_afresh(tmp_path:
         saved = [await store.save("job", {"i": i}) for i in range(3)]
         assert (await store.get_latest("job")).id == saved[-1].id  # type: ignore[union-attr]
         assert (await store.load(saved[0].id)).id == saved[0].id
-        kept = store._engine.descriptors.mine()
+        kept = parts_of(store).engine.fdcache.mine()
         old_index, old_ids = kept.indexes["job.idx"].identity, kept.ids[0].identity  # type: ignore[index]
         await store.repair()
         newer = await store.save("job", {"i": 3})
@@ -600,6 +604,6 @@ async def test_an_id_table_header_damaged_under_a_kept_descriptor(tmp_path: Path
         data[10] ^= 0x55  # in the header, in place
         ids.write_bytes(bytes(data))
         hops = count_hops(store)
-        assert inline(store, store._engine.reader.get, saved[1].id) == BLOCKS
+        assert inline(store, parts_of(store).reader.get, saved[1].id) == BLOCKS
         got = await one_hop(hops, "load", load_of(store, saved[1].id))
         assert got[1][0] == saved[1].id

@@ -19,7 +19,7 @@ import pytest
 
 import statekeeper as sk
 from statekeeper.backends.file import FileCheckpointStore
-from statekeeper.backends.file import format as fmt
+from statekeeper.backends.file import layout as fmt
 from statekeeper.backends.file.io import OsFileIO
 from statekeeper.errors import (
     InvalidOptions,

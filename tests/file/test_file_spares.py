@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from file_helpers import parts_of
 
 from statekeeper.backends.file import FileCheckpointStore
 
@@ -114,7 +115,7 @@ async def test_fast_durability_makes_no_spare(tmp_path: Path) -> None:
     async with FileCheckpointStore(root, durability="fast") as store:
         for i in range(3):
             await store.save("s", {"n": i})
-        engine = store._engine
-        with engine.active():
-            engine.spares.make()  # what the idle writer would do after a durable save
+        engine = parts_of(store).engine
+        with engine.files.active():
+            engine.files.spares.make()  # what the idle writer would do after a durable save
         assert _temps(root) == []

@@ -69,8 +69,8 @@ def spy_groups(store: FileCheckpointStore) -> list[int]:
     until the ``WIDTH`` saves started with it have queued behind it (so they form
     one group however the threads interleave)."""
     sizes: list[int] = []
-    engine = store._engine
-    insert, insert_group = engine.insert, engine.insert_group
+    parts = store._parts  # its engine and the parts over it
+    insert, insert_group = parts.engine.writes.insert, parts.batches.insert_group
 
     def gated(record: Any, *rest: Any) -> Any:
         if record.id in LEAD_IN:
@@ -86,8 +86,8 @@ def spy_groups(store: FileCheckpointStore) -> list[int]:
         sizes.append(len(records))
         return insert_group(records)
 
-    engine.insert = gated  # type: ignore[method-assign]
-    engine.insert_group = spied  # type: ignore[method-assign]
+    parts.engine.writes.insert = gated  # type: ignore[method-assign]
+    parts.batches.insert_group = spied  # type: ignore[method-assign]
     return sizes
 
 

@@ -1,24 +1,30 @@
-"""The inline budget: one body per read, run on the event loop's thread first.
+"""The inline budget: one body per call, run on the event loop's thread first.
 
-A bounded read (a lookup, a page of at most ``INLINE_PAGE_ROWS`` rows) costs less
-than the round trip to a worker thread (two thread wake-ups). So it runs right
-where it is called, under a budget, and the *same* body runs again on a worker
-when it reports that it would block: it would have to wait for a lock, or it
-spent its budget (:func:`try_inline`). A body that only reads can always be run
-again. The worker path is never a second copy of the read.
+A bounded call (a lookup, a page of at most ``INLINE_PAGE_ROWS`` rows, a fast
+save) costs less than the round trip to a worker thread (two thread wake-ups). So
+it runs right where it is called, under a :class:`Budget`, and the *same* body
+runs again on a worker when it reports that it would block: it would have to wait
+for a lock, sync, or it spent its budget (:func:`try_inline`). A body that blocks
+before it writes anything can always be run again. The worker path is never a
+second copy of the call.
 
-:class:`Budget` counts the work of one inline call in units the body reports
-(SQLite: virtual-machine operations, through its progress handler, which stops
-the statement once :meth:`Budget.spend` says so).
+One :class:`Budget` serves every backend that runs calls inline:
+
+- SQLite counts virtual-machine operations through its progress handler, which
+  stops the statement once :meth:`Budget.spend` says so;
+- the file store's reads and fast saves call :meth:`Budget.block` wherever they
+  would block, which raises :class:`WouldBlock` inline and does nothing under the
+  worker's budget, :data:`WORKER`.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from enum import Enum
 from typing import Final, TypeVar
 
-__all__ = ["HOP", "Budget", "Hop", "try_inline"]
+__all__ = ["HOP", "WORKER", "Budget", "Hop", "WouldBlock", "try_inline"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -33,25 +39,48 @@ class Hop(Enum):
 HOP: Final = Hop.HOP
 
 
+class WouldBlock(Exception):
+    """An inline call met what only a worker may do: run it again there."""
+
+
 class Budget:
-    """How much work one inline call may do, in steps of ``step`` units."""
+    """How much one call may do: ``inline`` on the event loop's thread, up to
+    ``limit`` units counted in steps of ``step``; a worker's budget
+    (``inline=False``) never blocks and never runs out.
 
-    __slots__ = ("limit", "spent", "step")
+    ``kept`` is the call's own scratch between its steps (the file store keeps the
+    bucket directory descriptor it last checked there), empty at :meth:`start`.
+    """
 
-    def __init__(self, limit: int, step: int) -> None:
+    __slots__ = ("inline", "kept", "limit", "spent", "step")
+
+    def __init__(self, limit: int = sys.maxsize, step: int = 1, *, inline: bool = True) -> None:
+        self.inline = inline
         self.limit = limit
         self.step = step
         self.spent = 0
+        self.kept: dict[int, int] = {}
 
     def start(self) -> None:
-        """A new inline call: nothing spent yet."""
+        """A new inline call: nothing spent, nothing kept yet."""
         self.spent = 0
+        self.kept.clear()
 
     def spend(self) -> int:
-        """One more ``step`` spent; non-zero (stop) once past the limit (the shape of
-        SQLite's progress handler)."""
+        """One more ``step`` spent; non-zero (stop) once an inline call is past the
+        limit (the shape of SQLite's progress handler)."""
         self.spent += self.step
-        return int(self.spent > self.limit)
+        return int(self.inline and self.spent > self.limit)
+
+    def block(self) -> None:
+        """Here the call would block: inline, raise :class:`WouldBlock` (the caller
+        runs the call again on a worker); on a worker, go on."""
+        if self.inline:
+            raise WouldBlock
+
+
+#: A worker's budget: unlimited, and :meth:`Budget.block` does nothing.
+WORKER: Final = Budget(inline=False)
 
 
 def try_inline(

@@ -1,64 +1,51 @@
 """``file://``: a checkpoint store in a local directory, safe across processes and
 crashes. The on-disk layout is documented in ``docs/file-backend.md``.
 
-The engine (:class:`.batch.FileEngine`) is its core (the files, the state, the
-write lock and the one descriptor cache) and parts with their own state, each
-given the parts it uses in its constructor: the write side (rebuild, recovery,
-writes, batches, opening), under the lock, and the read side (listing, reader,
-pages), which takes no lock. The modules, from the public class down to the
-operating system:
+No part holds another's state: :class:`.engine.FileEngine` owns the directory,
+the write lock, the state file and the descriptor cache, and every other part is
+given, in its constructor, the collaborators it uses (never the engine). The
+modules, from the public class down to the operating system:
 
-- :mod:`.store`: :class:`FileCheckpointStore` and its options; maps the base
-  class's primitives onto the engine, in one worker thread hop each, or none
-  (``inline_reads``: a read runs on the event loop's thread first, see
-  :mod:`.budget`); sends saves to the writer of :mod:`.saves`.
-- :mod:`.saves`: the saves' writer thread and its group commit (the shared
-  :class:`~statekeeper._runtime.group.GroupCommit`, run by :class:`~.saves.FileSaves`),
-  and :func:`~.saves.engine_call`, where OS errors become ``BackendError``.
-- :mod:`.budget`: what a call may do on the event loop's thread, and the
-  :class:`~.budget.WouldBlock` that sends the same call to the worker.
-- :mod:`.batch`: :class:`~.batch.FileEngine`, the wiring of the parts.
-- :mod:`.batches`: ``save_many`` (atomic: intent, one fsync group, commit), the
-  group commit of concurrent saves (one fsync group, one outcome each) and
-  ``delete_many``.
-- :mod:`.engine`: :class:`~.engine.Writes`, the one-record writes (save, update,
-  delete, prune, purge) under ``flock``.
-- :mod:`.opening`: open and create; the read-only open, which writes nothing.
-- :mod:`.recovery`: :class:`~.recovery.Recovery`, the journal, the lock holder's
-  transaction, the roll forward or back of a batch or group a crash interrupted,
-  and ``repair``.
-- :mod:`.restart`: after a machine restart, the records above the sync mark
-  indexed again.
-- :mod:`.rebuild`: :class:`~.rebuild.Rebuild`, rebuilding the indexes, the id
-  table and the state from the record files, which are the truth; the cheap
-  checks made when a store opens; the index maintenance every write shares (the
-  sync mark, ``dirty``).
-- :mod:`.survey`: a read-only walk of every record file and of what the old
-  metadata says about it (the streams of damaged records, orphans).
-- :mod:`.check`: ``verify``'s check of the derived data against the records.
-- :mod:`.reads`: the strict reads (``get_latest``, ``load``, ``load_many``) and
-  ``heal``; lock-free; what a reader may see is capped by the state it read first
-  (a batch in flight is hidden).
+- :mod:`.store`: :class:`FileCheckpointStore` and its options;
+  :class:`~.store.FileParts`, the engine and the parts built over it, and
+  :meth:`~.store.FileParts.call`, the one place OS errors become
+  ``BackendError``; the saves' writer thread and its group commit. Maps the base
+  class's primitives onto the parts, in one worker thread hop each, or none
+  (``inline_reads``: a read runs on the event loop's thread first, under the
+  budget of :mod:`statekeeper._runtime.inline`).
+- :mod:`.batch`: ``save_many`` (atomic: intent, one fsync group, commit), the
+  group commit of concurrent saves (one fsync group, one outcome each),
+  ``delete_many``, ``prune``, ``delete_stream`` and ``purge_expired``.
+- :mod:`.engine`: :class:`~.engine.FileEngine`, the one owner of the files, the
+  lock, the state and the descriptor cache: open (the read-only open writes
+  nothing) and close; :class:`~.engine.Writes`, the one-record writes (save,
+  update, delete) under ``flock``.
 - :mod:`.pages`: a listed page of one stream and its probe, with the damaged
-  records of unknown stream merged in (:mod:`.orphans`).
-- :mod:`.listing`: ``list(None)`` from the bucket directories, ``list_streams``
-  (with a prefix, matched on the names in the index headers), ``info``, and the
-  looks every read shares (can the indexes be trusted, the survey, the cap).
-- :mod:`.view`: reads answered from the records when the indexes cannot be trusted.
-- :mod:`.orphans`: damaged records of unknown stream in the pages of a stream
-  listing read from its index (each page whose range holds one reports it).
-- :mod:`.core`: the files (descriptors by name), the state file, safe reads of
-  untrusted files; the engine's shared state.
-- :mod:`.lock`: the write lock (the instance's mutex, then ``flock``).
-- :mod:`.descriptors`: the one cache of descriptors kept across calls (the lock
+  records of unknown stream (orphans) merged in; ``list(None)`` from the bucket
+  directories.
+- :mod:`.reader`: the strict reads (``get_latest``, ``load``, ``load_many``) and
+  ``heal``, lock-free; ``list_streams``, ``info`` and the looks every read
+  shares.
+- :mod:`.recovery`: the lock holder's transaction, the journal, restart recovery,
+  the rebuild and repair, and THE one way records enter the indexes
+  (:meth:`~.recovery.Rebuild.index`, and :meth:`~.recovery.Recovery.reindex` of
+  ``lo..hi`` from the record files).
+- :mod:`.check`: ``verify``'s check of the derived data against the records.
+- :mod:`.survey`: a read-only walk of every record file and of what the old
+  metadata says about it; the reads answered from it when the indexes cannot be
+  trusted.
+- :mod:`.fdcache`: the one cache of descriptors kept across calls (the lock
   holder's, and each inline reader thread's).
-- :mod:`.index`: the per-stream slot indexes; :mod:`.ids`: the id table;
-  :mod:`.handles`: what both share (derived data).
-- :mod:`.format`: names and the bytes of the small files; pure, no I/O.
-- :mod:`.statefile`: the bytes of the state file and its journal, and what a
-  reader may see of a batch in flight; pure, re-exported by :mod:`.format`.
-- :mod:`.spares`: the temp file of the next durable save, made ahead while the
-  writer is idle.
+- :mod:`.files`: the store's directory as this process holds it open: its
+  top-level descriptors (and the in-flight mark ``close`` waits for), the state
+  file with the lock holder's transaction, the write lock and the ``dirty``
+  list, the record files (safe reads of untrusted files, publication by
+  rename), THE one walk of the bucket directories, and the spare temp file of
+  the next save.
+- :mod:`.indexes`: the derived index files, the per-stream slot indexes and the
+  id table, and the handle both share.
+- :mod:`.layout`: names and the bytes of the small files (the state file too);
+  pure, no I/O.
 - :mod:`.io`: :class:`FileIO`, every OS call behind one seam, for durability and
   fault injection.
 """

@@ -1,85 +1,477 @@
-"""The engine of the file backend: :class:`FileEngine`, the wiring of its parts.
+"""The writes of many records at once: ``save_many``, the group commit of
+concurrent saves (:meth:`Batches.insert_group`, S15), ``delete_many``,
+``prune``, ``delete_stream`` and ``purge_expired``, each under one lock hold (the
+purge, one per stream).
 
-The engine is its core (:class:`.core.EngineCore`: the files, the state, the write
-lock of :mod:`.lock` and the one descriptor cache of :mod:`.descriptors`) and
-parts with their own state, each given the parts it uses in its constructor, so
-data flows one way: the write side, under the lock (the rebuild, the recovery,
-the one-record writes, the batches, the opening) and the read side, which takes
-no lock (the listing, the strict reads, the pages).
+``save_many`` (:meth:`Batches.insert_many`) is all or nothing, also after a
+crash at any point, and no reader sees part of it. Under the write lock:
+
+1. every id is checked (a live one raises ``PreconditionFailed`` before anything
+   is written), every record sealed and size-checked, sequences ``lo..hi``
+   reserved;
+2. the intent: ``state`` gets the high-water mark ``hi`` and the journal
+   ``batch lo..hi``, made durable (full) before the first record file exists;
+3. every record file is created under its final name (no temp, no rename: the
+   journal hides them), then the whole group is made durable at once: one
+   ``syncfs(2)`` of the store's file system, or one ``fsync`` per file where
+   ``syncfs`` is not usable (``batch_sync="fsync"``, other systems);
+4. the commit: the journal becomes ``batched lo..hi``, made durable. From here
+   recovery rolls the batch forward; before, it rolls it back;
+5. the stream indexes and the id table (soft, not flushed), then the journal is
+   cleared: that one write of ``state`` is the instant readers start to see
+   the batch.
+
+Readers take no lock: every read starts from ``state`` and shows nothing above
+:func:`.layout.visible_cap` (``lo - 1`` while a batch is in the journal, else the
+high-water mark it read). Recovery, by the next lock holder, a writable open,
+``repair`` or a reader that finds the lock free: ``batch`` removes every record
+file ``lo..hi``; ``batched`` indexes them if each sequence has a valid record,
+and otherwise (only after a power cut in ``durability="fast"``) removes them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Literal
 
-from ...errors import StatekeeperError
+from ...errors import (
+    CheckpointEncodeError,
+    PreconditionFailed,
+    StatekeeperError,
+)
 from ...models import CheckpointHeader
-from ...record import NewRecord
-from . import format as fmt
-from .batches import Batches
-from .budget import WORKER, Budget
-from .core import BatchSync, EngineCore
-from .engine import Writes
-from .io import FileIO
-from .listing import Listing
-from .opening import Opening
-from .pages import Pages
-from .reads import Reader
-from .rebuild import Rebuild
-from .recovery import Recovery
+from ...record import NewRecord, StoredRecord
+from . import layout as fmt
+from .engine import Found, Writes
+from .fdcache import Descriptors
+from .files import Files, Txn, quietly
+from .indexes import IdTable, IndexDamaged
+from .io import syncfs_usable
+from .recovery import Rebuild, Recovery, slot_of
 
-__all__ = ["FileEngine"]
+__all__ = ["BatchSync", "Batches"]
+
+#: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``.
+BatchSync = Literal["auto", "syncfs", "fsync"]
+
+_log = logging.getLogger("statekeeper.backends.file")
+#: Longest journal of a delete_many (the index file names it names, joined);
+#: more streams than fit are deleted in several groups. A state copy is 2 KiB.
+_MAX_JOURNAL_NAMES = 1200
+#: Dead slots a stream index keeps before it is rewritten without them.
+_COMPACT_MIN_DEAD = 64
 
 
-class FileEngine(EngineCore):
-    """The synchronous engine behind :class:`~.file.FileCheckpointStore`: the core
-    (the files, the state, the lock and the descriptor cache) and its parts."""
+class Batches:
+    """``save_many``, the group commit of concurrent saves and ``delete_many``: a
+    part given the store's directory, the descriptor cache, the rebuild, the
+    recovery and the one-record writes it shares its checks and deletes with."""
 
     def __init__(
         self,
-        root: str,
-        io: FileIO,
+        files: Files,
+        fdcache: Descriptors,
+        rebuild: Rebuild,
+        recovery: Recovery,
+        writes: Writes,
         *,
-        durable: bool,
-        lock_timeout: float,
-        max_record_bytes: int,
-        sync_interval: int,
-        batch_sync: BatchSync = "auto",
-        create: bool = True,
-        read_only: bool = False,
+        batch_sync: BatchSync,
     ) -> None:
-        super().__init__(
-            root,
-            io,
-            durable=durable,
-            lock_timeout=lock_timeout,
-            max_record_bytes=max_record_bytes,
-            sync_interval=sync_interval,
-            batch_sync=batch_sync,
-            create=create,
-            read_only=read_only,
-        )
-        # the write side, under the lock
-        self.rebuild = Rebuild(self)
-        self.recovery = Recovery(self, self.rebuild)
-        self.writes = Writes(self, self.rebuild, self.recovery)
-        self.batches = Batches(self, self.rebuild, self.recovery, self.writes)
-        self.opening = Opening(self, self.rebuild, self.recovery)
-        # the read side, which takes no lock
-        self.listing = Listing(self)
-        self.reader = Reader(self, self.listing, recover=self.recovery.recover_pending)
-        self.pages = Pages(self, self.listing, self.reader)
+        self.files = files
+        self.fdcache = fdcache
+        self.rebuild = rebuild
+        self.recovery = recovery
+        self.writes = writes
+        #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
+        self.batch_sync = batch_sync
 
-    def open(self, now: datetime) -> fmt.Meta:
-        """Open the store (see :meth:`.opening.Opening.open`)."""
-        return self.opening.open(now)
+    # -- save_many ------------------------------------------------------------------------
 
-    # the save path's calls (the store's group commit makes them)
+    def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
+        """Insert ``records`` atomically at consecutive sequences (module docstring)."""
+        n = len(records)
+        with self.recovery.writing() as tx:
+            ids = self.fdcache.open_ids(write=True)
+            try:
+                self._check_new_ids(tx, ids, records)
+                if tx.state.ids_used + n > ids.capacity // 2:
+                    ids.close()
+                    ids = self.rebuild.rebuild_ids(tx)
+                lo = tx.state.hwm + 1
+                hi = lo + n - 1
+                sealed = [record.seal(lo + i) for i, record in enumerate(records)]
+                blobs = [one.to_bytes(self.files.store_id) for one in sealed]
+                for data in blobs:
+                    self.writes.check_size(data)
+                tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
+                tx.sync()  # the intent is durable before any record file exists
+                try:
+                    self._write_files(sealed, blobs, renamed=False)
+                    tx.commit(journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
+                    tx.sync()
+                except BaseException:
+                    quietly(lambda: self.recovery.roll_back_batch(tx, lo, hi))
+                    raise
+                try:
+                    took = self.rebuild.index(tx, ids, [(r.stream, slot_of(r)) for r in sealed])
+                    tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+                    # Durably: a torn later write of state falls back to the other
+                    # copy, which must not be this batch's "batch" intent (that
+                    # would take back an acknowledged batch).
+                    tx.sync()
+                except BaseException:
+                    # The caller will hear that save_many failed: take it all back.
+                    quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+                    raise
+                self.rebuild.sync_mark_if_due(tx, ids)
+            finally:
+                ids.close()
+        return [one.header for one in sealed]
 
-    def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
-        """One save (see :meth:`.engine.Writes.insert`)."""
-        return self.writes.insert(record, budget)
+    # -- group commit (S15) ---------------------------------------------------------------
 
     def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
-        """A group commit (see :meth:`.batches.Batches.insert_group`)."""
-        return self.batches.insert_group(records)
+        """Save ``records`` as independent saves that share one lock hold and one
+        fsync group (group commit, S15); one outcome per record, in order.
+
+        A record whose id is live (or taken earlier in the group) gets
+        :class:`PreconditionFailed`, an oversized one :class:`CheckpointEncodeError`:
+        it fails alone and takes no sequence. The others get consecutive sequences
+        in the order given, under the journal ``batched lo..hi`` (readers see none
+        of them until the journal is cleared, so no listing skips a lower one):
+
+        1. each record is written to a temp file in its bucket; the temp files are
+           made durable as one group (one ``syncfs``, or one ``fsync`` each with
+           ``batch_sync="fsync"``);
+        2. each is renamed to its final name, in sequence order, and each bucket
+           directory touched is fsynced once: from here every record is complete
+           under its final name, as after a one-record save;
+        3. the stream indexes and the id table (soft), then the journal is cleared
+           (one write of ``state``, not flushed: a power cut that loses it leaves
+           ``batched``, which recovery rolls forward over the records that are
+           there, or an older state, which restart recovery repairs from the
+           records above the sync mark).
+
+        A crash before step 3 ends leaves records that no caller was told about;
+        recovery keeps the ones that reached their final names (as it does for a
+        one-record save cut after its rename) and removes the temp files. An error
+        (ENOSPC, EIO) fails the whole group: it is taken back durably (journal
+        ``batch``, flushed, then every temp and record file of ``lo..hi`` removed)
+        and raised; no record of it stays.
+        """
+        out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
+        with self.recovery.writing() as tx:
+            ids = self.fdcache.open_ids(write=True)
+            try:
+                admitted = self._admit_group(tx, ids, records, out)
+                if tx.state.ids_used + len(admitted) > ids.capacity // 2:
+                    ids.close()
+                    ids = self.rebuild.rebuild_ids(tx)
+                lo = tx.state.hwm + 1
+                sealed: list[StoredRecord] = []
+                blobs: list[bytes] = []
+                for i in admitted:
+                    one = records[i].seal(lo + len(sealed))
+                    data = one.to_bytes(self.files.store_id)
+                    try:
+                        self.writes.check_size(data)
+                    except CheckpointEncodeError as exc:
+                        out[i] = exc
+                        continue
+                    out[i] = one.header
+                    sealed.append(one)
+                    blobs.append(data)
+                if sealed:
+                    self._commit_group(tx, ids, lo, sealed, blobs)
+            finally:
+                ids.close()
+        assert all(one is not None for one in out)
+        return [one for one in out if one is not None]
+
+    def _admit_group(
+        self,
+        tx: Txn,
+        ids: IdTable,
+        records: list[NewRecord],
+        out: list[CheckpointHeader | StatekeeperError | None],
+    ) -> list[int]:
+        """The positions of the records whose ids are free (an expired holder is
+        removed, as a one-record save does); the others get their error in ``out``."""
+        admitted: list[int] = []
+        taken: set[str] = set()
+        for i, record in enumerate(records):
+            if record.id in taken:
+                out[i] = PreconditionFailed(f"checkpoint id {record.id!r} already exists")
+                continue
+            live, _, _ = ids.probe(fmt.id_key(record.id))
+            if live:
+                try:
+                    self.writes.check_new_id(tx, ids, record, live)
+                except PreconditionFailed as exc:
+                    out[i] = exc
+                    continue
+            taken.add(record.id)
+            admitted.append(i)
+        return admitted
+
+    def _commit_group(
+        self, tx: Txn, ids: IdTable, lo: int, sealed: list[StoredRecord], blobs: list[bytes]
+    ) -> None:
+        """Steps 1 to 3 of :meth:`insert_group` for the admitted records."""
+        hi = lo + len(sealed) - 1
+        tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
+        try:
+            self._publish_group(sealed, blobs)
+        except BaseException:
+            quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            raise
+        try:
+            took = self.rebuild.index(tx, ids, [(r.stream, slot_of(r)) for r in sealed])
+            tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+        except BaseException:
+            quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
+            raise
+        self.rebuild.sync_mark_if_due(tx, ids)
+
+    def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
+        """Temp files, one sync group, renames in sequence order, one fsync per
+        bucket directory. On failure the caller removes what is left."""
+        self._write_files(sealed, blobs, renamed=True)
+
+    def _write_files(
+        self, sealed: list[StoredRecord], blobs: list[bytes], *, renamed: bool
+    ) -> None:
+        """Create every record file, then make them durable as one group: each file
+        fsynced, or one ``syncfs`` for all (``batch_sync``), then each bucket
+        directory fsynced. ``renamed``: each file is written under a temp name and
+        renamed in sequence order once all are durable (the group commit, whose
+        records are indexed only after); else written under its own name (a
+        ``save_many``, whose journal says which files are its own). A directory
+        is fsynced after a ``syncfs`` only for the renames, which came after it."""
+        durable = self.files.durable
+        by_syncfs = self._by_syncfs()
+        buckets: dict[int, int] = {}
+        moves: list[tuple[int, str, str]] = []
+        try:
+            for record, data in zip(sealed, blobs, strict=True):
+                seq = record.sequence
+                number = fmt.bucket_of(seq)
+                bucket = buckets.get(number)
+                if bucket is None:
+                    # Its own descriptor, not the writer's cached one: a group may
+                    # span two buckets, and the small cache could close the first.
+                    bucket = self.files.open_dir(
+                        self.files.fd("records"), fmt.bucket_name(number), create=True
+                    )
+                    assert bucket is not None
+                    buckets[number] = bucket
+                name = fmt.record_name(seq, record.id)
+                written = fmt.temp_name(seq) if renamed else name
+                self.files.write_new(bucket, written, data, sync=durable and not by_syncfs)
+                if renamed:
+                    moves.append((bucket, written, name))
+            if by_syncfs:
+                # One writeback of the file system: the records' bytes and names.
+                self._syncfs(buckets.values())
+            for bucket, tmp, name in moves:
+                self.files.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
+            if durable and (renamed or not by_syncfs):
+                for bucket in buckets.values():
+                    self.files.io.fsync(bucket)
+        finally:
+            for bucket in buckets.values():
+                with contextlib.suppress(OSError):
+                    self.files.io.close(bucket)
+
+    def _by_syncfs(self) -> bool:
+        """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
+        if not self.files.durable or self.batch_sync == "fsync":
+            return False
+        return self.batch_sync == "syncfs" or syncfs_usable(self.files.io)
+
+    def _syncfs(self, fds: Iterable[int]) -> None:
+        """One ``syncfs`` per file system the descriptors are on."""
+        devices = {self.files.io.fstat(fd).st_dev: fd for fd in fds}
+        for fd in devices.values():
+            self.files.io.syncfs(fd)  # type: ignore[attr-defined]
+
+    def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
+        """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
+        then remove the expired checkpoints whose ids the batch reuses."""
+        expired: list[tuple[str, Found]] = []
+        for record in records:
+            live, _, _ = ids.probe(fmt.id_key(record.id))
+            if live:
+                self.writes.check_new_id(tx, ids, record, live, expired)
+        for cid, found in expired:
+            self.writes.delete_found(tx, ids, cid, found)
+
+    def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
+        """Take back a committed batch whose indexing failed: back to ``batch``
+        (durably, so a crash now rolls it back too), then roll it back."""
+        tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
+        tx.sync()
+        sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
+        self.recovery.roll_back_batch(tx, lo, hi, sfiles)
+
+    # -- delete_many ----------------------------------------------------------------------
+
+    def delete_many(self, cids: list[str], now: datetime) -> int:
+        """Delete the live ones among ``cids`` under one lock hold, as few journaled
+        operations as the journal can name (one, unless the streams' index names
+        do not fit in it), each with one flush per file it touches."""
+        with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
+            groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
+            unreadable: list[int] = []
+            for cid in cids:
+                found = self.writes.find_record(ids, cid)
+                if found is None:
+                    continue
+                if found.record is not None:
+                    if found.record.is_expired(now):
+                        continue
+                    sfile: str | None = fmt.stream_file_name(found.record.stream)
+                else:
+                    unreadable.append(found.seq)
+                    sfile = self.rebuild.stream_of(found.seq, cid)
+                victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
+                if sfile is not None:
+                    idx = self.fdcache.open_index(sfile)
+                    if idx is not None:
+                        with idx:
+                            pos = idx.find(found.seq)
+                            if pos is not None:
+                                victim = (pos, idx.slot(pos))
+                groups.setdefault(sfile or "", []).append(victim)
+            for chunk in _chunks(groups):
+                self.writes.delete_groups(tx, ids, chunk)
+            if unreadable:
+                self.recovery.delete_orphan_done(tx, unreadable)
+            return sum(len(victims) for victims in groups.values())
+
+    # -- prune, delete_stream, purge_expired ---------------------------------------------
+
+    def prune(self, stream: str, keep_last: int, now: datetime) -> int:
+        sfile = fmt.stream_file_name(stream)
+        now_us = fmt.to_micros(now)
+        with self.recovery.writing() as tx:
+            idx = self.fdcache.open_index(sfile)
+            if idx is None:
+                return 0
+            victims: list[tuple[int | None, fmt.Slot]] = []
+            with idx:
+                kept = 0
+                for pos, slot in idx.walk(idx.count - 1, -1):
+                    if not slot.live or slot.expired(now_us):
+                        continue
+                    if kept < keep_last:
+                        kept += 1
+                    else:
+                        victims.append((pos, slot))
+            with self.fdcache.open_ids(write=True) as ids:
+                self.writes.delete_groups(tx, ids, {sfile: victims})
+            self._compact(tx, sfile)
+            return len(victims)
+
+    def delete_stream(self, stream: str, now: datetime) -> int:
+        sfile = fmt.stream_file_name(stream)
+        now_us = fmt.to_micros(now)
+        with self.recovery.writing() as tx:
+            idx = self.fdcache.open_index(sfile)
+            if idx is None:
+                return 0
+            with idx:
+                victims: list[tuple[int | None, fmt.Slot]] = [
+                    (pos, slot) for pos, slot in idx.walk(0, 1) if slot.live
+                ]
+            with self.fdcache.open_ids(write=True) as ids:
+                self.writes.delete_groups(tx, ids, {sfile: victims})
+            self._compact(tx, sfile)
+            return sum(1 for _, slot in victims if not slot.expired(now_us))
+
+    def purge_expired(self, now: datetime) -> int:
+        """Remove expired checkpoints stream by stream, releasing the lock in between
+        so other writers are not held up for the whole pass."""
+        now_us = fmt.to_micros(now)
+        removed = 0
+        for sfile in sorted(self.fdcache.index_files()):
+            with self.recovery.writing() as tx:
+                try:
+                    idx = self.fdcache.open_index(sfile)
+                except IndexDamaged:
+                    continue
+                if idx is None:
+                    continue
+                with idx:
+                    victims: list[tuple[int | None, fmt.Slot]] = [
+                        (pos, s) for pos, s in idx.walk(0, 1) if s.live and s.expired(now_us)
+                    ]
+                if victims:
+                    with self.fdcache.open_ids(write=True) as ids:
+                        self.writes.delete_groups(tx, ids, {sfile: victims})
+                    self._compact(tx, sfile)
+                removed += len(victims)
+        return removed
+
+    def _compact(self, tx: Txn, sfile: str) -> None:
+        """Rewrite a stream index without its dead slots once they dominate it, and
+        remove an index with nothing left."""
+        idx = self.fdcache.open_index(sfile, write=True)
+        if idx is None:
+            return
+        with idx:
+            slots = [s for _, s in idx.walk(0, 1)]
+            live = [s for s in slots if s.live]
+            dead = len(slots) - len(live)
+            if live and (dead < _COMPACT_MIN_DEAD or dead <= len(live)):
+                return
+            self.fdcache.forget(sfile)
+            if not live:
+                self.rebuild.uncount_index(tx)
+                self.files.unlink_missing_ok(sfile, self.files.fd("streams"))
+                if self.files.durable:
+                    self.files.io.fsync(self.files.fd("streams"))
+            else:
+                idx.rewrite(
+                    self.files.fd("streams"), live, self.files.store_id, durable=self.files.durable
+                )
+
+    def remove_empty_buckets(self) -> int:
+        """Remove the empty bucket directories below the high-water mark's bucket
+        (sequences only grow, so no save lands in one again), under the write lock;
+        how many went. A bucket that holds anything (a crashed writer's temp file
+        included) stays."""
+        with self.recovery.writing() as tx:
+            top = fmt.bucket_of(tx.state.hwm)
+            records = self.files.fd("records")
+            removed = 0
+            for name in self.files.io.listdir(records):
+                number = fmt.parse_bucket_name(name)
+                if number is None or number >= top:
+                    continue
+                try:
+                    self.files.io.rmdir(name, dir_fd=records)
+                except OSError:  # not empty, or not a directory: left alone
+                    continue
+                removed += 1
+            if removed and self.files.durable:
+                self.files.io.fsync(records)
+            return removed
+
+
+def _chunks(
+    groups: dict[str, list[tuple[int | None, fmt.Slot]]],
+) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:
+    """``groups`` split so that each part's index names fit in one journal."""
+    out: list[dict[str, list[tuple[int | None, fmt.Slot]]]] = [{}]
+    length = 0
+    for sfile, victims in groups.items():
+        if out[-1] and length + len(sfile) + 1 > _MAX_JOURNAL_NAMES:
+            out.append({})
+            length = 0
+        out[-1][sfile] = victims
+        length += len(sfile) + 1
+    return out

@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from ...models import Problem
-from . import format as fmt
-from .core import EngineCore
+from . import layout as fmt
+from .files import Files
 from .survey import Entry, Survey
 
 __all__ = ["check_store"]
@@ -39,10 +39,10 @@ class _Report(Protocol):
         """Add one problem."""
 
 
-def check_store(engine: EngineCore, s: Survey) -> list[Problem]:
+def check_store(files: Files, s: Survey) -> list[Problem]:
     """The problems of the derived data in ``s`` (see the module docstring)."""
     out: list[Problem] = []
-    where = engine.where
+    where = files.where
 
     def problem(kind: str, location: str, reason: str, e: Entry | None = None) -> None:
         out.append(
@@ -79,17 +79,17 @@ def check_store(engine: EngineCore, s: Survey) -> list[Problem]:
         )
     for e in s.entries:
         if e.planted is not None:
-            problem("foreign", where(engine.record_path(e.seq, e.cid)), e.planted, e)
+            problem("foreign", where(files.record_path(e.seq, e.cid)), e.planted, e)
         elif e.record is None and e.stream is None:
             problem(
                 "damaged-record",
-                where(engine.record_path(e.seq, e.cid)),
+                where(files.record_path(e.seq, e.cid)),
                 "damaged, and its stream cannot be told: get_latest of a stream whose "
                 "newest checkpoint is older raises; repair(drop_damaged=True) removes it",
                 e,
             )
-    _check_indexes(engine, s, top, problem)
-    _check_ids(engine, s, top, problem)
+    _check_indexes(files, s, top, problem)
+    _check_ids(files, s, top, problem)
     return out
 
 
@@ -135,7 +135,7 @@ def _check_state(s: Survey, top: int, problem: _Report, location: str) -> None:
         )
 
 
-def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) -> None:
+def _check_indexes(files: Files, s: Survey, top: int, problem: _Report) -> None:
     hwm = _horizon(s, top)
     expected: dict[str, dict[int, Entry]] = {}
     for e in s.entries:
@@ -143,7 +143,7 @@ def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) ->
             expected.setdefault(e.sfile, {})[e.seq] = e
     pending = s.state.journal if s.state is not None else None
     for sfile, old in s.indexes.items():
-        location = engine.where(fmt.STREAMS_DIR, sfile)
+        location = files.where(fmt.STREAMS_DIR, sfile)
         if old.damaged is not None:
             problem("index", location, f"{old.damaged}; {_REPAIR}")
         want = expected.get(sfile, {})
@@ -160,7 +160,7 @@ def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) ->
                 )
             elif not slot.live and match is not None and match.cid == slot.cid:
                 deleting = pending is not None and pending.op == "delete"
-                if not deleting and _still_there(engine, slot.seq, slot.cid):
+                if not deleting and _still_there(files, slot.seq, slot.cid):
                     problem(
                         "index",
                         location,
@@ -172,7 +172,7 @@ def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) ->
             continue  # one problem per damaged index, not one per checkpoint it lost
         listed = {(slot.seq, slot.cid) for slot in old.slots}
         for e in want.values():
-            if (e.seq, e.cid) not in listed and _still_there(engine, e.seq, e.cid):
+            if (e.seq, e.cid) not in listed and _still_there(files, e.seq, e.cid):
                 problem(
                     "index",
                     location,
@@ -182,16 +182,16 @@ def _check_indexes(engine: EngineCore, s: Survey, top: int, problem: _Report) ->
     for sfile, want in expected.items():
         if sfile not in s.indexes:
             first = next(iter(want.values()))
-            if any(_still_there(engine, e.seq, e.cid) for e in want.values()):
+            if any(_still_there(files, e.seq, e.cid) for e in want.values()):
                 problem(
                     "index",
-                    engine.where(fmt.STREAMS_DIR, sfile),
+                    files.where(fmt.STREAMS_DIR, sfile),
                     f"stream {first.stream!r} has {len(want)} record(s) but no index; {_REPAIR}",
                 )
 
 
-def _check_ids(engine: EngineCore, s: Survey, top: int, problem: _Report) -> None:
-    location = engine.where(fmt.IDS_NAME)
+def _check_ids(files: Files, s: Survey, top: int, problem: _Report) -> None:
+    location = files.where(fmt.IDS_NAME)
     if s.ids is None:
         problem("index", location, f"{s.ids_damaged}; {_REPAIR}")
         return
@@ -201,7 +201,7 @@ def _check_ids(engine: EngineCore, s: Survey, top: int, problem: _Report) -> Non
     have = set(s.ids)
     names = {(fmt.id_key(e.cid), e.seq): e for e in s.entries}
     for key_seq, e in names.items():
-        if key_seq not in have and _still_there(engine, e.seq, e.cid):
+        if key_seq not in have and _still_there(files, e.seq, e.cid):
             problem("index", location, f"it lacks checkpoint {e.cid!r}; {_REPAIR}", e)
     for key, seq in have:
         if seq <= hwm and (key, seq) not in names:
@@ -220,16 +220,16 @@ def _horizon(s: Survey, top: int) -> int:
     return s.state.hwm if s.state is not None else top
 
 
-def _still_there(engine: EngineCore, seq: int, cid: str) -> bool:
+def _still_there(files: Files, seq: int, cid: str) -> bool:
     """Whether record ``seq``/``cid`` exists now (a problem about a record that a
     concurrent delete removed is no problem)."""
-    bucket = engine.bucket(seq)
+    bucket = files.bucket(seq)
     if bucket is None:
         return False
     try:
-        engine.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
+        files.io.lstat(fmt.record_name(seq, cid), dir_fd=bucket)
     except FileNotFoundError:
         return False
     finally:
-        engine.close_bucket(bucket)
+        files.close_bucket(bucket)
     return True

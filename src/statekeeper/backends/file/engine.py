@@ -1,37 +1,374 @@
-"""The write side of the file backend's engine: open, save, update, delete.
+"""The engine of a file store: :class:`FileEngine`, the one owner of its files,
+lock, state and descriptor cache, which opens and closes the store; and
+:class:`Writes`, the one-record writes.
 
-Every write runs under the write lock (``flock`` on ``lock``) and follows one rule:
-the *record file* is published first (temp file, fsync, rename, fsync of its
-directory) and the soft indexes follow, with the operation named in the journal
-first so that a crash at any point is finished by the next lock holder (see
-:mod:`.recovery`). The indexes are not fsynced on the save path. Deletes
-and updates, which change old index entries, flush what they change before the
-record file goes, so a power cut never resurrects a deleted checkpoint.
+Opening: a writable open takes the write lock, finishes a crashed writer's
+journal, after a machine restart re-indexes what a power cut may have lost (see
+:mod:`.recovery`), and then rebuilds from the records whatever the cheap checks
+find damaged or missing (no record is read; damage they cannot see, a corrupt
+slot in the middle of an index, is met by the reads, which answer from the
+records, and reported by ``verify``). ``create=False`` never creates a store; a
+``read_only`` open writes nothing at all (no lock file, no recovery, no rebuild)
+and, when the indexes cannot be trusted, sends the reads to the records.
+
+Writing: every write runs under the write lock (``flock`` on ``lock``) and
+follows one rule: the *record file* is published first (temp file, fsync,
+rename, fsync of its directory) and the soft indexes follow, with the operation
+named in the journal first so that a crash at any point is finished by the next
+lock holder. The indexes are not fsynced on the save path. Deletes and updates,
+which change old index entries, flush what they change before the record file
+goes, so a power cut never resurrects a deleted checkpoint.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypeVar
 
+from ..._runtime.inline import WORKER, Budget
 from ...errors import (
     CheckpointDecodeError,
     CheckpointEncodeError,
     CheckpointNotFound,
     PreconditionFailed,
+    StoreFormatError,
+    StoreNotFound,
 )
 from ...models import CheckpointHeader
 from ...record import NewRecord, RecordEdits, StoredRecord
-from . import format as fmt
-from .budget import WORKER, Budget
-from .core import EngineCore, Txn
-from .index import IdTable, IndexDamaged
-from .rebuild import Rebuild
-from .recovery import Recovery
+from . import layout as fmt
+from .fdcache import Descriptors
+from .files import RO_FILE, RW_FILE, Files, RecordProblem, StateFile, Txn, WriteLock, quietly
+from .indexes import IdTable, IndexDamaged
+from .io import FileIO
+from .recovery import Rebuild, Recovery
 
-__all__ = ["Found", "Writes"]
+__all__ = ["FileEngine", "Found", "Writes"]
 
-_COMPACT_MIN_DEAD = 64
+_log = logging.getLogger("statekeeper.backends.file")
+_CREAT = os.O_CREAT
+_APPEND = os.O_APPEND
+T = TypeVar("T")
+
+
+class FileEngine:
+    """The one owner of a file store's directory, write lock, state file and
+    descriptor cache; it opens and closes the store and holds the write side's
+    parts (the rebuild, the recovery, the one-record writes), each given the
+    collaborators it uses. The read side and the batches are built over these
+    parts by the store (:class:`~.store.FileCheckpointStore`)."""
+
+    def __init__(
+        self,
+        root: str,
+        io: FileIO,
+        *,
+        durable: bool,
+        lock_timeout: float,
+        max_record_bytes: int,
+        sync_interval: int,
+        create: bool = True,
+        read_only: bool = False,
+    ) -> None:
+        self.create = create and not read_only
+        self.read_only = read_only
+        #: Why the indexes cannot be trusted on this read-only open (reads then go to
+        #: the records, see :func:`.survey.view_latest`); ``None`` when they can.
+        self.degraded: str | None = None
+        #: The write lock: this instance's mutex, then ``flock`` on ``lock``.
+        self.lock = WriteLock(io, lambda: self.files.fd("lock"), lock_timeout, root)
+        self.files = Files(
+            root, io, durable=durable, max_record_bytes=max_record_bytes, holding=self.lock.holding
+        )
+        #: Every descriptor kept open across calls, the lock holder's and the inline
+        #: readers'.
+        self.fdcache = Descriptors(self.files)
+        self.files.cache = self.fdcache
+        self.statefile = StateFile(self.files)
+        self.rebuild = Rebuild(
+            self.files, self.fdcache, self.statefile, sync_interval=sync_interval
+        )
+        self.recovery = Recovery(self.files, self.fdcache, self.statefile, self.lock, self.rebuild)
+        self.writes = Writes(
+            self.files,
+            self.fdcache,
+            self.statefile,
+            self.rebuild,
+            self.recovery,
+            sync_interval=sync_interval,
+        )
+
+    def close(self) -> None:
+        """Close every descriptor, once the calls in flight are done."""
+        self.files.close()
+        self.fdcache.drop()
+        self.fdcache.close_kept()
+
+    # -- opening -------------------------------------------------------------------------
+
+    def open(self, now: datetime) -> fmt.Meta:
+        """Open the store (creating it if ``create``); finish a crashed writer's
+        journal, after a machine restart re-index what a power cut may have lost, and
+        rebuild from the records what is damaged or missing. A read-only open does
+        none of that and writes nothing: it reads from the records instead when the
+        indexes cannot be trusted (``degraded``)."""
+        try:
+            root = self.files.io.open_root(self.files.root, create=self.create)
+        except (FileNotFoundError, NotADirectoryError):
+            if self.create:
+                raise
+            raise self._not_found() from None
+        self.files.adopt("root", root)
+        self.degraded = None
+        try:
+            if self.read_only:
+                meta = self._open_read_only(root)
+            else:
+                meta = self._open_meta(root, now)
+                self.files.identify(meta.store_id)
+                with self.lock.held():
+                    self.files.adopt("records", self._subdir(fmt.RECORDS_DIR))
+                    self.files.adopt("streams", self._subdir(fmt.STREAMS_DIR))
+                    self.files.adopt("state", self._open_state())
+                    dirty = self.files.io.open(
+                        fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
+                    )
+                    self.files.adopt("dirty", dirty)
+                    self._startup_recovery()
+        except BaseException:
+            self.close()
+            raise
+        return meta
+
+    def _not_found(self) -> StoreNotFound:
+        return StoreNotFound(
+            f"there is no file store at {self.files.root}; check the path, or open it with "
+            "create=True (and without read_only) to create one"
+        )
+
+    def _open_read_only(self, root: int) -> fmt.Meta:
+        """Open without writing a byte: no lock file, no recovery, no rebuild."""
+        if fmt.META_NAME not in self.files.io.listdir(root):
+            raise self._not_found()
+        try:
+            data = self.files.read_file(root, fmt.META_NAME)
+        except RecordProblem as exc:
+            raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
+        if data is None:
+            raise self._not_found()
+        meta = fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
+        self.files.identify(meta.store_id)
+        for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
+            try:
+                fd = self.files.open_dir(root, name, create=False)
+            except IndexDamaged as exc:
+                raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
+            if fd is not None:
+                self.files.adopt(name, fd)
+        if "records" not in self.files.fd_table:
+            raise StoreFormatError(
+                f"{self.files.where(fmt.RECORDS_DIR)} is missing: the store's creation was cut "
+                "short; open it once without read_only to finish it"
+            )
+        try:
+            self.files.adopt("state", self.files.io.open(fmt.STATE_NAME, RO_FILE, dir_fd=root))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreFormatError(
+                    f"{self.files.where(fmt.STATE_NAME)} is a symbolic link"
+                ) from None
+            raise
+        self.degraded = self._damage_read_only()
+        if self.degraded is not None:
+            _log.warning(
+                "file store %s (read-only): %s; reads go to the record files until a "
+                "writable open or repair() rebuilds the indexes",
+                self.files.root,
+                self.degraded,
+            )
+        return meta
+
+    def _subdir(self, name: str) -> int:
+        try:
+            fd = self.files.open_dir(self.files.fd("root"), name, create=True)
+        except IndexDamaged as exc:
+            raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
+        assert fd is not None
+        return fd
+
+    def _open_meta(self, root: int, now: datetime) -> fmt.Meta:
+        names = self.files.io.listdir(root)
+        if fmt.META_NAME not in names:
+            foreign = sorted(n for n in names if n not in fmt.ROOT_NAMES and not n.startswith("."))
+            if foreign:
+                raise StoreFormatError(
+                    f"{self.files.root} is not empty and is not a statekeeper file store "
+                    f"(it holds {', '.join(map(repr, foreign[:5]))}); "
+                    "point the store at a new or empty directory"
+                )
+            if not self.create:
+                raise self._not_found()
+        self.files.adopt(
+            "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
+        )
+        with self.lock.held():
+            try:
+                data = self.files.read_file(root, fmt.META_NAME)
+            except RecordProblem as exc:
+                raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
+            if data is not None:
+                return fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
+            meta = fmt.Meta.new(now)
+            # Creating a store is always made durable, whatever the durability option.
+            tmp = f".{fmt.META_NAME}.tmp"
+            self.files.unlink_quiet(tmp, root)
+            self.files.write_new(root, tmp, meta.to_bytes(), sync=True)
+            self.files.io.rename(tmp, fmt.META_NAME, src_dir_fd=root, dst_dir_fd=root)
+            self.files.io.fsync(root)
+            return meta
+
+    def _open_state(self) -> int:
+        root = self.files.fd("root")
+        try:
+            fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+        except FileNotFoundError:
+            # Both copies empty: the first transaction finds no state and rebuilds
+            # it from the records (a new store, or one whose state file was lost).
+            tmp = f".{fmt.STATE_NAME}.tmp"
+            self.files.unlink_quiet(tmp, root)
+            self.files.write_new(root, tmp, bytes(fmt.STATE_SIZE), sync=True)
+            self.files.io.rename(tmp, fmt.STATE_NAME, src_dir_fd=root, dst_dir_fd=root)
+            self.files.io.fsync(root)
+            fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StoreFormatError(
+                    f"{self.files.where(fmt.STATE_NAME)} is a symbolic link"
+                ) from None
+            raise
+        return fd
+
+    def _startup_recovery(self) -> None:
+        """After a machine restart, index the records above the sync mark again; then
+        finish a crashed writer's journal; then check the derived data (see
+        :meth:`damage_at_open`). What is damaged or missing is rebuilt from the
+        records (an unreadable state already was, by ``txn``)."""
+        tx = self.recovery.txn()
+        boot = self.files.io.boot_id()
+        reasons: list[str] = []
+        try:
+            pending = tx.state.journal
+            if pending is not None and pending.op in fmt.BATCH_OPS:
+                # First: a half-written batch must be gone (or complete) before the
+                # restart recovery indexes the records above the sync mark.
+                self.recovery.resolve_batch(tx)
+            if boot is None or tx.state.boot != boot:
+                self.recovery.restart(tx, boot)
+            journal = tx.state.journal
+            if journal is not None and not self.rebuild.insert_done(tx, journal):
+                self.recovery.recover_journal(tx)
+        except IndexDamaged as exc:
+            reasons.append(str(exc))
+        reasons += self._damage_at_open(tx)
+        if reasons:
+            _log.warning(
+                "file store %s: rebuilding its indexes from the records: %s",
+                self.files.root,
+                "; ".join(reasons),
+            )
+            self.rebuild.rebuild_all(tx)
+        if tx.state.boot != boot:
+            tx.commit(boot=boot)
+            tx.sync()
+
+    def _damage_at_open(self, tx: Txn) -> list[str]:
+        """What is wrong with the derived data, from cheap checks (under the lock).
+        Also records the stream count in a store that has none yet."""
+        reasons: list[str] = []
+        try:
+            self.fdcache.open_ids().close()
+        except IndexDamaged as exc:
+            reasons.append(str(exc))
+        files = len(self.fdcache.index_files())
+        want = tx.state.streams
+        if want is not None and files < want:
+            reasons.append(f"{want - files} stream index file(s) are missing")
+        elif want is None or files > want:
+            tx.commit(extra=tx.state.with_extra(streams=files))
+        top = self.rebuild.max_on_disk()
+        if top > tx.state.hwm:
+            reasons.append(f"record {top} is above the high-water mark {tx.state.hwm}")
+        return reasons
+
+    def _damage_read_only(self) -> str | None:
+        """Why this read-only open cannot trust the indexes (``None``: it can). The
+        same checks as a writable open makes, plus the work a writable open would
+        do first: a save the journal has not finished, and records above the sync
+        mark after a machine restart that are not indexed."""
+        if "streams" not in self.files.fd_table:
+            return "the streams directory is missing"
+        state = self.statefile.read()
+        if state is None:
+            return "the state file is missing or unreadable"
+        if state.torn:
+            return "a copy of the state file is damaged"
+        try:
+            self.fdcache.open_ids().close()
+        except IndexDamaged as exc:
+            return str(exc)
+        if state.streams is not None and len(self.fdcache.index_files()) < state.streams:
+            return "a stream index file is missing"
+        if self.rebuild.max_on_disk() > state.hwm:
+            return "a record is above the high-water mark"
+        journal = state.journal
+        if (
+            journal is not None
+            and journal.op == "insert"
+            and not self.rebuild.insert_done(Txn(self.statefile, state), journal)
+        ):
+            return "the last save is not indexed yet (a writer crashed)"
+        if journal is not None and journal.op == fmt.BATCH_COMMITTED:
+            # Its records are complete and durable; its index entries may not be.
+            return "the last save_many is not indexed yet (a writer crashed)"
+        boot = self.files.io.boot_id()
+        if boot is None or boot != state.boot:
+            try:
+                if not self._indexed_above(state.synced, state.hwm):
+                    return "records above the sync mark are not indexed (a machine restart)"
+            except IndexDamaged as exc:
+                return str(exc)
+        return None
+
+    def _indexed_above(self, lo: int, hi: int) -> bool:
+        """Whether every record file with ``lo < seq <= hi`` is in its stream index
+        and the id table (at most ``sync_interval`` records are read)."""
+        for _, _, names in self.files.walk(lo + 1, hi):
+            for seq, cid in [p for n in names if (p := fmt.parse_record_name(n))]:
+                if lo < seq <= hi and not self._is_indexed(seq, cid):
+                    return False
+        return True
+
+    def _is_indexed(self, seq: int, cid: str) -> bool:
+        with self.fdcache.open_ids() as ids:
+            if ids.find(fmt.id_key(cid), seq) is None:
+                return False
+        try:
+            got = self.files.load_record(seq, cid)
+        except CheckpointDecodeError:
+            return False
+        if got is None:
+            return True  # deleted since the listing
+        idx = self.fdcache.open_index(fmt.stream_file_name(got[0].stream))
+        if idx is None:
+            return False
+        with idx:
+            return idx.find(seq) is not None
 
 
 @dataclass
@@ -45,12 +382,26 @@ class Found:
 
 
 class Writes:
-    """The one-record writes of the engine (:class:`.batch.FileEngine` adds batches)."""
+    """The one-record writes (save, update, delete, prune, purge), each under the
+    write lock (:meth:`.recovery.Recovery.writing`): a part, given the store's
+    directory, the descriptor cache, the state file, the rebuild and the recovery."""
 
-    def __init__(self, core: EngineCore, rebuild: Rebuild, recovery: Recovery) -> None:
-        self.core = core
+    def __init__(
+        self,
+        files: Files,
+        fdcache: Descriptors,
+        statefile: StateFile,
+        rebuild: Rebuild,
+        recovery: Recovery,
+        *,
+        sync_interval: int,
+    ) -> None:
+        self.files = files
+        self.fdcache = fdcache
+        self.statefile = statefile
         self.rebuild = rebuild
         self.recovery = recovery
+        self.sync_interval = sync_interval
 
     # -- save ---------------------------------------------------------------------------
 
@@ -63,17 +414,17 @@ class Writes:
         unreadable or torn, a crashed writer's journal needs finishing, the id table
         needs growing, or the sync mark is due (it fsyncs). What it does inline is
         page-cache work only, as a bare write and rename."""
-        if self.core.durable:
+        if self.files.durable:
             budget.block()
         with self.recovery.writing(budget) as tx:
             return self._insert(tx, record, budget)
 
     def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
         """The body of :meth:`insert`, under the lock."""
-        if tx.state.hwm + 1 - tx.state.synced >= self.core.sync_interval:
+        if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
             budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
-        ids = self.core.open_ids(write=True)
+        ids = self.fdcache.open_ids(write=True)
         try:
             if tx.state.ids_used + 1 > ids.capacity // 2:
                 budget.block()
@@ -85,14 +436,14 @@ class Writes:
                 live, free, fresh = ids.probe(key)
             seq = tx.state.hwm + 1
             stored = record.seal(seq)
-            data = stored.to_bytes(self.core.store_id)
+            data = stored.to_bytes(self.files.store_id)
             self.check_size(data)
             sfile = fmt.stream_file_name(record.stream)
-            path = self.core.record_path(seq, record.id)
-            bucket = self.core.bucket(seq, create=True)
+            path = self.files.record_path(seq, record.id)
+            bucket = self.files.bucket(seq, create=True)
             assert bucket is not None
             try:
-                tmp = self.core.spares.take(seq) or fmt.temp_name(seq)  # (see .spares)
+                tmp = self.files.spares.take(seq) or fmt.temp_name(seq)  # (see Spares)
                 # One write of state per save: it reserves the sequence, counts the
                 # id-table slot and names the operation; it is not cleared after.
                 tx.commit(
@@ -103,35 +454,31 @@ class Writes:
                     ),
                 )
                 try:
-                    self._publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
+                    self.files.publish(bucket, tmp, fmt.record_name(seq, record.id), data, None)
                 except BaseException:
-                    self.rebuild.quietly(lambda: tx.commit(journal=None, hwm=seq))
+                    quietly(lambda: tx.commit(journal=None, hwm=seq))
                     raise
                 slot = fmt.Slot(seq, record.id, fmt.to_micros(record.expires_at))
                 try:
-                    self.rebuild.index_new(
-                        tx, ids, sfile, record.stream, slot, key, at=(free, fresh)
-                    )
+                    self.rebuild.index(tx, ids, [(record.stream, slot)], at=(free, fresh))
                 except BaseException:
                     # The caller will hear that the save failed, so take it back.
-                    self.rebuild.quietly(
-                        lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket)
-                    )
+                    quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
                     raise
             finally:
-                self.core.close_bucket(bucket)
-            self.core.done_gen = tx.state.gen
+                self.files.close_bucket(bucket)
+            self.statefile.saved(tx.state.gen)
             if self.rebuild.sync_mark_if_due(tx, ids):
-                self.core.done_gen = tx.state.gen
+                self.statefile.saved(tx.state.gen)
         finally:
             ids.close()
         return stored.header
 
     def check_size(self, data: bytes) -> None:
-        if len(data) > self.core.max_record_bytes:
+        if len(data) > self.files.max_record_bytes:
             raise CheckpointEncodeError(
                 f"the record would be {len(data)} bytes, over this file store's "
-                f"{self.core.max_record_bytes}-byte limit for one record file"
+                f"{self.files.max_record_bytes}-byte limit for one record file"
             )
 
     def check_new_id(
@@ -163,10 +510,10 @@ class Writes:
     ) -> None:
         """Take back a published record whose indexing failed; the caller is told the
         save failed, so it must not appear later. Its sequence stays used."""
-        self.core.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
-        if self.core.durable:
-            self.core.io.fsync(bucket)
-        idx = self.core.open_index(sfile, write=True)
+        self.files.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
+        if self.files.durable:
+            self.files.io.fsync(bucket)
+        idx = self.fdcache.open_index(sfile, write=True)
         if idx is not None:
             with idx:
                 if idx.count and idx.slot(idx.count - 1).seq == slot.seq:
@@ -175,45 +522,6 @@ class Writes:
         if pos is not None:
             ids.tombstone(pos, key, slot.seq)
         tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
-
-    def _publish(
-        self, bucket: int, tmp: str, name: str, data: bytes, previous: bytes | None
-    ) -> None:
-        """Write ``data`` to ``tmp``, fsync, rename over ``name``, fsync the directory.
-
-        On failure nothing of the new version stays visible: the temp file is removed
-        and, if the rename already happened, ``name`` is removed (``previous is
-        None``) or its previous bytes are put back.
-        """
-        self.core.write_new(bucket, tmp, data, sync=self.core.durable)
-        try:
-            self.core.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-        except BaseException:
-            self.core.unlink_quiet(tmp, bucket)
-            raise
-        if not self.core.durable:
-            return
-        try:
-            self.core.io.fsync(bucket)
-        except BaseException:
-            if previous is None:
-                self.core.unlink_quiet(name, bucket)
-            else:
-                self.rebuild.quietly(lambda: self._put_back(bucket, tmp, name, previous))
-            raise
-
-    def _put_back(self, bucket: int, tmp: str, name: str, previous: bytes) -> None:
-        """Restore a record's previous bytes after a failed replace (best effort: if
-        this fails too, the new version stays, complete and valid)."""
-        seq = fmt.parse_temp_name(tmp)
-        back = fmt.temp_name(seq) if seq is not None else f"{tmp}.undo"
-        try:
-            self.core.write_new(bucket, back, previous, sync=self.core.durable)
-            self.core.io.rename(back, name, src_dir_fd=bucket, dst_dir_fd=bucket)
-            if self.core.durable:
-                self.core.io.fsync(bucket)
-        finally:
-            self.core.unlink_quiet(back, bucket)
 
     # -- update -------------------------------------------------------------------------
 
@@ -228,7 +536,7 @@ class Writes:
         codec: str | None = None,
     ) -> CheckpointHeader:
         with self.recovery.writing() as tx:
-            with self.core.open_ids() as ids:
+            with self.fdcache.open_ids() as ids:
                 found = self.find_record(ids, cid)
             if found is not None and found.error is not None:
                 raise found.error
@@ -240,7 +548,7 @@ class Writes:
                     f"checkpoint {cid!r} has etag {current.header.etag!r}, not {if_match!r}"
                 )
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
-            data = new.to_bytes(self.core.store_id)
+            data = new.to_bytes(self.files.store_id)
             self.check_size(data)
             self._replace(tx, found.seq, cid, current, new.header.expires_at, data, found.raw)
             return new.header
@@ -258,11 +566,11 @@ class Writes:
         """Replace record ``seq`` with ``data``, keeping its index hint an upper bound
         of its expiry at every instant (raise the hint first, lower it after)."""
         sfile = fmt.stream_file_name(current.stream) if current is not None else None
-        path = self.core.record_path(seq, cid)
+        path = self.files.record_path(seq, cid)
         tmp = fmt.temp_name(seq)
         old = fmt.to_micros(current.header.expires_at) if current is not None else 0
         new = fmt.to_micros(expires_at)
-        bucket = self.core.bucket(seq)
+        bucket = self.files.bucket(seq)
         if bucket is None:
             raise CheckpointNotFound(cid)
         hinted = sfile is not None and old != new
@@ -276,8 +584,8 @@ class Writes:
             published = False
             try:
                 if hinted and sfile is not None:
-                    self.rebuild.set_hint(sfile, seq, _upper(old, new), sync=self.core.durable)
-                self._publish(bucket, tmp, name, data, previous)
+                    self.rebuild.set_hint(sfile, seq, _upper(old, new), sync=self.files.durable)
+                self.files.publish(bucket, tmp, name, data, previous)
                 published = True
                 if hinted and sfile is not None:
                     self.rebuild.set_hint(sfile, seq, new, sync=False)
@@ -285,18 +593,18 @@ class Writes:
             except BaseException:
                 # The caller will hear that the update failed: put the old one back.
                 if published and previous is not None:
-                    self.rebuild.quietly(lambda: self._put_back(bucket, tmp, name, previous))
+                    quietly(lambda: self.files.put_back(bucket, tmp, name, previous))
                 if hinted and sfile is not None:
-                    self.rebuild.quietly(lambda: self.rebuild.set_hint(sfile, seq, old, sync=False))
-                self.rebuild.quietly(lambda: tx.commit(journal=None))
+                    quietly(lambda: self.rebuild.set_hint(sfile, seq, old, sync=False))
+                quietly(lambda: tx.commit(journal=None))
                 raise
         finally:
-            self.core.close_bucket(bucket)
+            self.files.close_bucket(bucket)
 
     def write_raw(self, cid: str, data: bytes) -> None:
         """Overwrite record ``cid``'s bytes unchecked (the conformance kit's backdoor)."""
         with self.recovery.writing() as tx:
-            with self.core.open_ids() as ids:
+            with self.fdcache.open_ids() as ids:
                 found = self.find_record(ids, cid)
             if found is None:
                 raise CheckpointNotFound(cid)
@@ -306,7 +614,7 @@ class Writes:
     # -- delete, prune, purge -------------------------------------------------------------
 
     def delete(self, cid: str, if_match: str | None, now: datetime) -> bool:
-        with self.recovery.writing() as tx, self.core.open_ids(write=True) as ids:
+        with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
             found = self.find_record(ids, cid)
             if found is None:
                 return False
@@ -331,7 +639,7 @@ class Writes:
             sfile = self.rebuild.stream_of(found.seq, cid)
         victims: list[tuple[int | None, fmt.Slot]] = [(None, fmt.Slot(found.seq, cid))]
         if sfile is not None:
-            idx = self.core.open_index(sfile)
+            idx = self.fdcache.open_index(sfile)
             if idx is not None:
                 with idx:
                     pos = idx.find(found.seq)
@@ -363,14 +671,14 @@ class Writes:
         tx.commit(journal=fmt.Journal("delete", names, lo=min(seqs), hi=max(seqs)))
         tx.sync()
         for sfile, victims in groups.items():
-            idx = self.core.open_index(sfile, write=True) if sfile else None
+            idx = self.fdcache.open_index(sfile, write=True) if sfile else None
             if idx is None:
                 continue
             with idx:
                 for pos, slot in victims:
                     if pos is not None:
                         idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
-                if self.core.durable:
+                if self.files.durable:
                     idx.sync()
         for victims in groups.values():
             for _, slot in victims:
@@ -378,102 +686,17 @@ class Writes:
                 at = ids.find(key, slot.seq)
                 if at is not None:
                     ids.tombstone(at, key, slot.seq)
-        if self.core.durable:
+        if self.files.durable:
             ids.sync()
         self.rebuild.unlink_records([slot for victims in groups.values() for _, slot in victims])
         # Trim only once the files are gone: recovery finishes a delete from its
         # dead slots, so a slot must outlive its record file.
         for sfile in groups:
-            idx = self.core.open_index(sfile, write=True) if sfile else None
+            idx = self.fdcache.open_index(sfile, write=True) if sfile else None
             if idx is not None:
                 with idx:
                     self.rebuild.trim_dead(idx)
         tx.commit(journal=None)
-
-    def prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        sfile = fmt.stream_file_name(stream)
-        now_us = fmt.to_micros(now)
-        with self.recovery.writing() as tx:
-            idx = self.core.open_index(sfile)
-            if idx is None:
-                return 0
-            victims: list[tuple[int | None, fmt.Slot]] = []
-            with idx:
-                kept = 0
-                for pos, slot in idx.walk(idx.count - 1, -1):
-                    if not slot.live or slot.expired(now_us):
-                        continue
-                    if kept < keep_last:
-                        kept += 1
-                    else:
-                        victims.append((pos, slot))
-            with self.core.open_ids(write=True) as ids:
-                self._delete_slots(tx, ids, sfile, victims)
-            self._compact(tx, sfile)
-            return len(victims)
-
-    def delete_stream(self, stream: str, now: datetime) -> int:
-        sfile = fmt.stream_file_name(stream)
-        now_us = fmt.to_micros(now)
-        with self.recovery.writing() as tx:
-            idx = self.core.open_index(sfile)
-            if idx is None:
-                return 0
-            with idx:
-                victims: list[tuple[int | None, fmt.Slot]] = [
-                    (pos, slot) for pos, slot in idx.walk(0, 1) if slot.live
-                ]
-            with self.core.open_ids(write=True) as ids:
-                self._delete_slots(tx, ids, sfile, victims)
-            self._compact(tx, sfile)
-            return sum(1 for _, slot in victims if not slot.expired(now_us))
-
-    def purge_expired(self, now: datetime) -> int:
-        """Remove expired checkpoints stream by stream, releasing the lock in between
-        so other writers are not held up for the whole pass."""
-        now_us = fmt.to_micros(now)
-        removed = 0
-        for sfile in sorted(self.core.index_files()):
-            with self.recovery.writing() as tx:
-                try:
-                    idx = self.core.open_index(sfile)
-                except IndexDamaged:
-                    continue
-                if idx is None:
-                    continue
-                with idx:
-                    victims: list[tuple[int | None, fmt.Slot]] = [
-                        (pos, s) for pos, s in idx.walk(0, 1) if s.live and s.expired(now_us)
-                    ]
-                if victims:
-                    with self.core.open_ids(write=True) as ids:
-                        self._delete_slots(tx, ids, sfile, victims)
-                    self._compact(tx, sfile)
-                removed += len(victims)
-        return removed
-
-    def _compact(self, tx: Txn, sfile: str) -> None:
-        """Rewrite a stream index without its dead slots once they dominate it, and
-        remove an index with nothing left."""
-        idx = self.core.open_index(sfile, write=True)
-        if idx is None:
-            return
-        with idx:
-            slots = [s for _, s in idx.walk(0, 1)]
-            live = [s for s in slots if s.live]
-            dead = len(slots) - len(live)
-            if live and (dead < _COMPACT_MIN_DEAD or dead <= len(live)):
-                return
-            self.core.forget(sfile)
-            if not live:
-                self.rebuild.uncount_index(tx)
-                self.core.unlink_missing_ok(sfile, self.core.fd("streams"))
-                if self.core.durable:
-                    self.core.io.fsync(self.core.fd("streams"))
-            else:
-                idx.rewrite(
-                    self.core.fd("streams"), live, self.core.store_id, durable=self.core.durable
-                )
 
     def find_record(
         self, ids: IdTable, cid: str, live: list[tuple[int, int]] | None = None
@@ -483,7 +706,7 @@ class Writes:
         the caller has them already."""
         for _, seq in ids.lookup(fmt.id_key(cid)) if live is None else live:
             try:
-                got = self.core.load_record(seq, cid)
+                got = self.files.load_record(seq, cid)
             except CheckpointDecodeError as exc:
                 return Found(seq, None, None, exc)
             if got is not None:

@@ -1,31 +1,55 @@
-"""Listed pages of one stream from its index: a page and the probe that decides its
-other cursor, tolerant (a damaged record is a skipped entry), with the damaged
-records of unknown stream merged in where their sequences fall (see
-:mod:`.orphans`). A global listing comes from :meth:`.listing.Listing.scan_all`,
-and a store whose indexes cannot be trusted answers from a survey of the records.
-One function per page, run inline first under a budget (see :mod:`.budget`).
+"""Listed pages: of one stream from its index, a page and the probe that decides
+its other cursor, tolerant (a damaged record is a skipped entry), with the
+damaged records of unknown stream merged in where their sequences fall; of every
+stream (``list(None)``, :meth:`Pages.scan_all`) from the bucket directories,
+through the one walk of :meth:`.files.Files.walk`. A store whose indexes
+cannot be trusted answers from a survey of the records. One function per page, run inline
+first under a budget (see :mod:`statekeeper._runtime.inline`).
+
+**Orphans.** Damaged records of unknown stream (*orphans*, see :mod:`.survey`) in the pages
+of a stream listing read from the indexes.
+
+No stream index holds an orphan, yet it may be any stream's checkpoint, so
+``get_latest`` of a stream whose winner is older raises naming it (the newest one,
+which ``state`` marks). ``list(stream)`` agrees: every page of every stream
+reports each orphan whose sequence lies in the page's range in ``skipped``, with a
+reason that says its stream is unknown (:func:`.survey.orphan_error`, the body
+``get_latest``'s error comes from). A page read from the records
+(:func:`.survey.view_scan`) has them from its survey; a page read from a stream
+index has them merged in here, by sequence, so keyset paging and cursors work as
+for any other skipped entry: each orphan is on exactly one page of a walk, and a
+page still holds at most ``limit`` entries.
+
+Which records are orphans only a survey of the records tells (O(store)), so a
+reader takes one survey per rebuild: the rebuild stores a digest of its orphans
+in ``state`` (:func:`.survey.orphans_digest`), and a reader keeps the orphans it found
+for as long as ``state`` shows the same marker and digest. Each orphan is read
+again whenever a page's range holds it, so one deleted since (by id) is left out
+and one restored shows as the checkpoint it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+import heapq
+from collections.abc import Callable, Iterator, Sequence
 
 from ..._core.query import ScanQuery
 from ..._core.validate import skipped_from
+from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError, ConcurrentModificationError
 from ...models import Skipped
 from ...record import StoredRecord
-from . import format as fmt
-from .budget import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, WORKER, Budget
-from .core import EngineCore
-from .index import IndexDamaged, StreamIndex
-from .listing import Listing, wanted
-from .orphans import OrphanKey, merge_orphans, orphans_key
-from .reads import Reader
-from .survey import Survey
-from .view import orphan_error, view_scan
+from . import layout as fmt
+from .files import Files, RecordProblem
+from .indexes import IndexDamaged, StreamIndex
+from .reader import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, Listing, Reader, wanted
+from .survey import Survey, orphan_error, view_scan
 
-__all__ = ["Entry", "PageEntries", "Pages", "ProbeOf"]
+__all__ = ["Entry", "OrphanKey", "PageEntries", "Pages", "ProbeOf", "merge_orphans", "orphans_key"]
+
+#: What a reader's kept orphans are good for: ``state``'s marker and digest.
+OrphanKey = tuple[tuple[int, str], str | None]
 
 #: The most slots a page scan reads at once at first: a page of up to this many
 #: candidates (``list`` asks one more than its limit) reads the slots it needs in one
@@ -43,8 +67,8 @@ PageEntries = tuple[list[Entry], list[Entry] | None]
 class Pages:
     """:meth:`scan_page`: a listed page and its probe."""
 
-    def __init__(self, core: EngineCore, listing: Listing, reader: Reader) -> None:
-        self.core = core
+    def __init__(self, files: Files, listing: Listing, reader: Reader) -> None:
+        self.files = files
         self.listing = listing
         self.reader = reader
         #: The damaged records of unknown stream, surveyed once while ``state``
@@ -59,23 +83,23 @@ class Pages:
         ``state`` (one cap: the probe sees what the page saw), through one open
         stream index and the same bucket descriptors, or from one survey of the
         records. A scan of one stream also reports, as skipped, each damaged record
-        of unknown stream in its range (see :mod:`.orphans`).
+        of unknown stream in its range (see the module).
 
         Inline, a page of one stream from its index, whose records are there,
         readable and of that stream; it blocks for a global listing, an orphan, a
         damaged or missing index, a record missing, damaged, too large or of
         another stream (which the worker reports as skipped, or sees deleted), and
-        more than :data:`~.budget.INLINE_EXTRA_SLOTS` slots or
-        :data:`~.budget.INLINE_EXTRA_RECORDS` records passed over. So an inline
+        more than :data:`~.reader.INLINE_EXTRA_SLOTS` slots or
+        :data:`~.reader.INLINE_EXTRA_RECORDS` records passed over. So an inline
         page never holds a :class:`~statekeeper.models.Skipped` entry."""
         if query.stream is None:
             budget.block()
             state = self.reader.heal(budget)
             cap = fmt.visible_cap(state)
-            page = list[Entry](self.listing.scan_all(query, cap))
+            page = list[Entry](self.scan_all(query, cap))
             if probe_of is None:
                 return page, None
-            return page, list[Entry](self.listing.scan_all(probe_of(page), cap))
+            return page, list[Entry](self.scan_all(probe_of(page), cap))
         try:
             state = self.reader.heal(budget)
             if self.listing.records_only(state):
@@ -118,7 +142,7 @@ class Pages:
                 return page, self._with_orphans(found, probe, state, cap, budget)
         finally:
             if dirs:
-                self.core.close_dirs(dirs)
+                self.files.close_dirs(dirs)
 
     def _scan_slots(
         self,
@@ -162,7 +186,7 @@ class Pages:
                         self.listing.skipped(
                             slot.seq,
                             slot.cid,
-                            self.core.record_path(slot.seq, slot.cid),
+                            self.files.record_path(slot.seq, slot.cid),
                             "the stream index lists it but its record file is missing",
                         )
                     )
@@ -172,7 +196,7 @@ class Pages:
                         self.listing.skipped(
                             slot.seq,
                             slot.cid,
-                            self.core.record_path(slot.seq, slot.cid),
+                            self.files.record_path(slot.seq, slot.cid),
                             f"the record belongs to stream {got[0].stream!r}",
                         )
                     )
@@ -196,7 +220,7 @@ class Pages:
         budget: Budget,
     ) -> list[Entry]:
         """``page``, a scan of ``q`` from its stream index, with the damaged records
-        of unknown stream in its range (see :mod:`.orphans`): those ``get_latest``
+        of unknown stream in its range (see the module): those ``get_latest``
         raises for. Nothing to do, and nothing read, while ``state`` marks none."""
         key = orphans_key(state)
         if key is None:
@@ -209,7 +233,7 @@ class Pages:
             if self.listing.unseen(seq, True, cap):
                 return None
             try:
-                got = self.core.load_record(seq, cid)
+                got = self.files.load_record(seq, cid)
             except CheckpointDecodeError as exc:
                 return skipped_from(orphan_error(exc, stream, listed=True), cid, seq)
             if got is None or got[0].stream != stream or not wanted(got[0], q):
@@ -227,6 +251,122 @@ class Pages:
         found = sorted((e.seq, e.cid) for e in self.listing.survey().orphans)
         self._orphans_kept = (key, found)
         return found
+
+    # -- list(None): every stream, from the bucket directories ----------------------------
+
+    def scan_all(self, q: ScanQuery, cap: int | None) -> list[StoredRecord | Skipped]:
+        """Every stream in global sequence order: walk the bucket directories, which
+        are named (and sorted) by sequence, and read only the records in the page."""
+        asc = q.order == "asc"
+        lo, hi = (q.bound or 0, None) if asc else (0, q.bound)
+        out: list[StoredRecord | Skipped] = []
+
+        def damaged(name: str, number: int | None, reason: str) -> None:
+            if number is None or len(out) >= q.limit:
+                return  # (a name that is no bucket's: verify reports it)
+            base = number * fmt.BUCKET_SIZE
+            if q.bound is None or (base > q.bound if asc else base < q.bound):
+                out.append(self.listing.skipped(base, None, f"{fmt.RECORDS_DIR}/{name}", reason))
+
+        state = self.listing.statefile.read()
+        known_top = state.hwm if state is not None else None
+        for bucket, bfd, names in self.files.walk(
+            lo,
+            hi,
+            descending=not asc,
+            known_top=known_top,
+            damaged=damaged,
+            until=lambda: len(out) >= q.limit,
+        ):
+            self._scan_bucket(bucket, bfd, names, q, out, cap)
+        return out
+
+    def _scan_bucket(
+        self,
+        bucket: int,
+        bfd: int,
+        names: list[str],
+        q: ScanQuery,
+        out: list[StoredRecord | Skipped],
+        cap: int | None,
+    ) -> None:
+        bname = fmt.bucket_name(bucket)
+        base = bucket * fmt.BUCKET_SIZE
+        asc = q.order == "asc"
+        # Where a name carries no sequence, report it next to its neighbour (or at
+        # the edge of the range) so positions never go backwards within a page.
+        last = (
+            (q.bound + 1 if q.bound is not None else base)
+            if asc
+            else (q.bound - 1 if q.bound is not None else base + fmt.BUCKET_SIZE - 1)
+        )
+        for found, kind, name in _bucket_entries(names, base, q.bound, asc):
+            if len(out) >= q.limit:
+                return
+            seq = last if found is None else found
+            last = seq
+            location = f"{fmt.RECORDS_DIR}/{bname}/{name}"
+            parsed = fmt.parse_record_name(name) if kind == 0 else None
+            if parsed is not None:
+                if cap is not None and seq > cap:
+                    got: list[StoredRecord | Skipped] = []
+                    self._scan_record(bfd, name, seq, parsed[1], q, got, bucket)
+                    damaged = bool(got) and isinstance(got[0], Skipped)
+                    if damaged and not self.listing.unseen(seq, True, cap):
+                        out.extend(got)
+                else:
+                    self._scan_record(bfd, name, seq, parsed[1], q, out, bucket)
+            elif kind == 1:
+                if self._stray_temp(bfd, name, location):
+                    reason = "a stray temporary file left by an interrupted write"
+                    out.append(self.listing.skipped(seq, None, location, reason))
+            else:
+                reason = "not a statekeeper record file name (planted or foreign file)"
+                out.append(self.listing.skipped(seq, None, location, reason))
+
+    def _scan_record(
+        self,
+        bfd: int,
+        name: str,
+        seq: int,
+        cid: str,
+        q: ScanQuery,
+        out: list[StoredRecord | Skipped],
+        bucket: int,
+    ) -> None:
+        location = self.files.record_path(seq, cid)
+        if fmt.bucket_of(seq) != bucket:
+            out.append(
+                self.listing.skipped(seq, cid, location, "the record is in the wrong bucket")
+            )
+            return
+        try:
+            data = self.files.read_file(bfd, name)
+        except RecordProblem as exc:
+            out.append(self.listing.skipped(seq, cid, location, exc.reason))
+            return
+        if data is None:
+            return  # deleted since the directory was listed
+        try:
+            record = self.files.decode(data, seq, cid)
+        except CheckpointDecodeError as exc:
+            out.append(skipped_from(exc, cid, seq))
+            return
+        if wanted(record, q):
+            out.append(record)
+
+    def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
+        """A temp file nobody is writing: not the current journal's (its one temp, or
+        one of the sequences of a group commit in flight), still there, and not
+        empty (an empty one holds nothing to leave out: a writer's spare, see
+        :class:`.files.Spares`, or a write cut before its first byte)."""
+        state = self.listing.statefile.read()
+        if state is not None and fmt.temp_in_flight(state.journal, location):
+            return False
+        try:
+            return self.files.io.lstat(name, dir_fd=bfd).st_size > 0
+        except FileNotFoundError:
+            return False
 
 
 def _view_page(s: Survey, query: ScanQuery, probe_of: ProbeOf | None) -> PageEntries:
@@ -246,3 +386,84 @@ def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) 
     seq = idx.slot(pos).seq
     if bound is not None and (seq < bound if beyond else seq > bound):
         raise IndexDamaged(f"streams/{idx.name}: slot {pos} is out of order")
+
+
+def orphans_key(state: fmt.State | None) -> OrphanKey | None:
+    """``None`` when ``state`` marks no orphan (a page needs no merge), else the key
+    under which a reader keeps the orphans it surveyed."""
+    if state is None or state.orphan is None:
+        return None
+    digest = state.extra.get("orphans")
+    return state.orphan, digest if isinstance(digest, str) else None
+
+
+def merge_orphans(
+    page: list[Entry],
+    q: ScanQuery,
+    orphans: Sequence[tuple[int, str]],
+    look: Callable[[int, str], StoredRecord | Skipped | None],
+) -> list[Entry]:
+    """``page`` (a scan of ``q`` from a stream index, in ``q``'s order) with every
+    orphan of ``orphans`` (ascending) in the page's range put in its place:
+    beyond ``q.bound``, and up to the page's last entry when the page is full (a
+    page that is not full reached the end of the stream, so its range does too).
+    ``look`` reads an orphan again: its :class:`Skipped` entry, the record if it is
+    readable again (and of this stream, and listed by ``q``), or ``None`` (gone).
+    The result is cut to ``q.limit``: what falls off is the next page's."""
+    asc = q.order == "asc"
+    lo, hi = 0, fmt.MAX_SEQUENCE + 1  # exclusive
+    if q.bound is not None:
+        lo, hi = (q.bound, hi) if asc else (lo, q.bound)
+    if len(page) >= q.limit:
+        edge = _seq(page[-1])
+        lo, hi = (lo, edge) if asc else (edge, hi)
+    listed = {_seq(e) for e in page}
+    found: list[Entry] = []
+    for seq, cid in orphans:
+        if lo < seq < hi and seq not in listed and (entry := look(seq, cid)) is not None:
+            found.append(entry)
+    if not found:
+        return page
+    merged = sorted([*page, *found], key=_seq, reverse=not asc)
+    return merged[: q.limit]
+
+
+def _seq(entry: Entry) -> int:
+    seq = entry.sequence
+    assert seq is not None, "every entry of a stream's scan has its sequence"
+    return seq
+
+
+def _bucket_entries(
+    names: list[str], base: int, bound: int | None, asc: bool
+) -> Iterator[tuple[int | None, int, str]]:
+    """``(sequence, kind, name)`` of a bucket's files beyond ``bound``, in order;
+    kind 0 is a record file name, 1 a temp file, 2 anything else (its sequence is
+    ``None`` when its name carries none: the caller places it where it appears).
+
+    A bucket holds up to 1000 names and a page needs about 20, so the names are
+    sorted (record names sort by sequence: 20 digits, then ``.``) and cut at the
+    bound by bisection; only what the page consumes is looked at in Python.
+    """
+    names.sort()
+    lo, hi = bisect.bisect_left(names, "0"), bisect.bisect_left(names, ":")
+    digits = names[lo:hi]
+    others: list[tuple[str, int, str]] = []
+    for name in names[:lo] + names[hi:]:
+        tseq = fmt.parse_temp_name(name)
+        others.append((f"{tseq if tseq is not None else base:020d}", 1 if tseq else 2, name))
+    key = None if bound is None else f"{bound:020d}"
+    if asc:
+        start = 0 if key is None else bisect.bisect_right(digits, key + "/")
+        records: Iterator[str] = iter(digits[start:])
+        others = sorted(e for e in others if key is None or e[0] > key)
+    else:
+        end = len(digits) if key is None else bisect.bisect_left(digits, key)
+        records = reversed(digits[:end])
+        others = sorted((e for e in others if key is None or e[0] < key), reverse=True)
+    keyed = ((name[:20], 0, name) for name in records)
+    for k, kind, name in heapq.merge(keyed, others, reverse=not asc):
+        if kind == 0 and not (k.isdigit() and fmt.parse_record_name(name)):
+            yield (int(k) if k.isdigit() else None), 2, name
+        else:
+            yield int(k), kind, name

@@ -21,22 +21,48 @@ cannot tell that it is not that stream's newest checkpoint.
 
 :func:`take_survey` is what a rebuild, a read without usable indexes and
 ``verify`` all start from. It writes nothing and costs O(store).
+
+The ``view_*`` functions answer reads from a survey when the indexes cannot be
+trusted (a ``read_only`` open of a damaged store, which never rebuilds, or a read
+that meets a damaged index): slow, but the answers the indexes would give once
+rebuilt: the newest record, or a
+:class:`~statekeeper.errors.CheckpointDecodeError` naming a damaged one, never
+``None``, ``CheckpointNotFound`` or an older checkpoint.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
+from ..._core.query import ScanQuery
+from ..._core.validate import skipped_from
 from ...errors import CheckpointDecodeError
+from ...models import Skipped
 from ...record import StoredRecord
-from . import format as fmt
-from .core import RO_FILE, EngineCore, RecordProblem
-from .index import IndexDamaged, open_regular
+from . import layout as fmt
+from .files import RO_FILE, Files, RecordProblem
+from .indexes import IndexDamaged, open_regular
 from .io import read_exact
 
-__all__ = ["Entry", "OldIndex", "Survey", "take_survey"]
+__all__ = [
+    "Entry",
+    "OldIndex",
+    "Survey",
+    "orphan_error",
+    "orphans_digest",
+    "take_survey",
+    "view_get",
+    "view_info",
+    "view_latest",
+    "view_scan",
+    "view_streams",
+]
 
 _PREFIX = re.compile(rb"SK1 (\d{1,9}) (\d{1,10}) [0-9a-f]{8}\n")
 
@@ -80,7 +106,7 @@ class Survey:
     #: ``(bucket, name)`` of temp files no write is using.
     temps: list[tuple[int, str]] = field(default_factory=list)
     #: ``(bucket, name)`` of empty temp files no write is using: a writer's spare
-    #: (:mod:`.spares`) or one cut before its first byte. They hold nothing, so
+    #: (:class:`.files.Spares`) or one cut before its first byte. They hold nothing, so
     #: ``verify`` does not report them and they count for no sequence; ``repair``
     #: removes them.
     empty_temps: list[tuple[int, str]] = field(default_factory=list)
@@ -99,16 +125,16 @@ class Survey:
         return [e for e in self.entries if e.record is None and e.stream is None]
 
 
-def take_survey(engine: EngineCore) -> Survey:
+def take_survey(files: Files) -> Survey:
     """Walk the store (see the module docstring). Writes nothing."""
     s = Survey()
-    for name in sorted(engine.io.listdir(engine.fd("root"))):
+    for name in sorted(files.io.listdir(files.fd("root"))):
         if name not in fmt.ROOT_NAMES and not (name.startswith(".") and name.endswith(".tmp")):
             s.foreign.append((name, "not a file of a statekeeper file store"))
-    _survey_state(engine, s)
-    _survey_records(engine, s)
-    _survey_indexes(engine, s)
-    _survey_ids(engine, s)
+    _survey_state(files, s)
+    _survey_records(files, s)
+    _survey_indexes(files, s)
+    _survey_ids(files, s)
     _resolve_streams(s)
     seqs = [e.seq for e in s.entries]
     seqs += [seq for _, name in s.temps if (seq := fmt.parse_temp_name(name)) is not None]
@@ -122,12 +148,12 @@ def take_survey(engine: EngineCore) -> Survey:
     return s
 
 
-def _survey_state(engine: EngineCore, s: Survey) -> None:
-    fd = engine.fd_table.get("state")
+def _survey_state(files: Files, s: Survey) -> None:
+    fd = files.fd_table.get("state")
     if fd is None:
         s.state_problem = "the state file is missing"
         return
-    raw = read_exact(engine.io, fd, fmt.STATE_SIZE + 1, 0)
+    raw = read_exact(files.io, fd, fmt.STATE_SIZE + 1, 0)
     s.state = fmt.State.from_bytes(raw)
     if s.state is None:
         s.state_problem = "both copies of the state file are unreadable"
@@ -135,33 +161,20 @@ def _survey_state(engine: EngineCore, s: Survey) -> None:
         s.state_problem = "one copy of the state file is damaged (a torn write?)"
 
 
-def _survey_records(engine: EngineCore, s: Survey) -> None:
-    io = engine.io
-    records = engine.fd_table.get("records")
-    if records is None:
-        return
+def _survey_records(files: Files, s: Survey) -> None:
     journal = s.state.journal if s.state is not None else None
-    for bname in sorted(io.listdir(records)):
-        bucket = fmt.parse_bucket_name(bname)
-        if bucket is None:
-            s.foreign.append((f"{fmt.RECORDS_DIR}/{bname}", "not a bucket directory"))
-            continue
-        try:
-            bfd = engine.open_dir(records, bname, create=False)
-        except IndexDamaged as exc:
-            s.foreign.append((f"{fmt.RECORDS_DIR}/{bname}", str(exc)))
-            continue
-        if bfd is None:
-            continue
-        try:
-            for name in sorted(io.listdir(bfd)):
-                _survey_file(engine, s, bfd, bucket, bname, name, journal)
-        finally:
-            io.close(bfd)
+
+    def damaged(name: str, number: int | None, reason: str) -> None:
+        s.foreign.append((f"{fmt.RECORDS_DIR}/{name}", reason))
+
+    for bucket, bfd, names in files.walk(damaged=damaged):
+        bname = fmt.bucket_name(bucket)
+        for name in sorted(names):
+            _survey_file(files, s, bfd, bucket, bname, name, journal)
 
 
 def _survey_file(
-    engine: EngineCore,
+    files: Files,
     s: Survey,
     bfd: int,
     bucket: int,
@@ -175,7 +188,7 @@ def _survey_file(
         if parsed is None and fmt.parse_temp_name(name) is not None:
             if not fmt.temp_in_flight(journal, where):
                 try:
-                    empty = engine.io.lstat(name, dir_fd=bfd).st_size == 0
+                    empty = files.io.lstat(name, dir_fd=bfd).st_size == 0
                 except FileNotFoundError:
                     return  # its write just finished (renamed) or removed it
                 (s.empty_temps if empty else s.temps).append((bucket, name))
@@ -184,15 +197,15 @@ def _survey_file(
         return
     seq, cid = parsed
     try:
-        data = engine.read_file(bfd, name)
+        data = files.read_file(bfd, name)
     except RecordProblem as exc:
-        error = engine.decode_error(exc.reason, seq, cid)
+        error = files.decode_error(exc.reason, seq, cid)
         s.entries.append(Entry(seq, cid, None, error, planted=exc.reason))
         return
     if data is None:
         return  # removed since the listing
     try:
-        s.entries.append(Entry(seq, cid, engine.decode(data, seq, cid), None))
+        s.entries.append(Entry(seq, cid, files.decode(data, seq, cid), None))
     except CheckpointDecodeError as exc:
         s.entries.append(Entry(seq, cid, None, exc, hint=_stream_hint(data, seq, cid)))
 
@@ -212,9 +225,9 @@ def _stream_hint(data: bytes, seq: int, cid: str) -> str | None:
     return stream if isinstance(stream, str) and stream else None
 
 
-def _survey_indexes(engine: EngineCore, s: Survey) -> None:
-    io = engine.io
-    streams = engine.fd_table.get("streams")
+def _survey_indexes(files: Files, s: Survey) -> None:
+    io = files.io
+    streams = files.fd_table.get("streams")
     if streams is None:
         return
     for sfile in sorted(io.listdir(streams)):
@@ -225,11 +238,11 @@ def _survey_indexes(engine: EngineCore, s: Survey) -> None:
         if not sfile.endswith(".idx"):
             s.foreign.append((f"{fmt.STREAMS_DIR}/{sfile}", "not a stream index"))
             continue
-        s.indexes[sfile] = _read_index(engine, streams, sfile)
+        s.indexes[sfile] = _read_index(files, streams, sfile)
 
 
-def _read_index(engine: EngineCore, streams: int, sfile: str) -> OldIndex:
-    io = engine.io
+def _read_index(files: Files, streams: int, sfile: str) -> OldIndex:
+    io = files.io
     old = OldIndex(sfile, fmt.stream_from_file_name(sfile))
     try:
         fd, st = open_regular(io, sfile, RO_FILE, streams)
@@ -244,7 +257,7 @@ def _read_index(engine: EngineCore, streams: int, sfile: str) -> OldIndex:
     finally:
         io.close(fd)
     try:
-        old.stream = fmt.parse_index_header(data[: fmt.IDX_HEADER_SIZE], engine.store_id)
+        old.stream = fmt.parse_index_header(data[: fmt.IDX_HEADER_SIZE], files.store_id)
         if fmt.stream_file_name(old.stream) != sfile:
             old.damaged = f"it names stream {old.stream!r}, which lives elsewhere"
             old.stream = fmt.stream_from_file_name(sfile)
@@ -268,10 +281,10 @@ def _read_index(engine: EngineCore, streams: int, sfile: str) -> OldIndex:
     return old
 
 
-def _survey_ids(engine: EngineCore, s: Survey) -> None:
-    io = engine.io
+def _survey_ids(files: Files, s: Survey) -> None:
+    io = files.io
     try:
-        fd, st = open_regular(io, fmt.IDS_NAME, RO_FILE, engine.fd("root"))
+        fd, st = open_regular(io, fmt.IDS_NAME, RO_FILE, files.fd("root"))
     except FileNotFoundError:
         s.ids_damaged = f"{fmt.IDS_NAME} is missing"
         return
@@ -283,7 +296,7 @@ def _survey_ids(engine: EngineCore, s: Survey) -> None:
     finally:
         io.close(fd)
     try:
-        capacity = fmt.parse_ids_header(data[: fmt.IDS_HEADER_SIZE], engine.store_id)
+        capacity = fmt.parse_ids_header(data[: fmt.IDS_HEADER_SIZE], files.store_id)
     except (ValueError, UnicodeDecodeError) as exc:
         s.ids_damaged = f"{fmt.IDS_NAME}: {exc}"
         return
@@ -342,3 +355,112 @@ def _journal_names(journal: fmt.Journal | None, e: Entry) -> bool:
     if journal is None or journal.op != "insert" or not journal.path:
         return False
     return journal.path.rsplit("/", 1)[-1] == fmt.record_name(e.seq, e.cid)
+
+
+def orphans_digest(orphans: Iterable[tuple[int, str]]) -> str:
+    """The digest a rebuild stores in ``state`` (``extra["orphans"]``) of the
+    ``(sequence, id)`` of every orphan it kept."""
+    h = hashlib.blake2b(digest_size=8)
+    for seq, cid in sorted(orphans):
+        h.update(b"%d %s\n" % (seq, cid.encode()))
+    return h.hexdigest()
+
+
+# -- reads answered from the survey ----------------------------------------------------
+
+
+def orphan_error(
+    error: CheckpointDecodeError, stream: str, *, listed: bool = False
+) -> CheckpointDecodeError:
+    """The error ``get_latest(stream)`` raises for a newer damaged record whose
+    stream cannot be told (it may be this stream's newest checkpoint); ``listed``:
+    the one ``list(stream)`` reports it with, in ``skipped``, on every page of any
+    stream whose range holds its sequence (it may be one of this stream's)."""
+    may_be = (
+        f"one of the checkpoints of {stream!r}"
+        if listed
+        else f"the newest checkpoint of {stream!r} and no older one is returned"
+    )
+    return CheckpointDecodeError(
+        f"{error.reason}; its stream cannot be told from what is left of it, so it may be "
+        f"{may_be}. Restore the file, or remove it with repair(drop_damaged=True) "
+        "(statekeeper repair --drop-damaged)",
+        id=error.id,
+        location=error.location,
+        sequence=error.sequence,
+    )
+
+
+def view_latest(s: Survey, stream: str, now: datetime) -> StoredRecord | None:
+    for e in reversed(s.entries):
+        if e.record is not None:
+            if e.record.stream == stream and not e.record.is_expired(now):
+                return e.record
+            continue
+        assert e.error is not None
+        if e.stream == stream:
+            raise e.error
+        if e.stream is None:
+            raise orphan_error(e.error, stream)
+    return None
+
+
+def view_get(s: Survey, cid: str, now: datetime) -> StoredRecord | None:
+    for e in reversed(s.entries):
+        if e.cid != cid:
+            continue
+        if e.record is None:
+            assert e.error is not None
+            raise e.error
+        return None if e.record.is_expired(now) else e.record
+    return None
+
+
+def view_scan(s: Survey, q: ScanQuery) -> list[StoredRecord | Skipped]:
+    """The entries of ``q``: the records of its stream and, as skipped, its damaged
+    records and every damaged record whose stream cannot be told (an orphan, which
+    ``get_latest`` also raises for: it may be one of this stream's)."""
+    assert q.stream is not None
+    entries: list[Entry] = [e for e in s.entries if e.stream in (q.stream, None)]
+    if q.order == "desc":
+        entries.reverse()
+    out: list[StoredRecord | Skipped] = []
+    for e in entries:
+        if q.bound is not None and (e.seq <= q.bound if q.order == "asc" else e.seq >= q.bound):
+            continue
+        if e.record is None:
+            assert e.error is not None
+            error = (
+                e.error if e.stream is not None else orphan_error(e.error, q.stream, listed=True)
+            )
+            out.append(skipped_from(error, e.cid, e.seq))
+        elif not e.record.is_expired(q.now) and all(
+            e.record.header.tags.get(k) == v for k, v in q.tags.items()
+        ):
+            out.append(e.record)
+        if len(out) >= q.limit:
+            break
+    return out
+
+
+def view_streams(s: Survey, now: datetime) -> list[str]:
+    names = {
+        e.stream
+        for e in s.entries
+        if e.stream is not None and (e.record is None or not e.record.is_expired(now))
+    }
+    return sorted(names)
+
+
+def view_info(s: Survey, now: datetime) -> dict[str, Any]:
+    """``info()`` from the records: live checkpoints and streams at ``now``, the
+    expired ones apart (an unreadable record counts as live: it is not known to
+    have expired)."""
+    gone = [e for e in s.entries if e.record is not None and e.record.is_expired(now)]
+    live = [e for e in s.entries if not (e.record is not None and e.record.is_expired(now))]
+    return {
+        "checkpoints": len(live),
+        "streams": len({e.stream for e in live if e.stream is not None}),
+        "high_water_mark": s.top,
+        **({"expired": len(gone)} if gone else {}),
+    }

@@ -22,10 +22,11 @@ import os
 import stat
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Protocol
 
-from . import format as fmt
-from .index import IdTable, StreamIndex
+from . import layout as fmt
+from .indexes import IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact
 
 __all__ = ["Descriptors"]
@@ -36,7 +37,7 @@ _BUCKETS_KEPT = 4
 
 
 class Files(Protocol):
-    """What :class:`Descriptors` needs of the store's files (the engine's core)."""
+    """What :class:`Descriptors` needs of the store's directory (:class:`.files.Files`)."""
 
     io: FileIO
     store_id: str
@@ -99,6 +100,10 @@ class Descriptors:
         self._kept: dict[int, _Kept] = {}
 
     # -- the lock holder's, and fresh opens ---------------------------------------------
+
+    def new_epoch(self) -> None:
+        """Another process wrote since this one: re-validate every kept handle."""
+        self.epoch += 1
 
     def bucket(self, seq: int, *, create: bool = False) -> int | None:
         """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
@@ -219,6 +224,32 @@ class Descriptors:
             with contextlib.suppress(OSError):
                 self.io.close(fd)
 
+    def index_files(self) -> list[str]:
+        """The stream index files' names (dot-files and other planted names left out)."""
+        return [
+            name
+            for name in self.io.listdir(self.files.fd("streams"))
+            if not name.startswith(".") and name.endswith(".idx")
+        ]
+
+    def readable_indexes(self, *, strict: bool = False, prefix: str = "") -> Iterator[StreamIndex]:
+        """Each stream index that opens; a damaged or vanished one is passed over,
+        or, if ``strict``, raises :class:`IndexDamaged`. The caller closes each
+        (``with idx:``). With ``prefix``, only the files whose name can belong to
+        a stream starting with it (the caller still checks ``idx.stream``)."""
+        head = fmt.file_name_head(prefix)
+        for sfile in self.index_files():
+            if not sfile.startswith(head):
+                continue
+            try:
+                idx = self.open_index(sfile)
+            except IndexDamaged:
+                if strict:
+                    raise
+                continue
+            if idx is not None:
+                yield idx
+
     # -- the inline readers' -----------------------------------------------------------
 
     def mine(self) -> _Kept:
@@ -245,7 +276,7 @@ class Descriptors:
             return None
 
     def kept_index(self, sfile: str) -> StreamIndex | None:
-        """:meth:`~.core.EngineCore.open_index` through this thread's kept descriptors: ``None`` if
+        """:meth:`open_index` through this thread's kept descriptors: ``None`` if
         there is no such index; raises :class:`IndexDamaged` as the open does."""
         kept = self.mine()
         streams = self.files.fd("streams")

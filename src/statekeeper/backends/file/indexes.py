@@ -1,0 +1,685 @@
+"""The derived index files: ``streams/*.idx``, the per-stream slot indexes
+(:class:`StreamIndex`), and ``ids.idx``, the id table (id hash -> sequence,
+:class:`IdTable`); and what both share: the safe open of an index file, the
+handle that closes it unless a cache keeps it, and :class:`IndexDamaged`, which
+sends a read to the records.
+
+Both are derived from the records, written without an fsync on the save path,
+and rebuilt by the store's recovery when a crash may have lost them. Readers
+never lock: every slot carries a CRC, so a slot being written is seen as torn and
+re-read, and files are only ever replaced by rename, so a reader holding a
+descriptor keeps a consistent old version.
+"""
+
+from __future__ import annotations
+
+import bisect as _bisect
+import contextlib
+import errno
+import os
+import stat
+import struct
+from collections.abc import Iterator
+from typing import Self
+
+from ...errors import ConcurrentModificationError
+from . import layout as fmt
+from .io import FileIO, read_exact
+
+__all__ = [
+    "NEW",
+    "RO",
+    "RW",
+    "Handle",
+    "IdTable",
+    "IndexDamaged",
+    "StreamIndex",
+    "open_regular",
+    "pwrite_all",
+    "unlink_quiet",
+    "write_index",
+]
+
+RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
+NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+
+
+class IndexDamaged(Exception):
+    """An index file is not what the store wrote (planted, corrupt, wrong store)."""
+
+
+def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, os.stat_result]:
+    """Open ``name`` without following links or blocking; it must be a regular file
+    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`.
+
+    A file with *no* link was replaced (an index is rewritten by rename) between the
+    open and the ``fstat``: that is a concurrent writer, not damage, so the open is
+    retried, and after :data:`_REPLACED_RETRIES` tries it is
+    :class:`ConcurrentModificationError`.
+    """
+    for _ in range(_REPLACED_RETRIES):
+        try:
+            fd = io.open(name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise
+            if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
+                raise IndexDamaged(f"{name} is not a regular file ({exc.strerror})") from None
+            raise
+        try:
+            st = io.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise IndexDamaged(f"{name} is not a regular file")
+            if st.st_nlink == 0:
+                io.close(fd)
+                continue
+            if st.st_nlink != 1:
+                raise IndexDamaged(f"{name} has {st.st_nlink} hard links")
+        except BaseException:
+            io.close(fd)
+            raise
+        return fd, st
+    raise ConcurrentModificationError(
+        f"{name} was replaced by a concurrent writer {_REPLACED_RETRIES} times in a row; retry"
+    )
+
+
+_REPLACED_RETRIES = 8
+
+
+class Handle:
+    """An open index file: ``close`` (or leaving a ``with`` block) releases it,
+    unless the writer's cache holds it (``keep``)."""
+
+    __slots__ = ()
+    io: FileIO
+    fd: int
+    keep: bool
+
+    def close(self) -> None:
+        if not self.keep:
+            self.io.close(self.fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.keep:  # close(), without the call (a kept handle is on hot paths)
+            self.io.close(self.fd)
+
+
+def pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
+    done = 0
+    while done < len(data):
+        n = io.pwrite(fd, data[done:] if done else data, offset + done)
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        done += n
+
+
+def unlink_quiet(io: FileIO, name: str, dir_fd: int) -> None:
+    """Remove a temp file on a cleanup path; a failure here must not hide the
+    original error (a leftover temp file is cleaned up by the journal later)."""
+    with contextlib.suppress(OSError):
+        io.unlink(name, dir_fd=dir_fd)
+
+
+_CHUNK = 16
+_MAX_CHUNK = 64
+_HEADERS_KEPT = 4096
+_TORN_RETRIES = 3
+#: Slots read at once by :meth:`StreamIndex.locate` (4 KiB).
+_SEARCH_BLOCK = 16
+#: The sequence field of each slot in a run of slots.
+_SEQ_FIELD = struct.Struct(f"<Q{fmt.SLOT_SIZE - 8}x")
+
+
+class StreamIndex(Handle):
+    """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
+
+    __slots__ = (
+        "_last",
+        "count",
+        "epoch",
+        "fd",
+        "identity",
+        "io",
+        "keep",
+        "name",
+        "size",
+        "stream",
+    )
+
+    def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
+        self.io = io
+        self.fd = fd
+        self.name = name
+        self.stream = stream
+        self.identity = (st.st_dev, st.st_ino)
+        #: Held in the writer's cache: ``close`` leaves the descriptor open.
+        self.keep = False
+        #: The writer cache's validation epoch this handle was last checked in.
+        self.epoch = -1
+        # (size, sequence of the last slot) as this handle last wrote them.
+        self._last: tuple[int, int] | None = None
+        self.refresh(st.st_size)
+
+    def refresh(self, size: int) -> None:
+        """Take the current file size (from a fresh ``stat`` of the same inode)."""
+        self.size = size
+        self.count = max(0, (size - fmt.IDX_HEADER_SIZE) // fmt.SLOT_SIZE)
+
+    def last_seq(self) -> int:
+        """The sequence of the last slot (0 if none); no read if this handle wrote it
+        and nobody appended since."""
+        if self._last is not None and self._last[0] == self.size:
+            return self._last[1]
+        return self.seq_at(self.count - 1) if self.count else 0
+
+    @classmethod
+    def open(
+        cls,
+        io: FileIO,
+        streams_fd: int,
+        name: str,
+        store_id: str,
+        *,
+        write: bool = False,
+        headers: dict[tuple[int, int, str], str] | None = None,
+    ) -> StreamIndex | None:
+        """Open an index; ``None`` if it does not exist. ``headers`` caches verified
+        headers by inode (an index is replaced, never rewritten in place)."""
+        try:
+            fd, st = open_regular(io, name, RW if write else RO, streams_fd)
+        except FileNotFoundError:
+            return None
+        key = (st.st_dev, st.st_ino, name)
+        stream = headers.get(key) if headers is not None else None
+        if stream is None:
+            try:
+                try:
+                    stream = fmt.parse_index_header(
+                        read_exact(io, fd, fmt.IDX_HEADER_SIZE, 0), store_id
+                    )
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise IndexDamaged(f"streams/{name}: {exc}") from None
+                if fmt.stream_file_name(stream) != name:
+                    raise IndexDamaged(
+                        f"streams/{name} names stream {stream!r}, which lives elsewhere"
+                    )
+            except BaseException:
+                io.close(fd)
+                raise
+            if headers is not None:
+                if len(headers) >= _HEADERS_KEPT:
+                    headers.clear()
+                headers[key] = stream
+        return cls(io, fd, name, stream, st)
+
+    @staticmethod
+    def create(
+        io: FileIO, streams_fd: int, name: str, stream: str, store_id: str, *, durable: bool
+    ) -> None:
+        """Create an empty index atomically (temp file, rename), fsynced if ``durable``."""
+        write_index(io, streams_fd, name, stream, [], store_id, durable=durable)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _offset(self, i: int) -> int:
+        return fmt.IDX_HEADER_SIZE + i * fmt.SLOT_SIZE
+
+    def read(self, start: int, n: int) -> list[fmt.Slot]:
+        """Slots ``start .. start+n-1`` (clipped to the index). A torn slot is re-read
+        (a writer may be mid-write); one that stays invalid is damage."""
+        start = max(start, 0)
+        n = min(n, self.count - start)
+        if n <= 0:
+            return []
+        slots: list[fmt.Slot] = []
+        for _ in range(_TORN_RETRIES):
+            data = read_exact(self.io, self.fd, n * fmt.SLOT_SIZE, self._offset(start))
+            # A writer may have trimmed the tail since fstat: fewer whole slots is fine.
+            whole = len(data) // fmt.SLOT_SIZE
+            view = memoryview(data)
+            slots = []
+            for k in range(whole):
+                slot = fmt.Slot.from_bytes(view[k * fmt.SLOT_SIZE : (k + 1) * fmt.SLOT_SIZE])
+                if slot is None:
+                    break
+                slots.append(slot)
+            if len(slots) == whole:
+                return slots
+        raise IndexDamaged(f"streams/{self.name}: slot {start + len(slots)} is corrupt")
+
+    def read_lenient(self, i: int) -> fmt.Slot | None:
+        """Slot ``i``, or ``None`` if it is torn or corrupt (for recovery)."""
+        return fmt.Slot.from_bytes(read_exact(self.io, self.fd, fmt.SLOT_SIZE, self._offset(i)))
+
+    def slot(self, i: int) -> fmt.Slot:
+        return self.read(i, 1)[0]
+
+    def seq_at(self, i: int) -> int:
+        """The sequence of slot ``i`` without checking the slot: safe for searching,
+        because a slot's sequence never changes once the slot is within the file
+        size a reader saw (appends land beyond it, rewrites replace the file)."""
+        raw = read_exact(self.io, self.fd, 8, self._offset(i))
+        if len(raw) != 8:
+            raise IndexDamaged(f"streams/{self.name}: slot {i} is cut short")
+        return int.from_bytes(raw, "little")
+
+    def bisect(self, seq: int, *, right: bool) -> int:
+        """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``."""
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            s = self.seq_at(mid)
+            if s < seq or (right and s == seq):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def locate(self, seq: int, *, right: bool) -> int:
+        """:meth:`bisect`'s answer in fewer reads, for the readers' page scans.
+
+        Each step reads a block of :data:`_SEARCH_BLOCK` slots (one ``pread``), which
+        either holds the answer or narrows the range past it: first the tail block,
+        then the head block, then the block where the sequence would sit if the
+        sequences between the two known ones were evenly spread (interpolation),
+        with a plain halving whenever a guess did not halve the range. A stream
+        whose sequences are about evenly spread (alone in the store, or interleaved
+        with others) takes 3 or 4 reads at any length instead of ``log2(count)``;
+        an uneven one at most about twice as many steps as :meth:`bisect`, each one
+        block. Sequences are read unchecked, as :meth:`seq_at` reads them."""
+        lo, hi = 0, self.count
+        below: tuple[int, int] | None = None  # (position, sequence) known below lo
+        above: tuple[int, int] | None = None  # ... and at hi
+        halve = False
+        while lo < hi:
+            n = hi - lo
+            if n <= _SEARCH_BLOCK:
+                start = lo
+            else:
+                if above is None:
+                    guess = hi - 1
+                elif below is None:
+                    guess = lo
+                elif halve or above[1] <= below[1]:
+                    guess = lo + n // 2
+                else:
+                    span = above[0] - below[0]
+                    guess = below[0] + (seq - below[1]) * span // (above[1] - below[1])
+                start = min(max(guess - _SEARCH_BLOCK // 2, lo), hi - _SEARCH_BLOCK)
+            k = min(_SEARCH_BLOCK, n)
+            seqs = self._seqs(start, k)
+            i = _bisect.bisect_right(seqs, seq) if right else _bisect.bisect_left(seqs, seq)
+            if 0 < i < k:
+                return start + i
+            guessed = below is not None and above is not None and not halve
+            if i == 0:
+                if start == lo:
+                    return lo
+                hi, above = start, (start, seqs[0])
+            else:
+                if start + k == hi:
+                    return hi
+                lo, below = start + k, (start + k - 1, seqs[-1])
+            halve = guessed and hi - lo > n // 2
+        return lo
+
+    def _seqs(self, start: int, n: int) -> list[int]:
+        """The sequences of slots ``start .. start+n-1`` (within the index), unchecked."""
+        raw = read_exact(self.io, self.fd, n * fmt.SLOT_SIZE, self._offset(start))
+        if len(raw) != n * fmt.SLOT_SIZE:
+            raise IndexDamaged(
+                f"streams/{self.name}: slot {start + len(raw) // fmt.SLOT_SIZE} is cut short"
+            )
+        return [seq for (seq,) in _SEQ_FIELD.iter_unpack(raw)]
+
+    def find(self, seq: int) -> int | None:
+        """The position of ``seq``, or ``None``."""
+        i = self.bisect(seq, right=False)
+        return i if i < self.count and self.slot(i).seq == seq else None
+
+    def walk(self, start: int, step: int, *, first: int = 1) -> Iterator[tuple[int, fmt.Slot]]:
+        """``(position, slot)`` from ``start`` forward (``step=1``) or backward, read in
+        chunks that start at ``first`` slots and grow, so ``get_latest`` parses one
+        slot and a page a little more than it returns."""
+        i = start
+        n = max(1, first)
+        while 0 <= i < self.count:
+            if step > 0:
+                chunk = self.read(i, n)
+                if not chunk:
+                    return
+                for k, slot in enumerate(chunk):
+                    yield i + k, slot
+                i += len(chunk)
+            else:
+                lo = max(0, i - n + 1)
+                chunk = self.read(lo, i - lo + 1)
+                for k in range(len(chunk) - 1, -1, -1):
+                    yield lo + k, chunk[k]
+                i = lo - 1
+            n = min(n * 4, _MAX_CHUNK)
+
+    # -- writing (under the store lock) ----------------------------------------------
+
+    def repair_tail(self) -> None:
+        """Cut a torn trailing slot (a power cut during an append). Call it under the
+        lock, right after opening: ``size`` is from that open's ``fstat``."""
+        whole = self._offset(self.count)
+        if self.size != whole:
+            self.io.ftruncate(self.fd, whole)
+            self.size = whole
+
+    def append(self, slot: fmt.Slot) -> None:
+        pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(self.count))
+        self.count += 1
+        self.size = self._offset(self.count)
+        self._last = (self.size, slot.seq)
+
+    def append_many(self, slots: list[fmt.Slot]) -> None:
+        """Append ``slots`` (sorted, above the last) in one write."""
+        if not slots:
+            return
+        data = b"".join(slot.to_bytes() for slot in slots)
+        pwrite_all(self.io, self.fd, data, self._offset(self.count))
+        self.count += len(slots)
+        self.size = self._offset(self.count)
+        self._last = (self.size, slots[-1].seq)
+
+    def write(self, i: int, slot: fmt.Slot) -> None:
+        pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(i))
+
+    def truncate(self, count: int) -> None:
+        self.io.ftruncate(self.fd, self._offset(count))
+        self.count = count
+        self.size = self._offset(count)
+
+    def sync(self) -> None:
+        self.io.fdatasync(self.fd)
+
+    def rewrite(
+        self, streams_fd: int, slots: list[fmt.Slot], store_id: str, *, durable: bool
+    ) -> None:
+        """Replace the whole index with ``slots`` (compaction), atomically."""
+        write_index(self.io, streams_fd, self.name, self.stream, slots, store_id, durable=durable)
+
+
+def write_index(
+    io: FileIO,
+    streams_fd: int,
+    name: str,
+    stream: str,
+    slots: list[fmt.Slot],
+    store_id: str,
+    *,
+    durable: bool,
+) -> None:
+    """Write a whole stream index and rename it over ``name``: a reader sees the
+    old file or the new one, never a missing or half-written one."""
+    tmp = f".{name}.tmp"
+    unlink_quiet(io, tmp, streams_fd)
+    fd = io.open(tmp, NEW, 0o666, dir_fd=streams_fd)
+    try:
+        body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
+        pwrite_all(io, fd, body, 0)
+        if durable:
+            io.fsync(fd)
+    except BaseException:
+        io.close(fd)
+        unlink_quiet(io, tmp, streams_fd)
+        raise
+    io.close(fd)
+    try:
+        io.rename(tmp, name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
+    except BaseException:
+        unlink_quiet(io, tmp, streams_fd)
+        raise
+    if durable:
+        io.fsync(streams_fd)
+
+
+# -- the id table ----------------------------------------------------------------------
+
+
+_IDS_CHUNK = 16
+
+
+class IdTable(Handle):
+    """``ids.idx``: an open-addressing hash table, id hash -> sequence.
+
+    Each 16-byte slot is ``(key, seq)``; ``(0, 0)`` is empty and a set top bit of
+    ``seq`` is a tombstone. A 64-bit key can collide, so a hit is only a candidate:
+    the caller confirms it against the record's own id.
+    """
+
+    __slots__ = ("capacity", "epoch", "fd", "identity", "io", "keep")
+
+    def __init__(self, io: FileIO, fd: int, capacity: int, st: os.stat_result) -> None:
+        self.io = io
+        self.fd = fd
+        self.capacity = capacity
+        self.identity = (st.st_dev, st.st_ino)
+        #: Held in the writer's cache: ``close`` leaves the descriptor open.
+        self.keep = False
+        #: The writer cache's validation epoch this handle was last checked in.
+        self.epoch = -1
+
+    @classmethod
+    def open(cls, io: FileIO, root_fd: int, store_id: str, *, write: bool = False) -> IdTable:
+        try:
+            fd, st = open_regular(io, fmt.IDS_NAME, RW if write else RO, root_fd)
+        except FileNotFoundError:
+            raise IndexDamaged(f"{fmt.IDS_NAME} is missing") from None
+        try:
+            try:
+                capacity = fmt.parse_ids_header(
+                    read_exact(io, fd, fmt.IDS_HEADER_SIZE, 0), store_id
+                )
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise IndexDamaged(f"{fmt.IDS_NAME}: {exc}") from None
+            if st.st_size < fmt.IDS_HEADER_SIZE + capacity * fmt.IDS_SLOT.size:
+                raise IndexDamaged(f"{fmt.IDS_NAME} is truncated")
+        except BaseException:
+            io.close(fd)
+            raise
+        return cls(io, fd, capacity, st)
+
+    def _probe(self, key: int) -> Iterator[tuple[int, int, int]]:
+        """``(position, key, seq)`` along ``key``'s probe sequence, up to an empty slot."""
+        mask = self.capacity - 1
+        pos = key & mask
+        seen = 0
+        size = fmt.IDS_SLOT.size
+        while seen < self.capacity:
+            n = min(_IDS_CHUNK, self.capacity - pos)
+            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
+            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+                if skey == 0 and sseq == 0:
+                    return
+                yield pos + k, skey, sseq
+            seen += n
+            pos = (pos + n) & mask
+
+    def probe(self, key: int) -> tuple[list[tuple[int, int]], int, bool]:
+        """One walk of ``key``'s probe sequence: the ``(position, seq)`` of its live
+        entries, where a new entry for it would go (the first tombstone, else the
+        empty slot that ends the walk), and whether that slot is empty."""
+        mask = self.capacity - 1
+        live: list[tuple[int, int]] = []
+        free: int | None = None
+        after = key & mask
+        probed = 0
+        for pos, skey, sseq in self._probe(key):
+            if skey == key and not sseq & fmt.TOMBSTONE:
+                live.append((pos, sseq))
+            elif free is None and sseq & fmt.TOMBSTONE:
+                free = pos
+            after = (pos + 1) & mask
+            probed += 1
+        if free is not None:
+            return live, free, False
+        if probed >= self.capacity:
+            raise IndexDamaged(f"{fmt.IDS_NAME} is full")
+        return live, after, True
+
+    def put(self, pos: int, key: int, seq: int) -> None:
+        """Write ``key -> seq`` at ``pos`` (from :meth:`probe`, under the lock)."""
+        pwrite_all(
+            self.io,
+            self.fd,
+            fmt.IDS_SLOT.pack(key, seq),
+            fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size,
+        )
+
+    def lookup(self, key: int) -> list[tuple[int, int]]:
+        """``(position, seq)`` of the live entries with ``key``."""
+        return [(p, s) for p, k, s in self._probe(key) if k == key and not s & fmt.TOMBSTONE]
+
+    def lookup_checked(self, key: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+        """The sequences of ``key``'s live and deleted entries, and the ``(key, seq)``
+        of the other live entries on its probe, for a strict read.
+
+        Slots carry no checksum, so the probe checks what linear probing
+        guarantees: every entry lies in the run of non-empty slots that starts at
+        its home position. An entry passed on the way that breaks this (a damaged
+        key, or garbage in an empty slot) raises :class:`IndexDamaged`, so a
+        damaged slot of ``key`` is not read as "no such id". (A damaged key that
+        keeps its home slot passes; the caller checks the others against their
+        record files before it answers "no such id".)"""
+        mask = self.capacity - 1
+        home = key & mask
+        live: list[int] = []
+        dead: list[int] = []
+        others: list[tuple[int, int]] = []
+        for pos, k, seq in self._probe(key):
+            if k == key:
+                (dead if seq & fmt.TOMBSTONE else live).append(seq & ~fmt.TOMBSTONE)
+            elif not self._placed(k & mask, home, pos):
+                raise IndexDamaged(f"{fmt.IDS_NAME}: slot {pos} is not where its key belongs")
+            elif not seq & fmt.TOMBSTONE:
+                others.append((k, seq))
+        return live, dead, others
+
+    def _placed(self, start: int, home: int, pos: int) -> bool:
+        """Whether an entry whose home is ``start``, found at ``pos`` on the probe
+        from ``home`` (so ``home..pos`` are all non-empty), may be there: ``start``
+        is in ``home..pos`` or the slots from ``start`` up to ``home`` are non-empty."""
+        mask = self.capacity - 1
+        if (pos - start) & mask <= (pos - home) & mask:
+            return True
+        size = fmt.IDS_SLOT.size
+        gap = (home - start) & mask  # slots start .. home-1, read backwards in chunks
+        i = home
+        while gap > 0:
+            n = min(gap, _IDS_CHUNK, i if i else self.capacity)
+            lo = (i - n) & mask
+            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + lo * size)
+            if any(k == 0 and s == 0 for k, s in fmt.IDS_SLOT.iter_unpack(data)):
+                return False
+            gap -= n
+            i = lo
+        return True
+
+    def find(self, key: int, seq: int) -> int | None:
+        for p, k, s in self._probe(key):
+            if k == key and s == seq:
+                return p
+        return None
+
+    def insert(self, key: int, seq: int) -> bool:
+        """Store ``key -> seq`` unless it is there: in the first tombstoned slot of the
+        probe sequence, or the empty slot that ends it. Returns whether it took an
+        empty slot (the caller counts those to know when to grow)."""
+        mask = self.capacity - 1
+        free: int | None = None
+        after = key & mask  # the slot after the last one probed: empty, unless full
+        probed = 0
+        for pos, skey, sseq in self._probe(key):
+            if skey == key and sseq == seq:
+                return False
+            if free is None and sseq & fmt.TOMBSTONE:
+                free = pos
+            after = (pos + 1) & mask
+            probed += 1
+        empty = free is None
+        if free is None:
+            if probed >= self.capacity:
+                raise IndexDamaged(f"{fmt.IDS_NAME} is full")
+            free = after
+        pwrite_all(
+            self.io,
+            self.fd,
+            fmt.IDS_SLOT.pack(key, seq),
+            fmt.IDS_HEADER_SIZE + free * fmt.IDS_SLOT.size,
+        )
+        return empty
+
+    def tombstone(self, pos: int, key: int, seq: int) -> None:
+        size = fmt.IDS_SLOT.size
+        pwrite_all(
+            self.io,
+            self.fd,
+            fmt.IDS_SLOT.pack(key, seq | fmt.TOMBSTONE),
+            fmt.IDS_HEADER_SIZE + pos * size,
+        )
+
+    def entries(self) -> Iterator[tuple[int, int, int]]:
+        """Every live ``(position, key, seq)``, in slot order."""
+        size = fmt.IDS_SLOT.size
+        step = 4096
+        for pos in range(0, self.capacity, step):
+            n = min(step, self.capacity - pos)
+            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
+            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+                if skey and not sseq & fmt.TOMBSTONE:
+                    yield pos + k, skey, sseq
+
+    def sync(self) -> None:
+        self.io.fdatasync(self.fd)
+
+    @staticmethod
+    def build(
+        io: FileIO,
+        root_fd: int,
+        entries: list[tuple[int, int]],
+        store_id: str,
+        *,
+        durable: bool,
+    ) -> int:
+        """Write a fresh table holding ``entries`` at load <= 1/4 and swap it in
+        atomically; return its number of used slots."""
+        capacity = fmt.IDS_MIN_CAPACITY
+        while capacity < 4 * len(entries):
+            capacity *= 2
+        size = fmt.IDS_SLOT.size
+        table = bytearray(capacity * size)
+        mask = capacity - 1
+        for key, seq in entries:
+            pos = key & mask
+            while table[pos * size : pos * size + size] != bytes(size):
+                pos = (pos + 1) & mask
+            fmt.IDS_SLOT.pack_into(table, pos * size, key, seq)
+        tmp = f".{fmt.IDS_NAME}.tmp"
+        unlink_quiet(io, tmp, root_fd)
+        fd = io.open(tmp, NEW, 0o666, dir_fd=root_fd)
+        try:
+            pwrite_all(io, fd, fmt.ids_header(capacity, store_id) + bytes(table), 0)
+            if durable:
+                io.fsync(fd)
+        except BaseException:
+            io.close(fd)
+            unlink_quiet(io, tmp, root_fd)
+            raise
+        io.close(fd)
+        try:
+            io.rename(tmp, fmt.IDS_NAME, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        except BaseException:
+            unlink_quiet(io, tmp, root_fd)
+            raise
+        if durable:
+            io.fsync(root_fd)
+        return len(entries)
