@@ -294,7 +294,7 @@ async def test_a_walk_while_another_writer_saves_and_deletes(tmp_path: Path) -> 
             thread.join()
         assert not errors, errors
         # how many of these pages ran on the loop's thread depends on timing, so it is
-        # not asserted here: `nox -s bench_hot` reports the hops per page
+        # not asserted here
         assert pages >= 5
 
 
