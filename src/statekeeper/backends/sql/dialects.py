@@ -164,10 +164,6 @@ class Dialect(ABC):
 
     # -- statements (:class:`.schema.Statements`) ----------------------------------------
 
-    def counter_guard(self, hwm: sa.ColumnElement[int]) -> list[sa.ColumnElement[bool]]:
-        """Extra conditions of the counter bump, beyond "above every sequence"."""
-        return []
-
     def code_point_order(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
         """``column`` as it compares in code point order."""
         return column

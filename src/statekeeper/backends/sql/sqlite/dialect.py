@@ -44,10 +44,6 @@ class SqliteDialect(Dialect):
     def partial_index(self, where: sa.ColumnElement[bool]) -> dict[str, Any]:
         return {"sqlite_where": where}
 
-    def counter_guard(self, hwm: sa.ColumnElement[int]) -> list[sa.ColumnElement[bool]]:
-        # SQLite would store text in the column, and 'x' + 1 is 1 there.
-        return [sa.func.typeof(hwm) == "integer"]
-
     def insert_or_skip(self, st: Statements) -> Executable:
         cp = st.t.checkpoints
         return sqlite_dialect.insert(cp).on_conflict_do_nothing(index_elements=[cp.c.id])
