@@ -179,10 +179,7 @@ class FileEngine:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise StoreFormatError(
-                    f"{self.files.where(fmt.STATE_NAME)} is a symbolic link"
-                ) from None
+            self._refuse_linked_state(exc)
             raise
         self.degraded = self._damage_read_only()
         if self.degraded is not None:
@@ -247,12 +244,16 @@ class FileEngine:
             self.files.io.fsync(root)
             fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise StoreFormatError(
-                    f"{self.files.where(fmt.STATE_NAME)} is a symbolic link"
-                ) from None
+            self._refuse_linked_state(exc)
             raise
         return fd
+
+    def _refuse_linked_state(self, exc: OSError) -> None:
+        """An open of the state file failed with ``exc``: a symbolic link (never
+        followed, ``ELOOP``) is a damaged store, not an OS error."""
+        if exc.errno == errno.ELOOP:
+            where = self.files.where(fmt.STATE_NAME)
+            raise StoreFormatError(f"{where} is a symbolic link") from None
 
     def _startup_recovery(self) -> None:
         """After a machine restart, index the records above the sync mark again; then
