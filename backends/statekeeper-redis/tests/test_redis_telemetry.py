@@ -70,3 +70,54 @@ async def test_spans_and_metrics_on_redis(
         for point in metric.data.data_points
     }
     assert counts == {"save": 3, "get_latest": 1, "list": 1, "load": 1}
+
+
+@pytest.mark.asyncio
+async def test_pool_connections_by_state_on_redis(
+    make_store: Callable[..., RedisCheckpointStore],
+) -> None:
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(meter_provider=MeterProvider(metric_readers=[reader]))
+    async with make_store(telemetry=telemetry) as store:
+        await store.save("orders", {"step": 1})
+        await store.get_latest("orders")
+        data = reader.get_metrics_data()
+    assert data is not None
+    points = [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "db.client.connection.count"
+        for point in metric.data.data_points
+    ]
+    by_state = {
+        (
+            p.attributes["db.client.connection.pool.name"],
+            p.attributes["db.client.connection.state"],
+        ): (p.value)
+        for p in points
+    }
+    # quiet: every connection the store used is back in the pool, idle
+    assert by_state[("redis", "used")] == 0
+    assert by_state[("redis", "idle")] >= 1
+    for point in points:
+        assert point.attributes["db.system.name"] == "redis"
+    # the client's pool does not queue callers, so no waiting count is reported
+    assert not [
+        metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "db.client.connection.pending_requests" and metric.data.data_points
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_closed_redis_store_reports_no_pool(
+    make_store: Callable[..., RedisCheckpointStore],
+) -> None:
+    store = make_store()
+    async with store:
+        assert [u.pool for u in store._pool_usage()] == ["redis"]
+    assert store._pool_usage() == []

@@ -99,6 +99,11 @@ class RedisLink:
             pipe.script_load(script.script)
         await self.guard(pipe.execute())
 
+    @property
+    def attached(self) -> aioredis.Redis | None:
+        """The open client, or ``None`` when the store is not open."""
+        return self._client
+
     def attach(self, client: aioredis.Redis) -> None:
         """Make ``client`` (its scripts registered and loaded) the store's client."""
         self._client = client

@@ -35,6 +35,7 @@ from statekeeper.errors import (
     StoreFormatError,
 )
 from statekeeper.record import NewRecord, StoredRecord, Update
+from statekeeper.telemetry import PoolUsage
 
 from . import _batch, _lua, _meta, _repair, _tracking
 from ._audit import DamagedStoreError, index_json, us
@@ -42,6 +43,10 @@ from ._batch import MAX_ATTEMPTS, Inserter, expiry
 from ._link import RedisLink, client_options, text
 from ._meta import FORMAT_VERSION
 from ._server import PERSISTENCE_SETTINGS, ServerPersistence
+
+#: OpenTelemetry's attribute for a pooled connection's state (``used``, ``idle``), as
+#: redis-py's ``get_connection_count()`` labels its counts.
+POOL_STATE = "db.client.connection.state"
 
 __all__ = ["FORMAT_VERSION", "RedisCheckpointStore", "RedisOptions"]
 
@@ -235,6 +240,24 @@ class RedisCheckpointStore(BaseCheckpointStore[RedisOptions]):
         client = self._link.detach()
         if client is not None:
             await client.aclose()
+
+    def _pool_usage(self) -> list[PoolUsage]:
+        """How the client's connection pool stands, for telemetry (S18): connections in
+        use and idle, from redis-py's public ``ConnectionPool.get_connection_count()``
+        (present in the redis-py 8 this project pins; a client without it, or a
+        closed store, reports nothing).
+        Callers waiting are not reported: the pool redis-py builds for a client does
+        not queue them, a checkout past ``max_connections`` fails at once."""
+        client = self._link.attached
+        count = getattr(client.connection_pool, "get_connection_count", None) if client else None
+        if count is None:
+            return []
+        states = {"used": 0, "idle": 0}
+        for value, attributes in count():
+            state = attributes.get(POOL_STATE)
+            if state in states:
+                states[state] += int(value)
+        return [PoolUsage("redis", used=states["used"], idle=states["idle"])]
 
     async def _read_persistence(self, client: aioredis.Redis) -> ServerPersistence:
         config: dict[str, str] = {}
