@@ -1,29 +1,14 @@
-"""The read side of a file store: the strict reads (``get_latest``, ``load``,
-``load_many``) and the healing that comes first, the listings ``list_streams``
-and ``info``, and what every read shares.
+"""The read side: :class:`Listing` (``list_streams``, ``info``, and what every read
+shares: whether the indexes can be trusted, the survey a read falls back on, what a
+reader must not see yet) and :class:`Reader` (the strict reads and ``heal``).
 
-Readers take no lock. Writers only ever replace whole files by rename and write
-index slots that carry a CRC, so a reader sees every file either before or after a
-change. Where a reader's two looks disagree (a slot said live, its record is gone)
-it looks again; if the disagreement persists across a few tries it is damage,
-reported as such, never papered over with an older checkpoint.
-
-Each read is one function that takes a budget
-(:class:`statekeeper._runtime.inline.Budget`): the store runs it on the event
-loop's thread first, and again in the worker where it says it would block.
-Inline, the descriptors come from this thread's kept ones (see :mod:`.fdcache`,
-one ``lstat`` per file); in the worker, from fresh opens. What ``heal`` may touch:
-the state, and (under the write lock, through the ``recover`` it is given) the
-crashed writer's journal, nothing else.
-
-- :class:`Listing`: ``list_streams`` and ``info`` from the stream indexes, and
-  what the strict reads and the page scans (:mod:`.pages`) share:
-  whether the indexes can be trusted (:meth:`Listing.records_only`,
-  :meth:`Listing.index_missing`), the survey a read that cannot trust them
-  answers from, and what a reader must not see yet (:meth:`Listing.unseen`, see
-  :func:`.layout.visible_cap`);
-- :class:`Reader`: the strict reads, the descriptors and records each read goes
-  through by budget, and :meth:`Reader.heal`.
+Readers take no lock. Writers replace whole files by rename and write index slots
+with a CRC, so a reader sees each file before or after a change; where its two looks
+disagree (a slot says live, its record is gone) it looks again, and a disagreement
+that persists is damage, reported, never papered over with an older checkpoint. Each
+read is one function under a :class:`~statekeeper._runtime.inline.Budget`: run on the
+event loop's thread first (through this thread's kept descriptors), and again in the
+worker where it would block.
 """
 
 from __future__ import annotations
@@ -51,36 +36,20 @@ from .survey import (
     view_streams,
 )
 
-__all__ = [
-    "INLINE_DELETED",
-    "INLINE_EXTRA_RECORDS",
-    "INLINE_EXTRA_SLOTS",
-    "INLINE_RECORD_BYTES",
-    "INLINE_TAIL_RECORDS",
-    "INLINE_TAIL_SLOTS",
-    "READ_RETRIES",
-    "Listing",
-    "Reader",
-    "wanted",
-]
-
 #: The most index slots and record files ``get_latest`` looks at inline: a tail of
 #: expired checkpoints is walked in the worker, not on the loop.
 INLINE_TAIL_SLOTS = 16
 INLINE_TAIL_RECORDS = 2
-#: What a page scan may pass over inline beyond the page itself: index slots that
-#: are deleted, expired or past the reader's cap, and records it reads but does not
-#: list (expired, or without the tags asked for). A sparse tag filter or a long run
-#: of deleted checkpoints is walked in the worker.
+#: What a page scan may pass over inline beyond the page: slots (deleted, expired,
+#: past the cap) and records read but not listed (expired, or without the tags).
 INLINE_EXTRA_SLOTS = 64
 INLINE_EXTRA_RECORDS = 16
 #: Deleted entries of an id that ``load`` checks inline (one ``lstat`` each).
 INLINE_DELETED = 4
-#: The largest record file read inline: a bigger one is read in the worker, so a
-#: cold read of a large file never stalls the loop.
+#: The largest record file read inline (a cold read of a large file stalls the loop).
 INLINE_RECORD_BYTES = 1 << 20
 
-#: How many times a read that a concurrent writer disturbed is retried.
+#: How many times a read that concurrent writers disturbed is retried.
 READ_RETRIES = 8
 
 
@@ -89,7 +58,7 @@ class _Retry(Exception):
 
 
 class Listing:
-    """``list(None)``, ``list_streams``, ``info``, and the read side's shared looks."""
+    """``list_streams``, ``info``, and the read side's shared looks."""
 
     def __init__(
         self,
@@ -101,22 +70,19 @@ class Listing:
         self.files = files
         self.fdcache = fdcache
         self.statefile = statefile
-        #: Why the indexes cannot be trusted on this read-only open (``None``: they
-        #: can), as the open found (see :meth:`.engine.FileEngine.open`).
+        #: Why the indexes cannot be trusted on this read-only open (``None``: they can).
         self.degraded = degraded
-        #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state``
-        #: counts (see :meth:`index_missing`).
+        #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state`` counts.
         self._streams_seen: tuple[int, int] | None = None
 
     def records_only(self, state: fmt.State | None) -> bool:
-        """Whether this read must go to the records (the indexes cannot be trusted)."""
+        """Whether the indexes cannot be trusted, so the read goes to the records."""
         return state is None or self.degraded() is not None
 
     def unseen(self, seq: int, damaged: bool, cap: int | None) -> bool:
-        """Whether a reader whose cap is ``cap`` leaves record ``seq`` out. A valid
-        record above the cap was saved after the read began; a damaged one is
-        left out only while a batch in flight holds its sequence (it is being
-        written), since damage above the high-water mark must still be reported."""
+        """Whether a reader capped at ``cap`` leaves record ``seq`` out: a valid one
+        above the cap, a damaged one only while a batch in flight holds its sequence
+        (damage above the high-water mark is still reported)."""
         if cap is None or seq <= cap:
             return False
         if not damaged:
@@ -126,8 +92,7 @@ class Listing:
         return journal is not None and journal.op in fmt.BATCH_OPS and journal.lo <= seq
 
     def survey_upto(self, state: fmt.State | None) -> Survey:
-        """:meth:`survey` without the records a reader that read ``state`` must
-        not see (see :func:`.layout.visible_cap`)."""
+        """:meth:`survey` without what a reader of ``state`` must not see."""
         cap = fmt.visible_cap(state, from_records=True)
         s = self.survey()
         if cap is not None:
@@ -135,13 +100,11 @@ class Listing:
         return s
 
     def survey(self) -> Survey:
-        """The whole store, from its records (O(store); see :func:`.survey.view_latest`)."""
         return take_survey(self.files)
 
     def index_missing(self, state: fmt.State, budget: Budget) -> bool:
-        """Whether a stream index file went missing: fewer index files than ``state``
-        counts. Costs one ``fstat`` unless ``streams/`` changed since it last held
-        them all (then one listing, which blocks)."""
+        """Whether there are fewer index files than ``state`` counts: one ``fstat``,
+        and a listing (which blocks) if ``streams/`` changed since it held them all."""
         seen = self.streams_unchanged(state)
         if seen is True:
             return False
@@ -152,10 +115,8 @@ class Listing:
         return missing
 
     def streams_unchanged(self, state: fmt.State) -> Literal[True] | tuple[int, int]:
-        """``True`` if no stream index can be missing, known from ``state`` and one
-        ``fstat`` of ``streams/`` (it did not change since it last held every index
-        ``state`` counts); else what that ``fstat`` saw, for :meth:`index_missing`,
-        which lists the directory."""
+        """``True`` if no index can be missing (``streams/`` is as when it held them
+        all), else what its ``fstat`` saw."""
         if not state.streams:
             return True
         st = self.files.io.fstat(self.files.fd("streams"))
@@ -171,13 +132,9 @@ class Listing:
             error=CheckpointDecodeError.__name__,
         )
 
-    # -- listings -----------------------------------------------------------------------
-
     def list_streams(self, now: datetime, prefix: str = "") -> list[str]:
-        """The streams with a live checkpoint that start with ``prefix``. The prefix
-        is matched on the stream name in each index's header, never on the file
-        name (escaping changes prefixes, and long names are hashed), after a cheap
-        pass over the file names that skips only those that cannot match."""
+        """The streams with a live checkpoint that start with ``prefix``, matched on
+        each index header's stream name (file names only rule out)."""
         state = self.statefile.read()
         cap = fmt.visible_cap(state)
         if self.records_only(state) or (state is not None and self.index_missing(state, WORKER)):
@@ -197,8 +154,8 @@ class Listing:
         return names
 
     def info(self, now: datetime) -> dict[str, Any]:
-        """Counts of the checkpoints live at ``now`` and their streams; the expired
-        ones not yet purged apart (``expired``, when there are any)."""
+        """Counts of the checkpoints live at ``now`` and their streams, and of the
+        expired ones not yet purged (``expired``, when there are any)."""
         extra = {"path": self.files.root, "durability": "full" if self.files.durable else "fast"}
         state = self.statefile.read()
         if self.records_only(state):
@@ -231,8 +188,8 @@ class Listing:
 
 
 class Reader:
-    """Strict ``latest``/``get``/``get_many``, the descriptors and records each read
-    goes through by budget, and :meth:`heal`."""
+    """Strict ``latest``/``get``/``get_many``, what each reads through by budget, and
+    :meth:`heal`."""
 
     def __init__(
         self,
@@ -246,31 +203,20 @@ class Reader:
         read_only: bool,
     ) -> None:
         self.files = files
-        #: The descriptor cache (the inline reads' kept descriptors).
         self.fdcache = fdcache
         self.statefile = statefile
-        #: The write lock: a thread holding it reads through the writer's cache,
-        #: and :meth:`heal` takes it (without waiting) to finish a journal.
         self.lock = lock
         self.listing = listing
-        #: Finish a crashed writer's journal, under the write lock (the recovery's).
+        #: Finishes a crashed writer's journal, under the write lock.
         self.recover = recover
         self.read_only = read_only
 
     def heal(self, budget: Budget = WORKER) -> fmt.State | None:
-        """If a writer died mid-operation and nobody holds the lock now, finish its
-        work before reading, so no reader sees a half-done delete or update for long.
-        Returns the state (``None``: unreadable, so the reads go to the records).
-
-        Save entries are left to the next writer: every completed save leaves one
-        (see ``insert_done``), and a save that died before its index entries is one
-        nobody was told about, which strict reads do not show anyway. A read-only
-        store heals nothing. A torn read of ``state`` is usually a writer's write
-        in flight, so it is read again (a few times) before it is believed.
-
-        Inline, it blocks for a thread holding the write lock (its descriptors are
-        the writer's cached ones), a torn state, and any journal but a completed
-        save's: each is the worker's to decide."""
+        """The state (``None``: unreadable), after finishing a dead writer's journal if
+        nobody holds the lock (not a save's: the next writer finishes it, and strict
+        reads never show an unacknowledged save). A read-only store heals nothing. A
+        torn state is read again a few times first (usually a write in flight).
+        Inline, a thread holding the lock, a torn state or such a journal blocks."""
         if self.lock.holding():
             budget.block()
         state = self.statefile.read()
@@ -292,16 +238,10 @@ class Reader:
         return state
 
     def latest(self, stream: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
-        """The live record of ``stream`` with the highest sequence, read from the
-        tail of the stream index: no other record is decoded, whatever the size of
-        the stream or the store. Without a usable index, from the records.
-
-        Inline it reads the state, the tail of the stream index and the newest live
-        record file (a few ``pread``, ``open`` and ``fstat`` calls on the page
-        cache) and blocks wherever it would do more: a survey of the records, an
-        orphan newer than the answer, a record missing, damaged or of another
-        stream (the worker re-looks, then raises), or more than a few expired
-        checkpoints at the tail."""
+        """The live record of ``stream`` with the highest sequence, from the tail of
+        its index (no other record is decoded); without a usable index, from the
+        records. Inline, it blocks for a survey, an orphan newer than the answer, a
+        record missing, damaged or of another stream, or a long expired tail."""
         try:
             state = self.heal(budget)
             cap = fmt.visible_cap(state)
@@ -328,9 +268,8 @@ class Reader:
     def _past_orphan(
         self, orphan: tuple[int, str], stream: str, now: datetime, got: StoredRecord | None
     ) -> StoredRecord | None:
-        """A damaged record of unknown stream is newer than ``stream``'s winner: it
-        may be that stream's newest, so raise naming it (unless it is gone, or
-        readable again and of another stream)."""
+        """An orphan newer than ``stream``'s winner may be its newest: raise naming it
+        (unless it is gone, or readable again and another stream's)."""
         try:
             found = self.files.load_record(*orphan)
         except CheckpointDecodeError as exc:
@@ -355,7 +294,7 @@ class Reader:
             except _Retry:
                 continue
             finally:
-                if dirs:  # (inline, the kept buckets are used, never these)
+                if dirs:
                     self.files.close_dirs(dirs)
         raise ConcurrentModificationError(
             f"get_latest({stream!r}) was disturbed by concurrent writers {READ_RETRIES} times "
@@ -403,13 +342,8 @@ class Reader:
         return None
 
     def get(self, cid: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
-        """The live record ``cid`` via the id table; ``None`` if missing or expired.
-        Without a usable id table, from the records.
-
-        Inline it reads the state, probes the id table and reads the record file its
-        entry names; it answers "no such id" only when the probe met no other id's
-        entry and each deleted entry of this id is confirmed gone by one ``lstat``,
-        and blocks for anything else (see :meth:`_get_indexed`)."""
+        """The live record ``cid`` via the id table (``None``: missing or expired);
+        without a usable table, from the records."""
         try:
             state = self.heal(budget)
             cap = fmt.visible_cap(state)
@@ -428,13 +362,9 @@ class Reader:
     def _get_indexed(
         self, cid: str, now: datetime, cap: int | None, budget: Budget, table: IdTable | None = None
     ) -> StoredRecord | None:
-        """Through the id table (``table``, if the caller has it open). Raises
-        :class:`IndexDamaged` (so the caller asks the records) when the table says
-        something the record files contradict. A record above ``cap`` is not
-        shown (see :func:`.layout.visible_cap`); an entry above it is still
-        checked against the record files, since a damaged entry can say any
-        sequence. Inline, an entry above ``cap`` or a record that is not there
-        blocks (the worker looks again)."""
+        """Through the id table (``table``, if open). :class:`IndexDamaged` when the
+        record files contradict it. A record above ``cap`` is not shown, but is
+        checked (a damaged entry can say any sequence); inline, that blocks."""
         key = fmt.id_key(cid)
         for attempt in range(READ_RETRIES):
             if table is not None and attempt == 0:
@@ -448,7 +378,7 @@ class Reader:
                 if cap is not None and seq > cap:
                     budget.block()
                     if self._record_exists(seq, cid):
-                        hidden = True  # saved after this read began, or a batch in flight
+                        hidden = True
                     else:
                         missing.append(seq)
                     continue
@@ -469,9 +399,7 @@ class Reader:
                 continue
             for seq in missing:
                 if not self._sequence_exists(seq):
-                    # The table names a sequence no file has: ask the records (a
-                    # damaged entry); if they have no such id either, the record
-                    # was removed outside statekeeper, and that is not "not found".
+                    # a damaged entry, or a record removed outside: not "not found"
                     found = view_get(self.listing.survey_upto(self.statefile.read()), cid, now)
                     if found is not None:
                         return found
@@ -490,11 +418,9 @@ class Reader:
     def _confirm_absent(
         self, cid: str, deleted: list[int], others: list[tuple[int, int]], budget: Budget
     ) -> None:
-        """Before answering "no such id": the entries on its probe must agree with
-        the record files (id-table slots have no checksum). Raises
-        :class:`IndexDamaged` if one does not. Costs an ``lstat`` per deleted entry
-        and a directory listing per other entry (which blocks), and only on this
-        path."""
+        """Before "no such id", the entries on its probe must agree with the record
+        files (id-table slots have no checksum), else :class:`IndexDamaged`: an
+        ``lstat`` per deleted entry, a listing (which blocks) per other id's."""
         if others or len(deleted) > INLINE_DELETED:
             budget.block()
         if any(self._record_exists(seq, cid) for seq in deleted):
@@ -505,7 +431,6 @@ class Reader:
                 raise IndexDamaged(f"{fmt.IDS_NAME}: the entry for sequence {seq} is damaged")
 
     def _names_with_seq(self, seq: int) -> list[str]:
-        """The ids of the record files with sequence ``seq``."""
         bucket = self.files.bucket(seq)
         if bucket is None:
             return []
@@ -528,7 +453,6 @@ class Reader:
         return True
 
     def _sequence_exists(self, seq: int) -> bool:
-        """Whether any record file has sequence ``seq`` (under any id)."""
         bucket = self.files.bucket(seq)
         if bucket is None:
             return False
@@ -539,7 +463,7 @@ class Reader:
             self.files.close_bucket(bucket)
 
     def read_raw(self, cid: str) -> bytes:
-        """The stored bytes of ``cid``, unverified (the conformance kit's backdoor)."""
+        """The stored bytes of ``cid``, unverified (the kit's backdoor)."""
         with self.fdcache.open_ids() as ids:
             candidates = [seq for _, seq in ids.lookup(fmt.id_key(cid))]
         for seq in candidates:
@@ -557,15 +481,12 @@ class Reader:
         raise CheckpointNotFound(cid)
 
     def index_for(self, sfile: str, budget: Budget) -> StreamIndex | None:
-        """The stream index ``sfile`` for a read (``None`` if there is none): inline
-        through this thread's kept descriptors, in the worker a fresh open. Raises
-        :class:`IndexDamaged`, which sends the read to the records."""
+        """The stream index ``sfile`` (``None``: none): kept inline, else a fresh open."""
         if budget.inline:
             return self.fdcache.kept_index(sfile)
         return self.fdcache.open_index(sfile)
 
     def ids_for(self, budget: Budget) -> IdTable:
-        """The id table for a read, as :meth:`index_for` opens an index."""
         if budget.inline:
             return self.fdcache.kept_ids()
         return self.fdcache.open_ids()
@@ -573,12 +494,9 @@ class Reader:
     def load(
         self, seq: int, cid: str, dirs: dict[int, int] | None, budget: Budget
     ) -> tuple[StoredRecord, bytes] | None:
-        """:meth:`.files.Files.load_record` for a read. Inline: through this
-        thread's kept bucket descriptors (``budget.kept`` holds the one this call
-        last checked by ``lstat``, used again without one), at most
-        :data:`INLINE_RECORD_BYTES`, and a record that cannot be read (an
-        OS error, damage, too large) blocks; the worker reads it and reports it as
-        it always does. ``None``: the record file (or its bucket) is not there."""
+        """:meth:`.files.Files.load_record` for a read (``None``: not there). Inline,
+        through the kept bucket descriptors (``budget.kept`` holds the one this call
+        checked), at most :data:`INLINE_RECORD_BYTES`; an unreadable record blocks."""
         if not budget.inline:
             return self.files.load_record(seq, cid, dirs)
         try:
@@ -589,16 +507,15 @@ class Reader:
                 bucket = self.fdcache.kept_bucket(seq)
                 if bucket is None:
                     return None
-                # keeping another bucket may close a kept one: forget the others
+                # keeping another bucket may close a kept one
                 seen.clear()
                 seen[number] = bucket
-            # the kept descriptor, handed over as load_record's own: not closed by it
             return self.files.load_record(seq, cid, {number: bucket}, INLINE_RECORD_BYTES)
         except (OSError, IndexDamaged, CheckpointDecodeError):
             raise WouldBlock from None
 
     def slot_changed(self, idx: StreamIndex, pos: int, slot: fmt.Slot) -> bool:
-        """Whether the index (looked up afresh by name) no longer says ``slot`` at ``pos``."""
+        """Whether the index, opened afresh, no longer says ``slot`` at ``pos``."""
         fresh = self.fdcache.open_index(idx.name)
         if fresh is None:
             return True
@@ -610,9 +527,8 @@ class Reader:
     def get_many(
         self, cids: list[str], now: datetime, budget: Budget = WORKER
     ) -> dict[str, StoredRecord]:
-        """The live records among ``cids``: one ``state`` read, one open of the id
-        table for every probe; strict like :meth:`get` (a damaged one raises).
-        Inline it blocks where :meth:`get` would."""
+        """The live records among ``cids``, strict like :meth:`get`: one ``state``
+        read, one open of the id table."""
         try:
             state = self.heal(budget)
             cap = fmt.visible_cap(state)
@@ -636,10 +552,8 @@ class Reader:
 
 
 def wanted(record: StoredRecord, q: ScanQuery) -> bool:
-    """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
-    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop). Reads the
-    verified header values, so a page builds no header model for a row it passes over
-    or returns (list builds the one model a returned checkpoint needs)."""
+    """Whether a scan of ``q`` lists ``record``: not expired, with every tag asked for
+    (from the header values: no header model is built)."""
     values = header_values(record)
     expires = values["expires_at"]
     if expires is not None and expires <= q.now:
