@@ -237,14 +237,15 @@ class Files:
         :class:`CheckpointDecodeError` naming it if unreadable or over ``limit``.
         ``dirs`` keeps bucket descriptors across one call's records (the caller's, for
         :meth:`close_dirs`)."""
-        data = self._record_bytes(seq, cid, dirs, limit)
+        data = self.record_bytes(seq, cid, dirs, limit)
         if data is None:
             return None
         return self.decode(data, seq, cid), data
 
-    def _record_bytes(
-        self, seq: int, cid: str, dirs: dict[int, int] | None, limit: int | None
+    def record_bytes(
+        self, seq: int, cid: str, dirs: dict[int, int] | None = None, limit: int | None = None
     ) -> bytes | None:
+        """:meth:`load_record`'s bytes, unverified."""
         number = fmt.bucket_of(seq)
         bucket = dirs.get(number) if dirs is not None else None
         owned = bucket is None

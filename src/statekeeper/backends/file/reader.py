@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ..._core.query import ScanQuery
 from ..._runtime.inline import WORKER, Budget, WouldBlock
@@ -24,7 +24,7 @@ from ...models import Skipped
 from ...record import StoredRecord, header_values
 from . import layout as fmt
 from .fdcache import Descriptors
-from .files import Files, RecordProblem, StateFile, WriteLock
+from .files import Files, StateFile, WriteLock
 from .indexes import IdTable, IndexDamaged, StreamIndex
 from .survey import (
     Survey,
@@ -35,6 +35,8 @@ from .survey import (
     view_latest,
     view_streams,
 )
+
+T = TypeVar("T")
 
 #: The most index slots and record files ``get_latest`` looks at inline: a tail of
 #: expired checkpoints is walked in the worker, not on the loop.
@@ -237,33 +239,44 @@ class Reader:
                 return self.statefile.read()
         return state
 
+    def strict(
+        self, budget: Budget, indexed: Callable[[fmt.State], T], surveyed: Callable[[Survey], T]
+    ) -> T:
+        """``indexed(state)`` after :meth:`heal`, or ``surveyed`` of the records a reader
+        of that state may see when the indexes cannot be trusted or are damaged (or
+        missing: ``indexed`` raises :class:`IndexDamaged`). Inline, a survey blocks,
+        and so does a read that concurrent writers kept disturbing, before it raises."""
+        try:
+            state = self.heal(budget)
+            if not self.listing.records_only(state):
+                assert state is not None
+                try:
+                    return indexed(state)
+                except IndexDamaged:
+                    pass
+            budget.block()
+            return surveyed(self.listing.survey_upto(state))
+        except ConcurrentModificationError:
+            budget.block()
+            raise
+
     def latest(self, stream: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
         """The live record of ``stream`` with the highest sequence, from the tail of
         its index (no other record is decoded); without a usable index, from the
         records. Inline, it blocks for a survey, an orphan newer than the answer, a
         record missing, damaged or of another stream, or a long expired tail."""
-        try:
-            state = self.heal(budget)
-            cap = fmt.visible_cap(state)
-            if self.listing.records_only(state):
-                budget.block()
-                return view_latest(self.listing.survey_upto(state), stream, now)
-            assert state is not None
-            try:
-                got = self._latest_indexed(stream, now, cap, budget)
-            except IndexDamaged:
-                budget.block()
-                return view_latest(self.listing.survey_upto(state), stream, now)
+
+        def indexed(state: fmt.State) -> StoredRecord | None:
+            got = self._latest_indexed(stream, now, fmt.visible_cap(state), budget)
             if got is None and self.listing.index_missing(state, budget):
-                return view_latest(self.listing.survey_upto(state), stream, now)
+                raise IndexDamaged("a stream index is missing")
             orphan = state.orphan
             if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
                 budget.block()
                 return self._past_orphan(orphan, stream, now, got)
             return got
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+
+        return self.strict(budget, indexed, lambda s: view_latest(s, stream, now))
 
     def _past_orphan(
         self, orphan: tuple[int, str], stream: str, now: datetime, got: StoredRecord | None
@@ -296,9 +309,12 @@ class Reader:
             finally:
                 if dirs:
                     self.files.close_dirs(dirs)
-        raise ConcurrentModificationError(
-            f"get_latest({stream!r}) was disturbed by concurrent writers {READ_RETRIES} times "
-            f"in a row in the file store at {self.files.root}; retry"
+        raise self._disturbed(f"get_latest({stream!r})")
+
+    def _disturbed(self, call: str) -> ConcurrentModificationError:
+        return ConcurrentModificationError(
+            f"{call} was disturbed by concurrent writers {READ_RETRIES} times in a row "
+            f"in the file store at {self.files.root}; retry"
         )
 
     def _latest_walk(
@@ -344,20 +360,11 @@ class Reader:
     def get(self, cid: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
         """The live record ``cid`` via the id table (``None``: missing or expired);
         without a usable table, from the records."""
-        try:
-            state = self.heal(budget)
-            cap = fmt.visible_cap(state)
-            if self.listing.records_only(state):
-                budget.block()
-                return view_get(self.listing.survey_upto(state), cid, now)
-            try:
-                return self._get_indexed(cid, now, cap, budget)
-            except IndexDamaged:
-                budget.block()
-                return view_get(self.listing.survey_upto(state), cid, now)
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+        return self.strict(
+            budget,
+            lambda state: self._get_indexed(cid, now, fmt.visible_cap(state), budget),
+            lambda s: view_get(s, cid, now),
+        )
 
     def _get_indexed(
         self, cid: str, now: datetime, cap: int | None, budget: Budget, table: IdTable | None = None
@@ -398,7 +405,7 @@ class Reader:
             if again != candidates:
                 continue
             for seq in missing:
-                if not self._sequence_exists(seq):
+                if not self._names_at(seq):
                     # a damaged entry, or a record removed outside: not "not found"
                     found = view_get(self.listing.survey_upto(self.statefile.read()), cid, now)
                     if found is not None:
@@ -410,10 +417,7 @@ class Reader:
                         cid,
                     )
             return None  # the entries were other ids with the same 64-bit hash
-        raise ConcurrentModificationError(
-            f"load({cid!r}) was disturbed by concurrent writers {READ_RETRIES} times in a row "
-            f"in the file store at {self.files.root}; retry"
-        )
+        raise self._disturbed(f"load({cid!r})")
 
     def _confirm_absent(
         self, cid: str, deleted: list[int], others: list[tuple[int, int]], budget: Budget
@@ -426,19 +430,9 @@ class Reader:
         if any(self._record_exists(seq, cid) for seq in deleted):
             raise IndexDamaged(f"{fmt.IDS_NAME} marks {cid!r} deleted; its record exists")
         for key, seq in others:
-            names = self._names_with_seq(seq)
-            if names and not any(fmt.id_key(other) == key for other in names):
+            ids = [p[1] for n in self._names_at(seq) if (p := fmt.parse_record_name(n))]
+            if ids and not any(fmt.id_key(other) == key for other in ids):
                 raise IndexDamaged(f"{fmt.IDS_NAME}: the entry for sequence {seq} is damaged")
-
-    def _names_with_seq(self, seq: int) -> list[str]:
-        bucket = self.files.bucket(seq)
-        if bucket is None:
-            return []
-        try:
-            parsed = map(fmt.parse_record_name, self.files.io.listdir(bucket))
-            return [p[1] for p in parsed if p is not None and p[0] == seq]
-        finally:
-            self.files.close_bucket(bucket)
 
     def _record_exists(self, seq: int, cid: str) -> bool:
         bucket = self.files.bucket(seq)
@@ -452,13 +446,14 @@ class Reader:
             self.files.close_bucket(bucket)
         return True
 
-    def _sequence_exists(self, seq: int) -> bool:
+    def _names_at(self, seq: int) -> list[str]:
+        """The names in ``seq``'s bucket that start with its sequence (a listing)."""
         bucket = self.files.bucket(seq)
         if bucket is None:
-            return False
+            return []
         try:
             prefix = f"{seq:020d}."
-            return any(name.startswith(prefix) for name in self.files.io.listdir(bucket))
+            return [name for name in self.files.io.listdir(bucket) if name.startswith(prefix)]
         finally:
             self.files.close_bucket(bucket)
 
@@ -467,15 +462,7 @@ class Reader:
         with self.fdcache.open_ids() as ids:
             candidates = [seq for _, seq in ids.lookup(fmt.id_key(cid))]
         for seq in candidates:
-            bucket = self.files.bucket(seq)
-            if bucket is None:
-                continue
-            try:
-                data = self.files.read_file(bucket, fmt.record_name(seq, cid))
-            except RecordProblem as exc:
-                raise self.files.decode_error(exc.reason, seq, cid) from None
-            finally:
-                self.files.close_bucket(bucket)
+            data = self.files.record_bytes(seq, cid)
             if data is not None:
                 return data
         raise CheckpointNotFound(cid)
@@ -529,26 +516,17 @@ class Reader:
     ) -> dict[str, StoredRecord]:
         """The live records among ``cids``, strict like :meth:`get`: one ``state``
         read, one open of the id table."""
-        try:
-            state = self.heal(budget)
+
+        def indexed(state: fmt.State) -> dict[str, StoredRecord]:
             cap = fmt.visible_cap(state)
-            if not self.listing.records_only(state):
-                try:
-                    with self.ids_for(budget) as table:
-                        found = {}
-                        for cid in cids:
-                            record = self._get_indexed(cid, now, cap, budget, table)
-                            if record is not None:
-                                found[cid] = record
-                        return found
-                except IndexDamaged:
-                    pass
-            budget.block()
-            s = self.listing.survey_upto(state)
+            with self.ids_for(budget) as table:
+                found = {cid: self._get_indexed(cid, now, cap, budget, table) for cid in cids}
+            return {cid: record for cid, record in found.items() if record is not None}
+
+        def surveyed(s: Survey) -> dict[str, StoredRecord]:
             return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+
+        return self.strict(budget, indexed, surveyed)
 
 
 def wanted(record: StoredRecord, q: ScanQuery) -> bool:
