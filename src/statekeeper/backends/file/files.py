@@ -633,7 +633,5 @@ class Spares:
             if bucket is not None:
                 try:
                     self._io.unlink(spare.name, dir_fd=bucket)
-                except FileNotFoundError:
-                    pass
                 finally:
                     self._io.close(bucket)

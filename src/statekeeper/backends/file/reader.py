@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from ..._core.query import ScanQuery
 from ..._runtime.inline import WORKER, Budget, WouldBlock
@@ -107,23 +107,17 @@ class Listing:
     def index_missing(self, state: fmt.State, budget: Budget) -> bool:
         """Whether there are fewer index files than ``state`` counts: one ``fstat``,
         and a listing (which blocks) if ``streams/`` changed since it held them all."""
-        seen = self.streams_unchanged(state)
-        if seen is True:
+        if not state.streams:
+            return False
+        st = self.files.io.fstat(self.files.fd("streams"))
+        seen = (st.st_mtime_ns, st.st_size)
+        if seen == self._streams_seen:
             return False
         budget.block()
-        missing = len(self.fdcache.index_files()) < (state.streams or 0)
+        missing = len(self.fdcache.index_files()) < state.streams
         if not missing:
             self._streams_seen = seen
         return missing
-
-    def streams_unchanged(self, state: fmt.State) -> Literal[True] | tuple[int, int]:
-        """``True`` if no index can be missing (``streams/`` is as when it held them
-        all), else what its ``fstat`` saw."""
-        if not state.streams:
-            return True
-        st = self.files.io.fstat(self.files.fd("streams"))
-        seen = (st.st_mtime_ns, st.st_size)
-        return True if seen == self._streams_seen else seen
 
     def skipped(self, seq: int, cid: str | None, location: str, reason: str) -> Skipped:
         return Skipped.model_construct(
@@ -138,55 +132,55 @@ class Listing:
         """The streams with a live checkpoint that start with ``prefix``, matched on
         each index header's stream name (file names only rule out)."""
         state = self.statefile.read()
-        cap = fmt.visible_cap(state)
-        if self.records_only(state) or (state is not None and self.index_missing(state, WORKER)):
-            return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
-        now_us = fmt.to_micros(now)
-        names: list[str] = []
-        try:
-            for idx in self.fdcache.readable_indexes(strict=True, prefix=prefix):
-                with idx:
-                    if idx.stream.startswith(prefix) and any(
-                        s.live and not s.expired(now_us) and (cap is None or s.seq <= cap)
-                        for _, s in idx.walk(idx.count - 1, -1)
-                    ):
-                        names.append(idx.stream)
-        except IndexDamaged:
-            return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
-        return names
+        if state is not None and not self.records_only(state):
+            cap, now_us = fmt.visible_cap(state), fmt.to_micros(now)
+            names: list[str] = []
+            try:
+                if not self.index_missing(state, WORKER):
+                    for idx in self.fdcache.readable_indexes(strict=True, prefix=prefix):
+                        with idx:
+                            if idx.stream.startswith(prefix) and any(
+                                s.live and not s.expired(now_us) and (cap is None or s.seq <= cap)
+                                for _, s in idx.walk(idx.count - 1, -1)
+                            ):
+                                names.append(idx.stream)
+                    return names
+            except IndexDamaged:
+                pass
+        return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
 
     def info(self, now: datetime) -> dict[str, Any]:
         """Counts of the checkpoints live at ``now`` and their streams, and of the
         expired ones not yet purged (``expired``, when there are any)."""
         extra = {"path": self.files.root, "durability": "full" if self.files.durable else "fast"}
         state = self.statefile.read()
-        if self.records_only(state):
+        if state is None or self.records_only(state):
             degraded = self.degraded() or "state"
-            return {**view_info(self.survey(), now), **extra, "degraded": degraded}
-        assert state is not None
-        if self.index_missing(state, WORKER):
+        elif self.index_missing(state, WORKER):
             degraded = "a stream index is missing"
-            return {**view_info(self.survey(), now), **extra, "degraded": degraded}
-        now_us = fmt.to_micros(now)
-        streams = checkpoints = expired = 0
-        try:
-            for idx in self.fdcache.readable_indexes(strict=True):
-                with idx:
-                    slots = [s for _, s in idx.walk(0, 1) if s.live]
-                gone = sum(1 for s in slots if s.expired(now_us))
-                expired += gone
-                if len(slots) > gone:
-                    streams += 1
-                    checkpoints += len(slots) - gone
-        except IndexDamaged as exc:
-            return {**view_info(self.survey(), now), **extra, "degraded": str(exc)}
-        return {
-            "checkpoints": checkpoints,
-            "streams": streams,
-            "high_water_mark": state.hwm,
-            **({"expired": expired} if expired else {}),
-            **extra,
-        }
+        else:
+            now_us = fmt.to_micros(now)
+            streams = checkpoints = expired = 0
+            try:
+                for idx in self.fdcache.readable_indexes(strict=True):
+                    with idx:
+                        slots = [s for _, s in idx.walk(0, 1) if s.live]
+                    gone = sum(1 for s in slots if s.expired(now_us))
+                    expired += gone
+                    if len(slots) > gone:
+                        streams += 1
+                        checkpoints += len(slots) - gone
+            except IndexDamaged as exc:
+                degraded = str(exc)
+            else:
+                return {
+                    "checkpoints": checkpoints,
+                    "streams": streams,
+                    "high_water_mark": state.hwm,
+                    **({"expired": expired} if expired else {}),
+                    **extra,
+                }
+        return {**view_info(self.survey(), now), **extra, "degraded": degraded}
 
 
 class Reader:

@@ -266,9 +266,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         if dropped:
             actions.append(f"removed {len(dropped)} damaged record file(s), as drop_damaged asked")
         report = await repair_records(self, drop_damaged, rebuilt=rebuilt, actions=actions)
-        return report.model_copy(
-            update={"dropped": dropped + report.dropped, "records": report.records}
-        )
+        return report.model_copy(update={"dropped": dropped + report.dropped})
 
     async def _run(self, what: str, func: Callable[..., T], *args: Any) -> T:
         """One whole operation in one worker thread hop."""
