@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from ...errors import StoreFormatError
 
@@ -341,22 +342,13 @@ def file_name_head(prefix: str) -> str:
 
 
 def stream_from_file_name(name: str) -> str | None:
-    """The stream of a short index file name; ``None`` for a hashed or foreign one."""
+    """The stream of a short index file name; ``None`` for a hashed or foreign one (the
+    round trip through :func:`stream_file_name` must give the name back)."""
     if not name.endswith(".idx") or "~" in name:
         return None
-    body = name[:-4]
-    out = bytearray()
-    i = 0
     try:
-        while i < len(body):
-            if body[i] == "%":
-                out.append(int(body[i + 1 : i + 3], 16))
-                i += 3
-            else:
-                out.append(ord(body[i]))
-                i += 1
-        stream = out.decode("utf-8")
-    except (ValueError, IndexError):
+        stream = unquote_to_bytes(name[:-4]).decode("utf-8")
+    except ValueError:
         return None
     return stream if stream and stream_file_name(stream) == name else None
 
