@@ -234,9 +234,8 @@ class Pages:
             seq = last if found is None else found
             last = seq
             location = f"{fmt.RECORDS_DIR}/{bname}/{name}"
-            parsed = fmt.parse_record_name(name) if kind == 0 else None
-            if parsed is not None:
-                entry = self._scan_record(bfd, name, seq, parsed[1], q, bucket)
+            if kind == 0:  # a record file name, parsed: <20 digits>.<id>.ckpt
+                entry = self._scan_record(bfd, name, seq, name[21:-5], q, bucket)
                 if entry is not None and not self.listing.unseen(
                     seq, isinstance(entry, Skipped), cap
                 ):
