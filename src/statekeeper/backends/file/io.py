@@ -1,29 +1,16 @@
-"""Every operating-system call the file backend makes, behind one small interface.
+"""Every operating-system call of the file backend, behind :class:`FileIO`: the seam
+for durability and fault tests (``FileCheckpointStore(path, io=...)``; default
+:class:`OsFileIO`). A test's ``io`` may fail the k-th ``fsync`` with ``EIO``, or keep
+an in-memory file system that loses whatever was not fsynced (a power cut).
 
-:class:`FileIO` is the seam for durability and fault testing: the file backend
-never calls :mod:`os` or :mod:`fcntl` itself, it calls the ``io`` object it was
-given (``FileCheckpointStore(path, io=...)``), which defaults to :class:`OsFileIO`.
-A test can pass an object that fails the k-th ``fsync`` with ``EIO``, or one that
-keeps an in-memory file system and throws away everything that was not fsynced
-(a power cut), and watch what the store does.
-
-The interface is deliberately at the level of system calls, one method per call,
-so that a fault can be injected at every step of every write:
-
-- paths are single names relative to a directory descriptor (``dir_fd``), never
-  absolute or multi-component, except in :meth:`FileIO.open_root`;
-- every method raises :class:`OSError` (with ``errno`` set) on failure and
-  nothing else;
-- descriptors are plain ``int``; :meth:`FileIO.fsync` works on file and directory
-  descriptors alike.
-
-One call is optional and not part of :class:`FileIO`: ``syncfs(fd)``, which
-``save_many`` uses to make a whole batch durable at once (see
-:func:`syncfs_usable`). An implementation without it gets one ``fsync`` per file.
-An implementation that models durability must model it (a subclass of
-:class:`OsFileIO` inherits the real one).
-
-Implementations must be thread-safe: the store calls them from worker threads.
+One method per system call, so a fault can be injected at every step of every write:
+names are single components relative to ``dir_fd`` (:meth:`FileIO.open_root` aside);
+every method raises :class:`OSError` with ``errno`` set and nothing else; descriptors
+are ``int``; :meth:`FileIO.fsync` takes files and directories. Implementations must
+be thread-safe (worker threads call them). Optional, outside :class:`FileIO`:
+``syncfs(fd)``, which ``save_many`` uses to make a batch durable at once (see
+:func:`syncfs_usable`); without it, one ``fsync`` per file. An implementation that
+models durability must model it (a subclass of :class:`OsFileIO` inherits the real one).
 """
 
 from __future__ import annotations
@@ -69,99 +56,62 @@ def syncfs_usable(io: object) -> bool:
 
 @runtime_checkable
 class FileIO(Protocol):
-    """The system calls of the file backend. See the module docstring for the rules.
-
-    Flags and modes are the :mod:`os` constants (``os.O_RDONLY`` ...). Methods map
-    one to one onto POSIX calls; their contract is that call's.
+    """The system calls of the file backend, under the module's rules. Flags and modes
+    are the :mod:`os` constants; each method is the POSIX call it names, with its contract.
     """
 
     def open_root(self, path: str, *, create: bool) -> int:
         """Open the store's root directory (``path`` is absolute) for ``dir_fd`` use,
         first creating it and its missing parents if ``create``."""
-        ...
 
     def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
         """``openat(dir_fd, name, flags, mode)``."""
-        ...
 
-    def close(self, fd: int) -> None:
-        """``close(fd)``."""
-        ...
+    def close(self, fd: int) -> None: ...
+    def ftruncate(self, fd: int, length: int) -> None: ...
+    def fstat(self, fd: int) -> os.stat_result: ...
+    def unlink(self, name: str, *, dir_fd: int) -> None: ...
+    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None: ...
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         """``pread``: up to ``size`` bytes at ``offset`` (short only at end of file)."""
-        ...
 
     def write(self, fd: int, data: bytes) -> int:
         """``write``: returns how many bytes were written (may be short)."""
-        ...
 
     def pwrite(self, fd: int, data: bytes, offset: int) -> int:
         """``pwrite``: returns how many bytes were written (may be short)."""
-        ...
 
     def fsync(self, fd: int) -> None:
         """``fsync`` of a file or a directory."""
-        ...
 
     def fdatasync(self, fd: int) -> None:
         """``fdatasync``: the data and the size, not the timestamps."""
-        ...
-
-    def ftruncate(self, fd: int, length: int) -> None:
-        """``ftruncate``."""
-        ...
-
-    def fstat(self, fd: int) -> os.stat_result:
-        """``fstat``."""
-        ...
 
     def lstat(self, name: str, *, dir_fd: int) -> os.stat_result:
         """``fstatat(dir_fd, name, AT_SYMLINK_NOFOLLOW)``."""
-        ...
 
     def rename(self, src: str, dst: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
         """``renameat``: atomically replaces ``dst`` if it exists (``os.replace``)."""
-        ...
-
-    def unlink(self, name: str, *, dir_fd: int) -> None:
-        """``unlinkat``."""
-        ...
-
-    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None:
-        """``mkdirat``."""
-        ...
 
     def rmdir(self, name: str, *, dir_fd: int) -> None:
         """``unlinkat(AT_REMOVEDIR)``: removes an empty directory (``OSError`` if not)."""
-        ...
 
     def listdir(self, dir_fd: int) -> list[str]:
         """The names in an open directory (without ``.`` and ``..``), in any order."""
-        ...
 
     def flock(self, fd: int, operation: int) -> None:
         """``flock(fd, operation)`` (``fcntl.LOCK_EX | fcntl.LOCK_NB`` ...); raises
         ``BlockingIOError`` when a non-blocking request would wait."""
-        ...
 
     def boot_id(self) -> str | None:
-        """An id of the running kernel boot, or ``None`` if the platform has none.
-
-        The store compares it with the one it recorded: a different value means the
-        machine restarted since, so data that was never fsynced may be gone and the
-        indexes are checked against the records.
-        """
-        ...
+        """The running kernel boot's id (``None``: the platform has none); a change means
+        a restart, so the indexes are checked against the records."""
 
 
 class OsFileIO:
-    """The real :class:`FileIO`: thin wrappers over :mod:`os` and :func:`fcntl.flock`.
-
-    ``flock`` is used, never ``fcntl.lockf``: POSIX record locks are released when
-    any descriptor of the file is closed anywhere in the process, which would let
-    two writers in one process run at once.
-    """
+    """The real :class:`FileIO` over :mod:`os`. ``flock``, never ``lockf``: a POSIX
+    record lock is released when any descriptor of the file closes in the process."""
 
     def open_root(self, path: str, *, create: bool) -> int:
         if create:

@@ -1,25 +1,6 @@
-"""What is on disk in a file store: the names, and the bytes of its small files.
-
-Pure functions and value types, no I/O. ``docs/file-backend.md`` describes the
-layout for people; this module is the reference for code. Layout (format 1)::
-
-    <root>/
-      statekeeper.json        meta: format, version, store id, cursor key (JSON)
-      lock                    empty; writers hold flock(LOCK_EX) on it
-      state                   high-water mark, sync mark, journal (2 x 2048 bytes)
-      ids.idx                 id -> sequence hash table (soft state)
-      dirty                   stream index files written since the last sync mark
-      records/<bucket>/<seq>.<id>.ckpt   one record envelope per checkpoint
-      streams/<escaped stream>.idx       per-stream sequence index (soft state)
-
-``<bucket>`` is ``seq // 1000`` in 17 digits and ``<seq>`` is 20 digits, so names
-sort in sequence order. A record file holds exactly
-:meth:`statekeeper.record.StoredRecord.to_bytes`. The two indexes are *soft*: they
-can be rebuilt from the records, which are the only thing a save fsyncs.
-
-The ``state`` file holds the high-water mark, the sync mark and the journal of
-the operation in progress, in two checksummed copies (:class:`State`); what a
-lock-free reader may show is derived from it (:func:`visible_cap`).
+"""The on-disk format of a file store (``docs/file-backend.md`` describes it): the
+names, and the bytes of the meta file, ``state``, the index headers and slots; pure
+value types and functions, no I/O.
 """
 
 from __future__ import annotations
@@ -36,27 +17,9 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from ...errors import StoreFormatError
-
-__all__ = [
-    "BATCH_COMMITTED",
-    "BATCH_OPS",
-    "BATCH_PENDING",
-    "BUCKET_SIZE",
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "IDX_HEADER_SIZE",
-    "SLOT_SIZE",
-    "STATE_COPY",
-    "STATE_SIZE",
-    "STREAM_SEP",
-    "Journal",
-    "Meta",
-    "Slot",
-    "State",
-    "visible_cap",
-]
 
 FORMAT_NAME = "statekeeper-file-store"
 FORMAT_VERSION = 1
@@ -67,8 +30,8 @@ STATE_NAME = "state"
 IDS_NAME = "ids.idx"
 RECORDS_DIR = "records"
 STREAMS_DIR = "streams"
-#: Names the store creates in its root; anything else there makes it "not a store".
 DIRTY_NAME = "dirty"
+#: Names the store creates in its root; anything else there makes it "not a store".
 ROOT_NAMES = frozenset(
     {META_NAME, LOCK_NAME, STATE_NAME, IDS_NAME, DIRTY_NAME, RECORDS_DIR, STREAMS_DIR}
 )
@@ -81,8 +44,6 @@ MAX_SEQUENCE = 10**_SEQ_DIGITS - 1
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 
-# -- the state file ---------------------------------------------------------------
-
 # json.dumps builds a new encoder whenever it gets options; the save path reuses one.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
@@ -90,19 +51,15 @@ STATE_COPY = 2048
 STATE_SIZE = 2 * STATE_COPY
 
 
-# The save path builds a Journal, two States and a Slot per save; frozen dataclasses
-# pay for object.__setattr__ on every field, so these are plain slotted dataclasses
-# that the code treats as immutable values.
+# Values, but not frozen: the save path builds several per save, and a frozen field
+# costs an object.__setattr__.
 @dataclass(slots=True)
 class Journal:
-    """The multi-step operation in progress, so a crash can be finished or undone.
-
-    ``op`` is ``insert``, ``update``, ``delete``, or a batch (:data:`BATCH_OPS`);
-    ``stream`` is the index file name (for a delete, one or more joined by ``/``,
-    which no index file name contains); ``seq`` the record (``lo``..``hi`` for
-    deletes and batches); ``path`` the record file and ``tmp`` a temp file (both
-    relative to the root) that must not outlive the operation.
-    """
+    """The multi-step operation in progress, so a crash can be finished or undone:
+    ``op`` (``insert``, ``update``, ``delete`` or one of :data:`BATCH_OPS`), the index
+    file name (a delete's joined by :data:`STREAM_SEP`), the record ``seq`` (``lo..hi``
+    for deletes and batches), and the record file and temp file (relative to the
+    root) that must not outlive it."""
 
     op: str
     stream: str
@@ -134,12 +91,9 @@ _KEEP = _Keep()
 
 @dataclass(slots=True)
 class State:
-    """The ``state`` file: two checksummed copies, the newer valid one wins.
-
-    ``hwm`` is the sequence high-water mark; ``synced`` is the sequence up to which
-    the soft indexes were last fsynced (the sync mark); ``boot`` the boot id of the
-    kernel that last checked them; ``ids_used`` the occupied id-table slots.
-    """
+    """The ``state`` file: two checksummed copies, the newer valid one wins. ``hwm``:
+    the high-water mark; ``synced``: the sequence up to which the indexes were last
+    fsynced; ``boot``: the boot that last checked them; ``ids_used``: id-table slots."""
 
     gen: int = 0
     hwm: int = 0
@@ -148,8 +102,7 @@ class State:
     ids_used: int = 0
     journal: Journal | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    #: Set when read back and the other copy was written but is invalid: a torn write,
-    #: so this copy may be one generation old (never stored).
+    #: Read back while the other copy is invalid: this one may be a generation old.
     torn: bool = False
 
     def next(
@@ -162,8 +115,7 @@ class State:
         journal: Journal | _Keep | None = _KEEP,
         extra: dict[str, Any] | None = None,
     ) -> State:
-        """The next generation with some fields changed (the save path calls this
-        twice per save, so it avoids ``dataclasses.replace``)."""
+        """The next generation with some fields changed (faster than ``replace``)."""
         return State(
             self.gen + 1,
             self.hwm if hwm is None else hwm,
@@ -176,16 +128,13 @@ class State:
 
     @property
     def streams(self) -> int | None:
-        """How many stream index files the store has (``None`` in a store written
-        before this was recorded): fewer files than this means one went missing."""
+        """How many stream index files the store has (``None``: not recorded)."""
         value = self.extra.get("streams")
         return value if isinstance(value, int) else None
 
     @property
     def orphan(self) -> tuple[int, str] | None:
-        """The newest damaged record whose stream could not be told, if any: the
-        ``get_latest`` of a stream whose winner is older than it raises (see
-        ``docs/file-backend.md``)."""
+        """The newest damaged record whose stream could not be told, if any."""
         value = self.extra.get("orphan")
         if isinstance(value, list) and len(value) == 2:
             seq, cid = value
@@ -207,8 +156,7 @@ class State:
         """``(offset, bytes)`` of the copy this generation overwrites: the generation
         in 20 digits, a space, JSON padded with spaces, a CRC-32 in hex, a newline."""
         extra = "," + _COMPACT.encode(self.extra)[1:-1] if self.extra else ""
-        # Written twice per save: formatted by hand (every string is checked to need no
-        # JSON escaping), which is several times faster than json.dumps.
+        # Formatted by hand, several times faster than json.dumps (twice per save).
         text = (
             f'{{"hwm":{self.hwm},"synced":{self.synced},"boot":{_jstr(self.boot)},'
             f'"ids_used":{self.ids_used},"journal":{_journal_json(self.journal)}{extra}}}'
@@ -221,11 +169,8 @@ class State:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> State | None:
-        """The newest valid copy in ``data``, or ``None`` if neither is valid.
-
-        The result is marked ``torn`` when the other copy is damaged: the file is
-        short, a copy fails its checksum, or a copy is all zeros although both have
-        been written (generation 2 or more), so this copy may lag one write."""
+        """The newest valid copy in ``data`` (``None``: neither), ``torn`` when the
+        file is short, a copy fails its checksum, or is all zeros from generation 2."""
         best: tuple[int, bytes] | None = None
         invalid = int(len(data) != STATE_SIZE)
         zeros = 0
@@ -239,7 +184,7 @@ class State:
                 if any(copy):
                     invalid += 1
                 else:
-                    zeros += 1  # all zeros: never written (a new store), or wiped
+                    zeros += 1  # never written (a new store), or wiped
                 continue
             if not valid:
                 invalid += 1
@@ -284,10 +229,8 @@ def _journal_json(j: Journal | None) -> str:
     )
 
 
-#: Journal ops of a ``save_many`` (sequences ``lo``..``hi``): ``batch`` while its
-#: record files are being written (recovery removes them: roll back), ``batched``
-#: once they are all written and durable (recovery indexes them: roll forward).
-#: Readers hide ``lo``..``hi`` while either is in the journal.
+#: Journal ops of a ``save_many`` of ``lo..hi``: ``batch`` while its records are
+#: written (recovery rolls back), ``batched`` once all are durable (it rolls forward).
 BATCH_PENDING = "batch"
 BATCH_COMMITTED = "batched"
 BATCH_OPS = frozenset({BATCH_PENDING, BATCH_COMMITTED})
@@ -296,14 +239,11 @@ STREAM_SEP = "/"
 
 
 def visible_cap(state: State | None, *, from_records: bool = False) -> int | None:
-    """The highest sequence a reader that read ``state`` may show (``None``: no
-    limit). Anything above was saved after the read began, or belongs to a
-    ``save_many`` that is not complete: hiding it keeps a batch all-or-nothing
-    for readers, who take no lock. A committed batch (``batched``) is hidden
-    from reads through the indexes, which may hold part of it, but not from
-    reads of the record files (``from_records``), which hold all of it. A torn
-    state (a concurrent write, or damage) gives no limit rather than one that
-    may lag an acknowledged save."""
+    """The highest sequence a reader of ``state`` may show (``None``: no limit): not
+    what was saved after the read began, nor a ``save_many`` in flight, so batches
+    are all-or-nothing to readers. A ``batched`` one is hidden from the indexes
+    (which may hold part of it), not from the records (``from_records``). A torn
+    state gives no limit rather than one that may lag an acknowledged save."""
     if state is None:
         return None
     journal = state.journal
@@ -313,8 +253,6 @@ def visible_cap(state: State | None, *, from_records: bool = False) -> int | Non
         return journal.lo - 1
     return None if state.torn else state.hwm
 
-
-# -- names ---------------------------------------------------------------------------
 
 _RECORD_RE = re.compile(r"(\d{20})\.([A-Za-z0-9._:-]{1,200})\.ckpt")
 _TEMP_RE = re.compile(r"\.(\d{20})\.[0-9a-f]{1,24}\.tmp")
@@ -337,8 +275,7 @@ def parse_bucket_name(name: str) -> int | None:
 
 
 def record_name(seq: int, cid: str) -> str:
-    """``<seq, 20 digits>.<id>.ckpt``; ids are ``[A-Za-z0-9._:-]{1,200}``, so the
-    name is one path component (an id of ``..`` is just part of it)."""
+    """``<seq, 20 digits>.<id>.ckpt``: one path component for any valid id."""
     return f"{seq:0{_SEQ_DIGITS}d}.{cid}.ckpt"
 
 
@@ -348,8 +285,7 @@ def parse_record_name(name: str) -> tuple[int, str] | None:
 
 
 def temp_name(seq: int) -> str:
-    """A fresh temp-file name for a write of record ``seq`` (in its bucket): unique
-    per process (pid) and call (counter), and created with ``O_EXCL`` anyway."""
+    """A fresh temp-file name for record ``seq``, unique per process and call."""
     return f".{seq:0{_SEQ_DIGITS}d}.{os.getpid():x}{next(_TEMP_COUNTER) & 0xFFFFFFFF:08x}.tmp"
 
 
@@ -360,8 +296,7 @@ def parse_temp_name(name: str) -> int | None:
 
 def temp_in_flight(journal: Journal | None, location: str) -> bool:
     """Whether the temp file at ``location`` (relative to the root) belongs to the
-    write ``journal`` names: its one temp, or a sequence of the batch (a group
-    commit writes one temp per record of ``lo..hi``)."""
+    write ``journal`` names: its temp, or one of its batch's ``lo..hi``."""
     if journal is None:
         return False
     if journal.tmp == location:
@@ -374,14 +309,10 @@ def temp_in_flight(journal: Journal | None, location: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def stream_file_name(stream: str) -> str:
-    """The index file name of ``stream``: reversible escaping, hashed when long.
-
-    UTF-8 bytes outside ``[a-z0-9._-]`` (and a leading ``.``) become ``%XX`` with
-    upper-case hex, so the name is one path component, never ``.``/``..``, and
-    stays distinct on case-insensitive file systems. Escaped names longer than 160
-    characters keep a 120-character prefix plus ``~`` and a 128-bit BLAKE2b of the
-    name; the exact name is always in the index file's header.
-    """
+    """The index file name of ``stream``: UTF-8 bytes outside ``[a-z0-9._-]`` (and a
+    leading ``.``) become ``%XX``, so it is one path component, distinct on
+    case-insensitive file systems; past 160 characters, a 120-character prefix, ``~``
+    and a 128-bit BLAKE2b (the exact name is in the index header)."""
     raw = stream.encode("utf-8")
     parts = [
         chr(b) if b in _SAFE and not (i == 0 and b == 0x2E) else f"%{b:02X}"
@@ -401,42 +332,29 @@ def stream_file_name(stream: str) -> str:
 
 
 def file_name_head(prefix: str) -> str:
-    """What the index file name of every stream that starts with ``prefix`` starts
-    with. Escaping is byte by byte, so a stream's escaped name starts with its
-    prefix's escaped form (with the leading-dot rule, since the prefix is the
-    start); a hashed name keeps at least 118 characters of it (whole escapes up
-    to 120), so the head is cut there. A filter, not a match: the exact stream
-    name is in the index header."""
+    """What the index file name of every stream starting with ``prefix`` starts with
+    (escaping is byte by byte; a hashed name keeps at least 118 characters): a
+    filter, not a match."""
     escaped = stream_file_name(prefix)[:-4] if prefix else ""
-    if "~" in escaped:  # the prefix itself was long enough to be hashed
+    if "~" in escaped:  # the prefix itself was hashed
         escaped = escaped[: escaped.index("~")]
     return escaped[: _KEEP_ESCAPED - 2]
 
 
 def stream_from_file_name(name: str) -> str | None:
-    """The stream a short index file name stands for; ``None`` for hashed names
-    (read the header) and for names this store never makes."""
+    """The stream of a short index file name; ``None`` for a hashed or foreign one (the
+    round trip through :func:`stream_file_name` must give the name back)."""
     if not name.endswith(".idx") or "~" in name:
         return None
-    body = name[:-4]
-    out = bytearray()
-    i = 0
     try:
-        while i < len(body):
-            if body[i] == "%":
-                out.append(int(body[i + 1 : i + 3], 16))
-                i += 3
-            else:
-                out.append(ord(body[i]))
-                i += 1
-        stream = out.decode("utf-8")
-    except (ValueError, IndexError):
+        stream = unquote_to_bytes(name[:-4]).decode("utf-8")
+    except ValueError:
         return None
     return stream if stream and stream_file_name(stream) == name else None
 
 
 def id_key(cid: str) -> int:
-    """The 64-bit hash of an id in the id table (never 0, which marks an empty slot)."""
+    """The 64-bit hash of an id in the id table (never 0: an empty slot)."""
     key = int.from_bytes(hashlib.blake2b(cid.encode("ascii"), digest_size=8).digest(), "little")
     return key or 1
 
@@ -444,9 +362,6 @@ def id_key(cid: str) -> int:
 def to_micros(when: datetime | None) -> int:
     """An aware datetime as microseconds since the Unix epoch; ``None`` as 0."""
     return 0 if when is None else (when - _EPOCH) // _MICRO
-
-
-# -- meta ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -506,8 +421,6 @@ class Meta:
         return cls(store_id, key, version, str(doc.get("created_at", "")))
 
 
-# -- stream index --------------------------------------------------------------------
-
 IDX_MAGIC = b"SKIDX1\n"
 IDX_HEADER_SIZE = 4096
 SLOT_SIZE = 256
@@ -519,12 +432,9 @@ _CRC = struct.Struct("<I")
 
 @dataclass(slots=True)
 class Slot:
-    """One checkpoint in a stream index: its sequence, id, expiry hint and liveness.
-
-    ``expires`` (microseconds since the epoch, 0 for none) is an upper bound of the
-    record's expiry, exact outside a crashed update; readers skip a slot whose hint
-    has passed and still check the record itself.
-    """
+    """One checkpoint in a stream index. ``expires`` (µs since the epoch, 0: none)
+    bounds the record's expiry from above: readers skip a slot whose hint has passed
+    and still check the record itself."""
 
     seq: int
     cid: str
@@ -562,58 +472,53 @@ class Slot:
 
 
 def index_header(stream: str, store_id: str) -> bytes:
-    doc = json.dumps({"v": 1, "store": store_id, "stream": stream}, ensure_ascii=False)
-    body = IDX_MAGIC + doc.encode("utf-8") + b"\n"
-    body = body.ljust(IDX_HEADER_SIZE - 4, b"\0")
-    return body + _CRC.pack(zlib.crc32(body))
+    return _header(IDX_MAGIC, {"store": store_id, "stream": stream})
 
 
 def parse_index_header(data: bytes, store_id: str) -> str:
     """The stream name in an index header; :class:`ValueError` if it is not ours."""
-    if len(data) != IDX_HEADER_SIZE or not data.startswith(IDX_MAGIC):
-        raise ValueError("not a statekeeper stream index")
-    body = data[: IDX_HEADER_SIZE - 4]
-    if _CRC.unpack_from(data, IDX_HEADER_SIZE - 4)[0] != zlib.crc32(body):
-        raise ValueError("stream index header checksum mismatch")
-    end = body.index(b"\n", len(IDX_MAGIC))
-    doc = json.loads(body[len(IDX_MAGIC) : end])
-    if doc.get("v") != 1:
-        raise ValueError(f"unsupported stream index version {doc.get('v')!r}")
-    if doc.get("store") != store_id:
-        raise ValueError("stream index belongs to another store")
-    stream = doc.get("stream")
+    stream = _parse_header(data, IDX_MAGIC, "stream index", store_id).get("stream")
     if not isinstance(stream, str) or not stream:
         raise ValueError("stream index has no stream name")
     return stream
 
 
-# -- id table ------------------------------------------------------------------------
-
 IDS_MAGIC = b"SKIDS1\n"
-IDS_HEADER_SIZE = 4096
+IDS_HEADER_SIZE = IDX_HEADER_SIZE
 IDS_SLOT = struct.Struct("<QQ")
 IDS_MIN_CAPACITY = 4096
 TOMBSTONE = 1 << 63
 
 
 def ids_header(capacity: int, store_id: str) -> bytes:
-    doc = json.dumps({"v": 1, "store": store_id, "capacity": capacity})
-    body = (IDS_MAGIC + doc.encode("ascii") + b"\n").ljust(IDS_HEADER_SIZE - 4, b"\0")
-    return body + _CRC.pack(zlib.crc32(body))
+    return _header(IDS_MAGIC, {"store": store_id, "capacity": capacity})
 
 
 def parse_ids_header(data: bytes, store_id: str) -> int:
     """The capacity in an id-table header; :class:`ValueError` if it is not ours."""
-    if len(data) != IDS_HEADER_SIZE or not data.startswith(IDS_MAGIC):
-        raise ValueError("not a statekeeper id table")
-    body = data[: IDS_HEADER_SIZE - 4]
-    if _CRC.unpack_from(data, IDS_HEADER_SIZE - 4)[0] != zlib.crc32(body):
-        raise ValueError("id table header checksum mismatch")
-    end = body.index(b"\n", len(IDS_MAGIC))
-    doc = json.loads(body[len(IDS_MAGIC) : end])
-    capacity = doc.get("capacity")
-    if doc.get("v") != 1 or doc.get("store") != store_id:
-        raise ValueError("id table of another version or store")
+    capacity = _parse_header(data, IDS_MAGIC, "id table", store_id).get("capacity")
     if not isinstance(capacity, int) or capacity < 1 or capacity & (capacity - 1):
         raise ValueError(f"bad id table capacity {capacity!r}")
     return capacity
+
+
+def _header(magic: bytes, doc: dict[str, Any]) -> bytes:
+    """``magic``, ``doc`` in JSON and a newline, NUL-padded, then a CRC-32."""
+    text = json.dumps({"v": 1, **doc}, ensure_ascii=False)
+    body = (magic + text.encode("utf-8") + b"\n").ljust(IDX_HEADER_SIZE - 4, b"\0")
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _parse_header(data: bytes, magic: bytes, what: str, store_id: str) -> dict[str, Any]:
+    if len(data) != IDX_HEADER_SIZE or not data.startswith(magic):
+        raise ValueError(f"not a statekeeper {what}")
+    body = data[: IDX_HEADER_SIZE - 4]
+    if _CRC.unpack_from(data, IDX_HEADER_SIZE - 4)[0] != zlib.crc32(body):
+        raise ValueError(f"{what} header checksum mismatch")
+    doc: dict[str, Any] = json.loads(body[len(magic) : body.index(b"\n", len(magic))])
+    version = doc.get("v") if isinstance(doc, dict) else None
+    if version != 1:
+        raise ValueError(f"unsupported {what} version {version!r}")
+    if doc.get("store") != store_id:
+        raise ValueError(f"{what} belongs to another store")
+    return doc

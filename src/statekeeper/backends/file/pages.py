@@ -1,31 +1,13 @@
-"""Listed pages: of one stream from its index, a page and the probe that decides
-its other cursor, tolerant (a damaged record is a skipped entry), with the
-damaged records of unknown stream merged in where their sequences fall; of every
-stream (``list(None)``, :meth:`Pages.scan_all`) from the bucket directories,
-through the one walk of :meth:`.files.Files.walk`. A store whose indexes
-cannot be trusted answers from a survey of the records. One function per page, run inline
-first under a budget (see :mod:`statekeeper._runtime.inline`).
+"""Listed pages: of one stream from its index (tolerant: a damaged record is a skipped
+entry), with its probe; of every stream from the bucket directories; from a survey of
+the records when the indexes cannot be trusted.
 
-**Orphans.** Damaged records of unknown stream (*orphans*, see :mod:`.survey`) in the pages
-of a stream listing read from the indexes.
-
-No stream index holds an orphan, yet it may be any stream's checkpoint, so
-``get_latest`` of a stream whose winner is older raises naming it (the newest one,
-which ``state`` marks). ``list(stream)`` agrees: every page of every stream
-reports each orphan whose sequence lies in the page's range in ``skipped``, with a
-reason that says its stream is unknown (:func:`.survey.orphan_error`, the body
-``get_latest``'s error comes from). A page read from the records
-(:func:`.survey.view_scan`) has them from its survey; a page read from a stream
-index has them merged in here, by sequence, so keyset paging and cursors work as
-for any other skipped entry: each orphan is on exactly one page of a walk, and a
-page still holds at most ``limit`` entries.
-
-Which records are orphans only a survey of the records tells (O(store)), so a
-reader takes one survey per rebuild: the rebuild stores a digest of its orphans
-in ``state`` (:func:`.survey.orphans_digest`), and a reader keeps the orphans it found
-for as long as ``state`` shows the same marker and digest. Each orphan is read
-again whenever a page's range holds it, so one deleted since (by id) is left out
-and one restored shows as the checkpoint it is.
+**Orphans** (damaged records of unknown stream, see :mod:`.survey`) may be any
+stream's, so every page of every stream reports each one in its range in
+``skipped``, merged in by sequence: each is on exactly one page of a walk, and a page
+holds at most ``limit`` entries. A reader surveys them once per rebuild (kept while
+``state`` shows the same marker and digest) and reads each again when a page's range
+holds it, so one deleted since is left out and one restored shows as a checkpoint.
 """
 
 from __future__ import annotations
@@ -37,109 +19,76 @@ from collections.abc import Callable, Iterator, Sequence
 from ..._core.query import ScanQuery
 from ..._core.validate import skipped_from
 from ..._runtime.inline import WORKER, Budget
-from ...errors import CheckpointDecodeError, ConcurrentModificationError
+from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import layout as fmt
 from .files import Files, RecordProblem
 from .indexes import IndexDamaged, StreamIndex
 from .reader import INLINE_EXTRA_RECORDS, INLINE_EXTRA_SLOTS, Listing, Reader, wanted
-from .survey import Survey, orphan_error, view_scan
-
-__all__ = ["Entry", "OrphanKey", "PageEntries", "Pages", "ProbeOf", "merge_orphans", "orphans_key"]
+from .survey import orphan_error, view_scan
 
 #: What a reader's kept orphans are good for: ``state``'s marker and digest.
 OrphanKey = tuple[tuple[int, str], str | None]
 
-#: The most slots a page scan reads at once at first: a page of up to this many
-#: candidates (``list`` asks one more than its limit) reads the slots it needs in one
-#: ``pread`` of up to 64 KiB, when nothing is filtered out.
+#: The most slots a page scan reads at first in one ``pread`` (up to 64 KiB).
 _PAGE_SLOTS = 256
 
-#: What a scan gives: records and skipped entries.
 Entry = StoredRecord | Skipped
-#: The probe a page scan runs after the page (see :func:`statekeeper._core.query.probe_query`).
+#: The probe a page scan runs after the page (:func:`statekeeper._core.query.probe_query`).
 ProbeOf = Callable[[list[Entry]], ScanQuery]
 #: A page and, when asked, its probe's entries.
 PageEntries = tuple[list[Entry], list[Entry] | None]
 
 
 class Pages:
-    """:meth:`scan_page`: a listed page and its probe."""
+    """A listed page and its probe."""
 
     def __init__(self, files: Files, listing: Listing, reader: Reader) -> None:
         self.files = files
         self.listing = listing
         self.reader = reader
-        #: The damaged records of unknown stream, surveyed once while ``state``
-        #: shows the same marker (see :meth:`_orphans`).
         self._orphans_kept: tuple[OrphanKey, list[tuple[int, str]]] | None = None
 
     def scan_page(
         self, query: ScanQuery, probe_of: ProbeOf | None, budget: Budget = WORKER
     ) -> PageEntries:
-        """The entries of ``query`` and, with ``probe_of``, those of the probe
-        ``probe_of(page)`` that decides the page's other cursor: both read one
-        ``state`` (one cap: the probe sees what the page saw), through one open
-        stream index and the same bucket descriptors, or from one survey of the
-        records. A scan of one stream also reports, as skipped, each damaged record
-        of unknown stream in its range (see the module).
-
-        Inline, a page of one stream from its index, whose records are there,
-        readable and of that stream; it blocks for a global listing, an orphan, a
-        damaged or missing index, a record missing, damaged, too large or of
-        another stream (which the worker reports as skipped, or sees deleted), and
-        more than :data:`~.reader.INLINE_EXTRA_SLOTS` slots or
-        :data:`~.reader.INLINE_EXTRA_RECORDS` records passed over. So an inline
-        page never holds a :class:`~statekeeper.models.Skipped` entry."""
+        """The entries of ``query`` and, with ``probe_of``, of the probe
+        ``probe_of(page)`` that decides the other cursor: both under one ``state``
+        (the probe sees what the page saw), through one open index, or one survey.
+        Inline, only a page of one stream from its index that skips nothing and
+        passes over at most :data:`~.reader.INLINE_EXTRA_SLOTS` slots and
+        :data:`~.reader.INLINE_EXTRA_RECORDS` records; anything else blocks."""
         if query.stream is None:
             budget.block()
-            state = self.reader.heal(budget)
-            cap = fmt.visible_cap(state)
-            page = list[Entry](self.scan_all(query, cap))
-            if probe_of is None:
-                return page, None
-            return page, list[Entry](self.scan_all(probe_of(page), cap))
-        try:
-            state = self.reader.heal(budget)
-            if self.listing.records_only(state):
-                budget.block()
-                return _view_page(self.listing.survey_upto(state), query, probe_of)
-            assert state is not None
-            try:
-                return self._indexed_page(query, probe_of, state, budget)
-            except IndexDamaged:
-                budget.block()
-                return _view_page(self.listing.survey_upto(state), query, probe_of)
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+            cap = fmt.visible_cap(self.reader.heal(budget))
+            return _paired(lambda q: self.scan_all(q, cap), query, probe_of)
+        return self.reader.strict(
+            budget,
+            lambda state: self._indexed_page(query, probe_of, state, budget),
+            lambda s: _paired(lambda q: view_scan(s, q), query, probe_of),
+        )
 
     def _indexed_page(
         self, query: ScanQuery, probe_of: ProbeOf | None, state: fmt.State, budget: Budget
     ) -> PageEntries:
-        """:meth:`scan_page` from the stream index (``IndexDamaged`` if it is damaged)."""
+        """From the stream index (:class:`IndexDamaged` if it is damaged)."""
         assert query.stream is not None
         cap = fmt.visible_cap(state)
         idx = self.reader.index_for(fmt.stream_file_name(query.stream), budget)
         if idx is None:
             if self.listing.index_missing(state, budget):
-                return _view_page(self.listing.survey_upto(state), query, probe_of)
-            page = self._with_orphans([], query, state, cap, budget)
-            if probe_of is None:
-                return page, None
-            probe = probe_of(page)
-            return page, self._with_orphans([], probe, state, cap, budget)
+                raise IndexDamaged("a stream index is missing")
+            return _paired(lambda q: self._with_orphans([], q, state, cap, budget), query, probe_of)
         dirs: dict[int, int] = {}
+
+        def scan(q: ScanQuery) -> list[Entry]:
+            found = self._scan_slots(idx, q, dirs, cap, budget)
+            return self._with_orphans(found, q, state, cap, budget)
+
         try:
             with idx:
-                page = self._scan_slots(idx, query, dirs, cap, budget)
-                page = self._with_orphans(page, query, state, cap, budget)
-                if probe_of is None:
-                    return page, None
-                probe = probe_of(page)
-                found = self._scan_slots(idx, probe, dirs, cap, budget)
-                return page, self._with_orphans(found, probe, state, cap, budget)
+                return _paired(scan, query, probe_of)
         finally:
             if dirs:
                 self.files.close_dirs(dirs)
@@ -152,9 +101,6 @@ class Pages:
         cap: int | None,
         budget: Budget,
     ) -> list[Entry]:
-        """The entries of ``q`` from ``idx``'s slots. Inline, what the worker would
-        report as skipped or look at again blocks, and so does passing over more
-        slots or records than the budget allows."""
         if q.order == "asc":
             start, step = (0 if q.bound is None else idx.locate(q.bound, right=True)), 1
             if start >= idx.count > 0:
@@ -178,35 +124,23 @@ class Pages:
             except CheckpointDecodeError as exc:
                 out.append(skipped_from(exc, slot.cid, slot.seq))
             else:
-                if got is None:
-                    budget.block()
-                    if self.reader.slot_changed(idx, pos, slot):
-                        continue  # deleted since we read the slot
-                    out.append(
-                        self.listing.skipped(
-                            slot.seq,
-                            slot.cid,
-                            self.files.record_path(slot.seq, slot.cid),
-                            "the stream index lists it but its record file is missing",
-                        )
-                    )
-                elif got[0].stream != q.stream:
-                    budget.block()
-                    out.append(
-                        self.listing.skipped(
-                            slot.seq,
-                            slot.cid,
-                            self.files.record_path(slot.seq, slot.cid),
-                            f"the record belongs to stream {got[0].stream!r}",
-                        )
-                    )
-                elif not wanted(got[0], q):
-                    records_left -= 1
-                    if records_left < 0:
-                        budget.block()
-                    continue
+                if got is not None and got[0].stream == q.stream:
+                    if wanted(got[0], q):
+                        out.append(got[0])
+                    else:
+                        records_left -= 1
+                        if records_left < 0:
+                            budget.block()
                 else:
-                    out.append(got[0])
+                    budget.block()
+                    if got is None and self.reader.slot_changed(idx, pos, slot):
+                        continue  # deleted since
+                    reason = (
+                        "the stream index lists it but its record file is missing"
+                        if got is None
+                        else f"the record belongs to stream {got[0].stream!r}"
+                    )
+                    out.append(self._skipped_record(slot.seq, slot.cid, reason))
             if len(out) >= q.limit:
                 break
         return out
@@ -219,9 +153,7 @@ class Pages:
         cap: int | None,
         budget: Budget,
     ) -> list[Entry]:
-        """``page``, a scan of ``q`` from its stream index, with the damaged records
-        of unknown stream in its range (see the module): those ``get_latest``
-        raises for. Nothing to do, and nothing read, while ``state`` marks none."""
+        """``page`` with the orphans in its range; nothing read while ``state`` marks none."""
         key = orphans_key(state)
         if key is None:
             return page
@@ -237,14 +169,13 @@ class Pages:
             except CheckpointDecodeError as exc:
                 return skipped_from(orphan_error(exc, stream, listed=True), cid, seq)
             if got is None or got[0].stream != stream or not wanted(got[0], q):
-                return None  # deleted since, or readable again (and another stream's)
+                return None  # deleted since, or readable again and another stream's
             return got[0]
 
         return merge_orphans(page, q, self._orphans(key), look)
 
     def _orphans(self, key: OrphanKey) -> list[tuple[int, str]]:
-        """The ``(sequence, id)`` of the damaged records of unknown stream, ascending:
-        from a survey of the records, kept while ``state`` says ``key``."""
+        """The orphans' ``(sequence, id)``, ascending, surveyed once per ``key``."""
         kept = self._orphans_kept
         if kept is not None and kept[0] == key:
             return kept[1]
@@ -252,18 +183,15 @@ class Pages:
         self._orphans_kept = (key, found)
         return found
 
-    # -- list(None): every stream, from the bucket directories ----------------------------
-
     def scan_all(self, q: ScanQuery, cap: int | None) -> list[StoredRecord | Skipped]:
-        """Every stream in global sequence order: walk the bucket directories, which
-        are named (and sorted) by sequence, and read only the records in the page."""
+        """Every stream in sequence order, from the bucket directories."""
         asc = q.order == "asc"
         lo, hi = (q.bound or 0, None) if asc else (0, q.bound)
         out: list[StoredRecord | Skipped] = []
 
         def damaged(name: str, number: int | None, reason: str) -> None:
             if number is None or len(out) >= q.limit:
-                return  # (a name that is no bucket's: verify reports it)
+                return  # (verify reports a name that is no bucket's)
             base = number * fmt.BUCKET_SIZE
             if q.bound is None or (base > q.bound if asc else base < q.bound):
                 out.append(self.listing.skipped(base, None, f"{fmt.RECORDS_DIR}/{name}", reason))
@@ -306,16 +234,12 @@ class Pages:
             seq = last if found is None else found
             last = seq
             location = f"{fmt.RECORDS_DIR}/{bname}/{name}"
-            parsed = fmt.parse_record_name(name) if kind == 0 else None
-            if parsed is not None:
-                if cap is not None and seq > cap:
-                    got: list[StoredRecord | Skipped] = []
-                    self._scan_record(bfd, name, seq, parsed[1], q, got, bucket)
-                    damaged = bool(got) and isinstance(got[0], Skipped)
-                    if damaged and not self.listing.unseen(seq, True, cap):
-                        out.extend(got)
-                else:
-                    self._scan_record(bfd, name, seq, parsed[1], q, out, bucket)
+            if kind == 0:  # a record file name, parsed: <20 digits>.<id>.ckpt
+                entry = self._scan_record(bfd, name, seq, name[21:-5], q, bucket)
+                if entry is not None and not self.listing.unseen(
+                    seq, isinstance(entry, Skipped), cap
+                ):
+                    out.append(entry)
             elif kind == 1:
                 if self._stray_temp(bfd, name, location):
                     reason = "a stray temporary file left by an interrupted write"
@@ -325,41 +249,29 @@ class Pages:
                 out.append(self.listing.skipped(seq, None, location, reason))
 
     def _scan_record(
-        self,
-        bfd: int,
-        name: str,
-        seq: int,
-        cid: str,
-        q: ScanQuery,
-        out: list[StoredRecord | Skipped],
-        bucket: int,
-    ) -> None:
-        location = self.files.record_path(seq, cid)
+        self, bfd: int, name: str, seq: int, cid: str, q: ScanQuery, bucket: int
+    ) -> Entry | None:
+        """Record file ``name``'s entry for ``q`` (``None``: gone, or not listed)."""
         if fmt.bucket_of(seq) != bucket:
-            out.append(
-                self.listing.skipped(seq, cid, location, "the record is in the wrong bucket")
-            )
-            return
+            return self._skipped_record(seq, cid, "the record is in the wrong bucket")
         try:
             data = self.files.read_file(bfd, name)
         except RecordProblem as exc:
-            out.append(self.listing.skipped(seq, cid, location, exc.reason))
-            return
+            return self._skipped_record(seq, cid, exc.reason)
         if data is None:
-            return  # deleted since the directory was listed
+            return None  # deleted since the directory was listed
         try:
             record = self.files.decode(data, seq, cid)
         except CheckpointDecodeError as exc:
-            out.append(skipped_from(exc, cid, seq))
-            return
-        if wanted(record, q):
-            out.append(record)
+            return skipped_from(exc, cid, seq)
+        return record if wanted(record, q) else None
+
+    def _skipped_record(self, seq: int, cid: str, reason: str) -> Skipped:
+        return self.listing.skipped(seq, cid, self.files.record_path(seq, cid), reason)
 
     def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
-        """A temp file nobody is writing: not the current journal's (its one temp, or
-        one of the sequences of a group commit in flight), still there, and not
-        empty (an empty one holds nothing to leave out: a writer's spare, see
-        :class:`.files.Spares`, or a write cut before its first byte)."""
+        """A temp file nobody is writing: not the journal's, still there, not empty (an
+        empty one holds nothing: a spare, or a write cut before its first byte)."""
         state = self.listing.statefile.read()
         if state is not None and fmt.temp_in_flight(state.journal, location):
             return False
@@ -369,28 +281,25 @@ class Pages:
             return False
 
 
-def _view_page(s: Survey, query: ScanQuery, probe_of: ProbeOf | None) -> PageEntries:
-    """A page (and its probe) from one survey of the records."""
-    page = list[Entry](view_scan(s, query))
-    if probe_of is None:
-        return page, None
-    return page, list[Entry](view_scan(s, probe_of(page)))
+def _paired(
+    scan: Callable[[ScanQuery], list[Entry]], query: ScanQuery, probe_of: ProbeOf | None
+) -> PageEntries:
+    """``scan`` of ``query`` and, with ``probe_of``, of the probe after that page."""
+    page = scan(query)
+    return page, None if probe_of is None else scan(probe_of(page))
 
 
 def _check_edge(idx: StreamIndex, pos: int, bound: int | None, *, beyond: bool) -> None:
-    """A search that put a page past the end of the index (so the walk reads no
-    slot) decided on sequences read unchecked: check the slot at the edge it passed,
-    whose sequence must be at or below the bound (``beyond``: at or above it).
-    Raises :class:`IndexDamaged` (the scan then asks the records) if it is corrupt
-    or says otherwise: an index overwritten in place, not an empty page."""
+    """A search that put a page past the end of the index read sequences unchecked:
+    the slot at the edge must be at or below the bound (``beyond``: above), else
+    :class:`IndexDamaged` (an index overwritten in place, not an empty page)."""
     seq = idx.slot(pos).seq
     if bound is not None and (seq < bound if beyond else seq > bound):
         raise IndexDamaged(f"streams/{idx.name}: slot {pos} is out of order")
 
 
 def orphans_key(state: fmt.State | None) -> OrphanKey | None:
-    """``None`` when ``state`` marks no orphan (a page needs no merge), else the key
-    under which a reader keeps the orphans it surveyed."""
+    """The key a reader keeps its surveyed orphans under (``None``: no orphan)."""
     if state is None or state.orphan is None:
         return None
     digest = state.extra.get("orphans")
@@ -403,13 +312,10 @@ def merge_orphans(
     orphans: Sequence[tuple[int, str]],
     look: Callable[[int, str], StoredRecord | Skipped | None],
 ) -> list[Entry]:
-    """``page`` (a scan of ``q`` from a stream index, in ``q``'s order) with every
-    orphan of ``orphans`` (ascending) in the page's range put in its place:
-    beyond ``q.bound``, and up to the page's last entry when the page is full (a
-    page that is not full reached the end of the stream, so its range does too).
-    ``look`` reads an orphan again: its :class:`Skipped` entry, the record if it is
-    readable again (and of this stream, and listed by ``q``), or ``None`` (gone).
-    The result is cut to ``q.limit``: what falls off is the next page's."""
+    """``page`` (in ``q``'s order) with each of ``orphans`` (ascending) in its range
+    put in place: beyond ``q.bound``, up to the last entry of a full page. ``look``
+    reads one again (its skipped entry, its record, or ``None``: gone). Cut to
+    ``q.limit``: what falls off is the next page's."""
     asc = q.order == "asc"
     lo, hi = 0, fmt.MAX_SEQUENCE + 1  # exclusive
     if q.bound is not None:
@@ -437,14 +343,9 @@ def _seq(entry: Entry) -> int:
 def _bucket_entries(
     names: list[str], base: int, bound: int | None, asc: bool
 ) -> Iterator[tuple[int | None, int, str]]:
-    """``(sequence, kind, name)`` of a bucket's files beyond ``bound``, in order;
-    kind 0 is a record file name, 1 a temp file, 2 anything else (its sequence is
-    ``None`` when its name carries none: the caller places it where it appears).
-
-    A bucket holds up to 1000 names and a page needs about 20, so the names are
-    sorted (record names sort by sequence: 20 digits, then ``.``) and cut at the
-    bound by bisection; only what the page consumes is looked at in Python.
-    """
+    """``(sequence, kind, name)`` of a bucket's files beyond ``bound``, in order: kind
+    0 a record, 1 a temp file, 2 anything else (sequence ``None``: its name has none).
+    Sorted and cut by bisection, so only what the page consumes is parsed."""
     names.sort()
     lo, hi = bisect.bisect_left(names, "0"), bisect.bisect_left(names, ":")
     digits = names[lo:hi]

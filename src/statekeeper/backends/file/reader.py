@@ -1,36 +1,21 @@
-"""The read side of a file store: the strict reads (``get_latest``, ``load``,
-``load_many``) and the healing that comes first, the listings ``list_streams``
-and ``info``, and what every read shares.
+"""The read side: :class:`Listing` (``list_streams``, ``info``, and what every read
+shares: whether the indexes can be trusted, the survey a read falls back on, what a
+reader must not see yet) and :class:`Reader` (the strict reads and ``heal``).
 
-Readers take no lock. Writers only ever replace whole files by rename and write
-index slots that carry a CRC, so a reader sees every file either before or after a
-change. Where a reader's two looks disagree (a slot said live, its record is gone)
-it looks again; if the disagreement persists across a few tries it is damage,
-reported as such, never papered over with an older checkpoint.
-
-Each read is one function that takes a budget
-(:class:`statekeeper._runtime.inline.Budget`): the store runs it on the event
-loop's thread first, and again in the worker where it says it would block.
-Inline, the descriptors come from this thread's kept ones (see :mod:`.fdcache`,
-one ``lstat`` per file); in the worker, from fresh opens. What ``heal`` may touch:
-the state, and (under the write lock, through the ``recover`` it is given) the
-crashed writer's journal, nothing else.
-
-- :class:`Listing`: ``list_streams`` and ``info`` from the stream indexes, and
-  what the strict reads and the page scans (:mod:`.pages`) share:
-  whether the indexes can be trusted (:meth:`Listing.records_only`,
-  :meth:`Listing.index_missing`), the survey a read that cannot trust them
-  answers from, and what a reader must not see yet (:meth:`Listing.unseen`, see
-  :func:`.layout.visible_cap`);
-- :class:`Reader`: the strict reads, the descriptors and records each read goes
-  through by budget, and :meth:`Reader.heal`.
+Readers take no lock. Writers replace whole files by rename and write index slots
+with a CRC, so a reader sees each file before or after a change; where its two looks
+disagree (a slot says live, its record is gone) it looks again, and a disagreement
+that persists is damage, reported, never papered over with an older checkpoint. Each
+read is one function under a :class:`~statekeeper._runtime.inline.Budget`: run on the
+event loop's thread first (through this thread's kept descriptors), and again in the
+worker where it would block.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 from ..._core.query import ScanQuery
 from ..._runtime.inline import WORKER, Budget, WouldBlock
@@ -39,7 +24,7 @@ from ...models import Skipped
 from ...record import StoredRecord, header_values
 from . import layout as fmt
 from .fdcache import Descriptors
-from .files import Files, RecordProblem, StateFile, WriteLock
+from .files import Files, StateFile, WriteLock
 from .indexes import IdTable, IndexDamaged, StreamIndex
 from .survey import (
     Survey,
@@ -51,36 +36,22 @@ from .survey import (
     view_streams,
 )
 
-__all__ = [
-    "INLINE_DELETED",
-    "INLINE_EXTRA_RECORDS",
-    "INLINE_EXTRA_SLOTS",
-    "INLINE_RECORD_BYTES",
-    "INLINE_TAIL_RECORDS",
-    "INLINE_TAIL_SLOTS",
-    "READ_RETRIES",
-    "Listing",
-    "Reader",
-    "wanted",
-]
+T = TypeVar("T")
 
 #: The most index slots and record files ``get_latest`` looks at inline: a tail of
 #: expired checkpoints is walked in the worker, not on the loop.
 INLINE_TAIL_SLOTS = 16
 INLINE_TAIL_RECORDS = 2
-#: What a page scan may pass over inline beyond the page itself: index slots that
-#: are deleted, expired or past the reader's cap, and records it reads but does not
-#: list (expired, or without the tags asked for). A sparse tag filter or a long run
-#: of deleted checkpoints is walked in the worker.
+#: What a page scan may pass over inline beyond the page: slots (deleted, expired,
+#: past the cap) and records read but not listed (expired, or without the tags).
 INLINE_EXTRA_SLOTS = 64
 INLINE_EXTRA_RECORDS = 16
 #: Deleted entries of an id that ``load`` checks inline (one ``lstat`` each).
 INLINE_DELETED = 4
-#: The largest record file read inline: a bigger one is read in the worker, so a
-#: cold read of a large file never stalls the loop.
+#: The largest record file read inline (a cold read of a large file stalls the loop).
 INLINE_RECORD_BYTES = 1 << 20
 
-#: How many times a read that a concurrent writer disturbed is retried.
+#: How many times a read that concurrent writers disturbed is retried.
 READ_RETRIES = 8
 
 
@@ -89,7 +60,7 @@ class _Retry(Exception):
 
 
 class Listing:
-    """``list(None)``, ``list_streams``, ``info``, and the read side's shared looks."""
+    """``list_streams``, ``info``, and the read side's shared looks."""
 
     def __init__(
         self,
@@ -101,22 +72,19 @@ class Listing:
         self.files = files
         self.fdcache = fdcache
         self.statefile = statefile
-        #: Why the indexes cannot be trusted on this read-only open (``None``: they
-        #: can), as the open found (see :meth:`.engine.FileEngine.open`).
+        #: Why the indexes cannot be trusted on this read-only open (``None``: they can).
         self.degraded = degraded
-        #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state``
-        #: counts (see :meth:`index_missing`).
+        #: ``(mtime, size)`` of ``streams/`` when it last held every index ``state`` counts.
         self._streams_seen: tuple[int, int] | None = None
 
     def records_only(self, state: fmt.State | None) -> bool:
-        """Whether this read must go to the records (the indexes cannot be trusted)."""
+        """Whether the indexes cannot be trusted, so the read goes to the records."""
         return state is None or self.degraded() is not None
 
     def unseen(self, seq: int, damaged: bool, cap: int | None) -> bool:
-        """Whether a reader whose cap is ``cap`` leaves record ``seq`` out. A valid
-        record above the cap was saved after the read began; a damaged one is
-        left out only while a batch in flight holds its sequence (it is being
-        written), since damage above the high-water mark must still be reported."""
+        """Whether a reader capped at ``cap`` leaves record ``seq`` out: a valid one
+        above the cap, a damaged one only while a batch in flight holds its sequence
+        (damage above the high-water mark is still reported)."""
         if cap is None or seq <= cap:
             return False
         if not damaged:
@@ -126,8 +94,7 @@ class Listing:
         return journal is not None and journal.op in fmt.BATCH_OPS and journal.lo <= seq
 
     def survey_upto(self, state: fmt.State | None) -> Survey:
-        """:meth:`survey` without the records a reader that read ``state`` must
-        not see (see :func:`.layout.visible_cap`)."""
+        """:meth:`survey` without what a reader of ``state`` must not see."""
         cap = fmt.visible_cap(state, from_records=True)
         s = self.survey()
         if cap is not None:
@@ -135,32 +102,22 @@ class Listing:
         return s
 
     def survey(self) -> Survey:
-        """The whole store, from its records (O(store); see :func:`.survey.view_latest`)."""
         return take_survey(self.files)
 
     def index_missing(self, state: fmt.State, budget: Budget) -> bool:
-        """Whether a stream index file went missing: fewer index files than ``state``
-        counts. Costs one ``fstat`` unless ``streams/`` changed since it last held
-        them all (then one listing, which blocks)."""
-        seen = self.streams_unchanged(state)
-        if seen is True:
+        """Whether there are fewer index files than ``state`` counts: one ``fstat``,
+        and a listing (which blocks) if ``streams/`` changed since it held them all."""
+        if not state.streams:
+            return False
+        st = self.files.io.fstat(self.files.fd("streams"))
+        seen = (st.st_mtime_ns, st.st_size)
+        if seen == self._streams_seen:
             return False
         budget.block()
-        missing = len(self.fdcache.index_files()) < (state.streams or 0)
+        missing = len(self.fdcache.index_files()) < state.streams
         if not missing:
             self._streams_seen = seen
         return missing
-
-    def streams_unchanged(self, state: fmt.State) -> Literal[True] | tuple[int, int]:
-        """``True`` if no stream index can be missing, known from ``state`` and one
-        ``fstat`` of ``streams/`` (it did not change since it last held every index
-        ``state`` counts); else what that ``fstat`` saw, for :meth:`index_missing`,
-        which lists the directory."""
-        if not state.streams:
-            return True
-        st = self.files.io.fstat(self.files.fd("streams"))
-        seen = (st.st_mtime_ns, st.st_size)
-        return True if seen == self._streams_seen else seen
 
     def skipped(self, seq: int, cid: str | None, location: str, reason: str) -> Skipped:
         return Skipped.model_construct(
@@ -171,68 +128,64 @@ class Listing:
             error=CheckpointDecodeError.__name__,
         )
 
-    # -- listings -----------------------------------------------------------------------
-
     def list_streams(self, now: datetime, prefix: str = "") -> list[str]:
-        """The streams with a live checkpoint that start with ``prefix``. The prefix
-        is matched on the stream name in each index's header, never on the file
-        name (escaping changes prefixes, and long names are hashed), after a cheap
-        pass over the file names that skips only those that cannot match."""
+        """The streams with a live checkpoint that start with ``prefix``, matched on
+        each index header's stream name (file names only rule out)."""
         state = self.statefile.read()
-        cap = fmt.visible_cap(state)
-        if self.records_only(state) or (state is not None and self.index_missing(state, WORKER)):
-            return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
-        now_us = fmt.to_micros(now)
-        names: list[str] = []
-        try:
-            for idx in self.fdcache.readable_indexes(strict=True, prefix=prefix):
-                with idx:
-                    if idx.stream.startswith(prefix) and any(
-                        s.live and not s.expired(now_us) and (cap is None or s.seq <= cap)
-                        for _, s in idx.walk(idx.count - 1, -1)
-                    ):
-                        names.append(idx.stream)
-        except IndexDamaged:
-            return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
-        return names
+        if state is not None and not self.records_only(state):
+            cap, now_us = fmt.visible_cap(state), fmt.to_micros(now)
+            names: list[str] = []
+            try:
+                if not self.index_missing(state, WORKER):
+                    for idx in self.fdcache.readable_indexes(strict=True, prefix=prefix):
+                        with idx:
+                            if idx.stream.startswith(prefix) and any(
+                                s.live and not s.expired(now_us) and (cap is None or s.seq <= cap)
+                                for _, s in idx.walk(idx.count - 1, -1)
+                            ):
+                                names.append(idx.stream)
+                    return names
+            except IndexDamaged:
+                pass
+        return [n for n in view_streams(self.survey_upto(state), now) if n.startswith(prefix)]
 
     def info(self, now: datetime) -> dict[str, Any]:
-        """Counts of the checkpoints live at ``now`` and their streams; the expired
-        ones not yet purged apart (``expired``, when there are any)."""
+        """Counts of the checkpoints live at ``now`` and their streams, and of the
+        expired ones not yet purged (``expired``, when there are any)."""
         extra = {"path": self.files.root, "durability": "full" if self.files.durable else "fast"}
         state = self.statefile.read()
-        if self.records_only(state):
+        if state is None or self.records_only(state):
             degraded = self.degraded() or "state"
-            return {**view_info(self.survey(), now), **extra, "degraded": degraded}
-        assert state is not None
-        if self.index_missing(state, WORKER):
+        elif self.index_missing(state, WORKER):
             degraded = "a stream index is missing"
-            return {**view_info(self.survey(), now), **extra, "degraded": degraded}
-        now_us = fmt.to_micros(now)
-        streams = checkpoints = expired = 0
-        try:
-            for idx in self.fdcache.readable_indexes(strict=True):
-                with idx:
-                    slots = [s for _, s in idx.walk(0, 1) if s.live]
-                gone = sum(1 for s in slots if s.expired(now_us))
-                expired += gone
-                if len(slots) > gone:
-                    streams += 1
-                    checkpoints += len(slots) - gone
-        except IndexDamaged as exc:
-            return {**view_info(self.survey(), now), **extra, "degraded": str(exc)}
-        return {
-            "checkpoints": checkpoints,
-            "streams": streams,
-            "high_water_mark": state.hwm,
-            **({"expired": expired} if expired else {}),
-            **extra,
-        }
+        else:
+            now_us = fmt.to_micros(now)
+            streams = checkpoints = expired = 0
+            try:
+                for idx in self.fdcache.readable_indexes(strict=True):
+                    with idx:
+                        slots = [s for _, s in idx.walk(0, 1) if s.live]
+                    gone = sum(1 for s in slots if s.expired(now_us))
+                    expired += gone
+                    if len(slots) > gone:
+                        streams += 1
+                        checkpoints += len(slots) - gone
+            except IndexDamaged as exc:
+                degraded = str(exc)
+            else:
+                return {
+                    "checkpoints": checkpoints,
+                    "streams": streams,
+                    "high_water_mark": state.hwm,
+                    **({"expired": expired} if expired else {}),
+                    **extra,
+                }
+        return {**view_info(self.survey(), now), **extra, "degraded": degraded}
 
 
 class Reader:
-    """Strict ``latest``/``get``/``get_many``, the descriptors and records each read
-    goes through by budget, and :meth:`heal`."""
+    """Strict ``latest``/``get``/``get_many``, what each reads through by budget, and
+    :meth:`heal`."""
 
     def __init__(
         self,
@@ -246,31 +199,20 @@ class Reader:
         read_only: bool,
     ) -> None:
         self.files = files
-        #: The descriptor cache (the inline reads' kept descriptors).
         self.fdcache = fdcache
         self.statefile = statefile
-        #: The write lock: a thread holding it reads through the writer's cache,
-        #: and :meth:`heal` takes it (without waiting) to finish a journal.
         self.lock = lock
         self.listing = listing
-        #: Finish a crashed writer's journal, under the write lock (the recovery's).
+        #: Finishes a crashed writer's journal, under the write lock.
         self.recover = recover
         self.read_only = read_only
 
     def heal(self, budget: Budget = WORKER) -> fmt.State | None:
-        """If a writer died mid-operation and nobody holds the lock now, finish its
-        work before reading, so no reader sees a half-done delete or update for long.
-        Returns the state (``None``: unreadable, so the reads go to the records).
-
-        Save entries are left to the next writer: every completed save leaves one
-        (see ``insert_done``), and a save that died before its index entries is one
-        nobody was told about, which strict reads do not show anyway. A read-only
-        store heals nothing. A torn read of ``state`` is usually a writer's write
-        in flight, so it is read again (a few times) before it is believed.
-
-        Inline, it blocks for a thread holding the write lock (its descriptors are
-        the writer's cached ones), a torn state, and any journal but a completed
-        save's: each is the worker's to decide."""
+        """The state (``None``: unreadable), after finishing a dead writer's journal if
+        nobody holds the lock (not a save's: the next writer finishes it, and strict
+        reads never show an unacknowledged save). A read-only store heals nothing. A
+        torn state is read again a few times first (usually a write in flight).
+        Inline, a thread holding the lock, a torn state or such a journal blocks."""
         if self.lock.holding():
             budget.block()
         state = self.statefile.read()
@@ -291,46 +233,50 @@ class Reader:
                 return self.statefile.read()
         return state
 
-    def latest(self, stream: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
-        """The live record of ``stream`` with the highest sequence, read from the
-        tail of the stream index: no other record is decoded, whatever the size of
-        the stream or the store. Without a usable index, from the records.
-
-        Inline it reads the state, the tail of the stream index and the newest live
-        record file (a few ``pread``, ``open`` and ``fstat`` calls on the page
-        cache) and blocks wherever it would do more: a survey of the records, an
-        orphan newer than the answer, a record missing, damaged or of another
-        stream (the worker re-looks, then raises), or more than a few expired
-        checkpoints at the tail."""
+    def strict(
+        self, budget: Budget, indexed: Callable[[fmt.State], T], surveyed: Callable[[Survey], T]
+    ) -> T:
+        """``indexed(state)`` after :meth:`heal`, or ``surveyed`` of the records a reader
+        of that state may see when the indexes cannot be trusted or are damaged (or
+        missing: ``indexed`` raises :class:`IndexDamaged`). Inline, a survey blocks,
+        and so does a read that concurrent writers kept disturbing, before it raises."""
         try:
             state = self.heal(budget)
-            cap = fmt.visible_cap(state)
-            if self.listing.records_only(state):
-                budget.block()
-                return view_latest(self.listing.survey_upto(state), stream, now)
-            assert state is not None
-            try:
-                got = self._latest_indexed(stream, now, cap, budget)
-            except IndexDamaged:
-                budget.block()
-                return view_latest(self.listing.survey_upto(state), stream, now)
+            if not self.listing.records_only(state):
+                assert state is not None
+                try:
+                    return indexed(state)
+                except IndexDamaged:
+                    pass
+            budget.block()
+            return surveyed(self.listing.survey_upto(state))
+        except ConcurrentModificationError:
+            budget.block()
+            raise
+
+    def latest(self, stream: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
+        """The live record of ``stream`` with the highest sequence, from the tail of
+        its index (no other record is decoded); without a usable index, from the
+        records. Inline, it blocks for a survey, an orphan newer than the answer, a
+        record missing, damaged or of another stream, or a long expired tail."""
+
+        def indexed(state: fmt.State) -> StoredRecord | None:
+            got = self._latest_indexed(stream, now, fmt.visible_cap(state), budget)
             if got is None and self.listing.index_missing(state, budget):
-                return view_latest(self.listing.survey_upto(state), stream, now)
+                raise IndexDamaged("a stream index is missing")
             orphan = state.orphan
             if orphan is not None and orphan[0] > (got.sequence if got is not None else 0):
                 budget.block()
                 return self._past_orphan(orphan, stream, now, got)
             return got
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+
+        return self.strict(budget, indexed, lambda s: view_latest(s, stream, now))
 
     def _past_orphan(
         self, orphan: tuple[int, str], stream: str, now: datetime, got: StoredRecord | None
     ) -> StoredRecord | None:
-        """A damaged record of unknown stream is newer than ``stream``'s winner: it
-        may be that stream's newest, so raise naming it (unless it is gone, or
-        readable again and of another stream)."""
+        """An orphan newer than ``stream``'s winner may be its newest: raise naming it
+        (unless it is gone, or readable again and another stream's)."""
         try:
             found = self.files.load_record(*orphan)
         except CheckpointDecodeError as exc:
@@ -355,11 +301,14 @@ class Reader:
             except _Retry:
                 continue
             finally:
-                if dirs:  # (inline, the kept buckets are used, never these)
+                if dirs:
                     self.files.close_dirs(dirs)
-        raise ConcurrentModificationError(
-            f"get_latest({stream!r}) was disturbed by concurrent writers {READ_RETRIES} times "
-            f"in a row in the file store at {self.files.root}; retry"
+        raise self._disturbed(f"get_latest({stream!r})")
+
+    def _disturbed(self, call: str) -> ConcurrentModificationError:
+        return ConcurrentModificationError(
+            f"{call} was disturbed by concurrent writers {READ_RETRIES} times in a row "
+            f"in the file store at {self.files.root}; retry"
         )
 
     def _latest_walk(
@@ -403,38 +352,20 @@ class Reader:
         return None
 
     def get(self, cid: str, now: datetime, budget: Budget = WORKER) -> StoredRecord | None:
-        """The live record ``cid`` via the id table; ``None`` if missing or expired.
-        Without a usable id table, from the records.
-
-        Inline it reads the state, probes the id table and reads the record file its
-        entry names; it answers "no such id" only when the probe met no other id's
-        entry and each deleted entry of this id is confirmed gone by one ``lstat``,
-        and blocks for anything else (see :meth:`_get_indexed`)."""
-        try:
-            state = self.heal(budget)
-            cap = fmt.visible_cap(state)
-            if self.listing.records_only(state):
-                budget.block()
-                return view_get(self.listing.survey_upto(state), cid, now)
-            try:
-                return self._get_indexed(cid, now, cap, budget)
-            except IndexDamaged:
-                budget.block()
-                return view_get(self.listing.survey_upto(state), cid, now)
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+        """The live record ``cid`` via the id table (``None``: missing or expired);
+        without a usable table, from the records."""
+        return self.strict(
+            budget,
+            lambda state: self._get_indexed(cid, now, fmt.visible_cap(state), budget),
+            lambda s: view_get(s, cid, now),
+        )
 
     def _get_indexed(
         self, cid: str, now: datetime, cap: int | None, budget: Budget, table: IdTable | None = None
     ) -> StoredRecord | None:
-        """Through the id table (``table``, if the caller has it open). Raises
-        :class:`IndexDamaged` (so the caller asks the records) when the table says
-        something the record files contradict. A record above ``cap`` is not
-        shown (see :func:`.layout.visible_cap`); an entry above it is still
-        checked against the record files, since a damaged entry can say any
-        sequence. Inline, an entry above ``cap`` or a record that is not there
-        blocks (the worker looks again)."""
+        """Through the id table (``table``, if open). :class:`IndexDamaged` when the
+        record files contradict it. A record above ``cap`` is not shown, but is
+        checked (a damaged entry can say any sequence); inline, that blocks."""
         key = fmt.id_key(cid)
         for attempt in range(READ_RETRIES):
             if table is not None and attempt == 0:
@@ -448,7 +379,7 @@ class Reader:
                 if cap is not None and seq > cap:
                     budget.block()
                     if self._record_exists(seq, cid):
-                        hidden = True  # saved after this read began, or a batch in flight
+                        hidden = True
                     else:
                         missing.append(seq)
                     continue
@@ -468,10 +399,8 @@ class Reader:
             if again != candidates:
                 continue
             for seq in missing:
-                if not self._sequence_exists(seq):
-                    # The table names a sequence no file has: ask the records (a
-                    # damaged entry); if they have no such id either, the record
-                    # was removed outside statekeeper, and that is not "not found".
+                if not self._names_at(seq):
+                    # a damaged entry, or a record removed outside: not "not found"
                     found = view_get(self.listing.survey_upto(self.statefile.read()), cid, now)
                     if found is not None:
                         return found
@@ -482,38 +411,22 @@ class Reader:
                         cid,
                     )
             return None  # the entries were other ids with the same 64-bit hash
-        raise ConcurrentModificationError(
-            f"load({cid!r}) was disturbed by concurrent writers {READ_RETRIES} times in a row "
-            f"in the file store at {self.files.root}; retry"
-        )
+        raise self._disturbed(f"load({cid!r})")
 
     def _confirm_absent(
         self, cid: str, deleted: list[int], others: list[tuple[int, int]], budget: Budget
     ) -> None:
-        """Before answering "no such id": the entries on its probe must agree with
-        the record files (id-table slots have no checksum). Raises
-        :class:`IndexDamaged` if one does not. Costs an ``lstat`` per deleted entry
-        and a directory listing per other entry (which blocks), and only on this
-        path."""
+        """Before "no such id", the entries on its probe must agree with the record
+        files (id-table slots have no checksum), else :class:`IndexDamaged`: an
+        ``lstat`` per deleted entry, a listing (which blocks) per other id's."""
         if others or len(deleted) > INLINE_DELETED:
             budget.block()
         if any(self._record_exists(seq, cid) for seq in deleted):
             raise IndexDamaged(f"{fmt.IDS_NAME} marks {cid!r} deleted; its record exists")
         for key, seq in others:
-            names = self._names_with_seq(seq)
-            if names and not any(fmt.id_key(other) == key for other in names):
+            ids = [p[1] for n in self._names_at(seq) if (p := fmt.parse_record_name(n))]
+            if ids and not any(fmt.id_key(other) == key for other in ids):
                 raise IndexDamaged(f"{fmt.IDS_NAME}: the entry for sequence {seq} is damaged")
-
-    def _names_with_seq(self, seq: int) -> list[str]:
-        """The ids of the record files with sequence ``seq``."""
-        bucket = self.files.bucket(seq)
-        if bucket is None:
-            return []
-        try:
-            parsed = map(fmt.parse_record_name, self.files.io.listdir(bucket))
-            return [p[1] for p in parsed if p is not None and p[0] == seq]
-        finally:
-            self.files.close_bucket(bucket)
 
     def _record_exists(self, seq: int, cid: str) -> bool:
         bucket = self.files.bucket(seq)
@@ -527,45 +440,34 @@ class Reader:
             self.files.close_bucket(bucket)
         return True
 
-    def _sequence_exists(self, seq: int) -> bool:
-        """Whether any record file has sequence ``seq`` (under any id)."""
+    def _names_at(self, seq: int) -> list[str]:
+        """The names in ``seq``'s bucket that start with its sequence (a listing)."""
         bucket = self.files.bucket(seq)
         if bucket is None:
-            return False
+            return []
         try:
             prefix = f"{seq:020d}."
-            return any(name.startswith(prefix) for name in self.files.io.listdir(bucket))
+            return [name for name in self.files.io.listdir(bucket) if name.startswith(prefix)]
         finally:
             self.files.close_bucket(bucket)
 
     def read_raw(self, cid: str) -> bytes:
-        """The stored bytes of ``cid``, unverified (the conformance kit's backdoor)."""
+        """The stored bytes of ``cid``, unverified (the kit's backdoor)."""
         with self.fdcache.open_ids() as ids:
             candidates = [seq for _, seq in ids.lookup(fmt.id_key(cid))]
         for seq in candidates:
-            bucket = self.files.bucket(seq)
-            if bucket is None:
-                continue
-            try:
-                data = self.files.read_file(bucket, fmt.record_name(seq, cid))
-            except RecordProblem as exc:
-                raise self.files.decode_error(exc.reason, seq, cid) from None
-            finally:
-                self.files.close_bucket(bucket)
+            data = self.files.record_bytes(seq, cid)
             if data is not None:
                 return data
         raise CheckpointNotFound(cid)
 
     def index_for(self, sfile: str, budget: Budget) -> StreamIndex | None:
-        """The stream index ``sfile`` for a read (``None`` if there is none): inline
-        through this thread's kept descriptors, in the worker a fresh open. Raises
-        :class:`IndexDamaged`, which sends the read to the records."""
+        """The stream index ``sfile`` (``None``: none): kept inline, else a fresh open."""
         if budget.inline:
             return self.fdcache.kept_index(sfile)
         return self.fdcache.open_index(sfile)
 
     def ids_for(self, budget: Budget) -> IdTable:
-        """The id table for a read, as :meth:`index_for` opens an index."""
         if budget.inline:
             return self.fdcache.kept_ids()
         return self.fdcache.open_ids()
@@ -573,12 +475,9 @@ class Reader:
     def load(
         self, seq: int, cid: str, dirs: dict[int, int] | None, budget: Budget
     ) -> tuple[StoredRecord, bytes] | None:
-        """:meth:`.files.Files.load_record` for a read. Inline: through this
-        thread's kept bucket descriptors (``budget.kept`` holds the one this call
-        last checked by ``lstat``, used again without one), at most
-        :data:`INLINE_RECORD_BYTES`, and a record that cannot be read (an
-        OS error, damage, too large) blocks; the worker reads it and reports it as
-        it always does. ``None``: the record file (or its bucket) is not there."""
+        """:meth:`.files.Files.load_record` for a read (``None``: not there). Inline,
+        through the kept bucket descriptors (``budget.kept`` holds the one this call
+        checked), at most :data:`INLINE_RECORD_BYTES`; an unreadable record blocks."""
         if not budget.inline:
             return self.files.load_record(seq, cid, dirs)
         try:
@@ -589,16 +488,15 @@ class Reader:
                 bucket = self.fdcache.kept_bucket(seq)
                 if bucket is None:
                     return None
-                # keeping another bucket may close a kept one: forget the others
+                # keeping another bucket may close a kept one
                 seen.clear()
                 seen[number] = bucket
-            # the kept descriptor, handed over as load_record's own: not closed by it
             return self.files.load_record(seq, cid, {number: bucket}, INLINE_RECORD_BYTES)
         except (OSError, IndexDamaged, CheckpointDecodeError):
             raise WouldBlock from None
 
     def slot_changed(self, idx: StreamIndex, pos: int, slot: fmt.Slot) -> bool:
-        """Whether the index (looked up afresh by name) no longer says ``slot`` at ``pos``."""
+        """Whether the index, opened afresh, no longer says ``slot`` at ``pos``."""
         fresh = self.fdcache.open_index(idx.name)
         if fresh is None:
             return True
@@ -610,36 +508,24 @@ class Reader:
     def get_many(
         self, cids: list[str], now: datetime, budget: Budget = WORKER
     ) -> dict[str, StoredRecord]:
-        """The live records among ``cids``: one ``state`` read, one open of the id
-        table for every probe; strict like :meth:`get` (a damaged one raises).
-        Inline it blocks where :meth:`get` would."""
-        try:
-            state = self.heal(budget)
+        """The live records among ``cids``, strict like :meth:`get`: one ``state``
+        read, one open of the id table."""
+
+        def indexed(state: fmt.State) -> dict[str, StoredRecord]:
             cap = fmt.visible_cap(state)
-            if not self.listing.records_only(state):
-                try:
-                    with self.ids_for(budget) as table:
-                        found = {}
-                        for cid in cids:
-                            record = self._get_indexed(cid, now, cap, budget, table)
-                            if record is not None:
-                                found[cid] = record
-                        return found
-                except IndexDamaged:
-                    pass
-            budget.block()
-            s = self.listing.survey_upto(state)
+            with self.ids_for(budget) as table:
+                found = {cid: self._get_indexed(cid, now, cap, budget, table) for cid in cids}
+            return {cid: record for cid, record in found.items() if record is not None}
+
+        def surveyed(s: Survey) -> dict[str, StoredRecord]:
             return {cid: record for cid in cids if (record := view_get(s, cid, now)) is not None}
-        except ConcurrentModificationError:
-            budget.block()
-            raise
+
+        return self.strict(budget, indexed, surveyed)
 
 
 def wanted(record: StoredRecord, q: ScanQuery) -> bool:
-    """Whether a scan of ``q`` lists ``record``: not expired at ``q.now``, and with
-    every tag ``q`` asks for (an unfiltered page's rows skip the tag loop). Reads the
-    verified header values, so a page builds no header model for a row it passes over
-    or returns (list builds the one model a returned checkpoint needs)."""
+    """Whether a scan of ``q`` lists ``record``: not expired, with every tag asked for
+    (from the header values: no header model is built)."""
     values = header_values(record)
     expires = values["expires_at"]
     if expires is not None and expires <= q.now:
