@@ -1,6 +1,6 @@
 """Run every benchmark, keep pyperf's results, and write ``docs/benchmarks.md``.
 
-    uv run nox -s bench                              # everything, ~30 minutes
+    uv run nox -s bench                              # everything, ~40 minutes
     uv run nox -s bench -- --quick                   # every workload once, small sizes
     uv run nox -s bench -- --only 'save/|af/save'    # a subset (a regular expression)
     uv run nox -s bench -- --large --only '@100000/'  # the reads at 100,000 (opt-in, slow)

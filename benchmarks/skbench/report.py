@@ -125,8 +125,18 @@ def hop() -> list[Row]:
 def wal_frames() -> list[Row]:
     floor = "wal-frames/floor-sqlite-FULL"
     return [
-        Row(f"{title('sqlite-full')}: a save", "wal-frames/sqlite-full", floor, against="bare"),
-        Row("LangGraph SqliteSaver: a `put`", "wal-frames/SqliteSaver", floor, against="bare"),
+        Row(
+            f"{title('sqlite-full')}: a save",
+            "wal-frames/sqlite-full",
+            floor,
+            against="the bare transaction",
+        ),
+        Row(
+            "LangGraph SqliteSaver: a `put`",
+            "wal-frames/SqliteSaver",
+            floor,
+            against="the bare transaction",
+        ),
         Row(title("floor-sqlite-FULL"), floor),
     ]
 
@@ -419,7 +429,7 @@ def document(
         out += [
             f"Before: `{facts_b.get('source', '?')}` ({facts_b.get('date', '?')}); after: "
             f"`{facts['source']}`: one run at each end, each its own pyperf JSON, every "
-            "benchmark both have. A ratio below 1 is faster after.",
+            "benchmark both have. A ratio below 1 is faster (for a count: smaller) after.",
             "",
             *before_after(before, results),
             "",

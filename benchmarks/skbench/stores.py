@@ -417,11 +417,11 @@ def catalogue(quick: bool, large: bool = False) -> list[Workload]:
     out.append(_redis_ping())
     out += [_hop("worker-run"), _hop("to_thread")]
     out += [_wal_frames(s) for s in ("sqlite-full", "SqliteSaver", "floor-sqlite-FULL")]
-    small, large = sizes(quick)[0], sizes(quick)[-1]
+    small, biggest = sizes(quick)[0], sizes(quick)[-1]
     for size in sizes(quick):
         for read in READS:
             for s in [*READERS, *PEERS, *AF]:
-                if (size == small) != (s in SMALL_ONLY) and small != large:
+                if (size == small) != (s in SMALL_ONLY) and small != biggest:
                     continue  # the large size, but the server rows and AF-File's at the small
                 if read == "list_all" and s == "AF-File" and not quick:
                     continue  # reads every file per call: seconds
