@@ -190,7 +190,8 @@ def test_a_latency_workload_records_one_call_per_value(tmp_path: Path) -> None:
     from skbench.features import RETENTION_SAVES
 
     out = tmp_path / "r.json.gz"
-    run(tmp_path, "--only", "^retention/save-quiet/sqlite$", "--processes", "2", "-o", str(out))
+    only = "^retention/save-quiet/sqlite$"
+    run(tmp_path, "--only", only, "--processes", "2", "-o", str(out), quick=False)
     bench = load(out)["retention/save-quiet/sqlite"]
     runs = [r for r in bench.get_runs() if r.values]
     assert len(runs) == 1  # a slow workload: half the processes
