@@ -15,9 +15,10 @@ command line's start-up.
   pyperf value (so its percentiles are the saves'), on such a store as built, or
   while a sweep of it runs in the same event loop (a new store and sweep whenever
   the last sweep ends).
-- ``retention/space-<before|swept|compacted>/<backend>`` (counts, in bytes): every
-  file of a SQLite or file store after closing it, as built, after the sweep, and
-  after ``compact()``.
+- ``retention/space/<backend>``, a count: its benchmarks
+  ``retention/space-<before|swept|compacted>/<backend>`` are the bytes of every file
+  of a SQLite or file store after closing it, as built, after the sweep, and after
+  ``compact()``.
 - ``startup/<help|latest>``: ``statekeeper --help`` and ``statekeeper latest`` on a
   10-checkpoint SQLite store, each a whole process, timed by pyperf's ``command``.
 """

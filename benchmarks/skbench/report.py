@@ -355,12 +355,12 @@ def document(
             "WAL frames per commit",
             wal_frames(),
             "A count, not a timing: the frames (one page each) one commit appends to "
-            f"SQLite's write-ahead log, over {WAL_COMMITS} commits from an empty log "
-            "(after ten more), at synchronous=FULL. Counted twice, and the two must "
-            "agree: the log file's growth over its 32-byte header in frames of "
+            f"SQLite's write-ahead log, over {WAL_COMMITS} commits (after ten others) "
+            "from an empty log, at synchronous=FULL. Counted twice, and the two must "
+            "agree: the log file's growth past its 32-byte header in frames of "
             "page size + 24 bytes, and the frames SQLite reports "
-            "(`PRAGMA wal_checkpoint`). Every frame is a page written at each commit "
-            "and synced with it.",
+            "(`PRAGMA wal_checkpoint`). Every frame is a page the commit writes and, "
+            "at FULL, syncs.",
         ),
     ]
     out += [
@@ -411,16 +411,16 @@ def document(
         f"One sweep removing 90%: a store of {retention_size(False):,} checkpoints "
         f"({retention_size(True):,} in a quick run) in a tenth as many streams, rebuilt "
         "untimed before each sweep. The saves: one at a time into a side stream of "
-        'such a store at durability="full", each save one pyperf value, so that p50 '
-        "and p99 are single saves': while a sweep of the store runs in the same event "
-        "loop, against the same store with no sweep.",
+        'such a store at durability="full", each save one pyperf value (so that p50 '
+        "and p99 are of single saves), while a sweep of the store runs in the same "
+        "event loop, against the same kind of store with no sweep.",
     )
     out += section(
         "Space given back by a sweep",
         space(),
-        "A count, not a timing: every file of the store after closing it, as built, "
-        "after the sweep above, and after `compact()` (SQLite: a full `VACUUM`; the "
-        "file store gives space back as it removes).",
+        "A count, not a timing: the bytes of every file of a store after closing it, "
+        "as built, after a sweep like the one above, and after `compact()` "
+        "(SQLite: a full `VACUUM`; the file store gives space back as it removes).",
     )
     out += section("Start-up of the command line", startup(), "Each a whole process.")
     out += ["## Before and after", ""]
