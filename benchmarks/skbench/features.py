@@ -226,9 +226,9 @@ def _cancel(task: asyncio.Future[Any]) -> Callable[[], Awaitable[None]]:
 
 
 def _saves_by_sweep(backend: str, size: int, during: bool) -> Workload:
-    """Saves into a side stream of a filled store at durability full, each timed
-    alone: while ``sweep(policy=Retention(keep_last=1))`` runs on it (``during``),
-    or with nothing else running."""
+    """Saves into a side stream of a filled store (built at durability fast, then
+    reopened at full), each timed alone: while ``sweep(policy=Retention(keep_last=1))``
+    runs on it (``during``), or with nothing else running."""
 
     async def timer(ctx: Context) -> Timer:
         import statekeeper
@@ -247,8 +247,11 @@ def _saves_by_sweep(backend: str, size: int, during: bool) -> Workload:
                 if report.checkpoints_removed < size - size // 10:
                     raise AssertionError(f"the sweep removed {report.checkpoints_removed}")
                 await current["store"].close()
-            current["store"] = store = await open_ours(ctx, backend)
-            await fill_streams(store, size)
+            place = ctx.place(f"{backend}-store")
+            built = await open_ours(ctx, backend, place=place, durability="fast")
+            await fill_streams(built, size)  # no sync per batch: only the saves are timed
+            await built.close()
+            current["store"] = store = await open_ours(ctx, backend, place=place)
             if during:
                 policy = statekeeper.Retention(keep_last=1)
                 current["sweep"] = asyncio.ensure_future(store.sweep(policy=policy))
