@@ -34,7 +34,6 @@ import time
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -42,6 +41,7 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 sys.path.insert(0, str(HERE))
 
 from skbench import workloads  # noqa: E402
+from skbench.harness import Workload  # noqa: E402
 from skbench.subjects import drop_server_data, missing, new_token  # noqa: E402
 
 PEERS = (
@@ -104,7 +104,7 @@ def peers() -> str:
     return ", ".join(found)
 
 
-def pyperf_args(args: argparse.Namespace, workload: Any) -> list[str]:
+def pyperf_args(args: argparse.Namespace, workload: Workload) -> list[str]:
     if args.quick:
         return ["--debug-single-value"]
     processes = max(1, args.processes // 2) if workload.heavy else args.processes
@@ -115,7 +115,7 @@ def pyperf_args(args: argparse.Namespace, workload: Any) -> list[str]:
 
 
 def measure(
-    args: argparse.Namespace, chosen: list[Any], scratch: Path, env: dict[str, str]
+    args: argparse.Namespace, chosen: list[Workload], scratch: Path, env: dict[str, str]
 ) -> tuple[list[Path], dict[str, str]]:
     """Each workload through suite.py under pyperf; its JSON file, or why it failed."""
     done: list[Path] = []
