@@ -183,12 +183,14 @@ def redis(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Every benchmark, timed by pyperf, and docs/benchmarks.md: single saves against
-    LangGraph's savers and the bare floors, reads and listings, group commit and
-    writer processes, batch access, under LangGraph and Agent Framework, encryption,
-    telemetry, retention sweeps and start-up (not in the default set; about 25
-    minutes). ``-- --quick`` runs each workload once at small sizes, ``-- --only RE``
-    a subset, ``-- --rev REV -o FILE.json.gz`` another commit's src/, ``-- --docs
-    --before FILE.json.gz`` writes the page with a before/after table."""
+    LangGraph's savers and the bare floors, the thread hop, WAL frames per commit,
+    reads and listings, group commit and writer processes, batch access, under
+    LangGraph and Agent Framework, encryption, telemetry, retention sweeps (saves'
+    p99 beside them, space given back) and start-up (not in the default set; about
+    40 minutes). ``-- --quick`` runs each workload once at small sizes, ``-- --only
+    RE`` a subset, ``-- --large`` adds the reads at 100,000 checkpoints, ``-- --rev
+    REV -o FILE.json.gz`` another commit's src/, ``-- --docs --before FILE.json.gz``
+    writes the page with a before/after table."""
     _sync(session, "--group", "bench")
     # the peers are pinned in benchmarks/requirements.txt and live only in this env
     session.install("-r", "benchmarks/requirements.txt")

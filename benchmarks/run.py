@@ -1,8 +1,9 @@
 """Run every benchmark, keep pyperf's results, and write ``docs/benchmarks.md``.
 
-    uv run nox -s bench                              # everything, ~30 minutes
+    uv run nox -s bench                              # everything, ~40 minutes
     uv run nox -s bench -- --quick                   # every workload once, small sizes
     uv run nox -s bench -- --only 'save/|af/save'    # a subset (a regular expression)
+    uv run nox -s bench -- --large --only '@100000/'  # the reads at 100,000 (opt-in, slow)
     uv run nox -s bench -- --rev 88487cc -o before.json.gz   # another commit's src/
     uv run nox -s bench -- --docs --before benchmarks/results/88487cc.json.gz
     uv run python benchmarks/run.py --render after.json.gz --before before.json.gz --docs
@@ -33,7 +34,6 @@ import time
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -41,6 +41,7 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 sys.path.insert(0, str(HERE))
 
 from skbench import workloads  # noqa: E402
+from skbench.harness import Workload  # noqa: E402
 from skbench.subjects import drop_server_data, missing, new_token  # noqa: E402
 
 PEERS = (
@@ -103,15 +104,18 @@ def peers() -> str:
     return ", ".join(found)
 
 
-def pyperf_args(args: argparse.Namespace, heavy: bool) -> list[str]:
+def pyperf_args(args: argparse.Namespace, workload: Workload) -> list[str]:
     if args.quick:
         return ["--debug-single-value"]
-    processes = max(1, args.processes // 2) if heavy else args.processes
-    return ["--processes", str(processes), "--values", str(args.values)]
+    processes = max(1, args.processes // 2) if workload.heavy else args.processes
+    out = ["--processes", str(processes)]
+    if workload.per_call:  # one call per value: pyperf's percentiles are the calls'
+        return [*out, "--values", str(workload.per_call), "--loops", "1", "--warmups", "1"]
+    return [*out, "--values", str(args.values)]
 
 
 def measure(
-    args: argparse.Namespace, chosen: list[Any], scratch: Path, env: dict[str, str]
+    args: argparse.Namespace, chosen: list[Workload], scratch: Path, env: dict[str, str]
 ) -> tuple[list[Path], dict[str, str]]:
     """Each workload through suite.py under pyperf; its JSON file, or why it failed."""
     done: list[Path] = []
@@ -131,8 +135,9 @@ def measure(
             ",".join(INHERIT),
             "-o",
             str(out),
-            *pyperf_args(args, workload.heavy),
+            *pyperf_args(args, workload),
             *(["--quick"] if args.quick else []),
+            *(["--large"] if args.large else []),
         ]
         started = time.monotonic()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -191,12 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=4, help="pyperf worker processes")
     parser.add_argument("--values", type=int, default=3, help="values per worker process")
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="also read at 100,000 checkpoints (slow: not in the default run)",
+    )
     args = parser.parse_args(argv)
 
     if args.render:
         output = Path(args.render)
     else:
-        chosen = [w for w in workloads(args.quick) if not args.only or re.search(args.only, w.name)]
+        chosen = [
+            w
+            for w in workloads(args.quick, args.large)
+            if not args.only or re.search(args.only, w.name)
+        ]
         if args.list:
             print("\n".join(w.name for w in chosen))
             return 0
@@ -244,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             "settings": "one value per benchmark: --debug-single-value (quick mode)"
             if args.quick
             else f"{args.processes} processes of {args.values} values each after a warm-up, "
-            f"{max(1, args.processes // 2)} for the slow ones",
+            f"{max(1, args.processes // 2)} for the slow ones; latency percentiles from "
+            "one call per value (--loops 1)",
             "output": os.path.relpath(output, ROOT) if output.is_absolute() else str(output),
             "skipped": skipped,
             "failed": failed,

@@ -14,7 +14,7 @@ pyperf = pytest.importorskip("pyperf")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from skbench.render import Row, before_after, duration, load, table  # noqa: E402
+from skbench.render import Row, before_after, duration, load, quantity, table  # noqa: E402
 
 
 def write(path: Path, values: dict[str, list[float]]) -> dict[str, object]:
@@ -68,3 +68,43 @@ def test_durations_read_in_their_unit() -> None:
     assert duration(0.000573) == "573 µs"
     assert duration(4.6e-6) == "4.6 µs"
     assert duration(4.79e-8) == "47.9 ns"
+
+
+def test_a_percentile_row_shows_that_percentile_of_both_sides(tmp_path: Path) -> None:
+    slow = [0.001] * 98 + [0.05, 0.06]
+    results = write(tmp_path / "r.json", {"during": slow, "quiet": [0.001] * 99 + [0.002]})
+    lines = table(results, [Row("p99", "during", "quiet", against="quiet", percentile=99)])
+    want_during = results["during"].percentile(99)
+    want_quiet = results["quiet"].percentile(99)
+    assert f"p99 **{duration(want_during)}**" in lines[2]
+    assert f"quiet: p99 **{duration(want_quiet)}**" in lines[2]
+    assert f"x{want_during / want_quiet:.2f}" in lines[2]
+    assert "±" not in lines[2]  # the spread is the median's, not a percentile's
+
+
+def test_counts_read_in_their_unit_and_compare_like_timings(tmp_path: Path) -> None:
+    benches = [
+        pyperf.Benchmark(
+            [pyperf.Run([value], metadata={"name": name, "unit": unit}, collect_metadata=False)]
+        )
+        for name, value, unit in (
+            ("frames", 7.58, "integer"),
+            ("floor", 1.64, "integer"),
+            ("built", 24_117_248, "byte"),
+            ("swept", 3_145_728, "byte"),
+        )
+    ]
+    pyperf.BenchmarkSuite(benches).dump(str(tmp_path / "c.json"))
+    results = load(tmp_path / "c.json")
+    lines = table(results, [Row("frames", "frames", "floor"), Row("space", "swept", "built")])
+    assert "| frames | **7.58** | **1.64** | x4.62 |" in lines
+    assert "| space | **3 MiB** | **23 MiB** | x0.13 |" in lines
+
+
+def test_sizes_and_plain_numbers() -> None:
+    assert quantity(512, "byte") == "512 B"
+    assert quantity(1536, "byte") == "1.5 KiB"
+    assert quantity(3 * 2**30, "byte") == "3 GiB"
+    assert quantity(3.0, "integer") == "3"
+    assert quantity(12_345, "integer") == "12,345"
+    assert quantity(0.00025, "second") == "250 µs"

@@ -33,10 +33,10 @@ TARGET_ROWS = (
 )
 
 
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(tmp_path: Path, *args: str, quick: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEKEEPER_TEST_")}
     return subprocess.run(
-        [sys.executable, str(RUN), "--quick", *args],
+        [sys.executable, str(RUN), *(["--quick"] if quick else []), *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -109,11 +109,33 @@ def test_every_peer_comparison_and_floor_is_in_the_full_catalogue() -> None:
         "encryption/save 100KB/sqlite-encrypted",
         "encryption/open 1KB/envelope",
         "telemetry/save/file-on",
+        "telemetry/list/sqlite-on",
+        "encryption/save 1KB/postgresql-encrypted",
         "retention/sweep/postgresql",
+        "retention/save-quiet/file",
+        "retention/save-during-sweep/postgresql",
+        "retention/space/sqlite",
+        "retention/space/file",
+        "hop/worker-run",
+        "hop/to_thread",
+        "wal-frames/sqlite-full",
+        "wal-frames/SqliteSaver",
+        "wal-frames/floor-sqlite-FULL",
         "startup/latest",
     ):
         assert any(n.startswith(prefix) for n in names), prefix
     assert len(names) == len(workloads(quick=False)), "a workload name is used twice"
+
+
+def test_the_largest_reads_are_opt_in() -> None:
+    default = {w.name for w in workloads(quick=False)}
+    large = {w.name for w in workloads(quick=False, large=True)}
+    assert not any("@100000/" in n for n in default)
+    added = large - default
+    assert {"list_all@100000/sqlite-full", "get_latest@100000/SqliteSaver"} <= added
+    assert all("@100000/" in n for n in added)
+    assert not any(n.endswith(("AF-File", "AF-InMemory")) for n in added)
+    assert all(w.heavy for w in workloads(quick=False, large=True) if w.name in added)
 
 
 @pytest.mark.parametrize(
@@ -122,6 +144,8 @@ def test_every_peer_comparison_and_floor_is_in_the_full_catalogue() -> None:
         "^encryption/(save 1KB/memory-encrypted|open 1KB/envelope)$",
         "^telemetry/save/memory-on$",
         "^retention/sweep/sqlite$",
+        "^retention/save-during-sweep/file$",
+        "^hop/worker-run$",
         "^startup/help$",
         "^api/(cursor_page@60|load_many100)/sqlite-full$",
         "^group@8/sqlite-full$",
@@ -143,3 +167,33 @@ def test_a_run_can_measure_another_commits_src(tmp_path: Path) -> None:
     facts = json.loads((tmp_path / "r.facts.json").read_text())
     assert facts["source"].endswith("(git archive of src/)")
     assert set(load(out)) == {"save/memory"}
+
+
+def test_a_count_is_kept_in_its_unit_and_shown_on_the_page(tmp_path: Path) -> None:
+    out, page = tmp_path / "r.json.gz", tmp_path / "b.md"
+    only = "^wal-frames/floor-sqlite-FULL$|^retention/space/sqlite$"
+    run(tmp_path, "--only", only, "-o", str(out), "--docs", str(page))
+    results = load(out)
+    frames = results["wal-frames/floor-sqlite-FULL"]
+    assert frames.get_unit() == "integer" and frames.median() >= 1  # a commit writes a page
+    space = {s: results[f"retention/space-{s}/sqlite"] for s in ("before", "swept", "compacted")}
+    assert all(b.get_unit() == "byte" for b in space.values())
+    assert space["swept"].median() < space["before"].median()  # the sweep removed 90%
+    text = page.read_text()
+    section = text.split("## WAL frames per commit", 1)[1].split("\n## ", 1)[0]
+    assert f"| **{frames.median():.3g}** |" in section
+    section = text.split("## Space given back by a sweep", 1)[1].split("\n## ", 1)[0]
+    assert "MiB** |" in section or "KiB** |" in section
+
+
+def test_a_latency_workload_records_one_call_per_value(tmp_path: Path) -> None:
+    from skbench.features import RETENTION_SAVES
+
+    out = tmp_path / "r.json.gz"
+    only = "^retention/save-quiet/sqlite$"
+    run(tmp_path, "--only", only, "--processes", "2", "-o", str(out), quick=False)
+    bench = load(out)["retention/save-quiet/sqlite"]
+    runs = [r for r in bench.get_runs() if r.values]
+    assert len(runs) == 1  # a slow workload: half the processes
+    assert len(bench.get_values()) == RETENTION_SAVES
+    assert [r.get_loops() for r in runs] == [1]

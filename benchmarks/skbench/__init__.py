@@ -5,7 +5,8 @@ script it runs for each workload. The modules:
 
 - ``subjects``: the stores under test, ours and the peers', behind one interface;
 - ``harness``: what a workload is, and the glue that lets pyperf time it;
-- ``stores``: saves, the bare floors, reads, listings, concurrency, batch access;
+- ``stores``: saves, the bare floors, the thread hop, WAL frames per commit, reads,
+  listings, concurrency, batch access;
 - ``frameworks``: under LangGraph and Agent Framework;
 - ``features``: encryption, telemetry, retention sweeps, start-up;
 - ``render``: the one table renderer over pyperf results;
@@ -19,12 +20,13 @@ from __future__ import annotations
 from .harness import Workload
 
 
-def workloads(quick: bool) -> list[Workload]:
-    """Every workload of a run, in the order it takes them."""
+def workloads(quick: bool, large: bool = False) -> list[Workload]:
+    """Every workload of a run, in the order it takes them; ``large`` adds the reads
+    at :data:`skbench.stores.LARGE` checkpoints (opt-in: slow to build and to list)."""
     from . import features, frameworks, stores
 
     return [
-        *stores.catalogue(quick),
+        *stores.catalogue(quick, large),
         *frameworks.catalogue(quick, stores.sizes(quick)),
         *features.catalogue(quick),
     ]

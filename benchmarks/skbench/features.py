@@ -3,14 +3,22 @@ command line's start-up.
 
 - ``encryption/<op> <size>/<backend>-<plaintext|encrypted>``: ``save`` and
   ``get_latest`` of a 1 KB and a 100 KB state, a plaintext store beside one with
-  ``encryption=Keyring(...)``; and ``encryption/<seal|open> <size>/envelope``, the
-  envelope alone on the encoded state.
-- ``telemetry/<op>/<backend>-<off|on>``: ``save`` and ``get_latest``
-  with telemetry off (the default) and on, with the OpenTelemetry SDK and a span
-  exporter that drops every span.
+  ``encryption=Keyring(...)`` (memory, SQLite, file, PostgreSQL); and
+  ``encryption/<seal|open> <size>/envelope``, the envelope alone on the encoded state.
+- ``telemetry/<op>/<backend>-<off|on>``: ``save``, ``get_latest`` and ``list`` (a
+  page of 20) with telemetry off (the default) and on, with the OpenTelemetry SDK and
+  a span exporter that drops every span.
 - ``retention/sweep/<backend>``: ``sweep(policy=Retention(keep_last=1))`` over a
-  store of ``retention_size`` checkpoints in a tenth as many streams, rebuilt
+  store of :func:`retention_size` checkpoints in a tenth as many streams, rebuilt
   (untimed) before each sweep; pyperf's value is one sweep.
+- ``retention/save-<quiet|during-sweep>/<backend>``: one save into a side stream per
+  pyperf value (so its percentiles are the saves'), on such a store as built, or
+  while a sweep of it runs in the same event loop (a new store and sweep whenever
+  the last sweep ends).
+- ``retention/space/<backend>``, a count: its benchmarks
+  ``retention/space-<before|swept|compacted>/<backend>`` are the bytes of every file
+  of a SQLite or file store after closing it, as built, after the sweep, and after
+  ``compact()``.
 - ``startup/<help|latest>``: ``statekeeper --help`` and ``statekeeper latest`` on a
   10-checkpoint SQLite store, each a whole process, timed by pyperf's ``command``.
 """
@@ -18,9 +26,11 @@ command line's start-up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +38,17 @@ from .harness import Context, Op, Timer, Workload, checked
 from .payload import _WORDS, make_state
 from .subjects import POSTGRES_URL, reachable, server_name
 
-BACKENDS = ("memory", "sqlite", "file")
+BACKENDS = ("memory", "sqlite", "file", "postgresql")
+TELEMETRY_BACKENDS = ("memory", "sqlite", "file")
+TELEMETRY_OPS = ("save", "get_latest", "list")
 SIZES = {"1KB": 1, "100KB": 100}
+RETENTION_BACKENDS = ("sqlite", "file", "postgresql")
+#: Saves per worker process in the saves-by-a-sweep workloads (one per value).
+RETENTION_SAVES = 200
+
+
+def retention_size(quick: bool) -> int:
+    return 200 if quick else 20_000
 
 
 def big_state(kb: int) -> dict[str, Any]:
@@ -39,10 +58,12 @@ def big_state(kb: int) -> dict[str, Any]:
     return state
 
 
-async def open_ours(ctx: Context, backend: str, **options: Any) -> Any:
+async def open_ours(ctx: Context, backend: str, place: Path | None = None, **options: Any) -> Any:
+    """An opened store of ``backend`` in ``place`` (a new directory if ``None``;
+    PostgreSQL: tables named after it), durability full unless ``options`` say."""
     import statekeeper
 
-    place = ctx.place(f"{backend}-store")
+    place = place or ctx.place(f"{backend}-store")
     if backend == "postgresql":
         reachable(POSTGRES_URL)
         url = POSTGRES_URL
@@ -160,22 +181,28 @@ def _telemetry(op: str, backend: str, side: str) -> Workload:
     return Workload(f"telemetry/{op}/{backend}-{side}", make, needs=needs)
 
 
+async def fill_streams(store: Any, size: int) -> None:
+    """``size`` checkpoints of the ~1 KB state in ``size // 10`` streams, 10 each,
+    saved with ``save_many`` 1,000 at a time (untimed)."""
+    import statekeeper
+
+    state = make_state(1)
+    items = [
+        statekeeper.NewCheckpoint(stream=f"s{i % (size // 10)}", state=state) for i in range(size)
+    ]
+    for at in range(0, size, 1000):
+        await store.save_many(items[at : at + 1000])
+
+
 def _retention(backend: str, size: int) -> Workload:
     async def timer(ctx: Context) -> Timer:
         import statekeeper
-
-        state = make_state(1)
 
         async def sweeps(loops: int) -> float:
             spent = 0.0
             for _ in range(loops):
                 store = await open_ours(ctx, backend, durability="fast")
-                items = [
-                    statekeeper.NewCheckpoint(stream=f"s{i % (size // 10)}", state=state)
-                    for i in range(size)
-                ]
-                for at in range(0, size, 1000):
-                    await store.save_many(items[at : at + 1000])
+                await fill_streams(store, size)
                 start = time.perf_counter()
                 report = await store.sweep(policy=statekeeper.Retention(keep_last=1))
                 spent += time.perf_counter() - start
@@ -187,6 +214,92 @@ def _retention(backend: str, size: int) -> Workload:
         return sweeps
 
     return Workload(f"retention/sweep/{backend}", timer=timer, needs=_needs(backend), heavy=True)
+
+
+def _cancel(task: asyncio.Future[Any]) -> Callable[[], Awaitable[None]]:
+    async def cancel() -> None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return cancel
+
+
+def _saves_by_sweep(backend: str, size: int, during: bool) -> Workload:
+    """Saves into a side stream of a filled store (built at durability fast, then
+    reopened at full), each timed alone: while ``sweep(policy=Retention(keep_last=1))``
+    runs on it (``during``), or with nothing else running."""
+
+    async def timer(ctx: Context) -> Timer:
+        import statekeeper
+
+        state = make_state(1)
+        current: dict[str, Any] = {}
+
+        async def ready() -> Any:
+            """The store to save to: a new one when a sweep has ended (its report
+            checked), with its own sweep started."""
+            sweep = current.get("sweep")
+            if current and (sweep is None or not sweep.done()):
+                return current["store"]
+            if sweep is not None:
+                report = await sweep
+                if report.checkpoints_removed < size - size // 10:
+                    raise AssertionError(f"the sweep removed {report.checkpoints_removed}")
+                await current["store"].close()
+            place = ctx.place(f"{backend}-store")
+            built = await open_ours(ctx, backend, place=place, durability="fast")
+            await fill_streams(built, size)  # no sync per batch: only the saves are timed
+            await built.close()
+            current["store"] = store = await open_ours(ctx, backend, place=place)
+            if during:
+                policy = statekeeper.Retention(keep_last=1)
+                current["sweep"] = asyncio.ensure_future(store.sweep(policy=policy))
+                ctx.closers.append(_cancel(current["sweep"]))  # before the store closes
+            return store
+
+        async def saves(loops: int) -> float:
+            spent = 0.0
+            for _ in range(loops):
+                store = await ready()
+                start = time.perf_counter()
+                await store.save("side", state)
+                spent += time.perf_counter() - start
+            return spent
+
+        return saves
+
+    name = f"retention/save-{'during-sweep' if during else 'quiet'}/{backend}"
+    return Workload(name, timer=timer, needs=_needs(backend), heavy=True, per_call=RETENTION_SAVES)
+
+
+def disk_bytes(place: Path) -> int:
+    """The bytes of every file under ``place``."""
+    return sum(p.stat().st_size for p in place.rglob("*") if p.is_file())
+
+
+def _space(backend: str, size: int) -> Workload:
+    """What a store of ``size`` checkpoints takes on disk, closed, as built, after a
+    sweep that removes 90%, and after ``compact()``."""
+
+    async def count(ctx: Context) -> dict[str, tuple[float, str]]:
+        import statekeeper
+
+        place = ctx.place(f"{backend}-space")
+        out: dict[str, tuple[float, str]] = {}
+        for step in ("before", "swept", "compacted"):
+            store = await open_ours(ctx, backend, place=place)
+            if step == "before":
+                await fill_streams(store, size)
+            elif step == "swept":
+                await store.sweep(policy=statekeeper.Retention(keep_last=1))
+            else:
+                await store.compact()
+            await store.close()
+            out[f"retention/space-{step}/{backend}"] = (disk_bytes(place), "byte")
+        return out
+
+    return Workload(f"retention/space/{backend}", count=count)
 
 
 def _startup(what: str) -> Workload:
@@ -220,10 +333,13 @@ def catalogue(quick: bool) -> list[Workload]:
             for backend in BACKENDS:
                 out += [_encryption(op, size, backend, v) for v in ("plaintext", "encrypted")]
     out += [_envelope(op, size) for op in ("seal", "open") for size in SIZES]
-    for op in ("save", "get_latest"):
-        for backend in ("memory", "sqlite", "file"):
+    for op in TELEMETRY_OPS:
+        for backend in TELEMETRY_BACKENDS:
             out += [_telemetry(op, backend, side) for side in ("off", "on")]
-    size = 200 if quick else 20_000
-    out += [_retention(b, size) for b in ("sqlite", "file", "postgresql")]
+    size = retention_size(quick)
+    out += [_retention(b, size) for b in RETENTION_BACKENDS]
+    for b in RETENTION_BACKENDS:
+        out += [_saves_by_sweep(b, size, during) for during in (False, True)]
+    out += [_space(b, size) for b in ("sqlite", "file")]
     out += [_startup("help"), _startup("latest")]
     return out

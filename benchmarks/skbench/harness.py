@@ -6,7 +6,14 @@ set it up: ``make`` builds, in the pyperf worker process, the one call that is t
 where every call needs untimed work of its own first (a sweep needs a full store),
 or ``command`` is a command line that pyperf times whole (start-up). pyperf does
 the rest: it calibrates the loops, runs each workload in fresh worker processes,
-and keeps every value; the medians and ratios come from its JSON.
+and keeps every value; the medians and ratios come from its JSON. A workload with
+``per_call`` set runs one call per value (``--loops 1``), so that pyperf's
+percentiles are the calls' own (a save's p99).
+
+A ``count`` is not a timing: a deterministic quantity (WAL frames per commit, bytes
+on disk) measured once, written by :func:`counted` as pyperf benchmarks of one value
+in their unit (``integer``, ``byte``), so that the page's one renderer and the
+before/after table read it like every other result.
 
 Setup happens in each worker process, so what is slow to build and only read is
 built once per run and reopened: :meth:`Context.fixture` keeps a filled on-disk
@@ -39,12 +46,17 @@ class Workload:
     make: Callable[[Context], Awaitable[Op]] | None = None
     timer: Callable[[Context], Awaitable[Timer]] | None = None
     command: Callable[[Context], list[str]] | None = None
+    #: A quantity, not a timing: {benchmark name: (value, pyperf unit)}.
+    count: Callable[[Context], Awaitable[dict[str, tuple[float, str]]]] | None = None
     #: Modules and servers it needs (see :func:`skbench.subjects.missing`).
     needs: tuple[str, ...] = ()
     #: Items one call handles: pyperf then reports the time per item.
     inner: int = 1
     #: Slow to set up or to call: fewer worker processes.
     heavy: bool = False
+    #: Values per worker process, each one call (``--loops 1``): 0 lets pyperf
+    #: calibrate the loops and average them.
+    per_call: int = 0
 
 
 @dataclass
@@ -68,7 +80,8 @@ class Context:
         """An opened, empty subject of its own (what saves are timed on)."""
         cls = SUBJECTS[subject] if isinstance(subject, str) else subject
         made = cls()
-        await made.open(self.place(cls.__name__.lower()))
+        made.place = self.place(cls.__name__.lower())
+        await made.open(made.place)
         self.closers.append(made.close)
         return made
 
@@ -161,6 +174,21 @@ class Worker:
         if not self.loop.is_closed():
             self.loop.run_until_complete(close_all())
             self.loop.close()
+
+
+def counted(values: dict[str, tuple[float, str]]) -> Any:
+    """A pyperf ``BenchmarkSuite`` of one benchmark per count, each one value in its
+    unit (a count must be positive: pyperf keeps no zero)."""
+    import pyperf
+
+    return pyperf.BenchmarkSuite(
+        [
+            pyperf.Benchmark(
+                [pyperf.Run([value], metadata={"name": name, "unit": unit}, collect_metadata=False)]
+            )
+            for name, (value, unit) in values.items()
+        ]
+    )
 
 
 def register(runner: Any, workload: Workload, worker: Worker) -> None:

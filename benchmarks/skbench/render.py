@@ -5,7 +5,10 @@ median, optionally against a baseline's median (from the same run, or from anoth
 run's results for a before/after table) as the ratio measured/baseline, and a
 target that ratio must meet (``≤``; or, with no baseline, a limit in seconds).
 Medians come from pyperf's values, every worker process's pooled; the spread shown
-is pyperf's median absolute deviation.
+is pyperf's median absolute deviation. A row may show a percentile of the values
+instead (pyperf's ``percentile``; of a workload timed one call per value, the
+calls' p99), for the benchmark and its baseline alike. A value is shown in its
+benchmark's pyperf unit: a duration, bytes, or a plain number (a count).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class Row:
     #: the ratio must be at most this (or, with no baseline, the median in seconds)
     target: float | None = None
     against: str = ""
+    #: show this percentile of the values (of both sides), not their median
+    percentile: int | None = None
 
 
 Results = Mapping[str, Any]  # benchmark name -> pyperf.Benchmark
@@ -47,9 +52,29 @@ def duration(seconds: float) -> str:
     raise AssertionError("unreachable")
 
 
-def median(results: Results, name: str | None) -> float | None:
+def size(nbytes: float) -> str:
+    """``nbytes`` in binary units, three significant figures."""
+    for unit, scale in (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def quantity(value: float, unit: str) -> str:
+    """``value`` in pyperf's ``unit``: seconds, bytes, or a plain number."""
+    if unit == "second":
+        return duration(value)
+    if unit == "byte":
+        return size(value)
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+def median(results: Results, name: str | None, percentile: int | None = None) -> float | None:
+    """``name``'s median (or ``percentile``), ``None`` if it is not in ``results``."""
     bench = results.get(name) if name else None
-    return None if bench is None else float(bench.median())
+    if bench is None:
+        return None
+    return float(bench.median() if percentile is None else bench.percentile(percentile))
 
 
 def spread(results: Results, name: str) -> str:
@@ -57,12 +82,14 @@ def spread(results: Results, name: str) -> str:
     values = bench.get_values()
     if len(values) < 2:
         return ""
-    return f" ± {duration(bench.median_abs_dev())}"
+    return f" ± {quantity(bench.median_abs_dev(), bench.get_unit())}"
 
 
 def ratio_of(results: Results, row: Row, base: Results | None = None) -> float | None:
-    """measured/baseline of the row's medians, ``None`` if either is missing."""
-    ours, theirs = median(results, row.name), median(base or results, row.baseline)
+    """measured/baseline of the row's medians (or percentiles), ``None`` if either
+    is missing."""
+    ours = median(results, row.name, row.percentile)
+    theirs = median(base or results, row.baseline, row.percentile)
     if ours is None or theirs is None or theirs == 0:
         return None
     return ours / theirs
@@ -102,17 +129,18 @@ def table(
     head += ["target"] if with_target else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        ours = median(results, row.name)
-        cells = [row.label, _cell(results, row.name, ours, why)]
+        ours = median(results, row.name, row.percentile)
+        cells = [row.label, _cell(results, row.name, ours, why, row.percentile)]
         value: float | None = ours
         if with_base:
-            theirs = median(base or results, row.baseline)
+            theirs = median(base or results, row.baseline, row.percentile)
             if row.baseline is None:
                 cells += ["", ""]
             else:
                 value = ratio_of(results, row, base)
                 label = f"{row.against}: " if row.against else ""
-                cells.append(label + _cell(base or results, row.baseline, theirs, why))
+                cell = _cell(base or results, row.baseline, theirs, why, row.percentile)
+                cells.append(label + cell)
                 cells.append(ratio_text(value))
         if with_target:
             cells.append(verdict(row, value))
@@ -120,10 +148,19 @@ def table(
     return lines
 
 
-def _cell(results: Results, name: str, value: float | None, why: Mapping[str, str]) -> str:
+def _cell(
+    results: Results,
+    name: str,
+    value: float | None,
+    why: Mapping[str, str],
+    percentile: int | None = None,
+) -> str:
     if value is None:
         return why.get(name, "not measured")
-    return f"**{duration(value)}**{spread(results, name)}"
+    shown = f"**{quantity(value, results[name].get_unit())}**"
+    if percentile is not None:  # no spread: the MAD is the median's
+        return f"p{percentile} {shown}"
+    return shown + spread(results, name)
 
 
 def before_after(before: Results, after: Results, names: Iterable[str] | None = None) -> list[str]:

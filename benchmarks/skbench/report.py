@@ -9,11 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from . import plots
-from .features import BACKENDS
+from .features import (
+    BACKENDS,
+    RETENTION_BACKENDS,
+    TELEMETRY_BACKENDS,
+    TELEMETRY_OPS,
+    retention_size,
+)
 from .features import SIZES as STATE_SIZES
 from .frameworks import LANGGRAPH_PAIRS, LANGGRAPH_READS
 from .render import Results, Row, before_after, table
-from .stores import FLOORS, PEERS, READERS, READS
+from .stores import FLOORS, LARGE, PEERS, READERS, READS, WAL_COMMITS, sizes
 from .subjects import SUBJECTS
 
 FLOOR_TITLES = {
@@ -94,6 +100,45 @@ def saves() -> list[Row]:
     out += [Row(title(f), f"save/{f}") for f in FLOORS]
     out.append(Row("one Redis PING (the floor of a Redis read)", "read/floor-redis-ping"))
     return out
+
+
+HOP = "`Worker.run(noop)`"
+
+
+def hop() -> list[Row]:
+    """The round trip to a thread, against ``to_thread`` and as a share of a save."""
+    out = [
+        Row(
+            f"{HOP}: statekeeper's worker thread, there and back",
+            "hop/worker-run",
+            "hop/to_thread",
+            against="`asyncio.to_thread(noop)`",
+        ),
+        Row("`asyncio.to_thread(noop)`", "hop/to_thread"),
+    ]
+    for s in ("sqlite-full", "sqlite-fast", "file-full", "file-fast"):
+        label = f"{HOP} against one save: {title(s)}"
+        out.append(Row(label, "hop/worker-run", f"save/{s}", against="the save"))
+    return out
+
+
+def wal_frames() -> list[Row]:
+    floor = "wal-frames/floor-sqlite-FULL"
+    return [
+        Row(
+            f"{title('sqlite-full')}: a save",
+            "wal-frames/sqlite-full",
+            floor,
+            against="the bare transaction",
+        ),
+        Row(
+            "LangGraph SqliteSaver: a `put`",
+            "wal-frames/SqliteSaver",
+            floor,
+            against="the bare transaction",
+        ),
+        Row(title("floor-sqlite-FULL"), floor),
+    ]
 
 
 def reads(results: Results, why: Mapping[str, str]) -> list[tuple[str, list[Row]]]:
@@ -211,18 +256,38 @@ def encryption() -> list[Row]:
 
 def telemetry() -> list[Row]:
     out = []
-    for op in ("save", "get_latest"):
-        for b in ("memory", "sqlite", "file"):
+    for op in TELEMETRY_OPS:
+        for b in TELEMETRY_BACKENDS:
             name = f"telemetry/{op}/{b}-"
             out.append(Row(f"{b}: `{op}`, telemetry on", name + "on", name + "off", against="off"))
     return out
 
 
 def retention() -> list[Row]:
-    return [
-        Row(f"sweep, keep_last=1: {b}", f"retention/sweep/{b}")
-        for b in ("sqlite", "file", "postgresql")
-    ]
+    out = [Row(f"sweep, keep_last=1: {b}", f"retention/sweep/{b}") for b in RETENTION_BACKENDS]
+    for b in RETENTION_BACKENDS:
+        for p in (50, 99):
+            name, quiet = f"retention/save-during-sweep/{b}", f"retention/save-quiet/{b}"
+            label = f"{b}: a save while the sweep runs, p{p}"
+            out.append(Row(label, name, quiet, against="no sweep", percentile=p))
+    return out
+
+
+def space() -> list[Row]:
+    out = []
+    for b in ("sqlite", "file"):
+        before = f"retention/space-before/{b}"
+        out += [
+            Row(f"{b}: as built", before),
+            Row(f"{b}: after the sweep", f"retention/space-swept/{b}", before, against="built"),
+            Row(
+                f"{b}: after the sweep and `compact()`",
+                f"retention/space-compacted/{b}",
+                before,
+                against="built",
+            ),
+        ]
+    return out
 
 
 def startup() -> list[Row]:
@@ -277,12 +342,36 @@ def document(
             "the store must make, in the same run.",
         ),
         *section("Single saves, one checkpoint per call", saves()),
+        *section(
+            "The thread hop",
+            hop(),
+            "A round trip from the event loop to a thread and back, running a function "
+            "that does nothing: through statekeeper's worker (`Worker.run`, the door of "
+            "every store thread: the file store's pool, each SQLite connection's "
+            "thread) and through `asyncio.to_thread`. Against a save, the ratio is one "
+            "hop's time as a share of that save's median.",
+        ),
+        *section(
+            "WAL frames per commit",
+            wal_frames(),
+            "A count, not a timing: the frames (one page each) one commit appends to "
+            f"SQLite's write-ahead log, over {WAL_COMMITS} commits (after ten others) "
+            "from an empty log, at synchronous=FULL. Counted twice, and the two must "
+            "agree: the log file's growth past its 32-byte header in frames of "
+            "page size + 24 bytes, and the frames SQLite reports "
+            "(`PRAGMA wal_checkpoint`). Every frame is a page the commit writes and, "
+            "at FULL, syncs.",
+        ),
     ]
     out += [
         "## Reads and listings",
         "",
         "Ours against the peer of the same kind: "
-        "in-process memory, embedded (files, SQLite), server.",
+        "in-process memory, embedded (files, SQLite), server. The default run reads "
+        f"at {' and '.join(f'{n:,}' for n in sizes(False))} checkpoints; "
+        f"{LARGE:,} only with `--large` (opt-in, as building and listing that many "
+        "takes long; our stores and LangGraph's savers, not Agent Framework's), "
+        "which is why a run without it has no such rows.",
         "",
     ]
     for heading, rows in reads(results, why):
@@ -311,12 +400,27 @@ def document(
     out += section(
         "Encryption at rest", encryption(), "Stores at durability full (memory: its only mode)."
     )
-    out += section("Telemetry", telemetry(), "On: the OpenTelemetry SDK, a no-op span exporter.")
+    out += section(
+        "Telemetry",
+        telemetry(),
+        "On: the OpenTelemetry SDK, a no-op span exporter. `list`: a page of 20.",
+    )
     out += section(
         "Retention sweeps",
         retention(),
-        "One sweep removing 90%: a store of checkpoints in a tenth as many streams, "
-        "rebuilt untimed before each sweep.",
+        f"One sweep removing 90%: a store of {retention_size(False):,} checkpoints "
+        f"({retention_size(True):,} in a quick run) in a tenth as many streams, rebuilt "
+        "untimed before each sweep. The saves: one at a time into a side stream of "
+        'such a store at durability="full", each save one pyperf value (so that p50 '
+        "and p99 are of single saves), while a sweep of the store runs in the same "
+        "event loop, against the same kind of store with no sweep.",
+    )
+    out += section(
+        "Space given back by a sweep",
+        space(),
+        "A count, not a timing: the bytes of every file of a store after closing it, "
+        "as built, after a sweep like the one above, and after `compact()` "
+        "(SQLite: a full `VACUUM`; the file store gives space back as it removes).",
     )
     out += section("Start-up of the command line", startup(), "Each a whole process.")
     out += ["## Before and after", ""]
@@ -325,7 +429,7 @@ def document(
         out += [
             f"Before: `{facts_b.get('source', '?')}` ({facts_b.get('date', '?')}); after: "
             f"`{facts['source']}`: one run at each end, each its own pyperf JSON, every "
-            "benchmark both have. A ratio below 1 is faster after.",
+            "benchmark both have. A ratio below 1 is faster (for a count: smaller) after.",
             "",
             *before_after(before, results),
             "",

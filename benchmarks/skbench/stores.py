@@ -10,6 +10,16 @@ Names: ``save/<subject>``, ``<read>@<size>/<subject>``, ``group@<tasks>/<subject
 ``floor-plain-write`` (the same, no fsync), ``floor-sqlite-FULL`` and
 ``floor-sqlite-NORMAL`` (``BEGIN IMMEDIATE; INSERT; COMMIT`` in WAL mode); and
 ``read/floor-redis-ping``, one round trip to Redis.
+
+``hop/worker-run`` and ``hop/to_thread``: a round trip to a worker thread and back
+with no work, through statekeeper's own worker (``Worker.run``, the door of every
+store thread) and through ``asyncio.to_thread``. ``wal-frames/<subject>`` is a count,
+not a timing: the WAL frames one commit appends, on our SQLite store, LangGraph's
+``SqliteSaver`` and the bare transaction at FULL.
+
+The reads run at :func:`sizes`; with ``large`` (opt-in, slow) also at :func:`large_size`,
+the stores and LangGraph's savers but not Agent Framework's (whose reads load every
+checkpoint of the workflow).
 """
 
 from __future__ import annotations
@@ -38,8 +48,16 @@ FLOORS = ("floor-durable-write", "floor-plain-write", "floor-sqlite-FULL", "floo
 READS = ("get_latest", "load", "first_page", "middle_page", "list_all")
 
 
+#: The opt-in read size (``--large``).
+LARGE = 100_000
+
+
 def sizes(quick: bool) -> tuple[int, ...]:
     return (120,) if quick else (1_000, 10_000)
+
+
+def large_size(quick: bool) -> int:
+    return 1_200 if quick else LARGE
 
 
 async def record_bytes() -> bytes:
@@ -89,12 +107,113 @@ def sqlite_transaction(path: Path, synchronous: str, data: bytes) -> Op:
     return op
 
 
-async def floor(ctx: Context, name: str) -> Op:
+FLOOR_DB = "floor.db"
+
+
+async def floor(place: Path, name: str) -> Op:
+    """The floor ``name`` (one of :data:`FLOORS`) writing into the directory ``place``
+    (a SQLite floor: into its database :data:`FLOOR_DB`)."""
     data = await record_bytes()
-    place = ctx.place(name)
     if name.startswith("floor-sqlite-"):
-        return sqlite_transaction(place / "floor.db", name.rsplit("-", 1)[1], data)
+        return sqlite_transaction(place / FLOOR_DB, name.rsplit("-", 1)[1], data)
     return durable_write(place, data, sync=name == "floor-durable-write")
+
+
+def _noop() -> None:
+    """The work of a hop: none."""
+
+
+def _hop(kind: str) -> Workload:
+    """One round trip to a thread and back, running :func:`_noop` there."""
+
+    async def make(ctx: Context) -> Op:
+        if kind == "to_thread":
+
+            async def to_thread() -> None:
+                await asyncio.to_thread(_noop)
+
+            return to_thread
+        from statekeeper._runtime.worker import Worker
+
+        worker = Worker("skbench-hop")
+
+        async def stop() -> None:
+            worker.stop()
+
+        ctx.closers.append(stop)
+
+        async def run() -> None:
+            await worker.run(_noop)
+
+        return run
+
+    return Workload(f"hop/{kind}", make)
+
+
+WAL_HEADER, FRAME_HEADER = 32, 24
+#: Commits counted per subject.
+WAL_COMMITS = 50
+
+
+def frames_per_commit(wal_bytes: int, page_size: int, reported: int, commits: int) -> float:
+    """WAL frames per commit over ``commits`` commits from an empty WAL: its size
+    after them (``wal_bytes``, a 32-byte header and frames of ``page_size`` + 24
+    bytes) must hold exactly the frames SQLite reports (``reported``, the log frames
+    of ``PRAGMA wal_checkpoint``). Raises ``ValueError`` if the size is not whole
+    frames, or if the two counts differ: a checkpoint restarted the WAL from its
+    start meanwhile, and the file is larger than the frames it holds."""
+    if commits <= 0:
+        raise ValueError("no commits to count frames over")
+    body = wal_bytes - WAL_HEADER if wal_bytes else 0
+    frames, rest = divmod(body, page_size + FRAME_HEADER)
+    if body < 0 or rest:
+        raise ValueError(f"a WAL of {wal_bytes} bytes is not whole frames of {page_size}")
+    if frames != reported:
+        raise ValueError(f"the WAL file holds {frames} frames, SQLite reports {reported}")
+    return frames / commits
+
+
+async def count_wal_frames(db: Path, commit: Op, commits: int = WAL_COMMITS) -> float:
+    """Frames per commit of ``commit`` (one transaction on the WAL-mode database
+    ``db``), called ``commits`` times after a TRUNCATE checkpoint emptied the WAL
+    (see :func:`frames_per_commit`). A connection of its own empties the WAL, then
+    holds a read transaction open on the database file while the commits run: no
+    checkpoint can copy a frame back meanwhile (SQLite's automatic one, or a
+    store's own), so none can start the WAL over, and it holds every frame."""
+    wal = db.with_name(db.name + "-wal")
+    observer = sqlite3.connect(db, isolation_level=None)
+    try:
+        page_size = observer.execute("PRAGMA page_size").fetchone()[0]
+        if observer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+            raise RuntimeError(f"{db.name}: the WAL could not be emptied (busy)")
+        observer.execute("BEGIN")
+        observer.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        try:
+            for _ in range(commits):
+                await commit()
+        finally:
+            observer.execute("COMMIT")
+        size = wal.stat().st_size if wal.exists() else 0
+        reported = observer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+    finally:
+        observer.close()
+    return frames_per_commit(size, page_size, reported, commits)
+
+
+def _wal_frames(subject: str) -> Workload:
+    async def count(ctx: Context) -> dict[str, tuple[float, str]]:
+        if subject.startswith("floor-"):
+            place = ctx.place(subject)
+            commit, db = await floor(place, subject), place / FLOOR_DB
+        else:
+            made = await ctx.fresh(subject)
+            assert made.place is not None
+            commit, db = made.save, next(made.place.glob("*.db"))
+        for _ in range(10):  # a few checkpoints there already, as in use
+            await commit()
+        return {f"wal-frames/{subject}": (await count_wal_frames(db, commit), "integer")}
+
+    return Workload(f"wal-frames/{subject}", count=count, needs=NEEDS.get(subject, ()))
 
 
 def _redis_ping() -> Workload:
@@ -113,7 +232,7 @@ def _redis_ping() -> Workload:
 def _save(subject: str) -> Workload:
     async def make(ctx: Context) -> Op:
         if subject.startswith("floor-"):
-            return await floor(ctx, subject)
+            return await floor(ctx.place(subject), subject)
         made = await ctx.fresh(subject)
         await made.fill(10)  # a few checkpoints there already, as in use
         return made.save
@@ -142,7 +261,7 @@ def _read(read: str, size: int, subject: str) -> Workload:
     async def make(ctx: Context) -> Op:
         return await read_op(await ctx.fixture(subject, size), read, size)
 
-    heavy = read == "list_all" or subject in SMALL_ONLY
+    heavy = read == "list_all" or subject in SMALL_ONLY or size >= LARGE
     return Workload(f"{read}@{size}/{subject}", make, needs=NEEDS.get(subject, ()), heavy=heavy)
 
 
@@ -289,21 +408,28 @@ def _api(workload: str, subject: str, size: int) -> Workload:
     return Workload(f"api/{workload}/{subject}", make, needs=NEEDS.get(subject, ()))
 
 
-def catalogue(quick: bool) -> list[Workload]:
+def catalogue(quick: bool, large: bool = False) -> list[Workload]:
     """Every store workload, in the order a run takes them: each of ours next to the
-    peers and floors it is compared with, so that they are measured close in time."""
+    peers and floors it is compared with, so that they are measured close in time;
+    ``large`` adds the reads at :func:`large_size`."""
     have = [*OURS, "redis", *PEERS, *AF]
     out = [_save(s) for s in [*have, *FLOORS]]
     out.append(_redis_ping())
-    small, large = sizes(quick)[0], sizes(quick)[-1]
+    out += [_hop("worker-run"), _hop("to_thread")]
+    out += [_wal_frames(s) for s in ("sqlite-full", "SqliteSaver", "floor-sqlite-FULL")]
+    small, biggest = sizes(quick)[0], sizes(quick)[-1]
     for size in sizes(quick):
         for read in READS:
             for s in [*READERS, *PEERS, *AF]:
-                if (size == small) != (s in SMALL_ONLY) and small != large:
+                if (size == small) != (s in SMALL_ONLY) and small != biggest:
                     continue  # the large size, but the server rows and AF-File's at the small
                 if read == "list_all" and s == "AF-File" and not quick:
                     continue  # reads every file per call: seconds
                 out.append(_read(read, size, s))
+    for read in READS if large else ():
+        out += [
+            _read(read, large_size(quick), s) for s in [*READERS, *PEERS] if s not in SMALL_ONLY
+        ]
     for tasks in (1, 8, 64):
         out += [_group(tasks, s) for s in ("sqlite-full", "file-full", "AsyncSqliteSaver")]
     embedded = ("sqlite-full", "file-full", "SqliteSaver", "AsyncSqliteSaver", "AF-File")

@@ -78,6 +78,8 @@ class Subject:
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.middle: Any = None
+        #: Its directory, once :meth:`skbench.harness.Context.fresh` opened it there.
+        self.place: Path | None = None
         self.step = 10**6  # states saved by the timed calls differ from the fixture's
 
     async def open(self, place: Path) -> None:
