@@ -48,7 +48,7 @@ from . import layout as fmt
 from .engine import Found, Writes
 from .fdcache import Descriptors
 from .files import Files, Txn, quietly
-from .indexes import IdTable, IndexDamaged
+from .indexes import IdTable, IndexDamaged, write_index
 from .io import syncfs_usable
 from .recovery import Rebuild, Recovery, slot_of
 
@@ -435,8 +435,16 @@ class Batches:
                 if self.files.durable:
                     self.files.io.fsync(self.files.fd("streams"))
             else:
-                idx.rewrite(
-                    self.files.fd("streams"), live, self.files.store_id, durable=self.files.durable
+                streams = self.files.fd("streams")
+                durable = self.files.durable
+                write_index(
+                    self.files.io,
+                    streams,
+                    sfile,
+                    idx.stream,
+                    live,
+                    self.files.store_id,
+                    durable=durable,
                 )
 
     def remove_empty_buckets(self) -> int:

@@ -19,8 +19,8 @@ import errno
 import os
 import stat
 import struct
-from collections.abc import Iterator
-from typing import Self
+from collections.abc import Callable, Iterator
+from typing import Self, TypeVar
 
 from ...errors import ConcurrentModificationError
 from . import layout as fmt
@@ -43,6 +43,7 @@ __all__ = [
 RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+T = TypeVar("T")
 
 
 class IndexDamaged(Exception):
@@ -90,12 +91,27 @@ _REPLACED_RETRIES = 8
 
 class Handle:
     """An open index file: ``close`` (or leaving a ``with`` block) releases it,
-    unless the writer's cache holds it (``keep``)."""
+    unless a descriptor cache holds it (``keep``). ``identity`` (device, inode) and
+    ``epoch`` (the writer's validation epoch it was last checked in) are the
+    cache's, see :mod:`.fdcache`."""
 
-    __slots__ = ()
-    io: FileIO
-    fd: int
-    keep: bool
+    __slots__ = ("epoch", "fd", "identity", "io", "keep")
+
+    def __init__(self, io: FileIO, fd: int, st: os.stat_result) -> None:
+        self.io = io
+        self.fd = fd
+        self.identity = (st.st_dev, st.st_ino)
+        self.keep = False
+        self.epoch = -1
+
+    @staticmethod
+    def checked(io: FileIO, fd: int, check: Callable[[], T]) -> T:
+        """``check()`` of a file just opened, closing ``fd`` if it raises."""
+        try:
+            return check()
+        except BaseException:
+            io.close(fd)
+            raise
 
     def close(self) -> None:
         if not self.keep:
@@ -107,6 +123,9 @@ class Handle:
     def __exit__(self, *exc: object) -> None:
         if not self.keep:  # close(), without the call (a kept handle is on hot paths)
             self.io.close(self.fd)
+
+    def sync(self) -> None:
+        self.io.fdatasync(self.fd)
 
 
 def pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
@@ -138,29 +157,12 @@ _SEQ_FIELD = struct.Struct(f"<Q{fmt.SLOT_SIZE - 8}x")
 class StreamIndex(Handle):
     """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
 
-    __slots__ = (
-        "_last",
-        "count",
-        "epoch",
-        "fd",
-        "identity",
-        "io",
-        "keep",
-        "name",
-        "size",
-        "stream",
-    )
+    __slots__ = ("_last", "count", "name", "size", "stream")
 
     def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
-        self.io = io
-        self.fd = fd
+        super().__init__(io, fd, st)
         self.name = name
         self.stream = stream
-        self.identity = (st.st_dev, st.st_ino)
-        #: Held in the writer's cache: ``close`` leaves the descriptor open.
-        self.keep = False
-        #: The writer cache's validation epoch this handle was last checked in.
-        self.epoch = -1
         # (size, sequence of the last slot) as this handle last wrote them.
         self._last: tuple[int, int] | None = None
         self.refresh(st.st_size)
@@ -197,32 +199,12 @@ class StreamIndex(Handle):
         key = (st.st_dev, st.st_ino, name)
         stream = headers.get(key) if headers is not None else None
         if stream is None:
-            try:
-                try:
-                    stream = fmt.parse_index_header(
-                        read_exact(io, fd, fmt.IDX_HEADER_SIZE, 0), store_id
-                    )
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise IndexDamaged(f"streams/{name}: {exc}") from None
-                if fmt.stream_file_name(stream) != name:
-                    raise IndexDamaged(
-                        f"streams/{name} names stream {stream!r}, which lives elsewhere"
-                    )
-            except BaseException:
-                io.close(fd)
-                raise
+            stream = cls.checked(io, fd, lambda: _stream_named(io, fd, name, store_id))
             if headers is not None:
                 if len(headers) >= _HEADERS_KEPT:
                     headers.clear()
                 headers[key] = stream
         return cls(io, fd, name, stream, st)
-
-    @staticmethod
-    def create(
-        io: FileIO, streams_fd: int, name: str, stream: str, store_id: str, *, durable: bool
-    ) -> None:
-        """Create an empty index atomically (temp file, rename), fsynced if ``durable``."""
-        write_index(io, streams_fd, name, stream, [], store_id, durable=durable)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -398,14 +380,24 @@ class StreamIndex(Handle):
         self.count = count
         self.size = self._offset(count)
 
-    def sync(self) -> None:
-        self.io.fdatasync(self.fd)
 
-    def rewrite(
-        self, streams_fd: int, slots: list[fmt.Slot], store_id: str, *, durable: bool
-    ) -> None:
-        """Replace the whole index with ``slots`` (compaction), atomically."""
-        write_index(self.io, streams_fd, self.name, self.stream, slots, store_id, durable=durable)
+def _stream_named(io: FileIO, fd: int, name: str, store_id: str) -> str:
+    """The stream a stream index's header names; it must live in ``name``."""
+    stream = _header(
+        io, fd, f"streams/{name}", fmt.IDX_HEADER_SIZE, fmt.parse_index_header, store_id
+    )
+    if fmt.stream_file_name(stream) != name:
+        raise IndexDamaged(f"streams/{name} names stream {stream!r}, which lives elsewhere")
+    return stream
+
+
+def _header(
+    io: FileIO, fd: int, where: str, size: int, parse: Callable[[bytes, str], T], store_id: str
+) -> T:
+    try:
+        return parse(read_exact(io, fd, size, 0), store_id)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise IndexDamaged(f"{where}: {exc}") from None
 
 
 def write_index(
@@ -418,28 +410,35 @@ def write_index(
     *,
     durable: bool,
 ) -> None:
-    """Write a whole stream index and rename it over ``name``: a reader sees the
-    old file or the new one, never a missing or half-written one."""
+    """Write a whole stream index (compaction, or an empty one) and rename it over
+    ``name``: see :func:`_replace`."""
+    body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
+    _replace(io, streams_fd, name, body, durable=durable)
+
+
+def _replace(io: FileIO, dir_fd: int, name: str, body: bytes, *, durable: bool) -> None:
+    """Write ``body`` to a temp file and rename it over ``name``, both fsynced if
+    ``durable``: a reader sees the old file or the new one, never a missing or
+    half-written one. On failure the temp file is removed."""
     tmp = f".{name}.tmp"
-    unlink_quiet(io, tmp, streams_fd)
-    fd = io.open(tmp, NEW, 0o666, dir_fd=streams_fd)
+    unlink_quiet(io, tmp, dir_fd)
+    fd = io.open(tmp, NEW, 0o666, dir_fd=dir_fd)
     try:
-        body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
         pwrite_all(io, fd, body, 0)
         if durable:
             io.fsync(fd)
     except BaseException:
         io.close(fd)
-        unlink_quiet(io, tmp, streams_fd)
+        unlink_quiet(io, tmp, dir_fd)
         raise
     io.close(fd)
     try:
-        io.rename(tmp, name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
+        io.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        unlink_quiet(io, tmp, streams_fd)
+        unlink_quiet(io, tmp, dir_fd)
         raise
     if durable:
-        io.fsync(streams_fd)
+        io.fsync(dir_fd)
 
 
 # -- the id table ----------------------------------------------------------------------
@@ -456,17 +455,11 @@ class IdTable(Handle):
     the caller confirms it against the record's own id.
     """
 
-    __slots__ = ("capacity", "epoch", "fd", "identity", "io", "keep")
+    __slots__ = ("capacity",)
 
     def __init__(self, io: FileIO, fd: int, capacity: int, st: os.stat_result) -> None:
-        self.io = io
-        self.fd = fd
+        super().__init__(io, fd, st)
         self.capacity = capacity
-        self.identity = (st.st_dev, st.st_ino)
-        #: Held in the writer's cache: ``close`` leaves the descriptor open.
-        self.keep = False
-        #: The writer cache's validation epoch this handle was last checked in.
-        self.epoch = -1
 
     @classmethod
     def open(cls, io: FileIO, root_fd: int, store_id: str, *, write: bool = False) -> IdTable:
@@ -474,18 +467,7 @@ class IdTable(Handle):
             fd, st = open_regular(io, fmt.IDS_NAME, RW if write else RO, root_fd)
         except FileNotFoundError:
             raise IndexDamaged(f"{fmt.IDS_NAME} is missing") from None
-        try:
-            try:
-                capacity = fmt.parse_ids_header(
-                    read_exact(io, fd, fmt.IDS_HEADER_SIZE, 0), store_id
-                )
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise IndexDamaged(f"{fmt.IDS_NAME}: {exc}") from None
-            if st.st_size < fmt.IDS_HEADER_SIZE + capacity * fmt.IDS_SLOT.size:
-                raise IndexDamaged(f"{fmt.IDS_NAME} is truncated")
-        except BaseException:
-            io.close(fd)
-            raise
+        capacity = cls.checked(io, fd, lambda: _capacity(io, fd, st, store_id))
         return cls(io, fd, capacity, st)
 
     def _probe(self, key: int) -> Iterator[tuple[int, int, int]]:
@@ -585,47 +567,23 @@ class IdTable(Handle):
         return True
 
     def find(self, key: int, seq: int) -> int | None:
+        """The position of the live entry ``key -> seq``, or ``None``."""
         for p, k, s in self._probe(key):
             if k == key and s == seq:
                 return p
         return None
 
     def insert(self, key: int, seq: int) -> bool:
-        """Store ``key -> seq`` unless it is there: in the first tombstoned slot of the
-        probe sequence, or the empty slot that ends it. Returns whether it took an
-        empty slot (the caller counts those to know when to grow)."""
-        mask = self.capacity - 1
-        free: int | None = None
-        after = key & mask  # the slot after the last one probed: empty, unless full
-        probed = 0
-        for pos, skey, sseq in self._probe(key):
-            if skey == key and sseq == seq:
-                return False
-            if free is None and sseq & fmt.TOMBSTONE:
-                free = pos
-            after = (pos + 1) & mask
-            probed += 1
-        empty = free is None
-        if free is None:
-            if probed >= self.capacity:
-                raise IndexDamaged(f"{fmt.IDS_NAME} is full")
-            free = after
-        pwrite_all(
-            self.io,
-            self.fd,
-            fmt.IDS_SLOT.pack(key, seq),
-            fmt.IDS_HEADER_SIZE + free * fmt.IDS_SLOT.size,
-        )
+        """Store ``key -> seq`` unless it is there, where :meth:`probe` says. Returns
+        whether it took an empty slot (the caller counts those to know when to grow)."""
+        live, free, empty = self.probe(key)
+        if any(s == seq for _, s in live):
+            return False
+        self.put(free, key, seq)
         return empty
 
     def tombstone(self, pos: int, key: int, seq: int) -> None:
-        size = fmt.IDS_SLOT.size
-        pwrite_all(
-            self.io,
-            self.fd,
-            fmt.IDS_SLOT.pack(key, seq | fmt.TOMBSTONE),
-            fmt.IDS_HEADER_SIZE + pos * size,
-        )
+        self.put(pos, key, seq | fmt.TOMBSTONE)
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """Every live ``(position, key, seq)``, in slot order."""
@@ -637,9 +595,6 @@ class IdTable(Handle):
             for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
                 if skey and not sseq & fmt.TOMBSTONE:
                     yield pos + k, skey, sseq
-
-    def sync(self) -> None:
-        self.io.fdatasync(self.fd)
 
     @staticmethod
     def build(
@@ -663,23 +618,14 @@ class IdTable(Handle):
             while table[pos * size : pos * size + size] != bytes(size):
                 pos = (pos + 1) & mask
             fmt.IDS_SLOT.pack_into(table, pos * size, key, seq)
-        tmp = f".{fmt.IDS_NAME}.tmp"
-        unlink_quiet(io, tmp, root_fd)
-        fd = io.open(tmp, NEW, 0o666, dir_fd=root_fd)
-        try:
-            pwrite_all(io, fd, fmt.ids_header(capacity, store_id) + bytes(table), 0)
-            if durable:
-                io.fsync(fd)
-        except BaseException:
-            io.close(fd)
-            unlink_quiet(io, tmp, root_fd)
-            raise
-        io.close(fd)
-        try:
-            io.rename(tmp, fmt.IDS_NAME, src_dir_fd=root_fd, dst_dir_fd=root_fd)
-        except BaseException:
-            unlink_quiet(io, tmp, root_fd)
-            raise
-        if durable:
-            io.fsync(root_fd)
+        body = fmt.ids_header(capacity, store_id) + bytes(table)
+        _replace(io, root_fd, fmt.IDS_NAME, body, durable=durable)
         return len(entries)
+
+
+def _capacity(io: FileIO, fd: int, st: os.stat_result, store_id: str) -> int:
+    """The capacity the id table's header names; the file must hold its slots."""
+    capacity = _header(io, fd, fmt.IDS_NAME, fmt.IDS_HEADER_SIZE, fmt.parse_ids_header, store_id)
+    if st.st_size < fmt.IDS_HEADER_SIZE + capacity * fmt.IDS_SLOT.size:
+        raise IndexDamaged(f"{fmt.IDS_NAME} is truncated")
+    return capacity

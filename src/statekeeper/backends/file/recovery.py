@@ -230,11 +230,12 @@ class Rebuild:
         """Create an empty stream index, then count it in ``state`` (so fewer index
         files than counted means one went missing; a crash in between leaves one
         more file than counted, which the next open counts)."""
-        StreamIndex.create(
+        write_index(
             self.files.io,
             self.files.fd("streams"),
             sfile,
             stream,
+            [],
             self.files.store_id,
             durable=self.files.durable,
         )
