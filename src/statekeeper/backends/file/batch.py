@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Literal
 
@@ -45,10 +45,10 @@ from ...errors import (
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import layout as fmt
-from .engine import Found, Writes
+from .engine import Found, Victim, Writes
 from .fdcache import Descriptors
 from .files import Files, Txn, quietly
-from .indexes import IdTable, IndexDamaged, write_index
+from .indexes import IdTable, IndexDamaged, StreamIndex, write_index
 from .io import syncfs_usable
 from .recovery import Rebuild, Recovery, slot_of
 
@@ -224,7 +224,7 @@ class Batches:
         hi = lo + len(sealed) - 1
         tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
         try:
-            self._publish_group(sealed, blobs)
+            self._write_files(sealed, blobs, renamed=True)
         except BaseException:
             quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
@@ -235,11 +235,6 @@ class Batches:
             quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
         self.rebuild.sync_mark_if_due(tx, ids)
-
-    def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
-        """Temp files, one sync group, renames in sequence order, one fsync per
-        bucket directory. On failure the caller removes what is left."""
-        self._write_files(sealed, blobs, renamed=True)
 
     def _write_files(
         self, sealed: list[StoredRecord], blobs: list[bytes], *, renamed: bool
@@ -324,28 +319,16 @@ class Batches:
         operations as the journal can name (one, unless the streams' index names
         do not fit in it), each with one flush per file it touches."""
         with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
-            groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
+            groups: dict[str, list[Victim]] = {}
             unreadable: list[int] = []
             for cid in cids:
                 found = self.writes.find_record(ids, cid)
-                if found is None:
+                if found is None or (found.record is not None and found.record.is_expired(now)):
                     continue
-                if found.record is not None:
-                    if found.record.is_expired(now):
-                        continue
-                    sfile: str | None = fmt.stream_file_name(found.record.stream)
-                else:
+                if found.record is None:
                     unreadable.append(found.seq)
-                    sfile = self.rebuild.stream_of(found.seq, cid)
-                victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
-                if sfile is not None:
-                    idx = self.fdcache.open_index(sfile)
-                    if idx is not None:
-                        with idx:
-                            pos = idx.find(found.seq)
-                            if pos is not None:
-                                victim = (pos, idx.slot(pos))
-                groups.setdefault(sfile or "", []).append(victim)
+                sfile, victim = self.writes.victim(cid, found)
+                groups.setdefault(sfile, []).append(victim)
             for chunk in _chunks(groups):
                 self.writes.delete_groups(tx, ids, chunk)
             if unreadable:
@@ -355,66 +338,58 @@ class Batches:
     # -- prune, delete_stream, purge_expired ---------------------------------------------
 
     def prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
-        with self.recovery.writing() as tx:
-            idx = self.fdcache.open_index(sfile)
-            if idx is None:
-                return 0
-            victims: list[tuple[int | None, fmt.Slot]] = []
-            with idx:
-                kept = 0
-                for pos, slot in idx.walk(idx.count - 1, -1):
-                    if not slot.live or slot.expired(now_us):
-                        continue
-                    if kept < keep_last:
-                        kept += 1
-                    else:
-                        victims.append((pos, slot))
-            with self.fdcache.open_ids(write=True) as ids:
-                self.writes.delete_groups(tx, ids, {sfile: victims})
-            self._compact(tx, sfile)
-            return len(victims)
+
+        def pick(idx: StreamIndex) -> list[Victim]:
+            newest = idx.walk(idx.count - 1, -1)
+            live: list[Victim] = [(p, s) for p, s in newest if s.live and not s.expired(now_us)]
+            return live[keep_last:]
+
+        return len(self._remove(fmt.stream_file_name(stream), pick))
 
     def delete_stream(self, stream: str, now: datetime) -> int:
-        sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
-        with self.recovery.writing() as tx:
-            idx = self.fdcache.open_index(sfile)
-            if idx is None:
-                return 0
-            with idx:
-                victims: list[tuple[int | None, fmt.Slot]] = [
-                    (pos, slot) for pos, slot in idx.walk(0, 1) if slot.live
-                ]
-            with self.fdcache.open_ids(write=True) as ids:
-                self.writes.delete_groups(tx, ids, {sfile: victims})
-            self._compact(tx, sfile)
-            return sum(1 for _, slot in victims if not slot.expired(now_us))
+
+        def pick(idx: StreamIndex) -> list[Victim]:
+            return [(p, s) for p, s in idx.walk(0, 1) if s.live]
+
+        victims = self._remove(fmt.stream_file_name(stream), pick)
+        return sum(1 for _, slot in victims if not slot.expired(now_us))
 
     def purge_expired(self, now: datetime) -> int:
         """Remove expired checkpoints stream by stream, releasing the lock in between
         so other writers are not held up for the whole pass."""
         now_us = fmt.to_micros(now)
-        removed = 0
-        for sfile in sorted(self.fdcache.index_files()):
-            with self.recovery.writing() as tx:
-                try:
-                    idx = self.fdcache.open_index(sfile)
-                except IndexDamaged:
-                    continue
-                if idx is None:
-                    continue
-                with idx:
-                    victims: list[tuple[int | None, fmt.Slot]] = [
-                        (pos, s) for pos, s in idx.walk(0, 1) if s.live and s.expired(now_us)
-                    ]
-                if victims:
-                    with self.fdcache.open_ids(write=True) as ids:
-                        self.writes.delete_groups(tx, ids, {sfile: victims})
-                    self._compact(tx, sfile)
-                removed += len(victims)
-        return removed
+
+        def pick(idx: StreamIndex) -> list[Victim]:
+            return [(p, s) for p, s in idx.walk(0, 1) if s.live and s.expired(now_us)]
+
+        files = sorted(self.fdcache.index_files())
+        return sum(len(self._remove(sfile, pick, purge=True)) for sfile in files)
+
+    def _remove(
+        self, sfile: str, pick: Callable[[StreamIndex], list[Victim]], *, purge: bool = False
+    ) -> list[Victim]:
+        """Under one lock hold, delete the slots ``pick`` chooses from stream index
+        ``sfile`` (none if it is missing, or damaged for ``purge``), then compact
+        it (for ``purge``, only if it lost any)."""
+        with self.recovery.writing() as tx:
+            try:
+                idx = self.fdcache.open_index(sfile)
+            except IndexDamaged:
+                if not purge:
+                    raise
+                return []
+            if idx is None:
+                return []
+            with idx:
+                victims = pick(idx)
+            if victims:
+                with self.fdcache.open_ids(write=True) as ids:
+                    self.writes.delete_groups(tx, ids, {sfile: victims})
+            if victims or not purge:
+                self._compact(tx, sfile)
+            return victims
 
     def _compact(self, tx: Txn, sfile: str) -> None:
         """Rewrite a stream index without its dead slots once they dominate it, and
@@ -471,10 +446,10 @@ class Batches:
 
 
 def _chunks(
-    groups: dict[str, list[tuple[int | None, fmt.Slot]]],
-) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:
+    groups: dict[str, list[Victim]],
+) -> list[dict[str, list[Victim]]]:
     """``groups`` split so that each part's index names fit in one journal."""
-    out: list[dict[str, list[tuple[int | None, fmt.Slot]]]] = [{}]
+    out: list[dict[str, list[Victim]]] = [{}]
     length = 0
     for sfile, victims in groups.items():
         if out[-1] and length + len(sfile) + 1 > _MAX_JOURNAL_NAMES:

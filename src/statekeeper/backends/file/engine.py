@@ -43,7 +43,7 @@ from ...record import NewRecord, RecordEdits, StoredRecord
 from . import layout as fmt
 from .fdcache import Descriptors
 from .files import RO_FILE, RW_FILE, Files, RecordProblem, StateFile, Txn, WriteLock, quietly
-from .indexes import IdTable, IndexDamaged
+from .indexes import IdTable, IndexDamaged, replace_file
 from .io import FileIO
 from .recovery import Rebuild, Recovery
 
@@ -53,6 +53,8 @@ _log = logging.getLogger("statekeeper.backends.file")
 _CREAT = os.O_CREAT
 _APPEND = os.O_APPEND
 T = TypeVar("T")
+#: A slot to delete and its position in its stream index (``None``: not there).
+Victim = tuple[int | None, fmt.Slot]
 
 
 class FileEngine:
@@ -152,15 +154,9 @@ class FileEngine:
 
     def _open_read_only(self, root: int) -> fmt.Meta:
         """Open without writing a byte: no lock file, no recovery, no rebuild."""
-        if fmt.META_NAME not in self.files.io.listdir(root):
+        meta = self._read_meta(root) if fmt.META_NAME in self.files.io.listdir(root) else None
+        if meta is None:
             raise self._not_found()
-        try:
-            data = self.files.read_file(root, fmt.META_NAME)
-        except RecordProblem as exc:
-            raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
-        if data is None:
-            raise self._not_found()
-        meta = fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
         self.files.identify(meta.store_id)
         for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
             try:
@@ -215,20 +211,19 @@ class FileEngine:
             "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
         )
         with self.lock.held():
-            try:
-                data = self.files.read_file(root, fmt.META_NAME)
-            except RecordProblem as exc:
-                raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
-            if data is not None:
-                return fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
-            meta = fmt.Meta.new(now)
-            # Creating a store is always made durable, whatever the durability option.
-            tmp = f".{fmt.META_NAME}.tmp"
-            self.files.unlink_quiet(tmp, root)
-            self.files.write_new(root, tmp, meta.to_bytes(), sync=True)
-            self.files.io.rename(tmp, fmt.META_NAME, src_dir_fd=root, dst_dir_fd=root)
-            self.files.io.fsync(root)
+            meta = self._read_meta(root)
+            if meta is None:
+                meta = fmt.Meta.new(now)
+                # Creating a store is always made durable, whatever the durability option.
+                replace_file(self.files.io, root, fmt.META_NAME, meta.to_bytes(), durable=True)
             return meta
+
+    def _read_meta(self, root: int) -> fmt.Meta | None:
+        try:
+            data = self.files.read_file(root, fmt.META_NAME)
+        except RecordProblem as exc:
+            raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
+        return None if data is None else fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
 
     def _open_state(self) -> int:
         root = self.files.fd("root")
@@ -237,11 +232,8 @@ class FileEngine:
         except FileNotFoundError:
             # Both copies empty: the first transaction finds no state and rebuilds
             # it from the records (a new store, or one whose state file was lost).
-            tmp = f".{fmt.STATE_NAME}.tmp"
-            self.files.unlink_quiet(tmp, root)
-            self.files.write_new(root, tmp, bytes(fmt.STATE_SIZE), sync=True)
-            self.files.io.rename(tmp, fmt.STATE_NAME, src_dir_fd=root, dst_dir_fd=root)
-            self.files.io.fsync(root)
+            empty = bytes(fmt.STATE_SIZE)
+            replace_file(self.files.io, root, fmt.STATE_NAME, empty, durable=True)
             fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
         except OSError as exc:
             self._refuse_linked_state(exc)
@@ -634,31 +626,27 @@ class Writes:
             return True
 
     def delete_found(self, tx: Txn, ids: IdTable, cid: str, found: Found) -> None:
-        if found.record is not None:
-            sfile: str | None = fmt.stream_file_name(found.record.stream)
-        else:
-            sfile = self.rebuild.stream_of(found.seq, cid)
-        victims: list[tuple[int | None, fmt.Slot]] = [(None, fmt.Slot(found.seq, cid))]
-        if sfile is not None:
-            idx = self.fdcache.open_index(sfile)
-            if idx is not None:
-                with idx:
-                    pos = idx.find(found.seq)
-                    if pos is not None:
-                        victims = [(pos, idx.slot(pos))]
-        self._delete_slots(tx, ids, sfile or "", victims)
+        sfile, victim = self.victim(cid, found)
+        self.delete_groups(tx, ids, {sfile: [victim]})
         if found.record is None:
             self.recovery.delete_orphan_done(tx, [found.seq])
 
-    def _delete_slots(
-        self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
-    ) -> None:
-        """Delete records of one stream index (see :meth:`delete_groups`)."""
-        self.delete_groups(tx, ids, {sfile: victims})
+    def victim(self, cid: str, found: Found) -> tuple[str, Victim]:
+        """The stream index file of ``found`` (``""`` if unknown) and its slot there
+        (at position ``None`` if the index does not hold it)."""
+        if found.record is not None:
+            sfile = fmt.stream_file_name(found.record.stream)
+        else:
+            sfile = self.rebuild.stream_of(found.seq, cid) or ""
+        idx = self.fdcache.open_index(sfile) if sfile else None
+        if idx is not None:
+            with idx:
+                pos = idx.find(found.seq)
+                if pos is not None:
+                    return sfile, (pos, idx.slot(pos))
+        return sfile, (None, fmt.Slot(found.seq, cid))
 
-    def delete_groups(
-        self, tx: Txn, ids: IdTable, groups: dict[str, list[tuple[int | None, fmt.Slot]]]
-    ) -> None:
+    def delete_groups(self, tx: Txn, ids: IdTable, groups: dict[str, list[Victim]]) -> None:
         """Delete records of one or more stream indexes (``""``: records no index
         names) as one operation: journal, mark their slots dead, drop their ids,
         unlink the files, trim trailing dead slots. In full durability each step

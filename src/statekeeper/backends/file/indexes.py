@@ -36,6 +36,7 @@ __all__ = [
     "StreamIndex",
     "open_regular",
     "pwrite_all",
+    "replace_file",
     "unlink_quiet",
     "write_index",
 ]
@@ -411,12 +412,12 @@ def write_index(
     durable: bool,
 ) -> None:
     """Write a whole stream index (compaction, or an empty one) and rename it over
-    ``name``: see :func:`_replace`."""
+    ``name``: see :func:`replace_file`."""
     body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
-    _replace(io, streams_fd, name, body, durable=durable)
+    replace_file(io, streams_fd, name, body, durable=durable)
 
 
-def _replace(io: FileIO, dir_fd: int, name: str, body: bytes, *, durable: bool) -> None:
+def replace_file(io: FileIO, dir_fd: int, name: str, body: bytes, *, durable: bool) -> None:
     """Write ``body`` to a temp file and rename it over ``name``, both fsynced if
     ``durable``: a reader sees the old file or the new one, never a missing or
     half-written one. On failure the temp file is removed."""
@@ -619,7 +620,7 @@ class IdTable(Handle):
                 pos = (pos + 1) & mask
             fmt.IDS_SLOT.pack_into(table, pos * size, key, seq)
         body = fmt.ids_header(capacity, store_id) + bytes(table)
-        _replace(io, root_fd, fmt.IDS_NAME, body, durable=durable)
+        replace_file(io, root_fd, fmt.IDS_NAME, body, durable=durable)
         return len(entries)
 
 
