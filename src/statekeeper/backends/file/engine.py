@@ -1,23 +1,13 @@
-"""The engine of a file store: :class:`FileEngine`, the one owner of its files,
-lock, state and descriptor cache, which opens and closes the store; and
+"""The engine of a file store: :class:`FileEngine`, the owner of its files, lock,
+state and descriptor cache, which opens and closes the store; and
 :class:`Writes`, the one-record writes.
 
-Opening: a writable open takes the write lock, finishes a crashed writer's
-journal, after a machine restart re-indexes what a power cut may have lost (see
-:mod:`.recovery`), and then rebuilds from the records whatever the cheap checks
-find damaged or missing (no record is read; damage they cannot see, a corrupt
-slot in the middle of an index, is met by the reads, which answer from the
-records, and reported by ``verify``). ``create=False`` never creates a store; a
-``read_only`` open writes nothing at all (no lock file, no recovery, no rebuild)
-and, when the indexes cannot be trusted, sends the reads to the records.
-
-Writing: every write runs under the write lock (``flock`` on ``lock``) and
-follows one rule: the *record file* is published first (temp file, fsync,
-rename, fsync of its directory) and the soft indexes follow, with the operation
-named in the journal first so that a crash at any point is finished by the next
-lock holder. The indexes are not fsynced on the save path. Deletes and updates,
-which change old index entries, flush what they change before the record file
-goes, so a power cut never resurrects a deleted checkpoint.
+Every write runs under the write lock and names its operation in the journal
+first, so a crash at any point is finished by the next lock holder. The record
+file is published first (temp file, fsync, rename, fsync of its directory), the
+indexes follow, unflushed on the save path; deletes and updates flush the index
+entries they change before the record file goes, so a power cut never
+resurrects a deleted checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +17,6 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TypeVar
 
 from ..._runtime.inline import WORKER, Budget
 from ...errors import (
@@ -50,9 +39,6 @@ from .recovery import Rebuild, Recovery
 __all__ = ["FileEngine", "Found", "Writes"]
 
 _log = logging.getLogger("statekeeper.backends.file")
-_CREAT = os.O_CREAT
-_APPEND = os.O_APPEND
-T = TypeVar("T")
 #: A slot to delete and its position in its stream index (``None``: not there).
 Victim = tuple[int | None, fmt.Slot]
 
@@ -60,9 +46,7 @@ Victim = tuple[int | None, fmt.Slot]
 class FileEngine:
     """The one owner of a file store's directory, write lock, state file and
     descriptor cache; it opens and closes the store and holds the write side's
-    parts (the rebuild, the recovery, the one-record writes), each given the
-    collaborators it uses. The read side and the batches are built over these
-    parts by the store (:class:`~.store.FileCheckpointStore`)."""
+    parts (the rebuild, the recovery, the one-record writes)."""
 
     def __init__(
         self,
@@ -86,8 +70,6 @@ class FileEngine:
         self.files = Files(
             root, io, durable=durable, max_record_bytes=max_record_bytes, holding=self.lock.holding
         )
-        #: Every descriptor kept open across calls, the lock holder's and the inline
-        #: readers'.
         self.fdcache = Descriptors(self.files)
         self.files.cache = self.fdcache
         self.statefile = StateFile(self.files)
@@ -95,14 +77,7 @@ class FileEngine:
             self.files, self.fdcache, self.statefile, sync_interval=sync_interval
         )
         self.recovery = Recovery(self.files, self.fdcache, self.statefile, self.lock, self.rebuild)
-        self.writes = Writes(
-            self.files,
-            self.fdcache,
-            self.statefile,
-            self.rebuild,
-            self.recovery,
-            sync_interval=sync_interval,
-        )
+        self.writes = Writes(self.files, self.fdcache, self.statefile, self.rebuild, self.recovery)
 
     def close(self) -> None:
         """Close every descriptor, once the calls in flight are done."""
@@ -113,11 +88,12 @@ class FileEngine:
     # -- opening -------------------------------------------------------------------------
 
     def open(self, now: datetime) -> fmt.Meta:
-        """Open the store (creating it if ``create``); finish a crashed writer's
-        journal, after a machine restart re-index what a power cut may have lost, and
-        rebuild from the records what is damaged or missing. A read-only open does
-        none of that and writes nothing: it reads from the records instead when the
-        indexes cannot be trusted (``degraded``)."""
+        """Open the store (creating it if ``create``). A writable open takes the
+        lock, finishes a crashed writer's journal, after a machine restart
+        re-indexes what a power cut may have lost, and rebuilds from the records
+        what the cheap checks find damaged or missing (no record is read). A
+        ``read_only`` open writes nothing; when the indexes cannot be trusted
+        (``degraded``), the reads go to the records."""
         try:
             root = self.files.io.open_root(self.files.root, create=self.create)
         except (FileNotFoundError, NotADirectoryError):
@@ -137,7 +113,7 @@ class FileEngine:
                     self.files.adopt("streams", self._subdir(fmt.STREAMS_DIR))
                     self.files.adopt("state", self._open_state())
                     dirty = self.files.io.open(
-                        fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
+                        fmt.DIRTY_NAME, RW_FILE | os.O_CREAT | os.O_APPEND, 0o666, dir_fd=root
                     )
                     self.files.adopt("dirty", dirty)
                     self._startup_recovery()
@@ -208,7 +184,7 @@ class FileEngine:
             if not self.create:
                 raise self._not_found()
         self.files.adopt(
-            "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
+            "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | os.O_CREAT, 0o666, dir_fd=root)
         )
         with self.lock.held():
             meta = self._read_meta(root)
@@ -268,7 +244,10 @@ class FileEngine:
                 self.recovery.recover_journal(tx)
         except IndexDamaged as exc:
             reasons.append(str(exc))
-        reasons += self._damage_at_open(tx)
+        damage, files = self._damage(tx.state)
+        reasons += damage
+        if tx.state.streams is None or files > tx.state.streams:
+            tx.commit(extra=tx.state.with_extra(streams=files))
         if reasons:
             _log.warning(
                 "file store %s: rebuilding its indexes from the records: %s",
@@ -280,24 +259,21 @@ class FileEngine:
             tx.commit(boot=boot)
             tx.sync()
 
-    def _damage_at_open(self, tx: Txn) -> list[str]:
-        """What is wrong with the derived data, from cheap checks (under the lock).
-        Also records the stream count in a store that has none yet."""
+    def _damage(self, state: fmt.State) -> tuple[list[str], int]:
+        """What the cheap checks (no record is read) find wrong with the derived
+        data, and how many stream index files there are."""
         reasons: list[str] = []
         try:
             self.fdcache.open_ids().close()
         except IndexDamaged as exc:
             reasons.append(str(exc))
         files = len(self.fdcache.index_files())
-        want = tx.state.streams
-        if want is not None and files < want:
-            reasons.append(f"{want - files} stream index file(s) are missing")
-        elif want is None or files > want:
-            tx.commit(extra=tx.state.with_extra(streams=files))
+        if state.streams is not None and files < state.streams:
+            reasons.append(f"{state.streams - files} stream index file(s) are missing")
         top = self.rebuild.max_on_disk()
-        if top > tx.state.hwm:
-            reasons.append(f"record {top} is above the high-water mark {tx.state.hwm}")
-        return reasons
+        if top > state.hwm:
+            reasons.append(f"record {top} is above the high-water mark {state.hwm}")
+        return reasons, files
 
     def _damage_read_only(self) -> str | None:
         """Why this read-only open cannot trust the indexes (``None``: it can). The
@@ -311,14 +287,9 @@ class FileEngine:
             return "the state file is missing or unreadable"
         if state.torn:
             return "a copy of the state file is damaged"
-        try:
-            self.fdcache.open_ids().close()
-        except IndexDamaged as exc:
-            return str(exc)
-        if state.streams is not None and len(self.fdcache.index_files()) < state.streams:
-            return "a stream index file is missing"
-        if self.rebuild.max_on_disk() > state.hwm:
-            return "a record is above the high-water mark"
+        damage, _ = self._damage(state)
+        if damage:
+            return damage[0]
         journal = state.journal
         if (
             journal is not None
@@ -375,9 +346,8 @@ class Found:
 
 
 class Writes:
-    """The one-record writes (save, update, delete, prune, purge), each under the
-    write lock (:meth:`.recovery.Recovery.writing`): a part, given the store's
-    directory, the descriptor cache, the state file, the rebuild and the recovery."""
+    """The one-record writes (save, update, delete), each under the write lock
+    (:meth:`.recovery.Recovery.writing`)."""
 
     def __init__(
         self,
@@ -386,15 +356,12 @@ class Writes:
         statefile: StateFile,
         rebuild: Rebuild,
         recovery: Recovery,
-        *,
-        sync_interval: int,
     ) -> None:
         self.files = files
         self.fdcache = fdcache
         self.statefile = statefile
         self.rebuild = rebuild
         self.recovery = recovery
-        self.sync_interval = sync_interval
 
     # -- save ---------------------------------------------------------------------------
 
@@ -414,7 +381,7 @@ class Writes:
 
     def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
         """The body of :meth:`insert`, under the lock."""
-        if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
+        if tx.state.hwm + 1 - tx.state.synced >= self.rebuild.sync_interval:
             budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
         ids = self.fdcache.open_ids(write=True)
