@@ -1,32 +1,21 @@
-"""The writes of many records at once: ``save_many``, the group commit of
-concurrent saves (:meth:`Batches.insert_group`, S15), ``delete_many``,
-``prune``, ``delete_stream`` and ``purge_expired``, each under one lock hold (the
-purge, one per stream).
+"""The writes of many records at once, each under one lock hold (the purge, one
+per stream): ``save_many``, the group commit of concurrent saves, ``delete_many``,
+``prune``, ``delete_stream`` and ``purge_expired``.
 
-``save_many`` (:meth:`Batches.insert_many`) is all or nothing, also after a
-crash at any point, and no reader sees part of it. Under the write lock:
+``save_many`` (:meth:`Batches.insert_many`) is all or nothing, also after a crash
+at any point, and no reader sees part of it:
 
 1. every id is checked (a live one raises ``PreconditionFailed`` before anything
-   is written), every record sealed and size-checked, sequences ``lo..hi``
-   reserved;
-2. the intent: ``state`` gets the high-water mark ``hi`` and the journal
-   ``batch lo..hi``, made durable (full) before the first record file exists;
-3. every record file is created under its final name (no temp, no rename: the
-   journal hides them), then the whole group is made durable at once: one
-   ``syncfs(2)`` of the store's file system, or one ``fsync`` per file where
-   ``syncfs`` is not usable (``batch_sync="fsync"``, other systems);
-4. the commit: the journal becomes ``batched lo..hi``, made durable. From here
-   recovery rolls the batch forward; before, it rolls it back;
-5. the stream indexes and the id table (soft, not flushed), then the journal is
-   cleared: that one write of ``state`` is the instant readers start to see
-   the batch.
-
-Readers take no lock: every read starts from ``state`` and shows nothing above
-:func:`.layout.visible_cap` (``lo - 1`` while a batch is in the journal, else the
-high-water mark it read). Recovery, by the next lock holder, a writable open,
-``repair`` or a reader that finds the lock free: ``batch`` removes every record
-file ``lo..hi``; ``batched`` indexes them if each sequence has a valid record,
-and otherwise (only after a power cut in ``durability="fast"``) removes them.
+   is written), every record sealed and size-checked;
+2. ``state`` gets the high-water mark ``hi`` and the journal ``batch lo..hi``,
+   durably (full) before the first record file exists;
+3. every record file is created under its final name, then the group is made
+   durable at once (one ``syncfs``, or one ``fsync`` per file, ``batch_sync``);
+4. the journal becomes ``batched lo..hi``, durably: from here recovery rolls the
+   batch forward (indexes it if each sequence has a valid record, else, only
+   after a power cut in ``durability="fast"``, removes it); before, back;
+5. the indexes (soft), then the journal is cleared: readers, which show nothing
+   above :func:`.layout.visible_cap`, see the whole batch from that write on.
 """
 
 from __future__ import annotations
@@ -66,9 +55,7 @@ _COMPACT_MIN_DEAD = 64
 
 
 class Batches:
-    """``save_many``, the group commit of concurrent saves and ``delete_many``: a
-    part given the store's directory, the descriptor cache, the rebuild, the
-    recovery and the one-record writes it shares its checks and deletes with."""
+    """The writes of many records (see the module docstring)."""
 
     def __init__(
         self,
@@ -97,9 +84,7 @@ class Batches:
             ids = self.fdcache.open_ids(write=True)
             try:
                 self._check_new_ids(tx, ids, records)
-                if tx.state.ids_used + n > ids.capacity // 2:
-                    ids.close()
-                    ids = self.rebuild.rebuild_ids(tx)
+                ids = self.writes.grown(tx, ids, n)
                 lo = tx.state.hwm + 1
                 hi = lo + n - 1
                 sealed = [record.seal(lo + i) for i, record in enumerate(records)]
@@ -115,18 +100,10 @@ class Batches:
                 except BaseException:
                     quietly(lambda: self.recovery.roll_back_batch(tx, lo, hi))
                     raise
-                try:
-                    took = self.rebuild.index(tx, ids, [(r.stream, slot_of(r)) for r in sealed])
-                    tx.commit(journal=None, ids_used=tx.state.ids_used + took)
-                    # Durably: a torn later write of state falls back to the other
-                    # copy, which must not be this batch's "batch" intent (that
-                    # would take back an acknowledged batch).
-                    tx.sync()
-                except BaseException:
-                    # The caller will hear that save_many failed: take it all back.
-                    quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
-                    raise
-                self.rebuild.sync_mark_if_due(tx, ids)
+                # Durably: a torn later write of state falls back to the other copy,
+                # which must not be this batch's "batch" intent (that would take
+                # back an acknowledged batch).
+                self._index_batch(tx, ids, lo, hi, sealed, sync=True)
             finally:
                 ids.close()
         return [one.header for one in sealed]
@@ -134,42 +111,32 @@ class Batches:
     # -- group commit (S15) ---------------------------------------------------------------
 
     def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
-        """Save ``records`` as independent saves that share one lock hold and one
-        fsync group (group commit, S15); one outcome per record, in order.
+        """Save ``records`` as independent saves sharing one lock hold and one fsync
+        group (S15); one outcome per record, in order. A live id (or one taken
+        earlier in the group) gets :class:`PreconditionFailed`, an oversized record
+        :class:`CheckpointEncodeError`: it fails alone and takes no sequence. The
+        others get consecutive sequences under the journal ``batched lo..hi``
+        (readers see none of them until it is cleared):
 
-        A record whose id is live (or taken earlier in the group) gets
-        :class:`PreconditionFailed`, an oversized one :class:`CheckpointEncodeError`:
-        it fails alone and takes no sequence. The others get consecutive sequences
-        in the order given, under the journal ``batched lo..hi`` (readers see none
-        of them until the journal is cleared, so no listing skips a lower one):
+        1. each is written to a temp file, and the temp files made durable as one
+           group (``batch_sync``);
+        2. each is renamed, in sequence order, and each bucket fsynced once: every
+           record is now complete, as after a one-record save;
+        3. the indexes (soft), then the journal is cleared, unflushed (a power cut
+           that loses it leaves ``batched``, rolled forward over the records there,
+           or an older state, repaired from the records above the sync mark).
 
-        1. each record is written to a temp file in its bucket; the temp files are
-           made durable as one group (one ``syncfs``, or one ``fsync`` each with
-           ``batch_sync="fsync"``);
-        2. each is renamed to its final name, in sequence order, and each bucket
-           directory touched is fsynced once: from here every record is complete
-           under its final name, as after a one-record save;
-        3. the stream indexes and the id table (soft), then the journal is cleared
-           (one write of ``state``, not flushed: a power cut that loses it leaves
-           ``batched``, which recovery rolls forward over the records that are
-           there, or an older state, which restart recovery repairs from the
-           records above the sync mark).
-
-        A crash before step 3 ends leaves records that no caller was told about;
-        recovery keeps the ones that reached their final names (as it does for a
-        one-record save cut after its rename) and removes the temp files. An error
-        (ENOSPC, EIO) fails the whole group: it is taken back durably (journal
-        ``batch``, flushed, then every temp and record file of ``lo..hi`` removed)
-        and raised; no record of it stays.
+        A crash before step 3 ends leaves records no caller was told about;
+        recovery keeps those under their final names and removes the temp files.
+        An error (ENOSPC, EIO) fails the whole group: it is taken back durably
+        (journal ``batch``, flushed, then every file of ``lo..hi`` removed).
         """
         out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
         with self.recovery.writing() as tx:
             ids = self.fdcache.open_ids(write=True)
             try:
                 admitted = self._admit_group(tx, ids, records, out)
-                if tx.state.ids_used + len(admitted) > ids.capacity // 2:
-                    ids.close()
-                    ids = self.rebuild.rebuild_ids(tx)
+                ids = self.writes.grown(tx, ids, len(admitted))
                 lo = tx.state.hwm + 1
                 sealed: list[StoredRecord] = []
                 blobs: list[bytes] = []
@@ -228,9 +195,18 @@ class Batches:
         except BaseException:
             quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
+        self._index_batch(tx, ids, lo, hi, sealed, sync=False)
+
+    def _index_batch(
+        self, tx: Txn, ids: IdTable, lo: int, hi: int, sealed: list[StoredRecord], *, sync: bool
+    ) -> None:
+        """Index the committed records ``lo..hi`` and clear the journal (flushed if
+        ``sync``); on failure take them all back, as the caller will hear it failed."""
         try:
             took = self.rebuild.index(tx, ids, [(r.stream, slot_of(r)) for r in sealed])
             tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+            if sync:
+                tx.sync()
         except BaseException:
             quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise

@@ -386,10 +386,7 @@ class Writes:
         key = fmt.id_key(record.id)
         ids = self.fdcache.open_ids(write=True)
         try:
-            if tx.state.ids_used + 1 > ids.capacity // 2:
-                budget.block()
-                ids.close()
-                ids = self.rebuild.rebuild_ids(tx)
+            ids = self.grown(tx, ids, 1, budget)
             live, free, fresh = ids.probe(key)
             if live:
                 self.check_new_id(tx, ids, record, live)
@@ -433,6 +430,15 @@ class Writes:
         finally:
             ids.close()
         return stored.header
+
+    def grown(self, tx: Txn, ids: IdTable, more: int, budget: Budget = WORKER) -> IdTable:
+        """``ids``, or, if ``more`` entries would fill it past half, the id table
+        rebuilt larger (``ids`` closed; inline, that blocks)."""
+        if tx.state.ids_used + more <= ids.capacity // 2:
+            return ids
+        budget.block()
+        ids.close()
+        return self.rebuild.rebuild_ids(tx)
 
     def check_size(self, data: bytes) -> None:
         if len(data) > self.files.max_record_bytes:
