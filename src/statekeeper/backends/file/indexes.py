@@ -1,14 +1,11 @@
-"""The derived index files: ``streams/*.idx``, the per-stream slot indexes
-(:class:`StreamIndex`), and ``ids.idx``, the id table (id hash -> sequence,
-:class:`IdTable`); and what both share: the safe open of an index file, the
-handle that closes it unless a cache keeps it, and :class:`IndexDamaged`, which
-sends a read to the records.
+"""The derived index files: the per-stream slot indexes (``streams/*.idx``,
+:class:`StreamIndex`) and the id table (``ids.idx``, :class:`IdTable`), the
+:class:`Handle` both are, their safe open, and :class:`IndexDamaged`, which sends
+a read to the records.
 
-Both are derived from the records, written without an fsync on the save path,
-and rebuilt by the store's recovery when a crash may have lost them. Readers
-never lock: every slot carries a CRC, so a slot being written is seen as torn and
-re-read, and files are only ever replaced by rename, so a reader holding a
-descriptor keeps a consistent old version.
+Readers never lock: every stream slot carries a CRC, so one being written is
+seen as torn and re-read, and a whole file is only ever replaced by rename, so a
+reader holding a descriptor keeps a consistent old version.
 """
 
 from __future__ import annotations
@@ -53,13 +50,9 @@ class IndexDamaged(Exception):
 
 def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, os.stat_result]:
     """Open ``name`` without following links or blocking; it must be a regular file
-    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`.
-
-    A file with *no* link was replaced (an index is rewritten by rename) between the
-    open and the ``fstat``: that is a concurrent writer, not damage, so the open is
-    retried, and after :data:`_REPLACED_RETRIES` tries it is
-    :class:`ConcurrentModificationError`.
-    """
+    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`. A
+    file with *no* link was replaced by a concurrent writer between the open and the
+    ``fstat``: the open is retried, up to :class:`ConcurrentModificationError`."""
     for _ in range(_REPLACED_RETRIES):
         try:
             fd = io.open(name, flags, dir_fd=dir_fd)
@@ -139,13 +132,11 @@ def pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
 
 
 def unlink_quiet(io: FileIO, name: str, dir_fd: int) -> None:
-    """Remove a temp file on a cleanup path; a failure here must not hide the
-    original error (a leftover temp file is cleaned up by the journal later)."""
+    """Remove a temp file on a cleanup path, never masking the error being handled."""
     with contextlib.suppress(OSError):
         io.unlink(name, dir_fd=dir_fd)
 
 
-_CHUNK = 16
 _MAX_CHUNK = 64
 _HEADERS_KEPT = 4096
 _TORN_RETRIES = 3
@@ -243,38 +234,22 @@ class StreamIndex(Handle):
         return self.read(i, 1)[0]
 
     def seq_at(self, i: int) -> int:
-        """The sequence of slot ``i`` without checking the slot: safe for searching,
-        because a slot's sequence never changes once the slot is within the file
-        size a reader saw (appends land beyond it, rewrites replace the file)."""
+        """The sequence of slot ``i``, unchecked: safe for searching, as a slot's
+        sequence never changes within the size a reader saw."""
         raw = read_exact(self.io, self.fd, 8, self._offset(i))
         if len(raw) != 8:
             raise IndexDamaged(f"streams/{self.name}: slot {i} is cut short")
         return int.from_bytes(raw, "little")
 
-    def bisect(self, seq: int, *, right: bool) -> int:
-        """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``."""
-        lo, hi = 0, self.count
-        while lo < hi:
-            mid = (lo + hi) // 2
-            s = self.seq_at(mid)
-            if s < seq or (right and s == seq):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
     def locate(self, seq: int, *, right: bool) -> int:
-        """:meth:`bisect`'s answer in fewer reads, for the readers' page scans.
+        """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``.
 
-        Each step reads a block of :data:`_SEARCH_BLOCK` slots (one ``pread``), which
-        either holds the answer or narrows the range past it: first the tail block,
-        then the head block, then the block where the sequence would sit if the
-        sequences between the two known ones were evenly spread (interpolation),
-        with a plain halving whenever a guess did not halve the range. A stream
-        whose sequences are about evenly spread (alone in the store, or interleaved
-        with others) takes 3 or 4 reads at any length instead of ``log2(count)``;
-        an uneven one at most about twice as many steps as :meth:`bisect`, each one
-        block. Sequences are read unchecked, as :meth:`seq_at` reads them."""
+        Each step reads a block of :data:`_SEARCH_BLOCK` slots (one ``pread``): the
+        tail block, the head block, then where the sequence would sit if spread
+        evenly (interpolation), halving whenever a guess did not halve the range;
+        about 3 or 4 reads for an evenly spread stream, at most about twice
+        ``log2(count)`` for an uneven one. Sequences are read unchecked, as
+        :meth:`seq_at` reads them."""
         lo, hi = 0, self.count
         below: tuple[int, int] | None = None  # (position, sequence) known below lo
         above: tuple[int, int] | None = None  # ... and at hi
@@ -322,13 +297,12 @@ class StreamIndex(Handle):
 
     def find(self, seq: int) -> int | None:
         """The position of ``seq``, or ``None``."""
-        i = self.bisect(seq, right=False)
+        i = self.locate(seq, right=False)
         return i if i < self.count and self.slot(i).seq == seq else None
 
     def walk(self, start: int, step: int, *, first: int = 1) -> Iterator[tuple[int, fmt.Slot]]:
         """``(position, slot)`` from ``start`` forward (``step=1``) or backward, read in
-        chunks that start at ``first`` slots and grow, so ``get_latest`` parses one
-        slot and a page a little more than it returns."""
+        chunks that start at ``first`` slots and grow."""
         i = start
         n = max(1, first)
         while 0 <= i < self.count:
@@ -350,18 +324,12 @@ class StreamIndex(Handle):
     # -- writing (under the store lock) ----------------------------------------------
 
     def repair_tail(self) -> None:
-        """Cut a torn trailing slot (a power cut during an append). Call it under the
-        lock, right after opening: ``size`` is from that open's ``fstat``."""
+        """Cut a torn trailing slot (a power cut during an append); under the lock,
+        right after the open whose ``fstat`` gave ``size``."""
         whole = self._offset(self.count)
         if self.size != whole:
             self.io.ftruncate(self.fd, whole)
             self.size = whole
-
-    def append(self, slot: fmt.Slot) -> None:
-        pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(self.count))
-        self.count += 1
-        self.size = self._offset(self.count)
-        self._last = (self.size, slot.seq)
 
     def append_many(self, slots: list[fmt.Slot]) -> None:
         """Append ``slots`` (sorted, above the last) in one write."""
@@ -524,15 +492,11 @@ class IdTable(Handle):
 
     def lookup_checked(self, key: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
         """The sequences of ``key``'s live and deleted entries, and the ``(key, seq)``
-        of the other live entries on its probe, for a strict read.
-
-        Slots carry no checksum, so the probe checks what linear probing
-        guarantees: every entry lies in the run of non-empty slots that starts at
-        its home position. An entry passed on the way that breaks this (a damaged
-        key, or garbage in an empty slot) raises :class:`IndexDamaged`, so a
-        damaged slot of ``key`` is not read as "no such id". (A damaged key that
-        keeps its home slot passes; the caller checks the others against their
-        record files before it answers "no such id".)"""
+        of the other live entries on its probe, for a strict read. Slots carry no
+        checksum, so an entry passed that is not in the run of non-empty slots from
+        its home (a damaged key, garbage in an empty slot) raises
+        :class:`IndexDamaged`; the caller checks the others against their records
+        before it answers "no such id"."""
         mask = self.capacity - 1
         home = key & mask
         live: list[int] = []
@@ -548,9 +512,8 @@ class IdTable(Handle):
         return live, dead, others
 
     def _placed(self, start: int, home: int, pos: int) -> bool:
-        """Whether an entry whose home is ``start``, found at ``pos`` on the probe
-        from ``home`` (so ``home..pos`` are all non-empty), may be there: ``start``
-        is in ``home..pos`` or the slots from ``start`` up to ``home`` are non-empty."""
+        """Whether an entry whose home is ``start`` may be at ``pos`` on the probe
+        from ``home``: ``start`` is in ``home..pos``, or ``start..home`` is full."""
         mask = self.capacity - 1
         if (pos - start) & mask <= (pos - home) & mask:
             return True
