@@ -224,10 +224,9 @@ class FileEngine:
             raise StoreFormatError(f"{where} is a symbolic link") from None
 
     def _startup_recovery(self) -> None:
-        """After a machine restart, index the records above the sync mark again; then
-        finish a crashed writer's journal; then check the derived data (see
-        :meth:`damage_at_open`). What is damaged or missing is rebuilt from the
-        records (an unreadable state already was, by ``txn``)."""
+        """Resolve a half-written batch; after a machine restart, index the records
+        above the sync mark again; finish a crashed writer's journal; rebuild from
+        the records whatever is damaged or missing."""
         tx = self.recovery.txn()
         boot = self.files.io.boot_id()
         reasons: list[str] = []
@@ -276,10 +275,8 @@ class FileEngine:
         return reasons, files
 
     def _damage_read_only(self) -> str | None:
-        """Why this read-only open cannot trust the indexes (``None``: it can). The
-        same checks as a writable open makes, plus the work a writable open would
-        do first: a save the journal has not finished, and records above the sync
-        mark after a machine restart that are not indexed."""
+        """Why this read-only open cannot trust the indexes (``None``: it can): what
+        a writable open would find damaged, or would finish or re-index first."""
         if "streams" not in self.files.fd_table:
             return "the streams directory is missing"
         state = self.statefile.read()
@@ -363,17 +360,12 @@ class Writes:
         self.rebuild = rebuild
         self.recovery = recovery
 
-    # -- save ---------------------------------------------------------------------------
-
     def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
-        """Save ``record`` at the next sequence.
-
-        Inline (a store without ``durable``, ``durability="fast"``, on its event
-        loop's thread), it blocks before anything is written wherever it could wait
-        or sync: the lock is taken (by a thread or a process), the state file is
-        unreadable or torn, a crashed writer's journal needs finishing, the id table
-        needs growing, or the sync mark is due (it fsyncs). What it does inline is
-        page-cache work only, as a bare write and rename."""
+        """Save ``record`` at the next sequence. Inline (``durability="fast"``, on
+        the event loop's thread) it blocks, before anything is written, wherever it
+        would wait or sync (the lock is taken, the state needs recovering, the id
+        table growing, the sync mark is due): what it does inline is page-cache
+        work only."""
         if self.files.durable:
             budget.block()
         with self.recovery.writing(budget) as tx:
@@ -474,8 +466,8 @@ class Writes:
     def _undo_insert(
         self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
     ) -> None:
-        """Take back a published record whose indexing failed; the caller is told the
-        save failed, so it must not appear later. Its sequence stays used."""
+        """Take back a published record whose indexing failed (the caller is told the
+        save failed); its sequence stays used."""
         self.files.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
         if self.files.durable:
             self.files.io.fsync(bucket)
@@ -488,8 +480,6 @@ class Writes:
         if pos is not None:
             ids.tombstone(pos, key, slot.seq)
         tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
-
-    # -- update -------------------------------------------------------------------------
 
     def update(
         self,
@@ -509,10 +499,7 @@ class Writes:
             if found is None or found.record is None or found.record.is_expired(now):
                 raise CheckpointNotFound(cid)
             current = found.record
-            if if_match is not None and current.header.etag != if_match:
-                raise PreconditionFailed(
-                    f"checkpoint {cid!r} has etag {current.header.etag!r}, not {if_match!r}"
-                )
+            _check_etag(cid, current, if_match)
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             data = new.to_bytes(self.files.store_id)
             self.check_size(data)
@@ -577,8 +564,6 @@ class Writes:
             expires = found.record.header.expires_at if found.record is not None else None
             self._replace(tx, found.seq, cid, found.record, expires, data, found.raw)
 
-    # -- delete, prune, purge -------------------------------------------------------------
-
     def delete(self, cid: str, if_match: str | None, now: datetime) -> bool:
         with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
             found = self.find_record(ids, cid)
@@ -590,11 +575,7 @@ class Writes:
             else:
                 if found.record.is_expired(now):
                     return False
-                if if_match is not None and found.record.header.etag != if_match:
-                    raise PreconditionFailed(
-                        f"checkpoint {cid!r} has etag {found.record.header.etag!r}, "
-                        f"not {if_match!r}"
-                    )
+                _check_etag(cid, found.record, if_match)
             self.delete_found(tx, ids, cid, found)
             return True
 
@@ -621,10 +602,9 @@ class Writes:
 
     def delete_groups(self, tx: Txn, ids: IdTable, groups: dict[str, list[Victim]]) -> None:
         """Delete records of one or more stream indexes (``""``: records no index
-        names) as one operation: journal, mark their slots dead, drop their ids,
-        unlink the files, trim trailing dead slots. In full durability each step
-        is flushed before the next (one flush per file touched, not per record),
-        so a power cut never resurrects a deleted checkpoint."""
+        names) as one journaled operation: mark their slots dead, drop their ids,
+        unlink the files, trim trailing dead slots. In full durability each step is
+        flushed (once per file) before the next."""
         groups = {sfile: victims for sfile, victims in groups.items() if victims}
         if not groups:
             return
@@ -674,6 +654,12 @@ class Writes:
             if got is not None:
                 return Found(seq, got[0], got[1])
         return None
+
+
+def _check_etag(cid: str, record: StoredRecord, if_match: str | None) -> None:
+    if if_match is not None and record.header.etag != if_match:
+        etag = record.header.etag
+        raise PreconditionFailed(f"checkpoint {cid!r} has etag {etag!r}, not {if_match!r}")
 
 
 def _sibling(path: str, name: str) -> str:

@@ -1,17 +1,13 @@
-"""The descriptors a file store keeps open across calls: stream indexes, the id
-table and bucket directories, kept by the lock holder (a writer) and by each
-thread that reads inline (the event loop's), each in its own :class:`_Kept`.
+"""The descriptors a file store keeps open across calls (stream indexes, the id
+table, bucket directories): the lock holder's, and each inline reader thread's.
 
 A kept descriptor is used only after one ``lstat`` shows the same file under its
 name (device and inode; a regular file with one link, or a directory), so a file
-replaced by rename is opened afresh, exactly as a fresh open would find it. The
-lock holder skips that ``lstat`` for a descriptor already checked in the current
-*epoch* (one that finds another process's generation in ``state`` starts a new
-one): a save costs one open (its temp file) instead of four. Files this process
-replaces itself are dropped (:meth:`Descriptors.forget`).
-
-Any other reader opens afresh (and closes) each file it reads; verified stream
-index headers are shared by every thread (``headers``).
+replaced by rename is opened afresh. The lock holder skips that ``lstat`` for a
+descriptor checked in the current *epoch* (a new one starts when another process
+wrote); files it replaces itself it drops (:meth:`Descriptors.forget`). Any other
+reader opens (and closes) each file afresh; verified stream index headers are
+shared by every thread (``headers``).
 """
 
 from __future__ import annotations
@@ -55,8 +51,7 @@ def _same(st: os.stat_result | None, identity: tuple[int, int], *, regular: bool
 
 
 class _Kept:
-    """The descriptors one user keeps: the lock holder's (``epoch`` is the writer's
-    validation epoch, ``None`` for a reader thread, whose every use is checked)."""
+    """The descriptors one user keeps (the lock holder, or one reader thread)."""
 
     __slots__ = ("buckets", "ids", "indexes", "limit")
 
@@ -114,8 +109,8 @@ class Descriptors:
             self.io.close(fd)
 
     def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
-        """Open a stream index (``None`` if it does not exist). The lock holder gets a
-        kept, writable handle; ``close`` it all the same."""
+        """Open a stream index (``None`` if it does not exist); the lock holder's is
+        kept and writable (``close`` it all the same)."""
         if not self.files.holding():
             streams = self.files.fd("streams")
             store_id = self.files.store_id
@@ -131,8 +126,8 @@ class Descriptors:
         return self._ids(self._writer, self.epoch)
 
     def forget(self, sfile: str | None = None, *, ids: bool = False) -> None:
-        """Drop the lock holder's descriptor of a file this process is about to
-        replace or remove (stream index ``sfile``, or the id table)."""
+        """Drop the lock holder's descriptor of stream index ``sfile`` or of the id
+        table (this process is about to replace or remove it)."""
         held = self._writer
         if sfile is not None and (idx := held.indexes.pop(sfile, None)) is not None:
             self.io.close(idx.fd)
@@ -141,8 +136,7 @@ class Descriptors:
             self.io.close(old.fd)
 
     def drop(self) -> None:
-        """Close every descriptor the lock holder keeps (its files are about to be
-        replaced, or the store closes)."""
+        """Close every descriptor the lock holder keeps."""
         self._close(self._writer.fds())
 
     def index_files(self) -> list[str]:
@@ -154,10 +148,9 @@ class Descriptors:
         ]
 
     def readable_indexes(self, *, strict: bool = False, prefix: str = "") -> Iterator[StreamIndex]:
-        """Each stream index that opens; a damaged or vanished one is passed over,
-        or, if ``strict``, raises :class:`IndexDamaged`. The caller closes each
-        (``with idx:``). With ``prefix``, only the files whose name can belong to
-        a stream starting with it (the caller still checks ``idx.stream``)."""
+        """Each stream index that opens (the caller closes it); a damaged or vanished
+        one is passed over, or, if ``strict``, raises :class:`IndexDamaged`. With
+        ``prefix``, only files that can hold a stream starting with it."""
         head = fmt.file_name_head(prefix)
         for sfile in self.index_files():
             if not sfile.startswith(head):
@@ -182,27 +175,25 @@ class Descriptors:
         return kept
 
     def close_kept(self) -> None:
-        """Close the descriptors the inline readers keep (no call is in flight once
-        the store's own are closed, so none of these is in use)."""
+        """Close the descriptors the inline readers keep (once no call is in flight)."""
         table, self._kept = self._kept, {}
         for kept in table.values():
             self._close(kept.fds())
 
     def kept_index(self, sfile: str) -> StreamIndex | None:
-        """:meth:`open_index` through this thread's kept descriptors: ``None`` if
-        there is no such index; raises :class:`IndexDamaged` as the open does."""
+        """:meth:`open_index` through this thread's kept descriptors."""
         return self._index(self.mine(), sfile, None)
 
     def kept_ids(self) -> IdTable:
-        """The id table through this thread's kept descriptor: its header is read
-        again at every use and must be the bytes verified when it was opened (so
-        damage to it is seen as by a fresh open), and its size must still hold its
-        slots. Raises :class:`IndexDamaged` as :meth:`IdTable.open` does."""
+        """:meth:`open_ids` through this thread's kept descriptor, whose header is
+        read again at every use and must be the bytes verified at its open (so
+        damage in place is seen as by a fresh open), and whose size must still
+        hold its slots."""
         return self._ids(self.mine(), None)
 
     def kept_bucket(self, seq: int) -> int | None:
         """``seq``'s bucket directory through this thread's kept descriptors (not to
-        be closed by the caller); ``None`` if missing."""
+        be closed); ``None`` if missing."""
         return self._bucket(self.mine(), seq, None, create=False)
 
     # -- one body for both ----------------------------------------------------------------
