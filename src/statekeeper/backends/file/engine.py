@@ -109,8 +109,7 @@ class FileEngine:
                 meta = self._open_meta(root, now)
                 self.files.identify(meta.store_id)
                 with self.lock.held():
-                    self.files.adopt("records", self._subdir(fmt.RECORDS_DIR))
-                    self.files.adopt("streams", self._subdir(fmt.STREAMS_DIR))
+                    self._adopt_dirs(create=True)
                     self.files.adopt("state", self._open_state())
                     dirty = self.files.io.open(
                         fmt.DIRTY_NAME, RW_FILE | os.O_CREAT | os.O_APPEND, 0o666, dir_fd=root
@@ -134,13 +133,7 @@ class FileEngine:
         if meta is None:
             raise self._not_found()
         self.files.identify(meta.store_id)
-        for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
-            try:
-                fd = self.files.open_dir(root, name, create=False)
-            except IndexDamaged as exc:
-                raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
-            if fd is not None:
-                self.files.adopt(name, fd)
+        self._adopt_dirs(create=False)
         if "records" not in self.files.fd_table:
             raise StoreFormatError(
                 f"{self.files.where(fmt.RECORDS_DIR)} is missing: the store's creation was cut "
@@ -163,13 +156,15 @@ class FileEngine:
             )
         return meta
 
-    def _subdir(self, name: str) -> int:
-        try:
-            fd = self.files.open_dir(self.files.fd("root"), name, create=True)
-        except IndexDamaged as exc:
-            raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
-        assert fd is not None
-        return fd
+    def _adopt_dirs(self, *, create: bool) -> None:
+        """Open the records and streams directories (a missing one is left out)."""
+        for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
+            try:
+                fd = self.files.open_dir(self.files.fd("root"), name, create=create)
+            except IndexDamaged as exc:
+                raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
+            if fd is not None:
+                self.files.adopt(name, fd)
 
     def _open_meta(self, root: int, now: datetime) -> fmt.Meta:
         names = self.files.io.listdir(root)

@@ -532,10 +532,7 @@ class IdTable(Handle):
 
     def find(self, key: int, seq: int) -> int | None:
         """The position of the live entry ``key -> seq``, or ``None``."""
-        for p, k, s in self._probe(key):
-            if k == key and s == seq:
-                return p
-        return None
+        return next((p for p, s in self.lookup(key) if s == seq), None)
 
     def insert(self, key: int, seq: int) -> bool:
         """Store ``key -> seq`` unless it is there, where :meth:`probe` says. Returns
