@@ -75,8 +75,6 @@ class Batches:
         #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
         self.batch_sync = batch_sync
 
-    # -- save_many ------------------------------------------------------------------------
-
     def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """Insert ``records`` atomically at consecutive sequences (module docstring)."""
         n = len(records)
@@ -107,8 +105,6 @@ class Batches:
             finally:
                 ids.close()
         return [one.header for one in sealed]
-
-    # -- group commit (S15) ---------------------------------------------------------------
 
     def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
         """Save ``records`` as independent saves sharing one lock hold and one fsync
@@ -215,13 +211,11 @@ class Batches:
     def _write_files(
         self, sealed: list[StoredRecord], blobs: list[bytes], *, renamed: bool
     ) -> None:
-        """Create every record file, then make them durable as one group: each file
-        fsynced, or one ``syncfs`` for all (``batch_sync``), then each bucket
-        directory fsynced. ``renamed``: each file is written under a temp name and
-        renamed in sequence order once all are durable (the group commit, whose
-        records are indexed only after); else written under its own name (a
-        ``save_many``, whose journal says which files are its own). A directory
-        is fsynced after a ``syncfs`` only for the renames, which came after it."""
+        """Create every record file and make them durable as one group (each file
+        fsynced, or one ``syncfs``, ``batch_sync``), then each bucket directory.
+        ``renamed`` (the group commit): written under temp names and renamed in
+        sequence order once all are durable; else (``save_many``, whose journal
+        names its files) under their own names."""
         durable = self.files.durable
         by_syncfs = self._by_syncfs()
         buckets: dict[int, int] = {}
@@ -281,19 +275,15 @@ class Batches:
             self.writes.delete_found(tx, ids, cid, found)
 
     def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
-        """Take back a committed batch whose indexing failed: back to ``batch``
-        (durably, so a crash now rolls it back too), then roll it back."""
+        """Take back a batch: the journal back to ``batch``, durably, then roll back."""
         tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
         tx.sync()
         sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
         self.recovery.roll_back_batch(tx, lo, hi, sfiles)
 
-    # -- delete_many ----------------------------------------------------------------------
-
     def delete_many(self, cids: list[str], now: datetime) -> int:
-        """Delete the live ones among ``cids`` under one lock hold, as few journaled
-        operations as the journal can name (one, unless the streams' index names
-        do not fit in it), each with one flush per file it touches."""
+        """Delete the live ones among ``cids`` under one lock hold, in as few
+        journaled operations as the journal can name."""
         with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
             groups: dict[str, list[Victim]] = {}
             unreadable: list[int] = []
@@ -310,8 +300,6 @@ class Batches:
             if unreadable:
                 self.recovery.delete_orphan_done(tx, unreadable)
             return sum(len(victims) for victims in groups.values())
-
-    # -- prune, delete_stream, purge_expired ---------------------------------------------
 
     def prune(self, stream: str, keep_last: int, now: datetime) -> int:
         now_us = fmt.to_micros(now)
@@ -399,10 +387,8 @@ class Batches:
                 )
 
     def remove_empty_buckets(self) -> int:
-        """Remove the empty bucket directories below the high-water mark's bucket
-        (sequences only grow, so no save lands in one again), under the write lock;
-        how many went. A bucket that holds anything (a crashed writer's temp file
-        included) stays."""
+        """Remove the empty bucket directories below the high-water mark's (no save
+        lands in one again), under the write lock; how many went."""
         with self.recovery.writing() as tx:
             top = fmt.bucket_of(tx.state.hwm)
             records = self.files.fd("records")
