@@ -444,11 +444,9 @@ class IdTable(Handle):
         mask = self.capacity - 1
         pos = key & mask
         seen = 0
-        size = fmt.IDS_SLOT.size
         while seen < self.capacity:
             n = min(_IDS_CHUNK, self.capacity - pos)
-            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
-            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+            for k, (skey, sseq) in enumerate(self._read(pos, n)):
                 if skey == 0 and sseq == 0:
                     return
                 yield pos + k, skey, sseq
@@ -477,14 +475,15 @@ class IdTable(Handle):
             raise IndexDamaged(f"{fmt.IDS_NAME} is full")
         return live, after, True
 
+    def _read(self, pos: int, n: int) -> Iterator[tuple[int, int]]:
+        """The ``(key, seq)`` of slots ``pos .. pos+n-1``."""
+        offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
+        return fmt.IDS_SLOT.iter_unpack(read_exact(self.io, self.fd, n * fmt.IDS_SLOT.size, offset))
+
     def put(self, pos: int, key: int, seq: int) -> None:
         """Write ``key -> seq`` at ``pos`` (from :meth:`probe`, under the lock)."""
-        pwrite_all(
-            self.io,
-            self.fd,
-            fmt.IDS_SLOT.pack(key, seq),
-            fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size,
-        )
+        offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
+        pwrite_all(self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), offset)
 
     def lookup(self, key: int) -> list[tuple[int, int]]:
         """``(position, seq)`` of the live entries with ``key``."""
@@ -517,14 +516,12 @@ class IdTable(Handle):
         mask = self.capacity - 1
         if (pos - start) & mask <= (pos - home) & mask:
             return True
-        size = fmt.IDS_SLOT.size
         gap = (home - start) & mask  # slots start .. home-1, read backwards in chunks
         i = home
         while gap > 0:
             n = min(gap, _IDS_CHUNK, i if i else self.capacity)
             lo = (i - n) & mask
-            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + lo * size)
-            if any(k == 0 and s == 0 for k, s in fmt.IDS_SLOT.iter_unpack(data)):
+            if any(k == 0 and s == 0 for k, s in self._read(lo, n)):
                 return False
             gap -= n
             i = lo
@@ -548,12 +545,9 @@ class IdTable(Handle):
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """Every live ``(position, key, seq)``, in slot order."""
-        size = fmt.IDS_SLOT.size
         step = 4096
         for pos in range(0, self.capacity, step):
-            n = min(step, self.capacity - pos)
-            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
-            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+            for k, (skey, sseq) in enumerate(self._read(pos, min(step, self.capacity - pos))):
                 if skey and not sseq & fmt.TOMBSTONE:
                     yield pos + k, skey, sseq
 
