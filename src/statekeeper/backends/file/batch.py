@@ -21,16 +21,11 @@ at any point, and no reader sees part of it:
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Literal
 
-from ...errors import (
-    CheckpointEncodeError,
-    PreconditionFailed,
-    StatekeeperError,
-)
+from ...errors import CheckpointEncodeError, PreconditionFailed, StatekeeperError
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import layout as fmt
@@ -46,7 +41,6 @@ __all__ = ["BatchSync", "Batches"]
 #: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``.
 BatchSync = Literal["auto", "syncfs", "fsync"]
 
-_log = logging.getLogger("statekeeper.backends.file")
 #: Longest journal of a delete_many (the index file names it names, joined);
 #: more streams than fit are deleted in several groups. A state copy is 2 KiB.
 _MAX_JOURNAL_NAMES = 1200

@@ -110,7 +110,7 @@ class FileEngine:
                 self.files.identify(meta.store_id)
                 with self.lock.held():
                     self._adopt_dirs(create=True)
-                    self.files.adopt("state", self._open_state())
+                    self._open_state(writable=True)
                     dirty = self.files.io.open(
                         fmt.DIRTY_NAME, RW_FILE | os.O_CREAT | os.O_APPEND, 0o666, dir_fd=root
                     )
@@ -139,13 +139,7 @@ class FileEngine:
                 f"{self.files.where(fmt.RECORDS_DIR)} is missing: the store's creation was cut "
                 "short; open it once without read_only to finish it"
             )
-        try:
-            self.files.adopt("state", self.files.io.open(fmt.STATE_NAME, RO_FILE, dir_fd=root))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            self._refuse_linked_state(exc)
-            raise
+        self._open_state(writable=False)
         self.degraded = self._damage_read_only()
         if self.degraded is not None:
             _log.warning(
@@ -196,27 +190,26 @@ class FileEngine:
             raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
         return None if data is None else fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
 
-    def _open_state(self) -> int:
+    def _open_state(self, *, writable: bool) -> None:
+        """Open the state file. Missing, a writable open creates it empty (the first
+        transaction then rebuilds it from the records); a symbolic link (never
+        followed) is a damaged store."""
         root = self.files.fd("root")
+        flags = RW_FILE if writable else RO_FILE
         try:
-            fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+            fd = self.files.io.open(fmt.STATE_NAME, flags, dir_fd=root)
         except FileNotFoundError:
-            # Both copies empty: the first transaction finds no state and rebuilds
-            # it from the records (a new store, or one whose state file was lost).
+            if not writable:
+                return
             empty = bytes(fmt.STATE_SIZE)
             replace_file(self.files.io, root, fmt.STATE_NAME, empty, durable=True)
-            fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
+            fd = self.files.io.open(fmt.STATE_NAME, flags, dir_fd=root)
         except OSError as exc:
-            self._refuse_linked_state(exc)
+            if exc.errno == errno.ELOOP:
+                where = self.files.where(fmt.STATE_NAME)
+                raise StoreFormatError(f"{where} is a symbolic link") from None
             raise
-        return fd
-
-    def _refuse_linked_state(self, exc: OSError) -> None:
-        """An open of the state file failed with ``exc``: a symbolic link (never
-        followed, ``ELOOP``) is a damaged store, not an OS error."""
-        if exc.errno == errno.ELOOP:
-            where = self.files.where(fmt.STATE_NAME)
-            raise StoreFormatError(f"{where} is a symbolic link") from None
+        self.files.adopt("state", fd)
 
     def _startup_recovery(self) -> None:
         """Resolve a half-written batch; after a machine restart, index the records

@@ -218,7 +218,7 @@ class Descriptors:
             st = self._lstat(sfile, streams)
             if st is not None and _same(st, idx.identity):
                 idx.refresh(st.st_size)
-                idx.epoch = -1 if epoch is None else epoch
+                idx.epoch = epoch
                 kept.indexes.move_to_end(sfile)
                 return idx
             del kept.indexes[sfile]
@@ -229,7 +229,7 @@ class Descriptors:
         idx = StreamIndex.open(self.io, streams, sfile, store_id, write=write, headers=headers)
         if idx is not None:
             idx.keep = True
-            idx.epoch = -1 if epoch is None else epoch
+            idx.epoch = epoch
             kept.indexes[sfile] = idx
             while len(kept.indexes) > kept.limit:
                 _, old = kept.indexes.popitem(last=False)
@@ -251,7 +251,7 @@ class Descriptors:
                     and read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0) == header
                 )
             ):
-                ids.epoch = -1 if epoch is None else epoch
+                ids.epoch = epoch
                 return ids
             kept.ids = None
             self.io.close(ids.fd)
@@ -262,7 +262,7 @@ class Descriptors:
                 self.io, ids.fd, lambda: read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0)
             )
         ids.keep = True
-        ids.epoch = -1 if epoch is None else epoch
+        ids.epoch = epoch
         kept.ids = (ids, header)
         return ids
 

@@ -96,7 +96,7 @@ class Handle:
         self.fd = fd
         self.identity = (st.st_dev, st.st_ino)
         self.keep = False
-        self.epoch = -1
+        self.epoch: int | None = None
 
     @staticmethod
     def checked(io: FileIO, fd: int, check: Callable[[], T]) -> T:
