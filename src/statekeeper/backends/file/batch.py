@@ -1,54 +1,38 @@
-"""The writes of many records at once: ``save_many``, the group commit of
-concurrent saves (:meth:`Batches.insert_group`, S15), ``delete_many``,
-``prune``, ``delete_stream`` and ``purge_expired``, each under one lock hold (the
-purge, one per stream).
+"""The writes of many records at once, each under one lock hold (the purge, one
+per stream): ``save_many``, the group commit of concurrent saves, ``delete_many``,
+``prune``, ``delete_stream`` and ``purge_expired``.
 
-``save_many`` (:meth:`Batches.insert_many`) is all or nothing, also after a
-crash at any point, and no reader sees part of it. Under the write lock:
+``save_many`` (:meth:`Batches.insert_many`) is all or nothing, also after a crash
+at any point, and no reader sees part of it:
 
 1. every id is checked (a live one raises ``PreconditionFailed`` before anything
-   is written), every record sealed and size-checked, sequences ``lo..hi``
-   reserved;
-2. the intent: ``state`` gets the high-water mark ``hi`` and the journal
-   ``batch lo..hi``, made durable (full) before the first record file exists;
-3. every record file is created under its final name (no temp, no rename: the
-   journal hides them), then the whole group is made durable at once: one
-   ``syncfs(2)`` of the store's file system, or one ``fsync`` per file where
-   ``syncfs`` is not usable (``batch_sync="fsync"``, other systems);
-4. the commit: the journal becomes ``batched lo..hi``, made durable. From here
-   recovery rolls the batch forward; before, it rolls it back;
-5. the stream indexes and the id table (soft, not flushed), then the journal is
-   cleared: that one write of ``state`` is the instant readers start to see
-   the batch.
-
-Readers take no lock: every read starts from ``state`` and shows nothing above
-:func:`.layout.visible_cap` (``lo - 1`` while a batch is in the journal, else the
-high-water mark it read). Recovery, by the next lock holder, a writable open,
-``repair`` or a reader that finds the lock free: ``batch`` removes every record
-file ``lo..hi``; ``batched`` indexes them if each sequence has a valid record,
-and otherwise (only after a power cut in ``durability="fast"``) removes them.
+   is written), every record sealed and size-checked;
+2. ``state`` gets the high-water mark ``hi`` and the journal ``batch lo..hi``,
+   durably (full) before the first record file exists;
+3. every record file is created under its final name, then the group is made
+   durable at once (one ``syncfs``, or one ``fsync`` per file, ``batch_sync``);
+4. the journal becomes ``batched lo..hi``, durably: from here recovery rolls the
+   batch forward (indexes it if each sequence has a valid record, else, only
+   after a power cut in ``durability="fast"``, removes it); before, back;
+5. the indexes (soft), then the journal is cleared: readers, which show nothing
+   above :func:`.layout.visible_cap`, see the whole batch from that write on.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Literal
 
-from ...errors import (
-    CheckpointEncodeError,
-    PreconditionFailed,
-    StatekeeperError,
-)
+from ...errors import CheckpointEncodeError, PreconditionFailed, StatekeeperError
 from ...models import CheckpointHeader
 from ...record import NewRecord, StoredRecord
 from . import layout as fmt
-from .engine import Found, Writes
+from .engine import Found, Victim, Writes
 from .fdcache import Descriptors
 from .files import Files, Txn, quietly
-from .indexes import IdTable, IndexDamaged
+from .indexes import IdTable, IndexDamaged, StreamIndex, write_index
 from .io import syncfs_usable
 from .recovery import Rebuild, Recovery, slot_of
 
@@ -57,7 +41,6 @@ __all__ = ["BatchSync", "Batches"]
 #: ``"auto"`` (syncfs where usable), ``"syncfs"`` or ``"fsync"``.
 BatchSync = Literal["auto", "syncfs", "fsync"]
 
-_log = logging.getLogger("statekeeper.backends.file")
 #: Longest journal of a delete_many (the index file names it names, joined);
 #: more streams than fit are deleted in several groups. A state copy is 2 KiB.
 _MAX_JOURNAL_NAMES = 1200
@@ -66,9 +49,7 @@ _COMPACT_MIN_DEAD = 64
 
 
 class Batches:
-    """``save_many``, the group commit of concurrent saves and ``delete_many``: a
-    part given the store's directory, the descriptor cache, the rebuild, the
-    recovery and the one-record writes it shares its checks and deletes with."""
+    """The writes of many records (see the module docstring)."""
 
     def __init__(
         self,
@@ -88,8 +69,6 @@ class Batches:
         #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
         self.batch_sync = batch_sync
 
-    # -- save_many ------------------------------------------------------------------------
-
     def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """Insert ``records`` atomically at consecutive sequences (module docstring)."""
         n = len(records)
@@ -97,9 +76,7 @@ class Batches:
             ids = self.fdcache.open_ids(write=True)
             try:
                 self._check_new_ids(tx, ids, records)
-                if tx.state.ids_used + n > ids.capacity // 2:
-                    ids.close()
-                    ids = self.rebuild.rebuild_ids(tx)
+                ids = self.writes.grown(tx, ids, n)
                 lo = tx.state.hwm + 1
                 hi = lo + n - 1
                 sealed = [record.seal(lo + i) for i, record in enumerate(records)]
@@ -115,61 +92,41 @@ class Batches:
                 except BaseException:
                     quietly(lambda: self.recovery.roll_back_batch(tx, lo, hi))
                     raise
-                try:
-                    took = self.rebuild.index(tx, ids, [(r.stream, slot_of(r)) for r in sealed])
-                    tx.commit(journal=None, ids_used=tx.state.ids_used + took)
-                    # Durably: a torn later write of state falls back to the other
-                    # copy, which must not be this batch's "batch" intent (that
-                    # would take back an acknowledged batch).
-                    tx.sync()
-                except BaseException:
-                    # The caller will hear that save_many failed: take it all back.
-                    quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
-                    raise
-                self.rebuild.sync_mark_if_due(tx, ids)
+                # Durably: a torn later write of state falls back to the other copy,
+                # which must not be this batch's "batch" intent (that would take
+                # back an acknowledged batch).
+                self._index_batch(tx, ids, lo, hi, sealed, sync=True)
             finally:
                 ids.close()
         return [one.header for one in sealed]
 
-    # -- group commit (S15) ---------------------------------------------------------------
-
     def insert_group(self, records: list[NewRecord]) -> list[CheckpointHeader | StatekeeperError]:
-        """Save ``records`` as independent saves that share one lock hold and one
-        fsync group (group commit, S15); one outcome per record, in order.
+        """Save ``records`` as independent saves sharing one lock hold and one fsync
+        group (S15); one outcome per record, in order. A live id (or one taken
+        earlier in the group) gets :class:`PreconditionFailed`, an oversized record
+        :class:`CheckpointEncodeError`: it fails alone and takes no sequence. The
+        others get consecutive sequences under the journal ``batched lo..hi``
+        (readers see none of them until it is cleared):
 
-        A record whose id is live (or taken earlier in the group) gets
-        :class:`PreconditionFailed`, an oversized one :class:`CheckpointEncodeError`:
-        it fails alone and takes no sequence. The others get consecutive sequences
-        in the order given, under the journal ``batched lo..hi`` (readers see none
-        of them until the journal is cleared, so no listing skips a lower one):
+        1. each is written to a temp file, and the temp files made durable as one
+           group (``batch_sync``);
+        2. each is renamed, in sequence order, and each bucket fsynced once: every
+           record is now complete, as after a one-record save;
+        3. the indexes (soft), then the journal is cleared, unflushed (a power cut
+           that loses it leaves ``batched``, rolled forward over the records there,
+           or an older state, repaired from the records above the sync mark).
 
-        1. each record is written to a temp file in its bucket; the temp files are
-           made durable as one group (one ``syncfs``, or one ``fsync`` each with
-           ``batch_sync="fsync"``);
-        2. each is renamed to its final name, in sequence order, and each bucket
-           directory touched is fsynced once: from here every record is complete
-           under its final name, as after a one-record save;
-        3. the stream indexes and the id table (soft), then the journal is cleared
-           (one write of ``state``, not flushed: a power cut that loses it leaves
-           ``batched``, which recovery rolls forward over the records that are
-           there, or an older state, which restart recovery repairs from the
-           records above the sync mark).
-
-        A crash before step 3 ends leaves records that no caller was told about;
-        recovery keeps the ones that reached their final names (as it does for a
-        one-record save cut after its rename) and removes the temp files. An error
-        (ENOSPC, EIO) fails the whole group: it is taken back durably (journal
-        ``batch``, flushed, then every temp and record file of ``lo..hi`` removed)
-        and raised; no record of it stays.
+        A crash before step 3 ends leaves records no caller was told about;
+        recovery keeps those under their final names and removes the temp files.
+        An error (ENOSPC, EIO) fails the whole group: it is taken back durably
+        (journal ``batch``, flushed, then every file of ``lo..hi`` removed).
         """
         out: list[CheckpointHeader | StatekeeperError | None] = [None] * len(records)
         with self.recovery.writing() as tx:
             ids = self.fdcache.open_ids(write=True)
             try:
                 admitted = self._admit_group(tx, ids, records, out)
-                if tx.state.ids_used + len(admitted) > ids.capacity // 2:
-                    ids.close()
-                    ids = self.rebuild.rebuild_ids(tx)
+                ids = self.writes.grown(tx, ids, len(admitted))
                 lo = tx.state.hwm + 1
                 sealed: list[StoredRecord] = []
                 blobs: list[bytes] = []
@@ -224,33 +181,35 @@ class Batches:
         hi = lo + len(sealed) - 1
         tx.commit(hwm=hi, journal=fmt.Journal(fmt.BATCH_COMMITTED, "", lo=lo, hi=hi))
         try:
-            self._publish_group(sealed, blobs)
+            self._write_files(sealed, blobs, renamed=True)
         except BaseException:
             quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
+        self._index_batch(tx, ids, lo, hi, sealed, sync=False)
+
+    def _index_batch(
+        self, tx: Txn, ids: IdTable, lo: int, hi: int, sealed: list[StoredRecord], *, sync: bool
+    ) -> None:
+        """Index the committed records ``lo..hi`` and clear the journal (flushed if
+        ``sync``); on failure take them all back, as the caller will hear it failed."""
         try:
             took = self.rebuild.index(tx, ids, [(r.stream, slot_of(r)) for r in sealed])
             tx.commit(journal=None, ids_used=tx.state.ids_used + took)
+            if sync:
+                tx.sync()
         except BaseException:
             quietly(lambda: self._undo_batch(tx, lo, hi, sealed))
             raise
         self.rebuild.sync_mark_if_due(tx, ids)
 
-    def _publish_group(self, sealed: list[StoredRecord], blobs: list[bytes]) -> None:
-        """Temp files, one sync group, renames in sequence order, one fsync per
-        bucket directory. On failure the caller removes what is left."""
-        self._write_files(sealed, blobs, renamed=True)
-
     def _write_files(
         self, sealed: list[StoredRecord], blobs: list[bytes], *, renamed: bool
     ) -> None:
-        """Create every record file, then make them durable as one group: each file
-        fsynced, or one ``syncfs`` for all (``batch_sync``), then each bucket
-        directory fsynced. ``renamed``: each file is written under a temp name and
-        renamed in sequence order once all are durable (the group commit, whose
-        records are indexed only after); else written under its own name (a
-        ``save_many``, whose journal says which files are its own). A directory
-        is fsynced after a ``syncfs`` only for the renames, which came after it."""
+        """Create every record file and make them durable as one group (each file
+        fsynced, or one ``syncfs``, ``batch_sync``), then each bucket directory.
+        ``renamed`` (the group commit): written under temp names and renamed in
+        sequence order once all are durable; else (``save_many``, whose journal
+        names its files) under their own names."""
         durable = self.files.durable
         by_syncfs = self._by_syncfs()
         buckets: dict[int, int] = {}
@@ -310,111 +269,85 @@ class Batches:
             self.writes.delete_found(tx, ids, cid, found)
 
     def _undo_batch(self, tx: Txn, lo: int, hi: int, sealed: list[StoredRecord]) -> None:
-        """Take back a committed batch whose indexing failed: back to ``batch``
-        (durably, so a crash now rolls it back too), then roll it back."""
+        """Take back a batch: the journal back to ``batch``, durably, then roll back."""
         tx.commit(journal=fmt.Journal(fmt.BATCH_PENDING, "", lo=lo, hi=hi))
         tx.sync()
         sfiles = {fmt.stream_file_name(record.stream) for record in sealed}
         self.recovery.roll_back_batch(tx, lo, hi, sfiles)
 
-    # -- delete_many ----------------------------------------------------------------------
-
     def delete_many(self, cids: list[str], now: datetime) -> int:
-        """Delete the live ones among ``cids`` under one lock hold, as few journaled
-        operations as the journal can name (one, unless the streams' index names
-        do not fit in it), each with one flush per file it touches."""
+        """Delete the live ones among ``cids`` under one lock hold, in as few
+        journaled operations as the journal can name."""
         with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
-            groups: dict[str, list[tuple[int | None, fmt.Slot]]] = {}
+            groups: dict[str, list[Victim]] = {}
             unreadable: list[int] = []
             for cid in cids:
                 found = self.writes.find_record(ids, cid)
-                if found is None:
+                if found is None or (found.record is not None and found.record.is_expired(now)):
                     continue
-                if found.record is not None:
-                    if found.record.is_expired(now):
-                        continue
-                    sfile: str | None = fmt.stream_file_name(found.record.stream)
-                else:
+                if found.record is None:
                     unreadable.append(found.seq)
-                    sfile = self.rebuild.stream_of(found.seq, cid)
-                victim: tuple[int | None, fmt.Slot] = (None, fmt.Slot(found.seq, cid))
-                if sfile is not None:
-                    idx = self.fdcache.open_index(sfile)
-                    if idx is not None:
-                        with idx:
-                            pos = idx.find(found.seq)
-                            if pos is not None:
-                                victim = (pos, idx.slot(pos))
-                groups.setdefault(sfile or "", []).append(victim)
+                sfile, victim = self.writes.victim(cid, found)
+                groups.setdefault(sfile, []).append(victim)
             for chunk in _chunks(groups):
                 self.writes.delete_groups(tx, ids, chunk)
             if unreadable:
                 self.recovery.delete_orphan_done(tx, unreadable)
             return sum(len(victims) for victims in groups.values())
 
-    # -- prune, delete_stream, purge_expired ---------------------------------------------
-
     def prune(self, stream: str, keep_last: int, now: datetime) -> int:
-        sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
-        with self.recovery.writing() as tx:
-            idx = self.fdcache.open_index(sfile)
-            if idx is None:
-                return 0
-            victims: list[tuple[int | None, fmt.Slot]] = []
-            with idx:
-                kept = 0
-                for pos, slot in idx.walk(idx.count - 1, -1):
-                    if not slot.live or slot.expired(now_us):
-                        continue
-                    if kept < keep_last:
-                        kept += 1
-                    else:
-                        victims.append((pos, slot))
-            with self.fdcache.open_ids(write=True) as ids:
-                self.writes.delete_groups(tx, ids, {sfile: victims})
-            self._compact(tx, sfile)
-            return len(victims)
+
+        def pick(idx: StreamIndex) -> list[Victim]:
+            newest = idx.walk(idx.count - 1, -1)
+            live: list[Victim] = [(p, s) for p, s in newest if s.live and not s.expired(now_us)]
+            return live[keep_last:]
+
+        return len(self._remove(fmt.stream_file_name(stream), pick))
 
     def delete_stream(self, stream: str, now: datetime) -> int:
-        sfile = fmt.stream_file_name(stream)
         now_us = fmt.to_micros(now)
-        with self.recovery.writing() as tx:
-            idx = self.fdcache.open_index(sfile)
-            if idx is None:
-                return 0
-            with idx:
-                victims: list[tuple[int | None, fmt.Slot]] = [
-                    (pos, slot) for pos, slot in idx.walk(0, 1) if slot.live
-                ]
-            with self.fdcache.open_ids(write=True) as ids:
-                self.writes.delete_groups(tx, ids, {sfile: victims})
-            self._compact(tx, sfile)
-            return sum(1 for _, slot in victims if not slot.expired(now_us))
+
+        def pick(idx: StreamIndex) -> list[Victim]:
+            return [(p, s) for p, s in idx.walk(0, 1) if s.live]
+
+        victims = self._remove(fmt.stream_file_name(stream), pick)
+        return sum(1 for _, slot in victims if not slot.expired(now_us))
 
     def purge_expired(self, now: datetime) -> int:
         """Remove expired checkpoints stream by stream, releasing the lock in between
         so other writers are not held up for the whole pass."""
         now_us = fmt.to_micros(now)
-        removed = 0
-        for sfile in sorted(self.fdcache.index_files()):
-            with self.recovery.writing() as tx:
-                try:
-                    idx = self.fdcache.open_index(sfile)
-                except IndexDamaged:
-                    continue
-                if idx is None:
-                    continue
-                with idx:
-                    victims: list[tuple[int | None, fmt.Slot]] = [
-                        (pos, s) for pos, s in idx.walk(0, 1) if s.live and s.expired(now_us)
-                    ]
-                if victims:
-                    with self.fdcache.open_ids(write=True) as ids:
-                        self.writes.delete_groups(tx, ids, {sfile: victims})
-                    self._compact(tx, sfile)
-                removed += len(victims)
-        return removed
+
+        def pick(idx: StreamIndex) -> list[Victim]:
+            return [(p, s) for p, s in idx.walk(0, 1) if s.live and s.expired(now_us)]
+
+        files = sorted(self.fdcache.index_files())
+        return sum(len(self._remove(sfile, pick, purge=True)) for sfile in files)
+
+    def _remove(
+        self, sfile: str, pick: Callable[[StreamIndex], list[Victim]], *, purge: bool = False
+    ) -> list[Victim]:
+        """Under one lock hold, delete the slots ``pick`` chooses from stream index
+        ``sfile`` (none if it is missing, or damaged for ``purge``), then compact
+        it (for ``purge``, only if it lost any)."""
+        with self.recovery.writing() as tx:
+            try:
+                idx = self.fdcache.open_index(sfile)
+            except IndexDamaged:
+                if not purge:
+                    raise
+                return []
+            if idx is None:
+                return []
+            with idx:
+                victims = pick(idx)
+            if victims:
+                with self.fdcache.open_ids(write=True) as ids:
+                    self.writes.delete_groups(tx, ids, {sfile: victims})
+            if victims or not purge:
+                self._compact(tx, sfile)
+            return victims
 
     def _compact(self, tx: Txn, sfile: str) -> None:
         """Rewrite a stream index without its dead slots once they dominate it, and
@@ -435,15 +368,21 @@ class Batches:
                 if self.files.durable:
                     self.files.io.fsync(self.files.fd("streams"))
             else:
-                idx.rewrite(
-                    self.files.fd("streams"), live, self.files.store_id, durable=self.files.durable
+                streams = self.files.fd("streams")
+                durable = self.files.durable
+                write_index(
+                    self.files.io,
+                    streams,
+                    sfile,
+                    idx.stream,
+                    live,
+                    self.files.store_id,
+                    durable=durable,
                 )
 
     def remove_empty_buckets(self) -> int:
-        """Remove the empty bucket directories below the high-water mark's bucket
-        (sequences only grow, so no save lands in one again), under the write lock;
-        how many went. A bucket that holds anything (a crashed writer's temp file
-        included) stays."""
+        """Remove the empty bucket directories below the high-water mark's (no save
+        lands in one again), under the write lock; how many went."""
         with self.recovery.writing() as tx:
             top = fmt.bucket_of(tx.state.hwm)
             records = self.files.fd("records")
@@ -463,10 +402,10 @@ class Batches:
 
 
 def _chunks(
-    groups: dict[str, list[tuple[int | None, fmt.Slot]]],
-) -> list[dict[str, list[tuple[int | None, fmt.Slot]]]]:
+    groups: dict[str, list[Victim]],
+) -> list[dict[str, list[Victim]]]:
     """``groups`` split so that each part's index names fit in one journal."""
-    out: list[dict[str, list[tuple[int | None, fmt.Slot]]]] = [{}]
+    out: list[dict[str, list[Victim]]] = [{}]
     length = 0
     for sfile, victims in groups.items():
         if out[-1] and length + len(sfile) + 1 > _MAX_JOURNAL_NAMES:

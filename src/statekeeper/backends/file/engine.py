@@ -1,23 +1,13 @@
-"""The engine of a file store: :class:`FileEngine`, the one owner of its files,
-lock, state and descriptor cache, which opens and closes the store; and
+"""The engine of a file store: :class:`FileEngine`, the owner of its files, lock,
+state and descriptor cache, which opens and closes the store; and
 :class:`Writes`, the one-record writes.
 
-Opening: a writable open takes the write lock, finishes a crashed writer's
-journal, after a machine restart re-indexes what a power cut may have lost (see
-:mod:`.recovery`), and then rebuilds from the records whatever the cheap checks
-find damaged or missing (no record is read; damage they cannot see, a corrupt
-slot in the middle of an index, is met by the reads, which answer from the
-records, and reported by ``verify``). ``create=False`` never creates a store; a
-``read_only`` open writes nothing at all (no lock file, no recovery, no rebuild)
-and, when the indexes cannot be trusted, sends the reads to the records.
-
-Writing: every write runs under the write lock (``flock`` on ``lock``) and
-follows one rule: the *record file* is published first (temp file, fsync,
-rename, fsync of its directory) and the soft indexes follow, with the operation
-named in the journal first so that a crash at any point is finished by the next
-lock holder. The indexes are not fsynced on the save path. Deletes and updates,
-which change old index entries, flush what they change before the record file
-goes, so a power cut never resurrects a deleted checkpoint.
+Every write runs under the write lock and names its operation in the journal
+first, so a crash at any point is finished by the next lock holder. The record
+file is published first (temp file, fsync, rename, fsync of its directory), the
+indexes follow, unflushed on the save path; deletes and updates flush the index
+entries they change before the record file goes, so a power cut never
+resurrects a deleted checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +17,6 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TypeVar
 
 from ..._runtime.inline import WORKER, Budget
 from ...errors import (
@@ -43,24 +32,21 @@ from ...record import NewRecord, RecordEdits, StoredRecord
 from . import layout as fmt
 from .fdcache import Descriptors
 from .files import RO_FILE, RW_FILE, Files, RecordProblem, StateFile, Txn, WriteLock, quietly
-from .indexes import IdTable, IndexDamaged
+from .indexes import IdTable, IndexDamaged, replace_file
 from .io import FileIO
 from .recovery import Rebuild, Recovery
 
 __all__ = ["FileEngine", "Found", "Writes"]
 
 _log = logging.getLogger("statekeeper.backends.file")
-_CREAT = os.O_CREAT
-_APPEND = os.O_APPEND
-T = TypeVar("T")
+#: A slot to delete and its position in its stream index (``None``: not there).
+Victim = tuple[int | None, fmt.Slot]
 
 
 class FileEngine:
     """The one owner of a file store's directory, write lock, state file and
     descriptor cache; it opens and closes the store and holds the write side's
-    parts (the rebuild, the recovery, the one-record writes), each given the
-    collaborators it uses. The read side and the batches are built over these
-    parts by the store (:class:`~.store.FileCheckpointStore`)."""
+    parts (the rebuild, the recovery, the one-record writes)."""
 
     def __init__(
         self,
@@ -84,8 +70,6 @@ class FileEngine:
         self.files = Files(
             root, io, durable=durable, max_record_bytes=max_record_bytes, holding=self.lock.holding
         )
-        #: Every descriptor kept open across calls, the lock holder's and the inline
-        #: readers'.
         self.fdcache = Descriptors(self.files)
         self.files.cache = self.fdcache
         self.statefile = StateFile(self.files)
@@ -93,14 +77,7 @@ class FileEngine:
             self.files, self.fdcache, self.statefile, sync_interval=sync_interval
         )
         self.recovery = Recovery(self.files, self.fdcache, self.statefile, self.lock, self.rebuild)
-        self.writes = Writes(
-            self.files,
-            self.fdcache,
-            self.statefile,
-            self.rebuild,
-            self.recovery,
-            sync_interval=sync_interval,
-        )
+        self.writes = Writes(self.files, self.fdcache, self.statefile, self.rebuild, self.recovery)
 
     def close(self) -> None:
         """Close every descriptor, once the calls in flight are done."""
@@ -111,11 +88,12 @@ class FileEngine:
     # -- opening -------------------------------------------------------------------------
 
     def open(self, now: datetime) -> fmt.Meta:
-        """Open the store (creating it if ``create``); finish a crashed writer's
-        journal, after a machine restart re-index what a power cut may have lost, and
-        rebuild from the records what is damaged or missing. A read-only open does
-        none of that and writes nothing: it reads from the records instead when the
-        indexes cannot be trusted (``degraded``)."""
+        """Open the store (creating it if ``create``). A writable open takes the
+        lock, finishes a crashed writer's journal, after a machine restart
+        re-indexes what a power cut may have lost, and rebuilds from the records
+        what the cheap checks find damaged or missing (no record is read). A
+        ``read_only`` open writes nothing; when the indexes cannot be trusted
+        (``degraded``), the reads go to the records."""
         try:
             root = self.files.io.open_root(self.files.root, create=self.create)
         except (FileNotFoundError, NotADirectoryError):
@@ -131,11 +109,10 @@ class FileEngine:
                 meta = self._open_meta(root, now)
                 self.files.identify(meta.store_id)
                 with self.lock.held():
-                    self.files.adopt("records", self._subdir(fmt.RECORDS_DIR))
-                    self.files.adopt("streams", self._subdir(fmt.STREAMS_DIR))
-                    self.files.adopt("state", self._open_state())
+                    self._adopt_dirs(create=True)
+                    self._open_state(writable=True)
                     dirty = self.files.io.open(
-                        fmt.DIRTY_NAME, RW_FILE | _CREAT | _APPEND, 0o666, dir_fd=root
+                        fmt.DIRTY_NAME, RW_FILE | os.O_CREAT | os.O_APPEND, 0o666, dir_fd=root
                     )
                     self.files.adopt("dirty", dirty)
                     self._startup_recovery()
@@ -152,35 +129,17 @@ class FileEngine:
 
     def _open_read_only(self, root: int) -> fmt.Meta:
         """Open without writing a byte: no lock file, no recovery, no rebuild."""
-        if fmt.META_NAME not in self.files.io.listdir(root):
+        meta = self._read_meta(root) if fmt.META_NAME in self.files.io.listdir(root) else None
+        if meta is None:
             raise self._not_found()
-        try:
-            data = self.files.read_file(root, fmt.META_NAME)
-        except RecordProblem as exc:
-            raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
-        if data is None:
-            raise self._not_found()
-        meta = fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
         self.files.identify(meta.store_id)
-        for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
-            try:
-                fd = self.files.open_dir(root, name, create=False)
-            except IndexDamaged as exc:
-                raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
-            if fd is not None:
-                self.files.adopt(name, fd)
+        self._adopt_dirs(create=False)
         if "records" not in self.files.fd_table:
             raise StoreFormatError(
                 f"{self.files.where(fmt.RECORDS_DIR)} is missing: the store's creation was cut "
                 "short; open it once without read_only to finish it"
             )
-        try:
-            self.files.adopt("state", self.files.io.open(fmt.STATE_NAME, RO_FILE, dir_fd=root))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            self._refuse_linked_state(exc)
-            raise
+        self._open_state(writable=False)
         self.degraded = self._damage_read_only()
         if self.degraded is not None:
             _log.warning(
@@ -191,13 +150,15 @@ class FileEngine:
             )
         return meta
 
-    def _subdir(self, name: str) -> int:
-        try:
-            fd = self.files.open_dir(self.files.fd("root"), name, create=True)
-        except IndexDamaged as exc:
-            raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
-        assert fd is not None
-        return fd
+    def _adopt_dirs(self, *, create: bool) -> None:
+        """Open the records and streams directories (a missing one is left out)."""
+        for name in (fmt.RECORDS_DIR, fmt.STREAMS_DIR):
+            try:
+                fd = self.files.open_dir(self.files.fd("root"), name, create=create)
+            except IndexDamaged as exc:
+                raise StoreFormatError(f"{self.files.where(name)}: {exc}") from None
+            if fd is not None:
+                self.files.adopt(name, fd)
 
     def _open_meta(self, root: int, now: datetime) -> fmt.Meta:
         names = self.files.io.listdir(root)
@@ -212,54 +173,48 @@ class FileEngine:
             if not self.create:
                 raise self._not_found()
         self.files.adopt(
-            "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | _CREAT, 0o666, dir_fd=root)
+            "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | os.O_CREAT, 0o666, dir_fd=root)
         )
         with self.lock.held():
-            try:
-                data = self.files.read_file(root, fmt.META_NAME)
-            except RecordProblem as exc:
-                raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
-            if data is not None:
-                return fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
-            meta = fmt.Meta.new(now)
-            # Creating a store is always made durable, whatever the durability option.
-            tmp = f".{fmt.META_NAME}.tmp"
-            self.files.unlink_quiet(tmp, root)
-            self.files.write_new(root, tmp, meta.to_bytes(), sync=True)
-            self.files.io.rename(tmp, fmt.META_NAME, src_dir_fd=root, dst_dir_fd=root)
-            self.files.io.fsync(root)
+            meta = self._read_meta(root)
+            if meta is None:
+                meta = fmt.Meta.new(now)
+                # Creating a store is always made durable, whatever the durability option.
+                replace_file(self.files.io, root, fmt.META_NAME, meta.to_bytes(), durable=True)
             return meta
 
-    def _open_state(self) -> int:
-        root = self.files.fd("root")
+    def _read_meta(self, root: int) -> fmt.Meta | None:
         try:
-            fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
-        except FileNotFoundError:
-            # Both copies empty: the first transaction finds no state and rebuilds
-            # it from the records (a new store, or one whose state file was lost).
-            tmp = f".{fmt.STATE_NAME}.tmp"
-            self.files.unlink_quiet(tmp, root)
-            self.files.write_new(root, tmp, bytes(fmt.STATE_SIZE), sync=True)
-            self.files.io.rename(tmp, fmt.STATE_NAME, src_dir_fd=root, dst_dir_fd=root)
-            self.files.io.fsync(root)
-            fd = self.files.io.open(fmt.STATE_NAME, RW_FILE, dir_fd=root)
-        except OSError as exc:
-            self._refuse_linked_state(exc)
-            raise
-        return fd
+            data = self.files.read_file(root, fmt.META_NAME)
+        except RecordProblem as exc:
+            raise StoreFormatError(f"{self.files.where(fmt.META_NAME)}: {exc.reason}") from None
+        return None if data is None else fmt.Meta.from_bytes(data, self.files.where(fmt.META_NAME))
 
-    def _refuse_linked_state(self, exc: OSError) -> None:
-        """An open of the state file failed with ``exc``: a symbolic link (never
-        followed, ``ELOOP``) is a damaged store, not an OS error."""
-        if exc.errno == errno.ELOOP:
-            where = self.files.where(fmt.STATE_NAME)
-            raise StoreFormatError(f"{where} is a symbolic link") from None
+    def _open_state(self, *, writable: bool) -> None:
+        """Open the state file. Missing, a writable open creates it empty (the first
+        transaction then rebuilds it from the records); a symbolic link (never
+        followed) is a damaged store."""
+        root = self.files.fd("root")
+        flags = RW_FILE if writable else RO_FILE
+        try:
+            fd = self.files.io.open(fmt.STATE_NAME, flags, dir_fd=root)
+        except FileNotFoundError:
+            if not writable:
+                return
+            empty = bytes(fmt.STATE_SIZE)
+            replace_file(self.files.io, root, fmt.STATE_NAME, empty, durable=True)
+            fd = self.files.io.open(fmt.STATE_NAME, flags, dir_fd=root)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                where = self.files.where(fmt.STATE_NAME)
+                raise StoreFormatError(f"{where} is a symbolic link") from None
+            raise
+        self.files.adopt("state", fd)
 
     def _startup_recovery(self) -> None:
-        """After a machine restart, index the records above the sync mark again; then
-        finish a crashed writer's journal; then check the derived data (see
-        :meth:`damage_at_open`). What is damaged or missing is rebuilt from the
-        records (an unreadable state already was, by ``txn``)."""
+        """Resolve a half-written batch; after a machine restart, index the records
+        above the sync mark again; finish a crashed writer's journal; rebuild from
+        the records whatever is damaged or missing."""
         tx = self.recovery.txn()
         boot = self.files.io.boot_id()
         reasons: list[str] = []
@@ -276,7 +231,10 @@ class FileEngine:
                 self.recovery.recover_journal(tx)
         except IndexDamaged as exc:
             reasons.append(str(exc))
-        reasons += self._damage_at_open(tx)
+        damage, files = self._damage(tx.state)
+        reasons += damage
+        if tx.state.streams is None or files > tx.state.streams:
+            tx.commit(extra=tx.state.with_extra(streams=files))
         if reasons:
             _log.warning(
                 "file store %s: rebuilding its indexes from the records: %s",
@@ -288,30 +246,25 @@ class FileEngine:
             tx.commit(boot=boot)
             tx.sync()
 
-    def _damage_at_open(self, tx: Txn) -> list[str]:
-        """What is wrong with the derived data, from cheap checks (under the lock).
-        Also records the stream count in a store that has none yet."""
+    def _damage(self, state: fmt.State) -> tuple[list[str], int]:
+        """What the cheap checks (no record is read) find wrong with the derived
+        data, and how many stream index files there are."""
         reasons: list[str] = []
         try:
             self.fdcache.open_ids().close()
         except IndexDamaged as exc:
             reasons.append(str(exc))
         files = len(self.fdcache.index_files())
-        want = tx.state.streams
-        if want is not None and files < want:
-            reasons.append(f"{want - files} stream index file(s) are missing")
-        elif want is None or files > want:
-            tx.commit(extra=tx.state.with_extra(streams=files))
+        if state.streams is not None and files < state.streams:
+            reasons.append(f"{state.streams - files} stream index file(s) are missing")
         top = self.rebuild.max_on_disk()
-        if top > tx.state.hwm:
-            reasons.append(f"record {top} is above the high-water mark {tx.state.hwm}")
-        return reasons
+        if top > state.hwm:
+            reasons.append(f"record {top} is above the high-water mark {state.hwm}")
+        return reasons, files
 
     def _damage_read_only(self) -> str | None:
-        """Why this read-only open cannot trust the indexes (``None``: it can). The
-        same checks as a writable open makes, plus the work a writable open would
-        do first: a save the journal has not finished, and records above the sync
-        mark after a machine restart that are not indexed."""
+        """Why this read-only open cannot trust the indexes (``None``: it can): what
+        a writable open would find damaged, or would finish or re-index first."""
         if "streams" not in self.files.fd_table:
             return "the streams directory is missing"
         state = self.statefile.read()
@@ -319,14 +272,9 @@ class FileEngine:
             return "the state file is missing or unreadable"
         if state.torn:
             return "a copy of the state file is damaged"
-        try:
-            self.fdcache.open_ids().close()
-        except IndexDamaged as exc:
-            return str(exc)
-        if state.streams is not None and len(self.fdcache.index_files()) < state.streams:
-            return "a stream index file is missing"
-        if self.rebuild.max_on_disk() > state.hwm:
-            return "a record is above the high-water mark"
+        damage, _ = self._damage(state)
+        if damage:
+            return damage[0]
         journal = state.journal
         if (
             journal is not None
@@ -383,9 +331,8 @@ class Found:
 
 
 class Writes:
-    """The one-record writes (save, update, delete, prune, purge), each under the
-    write lock (:meth:`.recovery.Recovery.writing`): a part, given the store's
-    directory, the descriptor cache, the state file, the rebuild and the recovery."""
+    """The one-record writes (save, update, delete), each under the write lock
+    (:meth:`.recovery.Recovery.writing`)."""
 
     def __init__(
         self,
@@ -394,27 +341,19 @@ class Writes:
         statefile: StateFile,
         rebuild: Rebuild,
         recovery: Recovery,
-        *,
-        sync_interval: int,
     ) -> None:
         self.files = files
         self.fdcache = fdcache
         self.statefile = statefile
         self.rebuild = rebuild
         self.recovery = recovery
-        self.sync_interval = sync_interval
-
-    # -- save ---------------------------------------------------------------------------
 
     def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
-        """Save ``record`` at the next sequence.
-
-        Inline (a store without ``durable``, ``durability="fast"``, on its event
-        loop's thread), it blocks before anything is written wherever it could wait
-        or sync: the lock is taken (by a thread or a process), the state file is
-        unreadable or torn, a crashed writer's journal needs finishing, the id table
-        needs growing, or the sync mark is due (it fsyncs). What it does inline is
-        page-cache work only, as a bare write and rename."""
+        """Save ``record`` at the next sequence. Inline (``durability="fast"``, on
+        the event loop's thread) it blocks, before anything is written, wherever it
+        would wait or sync (the lock is taken, the state needs recovering, the id
+        table growing, the sync mark is due): what it does inline is page-cache
+        work only."""
         if self.files.durable:
             budget.block()
         with self.recovery.writing(budget) as tx:
@@ -422,15 +361,12 @@ class Writes:
 
     def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
         """The body of :meth:`insert`, under the lock."""
-        if tx.state.hwm + 1 - tx.state.synced >= self.sync_interval:
+        if tx.state.hwm + 1 - tx.state.synced >= self.rebuild.sync_interval:
             budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
         ids = self.fdcache.open_ids(write=True)
         try:
-            if tx.state.ids_used + 1 > ids.capacity // 2:
-                budget.block()
-                ids.close()
-                ids = self.rebuild.rebuild_ids(tx)
+            ids = self.grown(tx, ids, 1, budget)
             live, free, fresh = ids.probe(key)
             if live:
                 self.check_new_id(tx, ids, record, live)
@@ -475,6 +411,15 @@ class Writes:
             ids.close()
         return stored.header
 
+    def grown(self, tx: Txn, ids: IdTable, more: int, budget: Budget = WORKER) -> IdTable:
+        """``ids``, or, if ``more`` entries would fill it past half, the id table
+        rebuilt larger (``ids`` closed; inline, that blocks)."""
+        if tx.state.ids_used + more <= ids.capacity // 2:
+            return ids
+        budget.block()
+        ids.close()
+        return self.rebuild.rebuild_ids(tx)
+
     def check_size(self, data: bytes) -> None:
         if len(data) > self.files.max_record_bytes:
             raise CheckpointEncodeError(
@@ -509,8 +454,8 @@ class Writes:
     def _undo_insert(
         self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
     ) -> None:
-        """Take back a published record whose indexing failed; the caller is told the
-        save failed, so it must not appear later. Its sequence stays used."""
+        """Take back a published record whose indexing failed (the caller is told the
+        save failed); its sequence stays used."""
         self.files.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
         if self.files.durable:
             self.files.io.fsync(bucket)
@@ -523,8 +468,6 @@ class Writes:
         if pos is not None:
             ids.tombstone(pos, key, slot.seq)
         tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
-
-    # -- update -------------------------------------------------------------------------
 
     def update(
         self,
@@ -544,10 +487,7 @@ class Writes:
             if found is None or found.record is None or found.record.is_expired(now):
                 raise CheckpointNotFound(cid)
             current = found.record
-            if if_match is not None and current.header.etag != if_match:
-                raise PreconditionFailed(
-                    f"checkpoint {cid!r} has etag {current.header.etag!r}, not {if_match!r}"
-                )
+            _check_etag(cid, current, if_match)
             new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
             data = new.to_bytes(self.files.store_id)
             self.check_size(data)
@@ -612,8 +552,6 @@ class Writes:
             expires = found.record.header.expires_at if found.record is not None else None
             self._replace(tx, found.seq, cid, found.record, expires, data, found.raw)
 
-    # -- delete, prune, purge -------------------------------------------------------------
-
     def delete(self, cid: str, if_match: str | None, now: datetime) -> bool:
         with self.recovery.writing() as tx, self.fdcache.open_ids(write=True) as ids:
             found = self.find_record(ids, cid)
@@ -625,45 +563,36 @@ class Writes:
             else:
                 if found.record.is_expired(now):
                     return False
-                if if_match is not None and found.record.header.etag != if_match:
-                    raise PreconditionFailed(
-                        f"checkpoint {cid!r} has etag {found.record.header.etag!r}, "
-                        f"not {if_match!r}"
-                    )
+                _check_etag(cid, found.record, if_match)
             self.delete_found(tx, ids, cid, found)
             return True
 
     def delete_found(self, tx: Txn, ids: IdTable, cid: str, found: Found) -> None:
-        if found.record is not None:
-            sfile: str | None = fmt.stream_file_name(found.record.stream)
-        else:
-            sfile = self.rebuild.stream_of(found.seq, cid)
-        victims: list[tuple[int | None, fmt.Slot]] = [(None, fmt.Slot(found.seq, cid))]
-        if sfile is not None:
-            idx = self.fdcache.open_index(sfile)
-            if idx is not None:
-                with idx:
-                    pos = idx.find(found.seq)
-                    if pos is not None:
-                        victims = [(pos, idx.slot(pos))]
-        self._delete_slots(tx, ids, sfile or "", victims)
+        sfile, victim = self.victim(cid, found)
+        self.delete_groups(tx, ids, {sfile: [victim]})
         if found.record is None:
             self.recovery.delete_orphan_done(tx, [found.seq])
 
-    def _delete_slots(
-        self, tx: Txn, ids: IdTable, sfile: str, victims: list[tuple[int | None, fmt.Slot]]
-    ) -> None:
-        """Delete records of one stream index (see :meth:`delete_groups`)."""
-        self.delete_groups(tx, ids, {sfile: victims})
+    def victim(self, cid: str, found: Found) -> tuple[str, Victim]:
+        """The stream index file of ``found`` (``""`` if unknown) and its slot there
+        (at position ``None`` if the index does not hold it)."""
+        if found.record is not None:
+            sfile = fmt.stream_file_name(found.record.stream)
+        else:
+            sfile = self.rebuild.stream_of(found.seq, cid) or ""
+        idx = self.fdcache.open_index(sfile) if sfile else None
+        if idx is not None:
+            with idx:
+                pos = idx.find(found.seq)
+                if pos is not None:
+                    return sfile, (pos, idx.slot(pos))
+        return sfile, (None, fmt.Slot(found.seq, cid))
 
-    def delete_groups(
-        self, tx: Txn, ids: IdTable, groups: dict[str, list[tuple[int | None, fmt.Slot]]]
-    ) -> None:
+    def delete_groups(self, tx: Txn, ids: IdTable, groups: dict[str, list[Victim]]) -> None:
         """Delete records of one or more stream indexes (``""``: records no index
-        names) as one operation: journal, mark their slots dead, drop their ids,
-        unlink the files, trim trailing dead slots. In full durability each step
-        is flushed before the next (one flush per file touched, not per record),
-        so a power cut never resurrects a deleted checkpoint."""
+        names) as one journaled operation: mark their slots dead, drop their ids,
+        unlink the files, trim trailing dead slots. In full durability each step is
+        flushed (once per file) before the next."""
         groups = {sfile: victims for sfile, victims in groups.items() if victims}
         if not groups:
             return
@@ -713,6 +642,12 @@ class Writes:
             if got is not None:
                 return Found(seq, got[0], got[1])
         return None
+
+
+def _check_etag(cid: str, record: StoredRecord, if_match: str | None) -> None:
+    if if_match is not None and record.header.etag != if_match:
+        etag = record.header.etag
+        raise PreconditionFailed(f"checkpoint {cid!r} has etag {etag!r}, not {if_match!r}")
 
 
 def _sibling(path: str, name: str) -> str:

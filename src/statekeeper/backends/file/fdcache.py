@@ -1,18 +1,13 @@
-"""The descriptors a file store keeps open across calls: ONE cache, two users.
+"""The descriptors a file store keeps open across calls (stream indexes, the id
+table, bucket directories): the lock holder's, and each inline reader thread's.
 
-- The lock holder (a writer) keeps stream indexes, the id table and bucket
-  directories open between writes, each re-validated by one ``lstat`` per use, or
-  by none while it was validated in the current *epoch* (a lock holder that finds
-  another process's generation in ``state`` starts a new epoch): a save costs one
-  open (its temp file) instead of four. Files this process replaces itself are
-  dropped (:meth:`Descriptors.forget`).
-- Each thread that reads inline (the event loop's) keeps its own indexes, id
-  table and buckets (:class:`_Kept`), each used only after one ``lstat`` shows the
-  same file under its name: a file replaced by rename is opened afresh, exactly as
-  a fresh open would find it.
-
-Any other reader opens afresh (and closes) each file it reads; verified stream
-index headers are shared by every thread (``headers``).
+A kept descriptor is used only after one ``lstat`` shows the same file under its
+name (device and inode; a regular file with one link, or a directory), so a file
+replaced by rename is opened afresh. The lock holder skips that ``lstat`` for a
+descriptor checked in the current *epoch* (a new one starts when another process
+wrote); files it replaces itself it drops (:meth:`Descriptors.forget`). Any other
+reader opens (and closes) each file afresh; verified stream index headers are
+shared by every thread (``headers``).
 """
 
 from __future__ import annotations
@@ -26,13 +21,15 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from . import layout as fmt
-from .indexes import IdTable, IndexDamaged, StreamIndex
+from .indexes import Handle, IdTable, IndexDamaged, StreamIndex
 from .io import FileIO, read_exact
 
 __all__ = ["Descriptors"]
 
-#: The stream indexes and bucket directories the lock holder keeps open.
+#: The stream indexes the lock holder keeps open, and each inline reader thread.
 _INDEXES_KEPT = 128
+_KEPT_INDEXES = 32
+#: The bucket directories each keeps open.
 _BUCKETS_KEPT = 4
 
 
@@ -47,33 +44,29 @@ class Files(Protocol):
     def open_dir(self, parent: int, name: str, *, create: bool) -> int | None: ...
 
 
-def _same_file(st: os.stat_result, identity: tuple[int, int]) -> bool:
-    return (st.st_dev, st.st_ino) == identity and stat.S_ISREG(st.st_mode) and st.st_nlink == 1
-
-
-#: Stream indexes and bucket directories a thread's inline reads keep open.
-_KEPT_INDEXES = 32
-_KEPT_BUCKETS = 4
+def _same(st: os.stat_result | None, identity: tuple[int, int], *, regular: bool = True) -> bool:
+    if st is None or (st.st_dev, st.st_ino) != identity:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1 if regular else stat.S_ISDIR(st.st_mode)
 
 
 class _Kept:
-    """The descriptors one thread's inline reads keep between calls, so that a
-    read costs one ``lstat`` per file instead of an open, an ``fstat`` and a close.
-    Each is used only after that ``lstat`` shows the same file (device and inode,
-    a regular file with one link, or a directory) under its name: a file replaced
-    by rename is opened afresh, exactly as a fresh open would find it."""
+    """The descriptors one user keeps (the lock holder, or one reader thread)."""
 
-    __slots__ = ("buckets", "ids", "indexes")
+    __slots__ = ("buckets", "ids", "indexes", "limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self.indexes: OrderedDict[str, StreamIndex] = OrderedDict()
         #: The id table and the bytes of its header when it was verified.
         self.ids: tuple[IdTable, bytes] | None = None
-        self.buckets: OrderedDict[int, tuple[int, tuple[int, int]]] = OrderedDict()
+        #: Bucket number -> (descriptor, identity, epoch checked in).
+        self.buckets: OrderedDict[int, tuple[int, tuple[int, int], int | None]] = OrderedDict()
 
     def fds(self) -> list[int]:
+        """Every descriptor, forgotten (the caller closes them)."""
         fds = [idx.fd for idx in self.indexes.values()]
-        fds += [fd for fd, _ in self.buckets.values()]
+        fds += [fd for fd, _, _ in self.buckets.values()]
         if self.ids is not None:
             fds.append(self.ids[0].fd)
         self.indexes.clear()
@@ -88,141 +81,63 @@ class Descriptors:
     def __init__(self, files: Files) -> None:
         self.files = files
         self.io = files.io
-        #: The writer caches' validation epoch (see the module docstring).
+        #: The writer's validation epoch (see the module docstring).
         self.epoch = 0
-        self._indexes: OrderedDict[str, StreamIndex] = OrderedDict()
-        self._ids: IdTable | None = None
-        self._buckets: dict[int, tuple[int, tuple[int, int], int]] = {}
+        self._writer = _Kept(_INDEXES_KEPT)
         #: Verified stream-index headers by (device, inode, name): readers skip the
         #: 4 KiB read and parse. Shared by threads; a plain dict is safe for that.
         self.headers: dict[tuple[int, int, str], str] = {}
         #: The inline readers' descriptors, by thread.
         self._kept: dict[int, _Kept] = {}
 
-    # -- the lock holder's, and fresh opens ---------------------------------------------
-
     def new_epoch(self) -> None:
         """Another process wrote since this one: re-validate every kept handle."""
         self.epoch += 1
 
+    # -- the lock holder's (kept) or fresh opens ----------------------------------------
+
     def bucket(self, seq: int, *, create: bool = False) -> int | None:
         """A descriptor of ``seq``'s bucket directory, ``None`` if missing. Release it
         with :meth:`close_bucket`."""
-        number = fmt.bucket_of(seq)
-        name = fmt.bucket_name(number)
-        records = self.files.fd("records")
         if not self.files.holding():
-            return self.files.open_dir(records, name, create=create)
-        cached = self._buckets.get(number)
-        if cached is not None and cached[2] == self.epoch:
-            return cached[0]
-        if cached is not None:
-            try:
-                st = self.io.lstat(name, dir_fd=records)
-            except FileNotFoundError:
-                st = None
-            if st is not None and (st.st_dev, st.st_ino) == cached[1]:
-                self._buckets[number] = (cached[0], cached[1], self.epoch)
-                return cached[0]
-            del self._buckets[number]
-            self.io.close(cached[0])
-        fd = self.files.open_dir(records, name, create=create)
-        if fd is None:
-            return None
-        st = self.io.fstat(fd)
-        while len(self._buckets) >= _BUCKETS_KEPT:
-            _, (old, _, _) = self._buckets.popitem()
-            self.io.close(old)
-        self._buckets[number] = (fd, (st.st_dev, st.st_ino), self.epoch)
-        return fd
+            name = fmt.bucket_name(fmt.bucket_of(seq))
+            return self.files.open_dir(self.files.fd("records"), name, create=create)
+        return self._bucket(self._writer, seq, self.epoch, create=create)
 
     def close_bucket(self, fd: int) -> None:
-        if not any(fd == held[0] for held in self._buckets.values()):
+        if not any(fd == held[0] for held in self._writer.buckets.values()):
             self.io.close(fd)
 
     def open_index(self, sfile: str, *, write: bool = False) -> StreamIndex | None:
-        """Open a stream index (``None`` if it does not exist). The lock holder gets a
-        cached, writable handle; ``close`` it all the same."""
-        streams = self.files.fd("streams")
+        """Open a stream index (``None`` if it does not exist); the lock holder's is
+        kept and writable (``close`` it all the same)."""
         if not self.files.holding():
+            streams = self.files.fd("streams")
+            store_id = self.files.store_id
             return StreamIndex.open(
-                self.io, streams, sfile, self.files.store_id, write=write, headers=self.headers
+                self.io, streams, sfile, store_id, write=write, headers=self.headers
             )
-        hit = self._indexes.get(sfile)
-        if hit is not None and hit.epoch == self.epoch:
-            return hit
-        try:
-            st = self.io.lstat(sfile, dir_fd=streams)
-        except FileNotFoundError:
-            st = None
-        cached = self._indexes.pop(sfile, None)
-        if cached is not None:
-            if st is not None and _same_file(st, cached.identity):
-                cached.refresh(st.st_size)
-                cached.epoch = self.epoch
-                self._indexes[sfile] = cached
-                return cached
-            self.io.close(cached.fd)
-        if st is None:
-            return None
-        idx = StreamIndex.open(self.io, streams, sfile, self.files.store_id, write=True)
-        if idx is not None:
-            idx.keep = True
-            idx.epoch = self.epoch
-            self._indexes[sfile] = idx
-            while len(self._indexes) > _INDEXES_KEPT:
-                _, old = self._indexes.popitem(last=False)
-                self.io.close(old.fd)
-        return idx
+        return self._index(self._writer, sfile, self.epoch)
 
     def open_ids(self, *, write: bool = False) -> IdTable:
-        """Open the id table; the lock holder gets a cached, writable handle."""
-        root = self.files.fd("root")
+        """Open the id table; the lock holder gets a kept, writable handle."""
         if not self.files.holding():
-            return IdTable.open(self.io, root, self.files.store_id, write=write)
-        if self._ids is not None and self._ids.epoch == self.epoch:
-            return self._ids
-        cached, self._ids = self._ids, None
-        if cached is not None:
-            try:
-                st = self.io.lstat(fmt.IDS_NAME, dir_fd=root)
-            except FileNotFoundError:
-                st = None
-            if st is not None and _same_file(st, cached.identity):
-                cached.epoch = self.epoch
-                self._ids = cached
-                return cached
-            self.io.close(cached.fd)
-        ids = IdTable.open(self.io, root, self.files.store_id, write=True)
-        ids.keep = True
-        ids.epoch = self.epoch
-        self._ids = ids
-        return ids
+            return IdTable.open(self.io, self.files.fd("root"), self.files.store_id, write=write)
+        return self._ids(self._writer, self.epoch)
 
     def forget(self, sfile: str | None = None, *, ids: bool = False) -> None:
-        """Drop the cached descriptor of a file this process is about to replace or
-        remove (stream index ``sfile``, or the id table)."""
-        if sfile is not None:
-            idx = self._indexes.pop(sfile, None)
-            if idx is not None:
-                self.io.close(idx.fd)
-        if ids and self._ids is not None:
-            old, self._ids = self._ids, None
+        """Drop the lock holder's descriptor of stream index ``sfile`` or of the id
+        table (this process is about to replace or remove it)."""
+        held = self._writer
+        if sfile is not None and (idx := held.indexes.pop(sfile, None)) is not None:
+            self.io.close(idx.fd)
+        if ids and held.ids is not None:
+            old, held.ids = held.ids[0], None
             self.io.close(old.fd)
 
     def drop(self) -> None:
-        """Close every descriptor the lock holder keeps (its files are about to be
-        replaced, or the store closes)."""
-        held = [idx.fd for idx in self._indexes.values()]
-        held += [entry[0] for entry in self._buckets.values()]
-        if self._ids is not None:
-            held.append(self._ids.fd)
-        self._indexes.clear()
-        self._buckets.clear()
-        self._ids = None
-        for fd in held:
-            with contextlib.suppress(OSError):
-                self.io.close(fd)
+        """Close every descriptor the lock holder keeps."""
+        self._close(self._writer.fds())
 
     def index_files(self) -> list[str]:
         """The stream index files' names (dot-files and other planted names left out)."""
@@ -233,10 +148,9 @@ class Descriptors:
         ]
 
     def readable_indexes(self, *, strict: bool = False, prefix: str = "") -> Iterator[StreamIndex]:
-        """Each stream index that opens; a damaged or vanished one is passed over,
-        or, if ``strict``, raises :class:`IndexDamaged`. The caller closes each
-        (``with idx:``). With ``prefix``, only the files whose name can belong to
-        a stream starting with it (the caller still checks ``idx.stream``)."""
+        """Each stream index that opens (the caller closes it); a damaged or vanished
+        one is passed over, or, if ``strict``, raises :class:`IndexDamaged`. With
+        ``prefix``, only files that can hold a stream starting with it."""
         head = fmt.file_name_head(prefix)
         for sfile in self.index_files():
             if not sfile.startswith(head):
@@ -250,24 +164,39 @@ class Descriptors:
             if idx is not None:
                 yield idx
 
-    # -- the inline readers' -----------------------------------------------------------
+    # -- the inline readers' ------------------------------------------------------------
 
     def mine(self) -> _Kept:
-        """This thread's kept descriptors (see :class:`_Kept`)."""
+        """This thread's kept descriptors."""
         me = threading.get_ident()
         kept = self._kept.get(me)
         if kept is None:
-            kept = self._kept[me] = _Kept()
+            kept = self._kept[me] = _Kept(_KEPT_INDEXES)
         return kept
 
     def close_kept(self) -> None:
-        """Close the descriptors the inline readers keep (no call is in flight once
-        the store's own are closed, so none of these is in use)."""
+        """Close the descriptors the inline readers keep (once no call is in flight)."""
         table, self._kept = self._kept, {}
         for kept in table.values():
-            for fd in kept.fds():
-                with contextlib.suppress(OSError):
-                    self.io.close(fd)
+            self._close(kept.fds())
+
+    def kept_index(self, sfile: str) -> StreamIndex | None:
+        """:meth:`open_index` through this thread's kept descriptors."""
+        return self._index(self.mine(), sfile, None)
+
+    def kept_ids(self) -> IdTable:
+        """:meth:`open_ids` through this thread's kept descriptor, whose header is
+        read again at every use and must be the bytes verified at its open (so
+        damage in place is seen as by a fresh open), and whose size must still
+        hold its slots."""
+        return self._ids(self.mine(), None)
+
+    def kept_bucket(self, seq: int) -> int | None:
+        """``seq``'s bucket directory through this thread's kept descriptors (not to
+        be closed); ``None`` if missing."""
+        return self._bucket(self.mine(), seq, None, create=False)
+
+    # -- one body for both ----------------------------------------------------------------
 
     def _lstat(self, name: str, dir_fd: int) -> os.stat_result | None:
         try:
@@ -275,87 +204,88 @@ class Descriptors:
         except FileNotFoundError:
             return None
 
-    def kept_index(self, sfile: str) -> StreamIndex | None:
-        """:meth:`open_index` through this thread's kept descriptors: ``None`` if
-        there is no such index; raises :class:`IndexDamaged` as the open does."""
-        kept = self.mine()
-        streams = self.files.fd("streams")
-        st = self._lstat(sfile, streams)
+    def _close(self, fds: list[int]) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                self.io.close(fd)
+
+    def _index(self, kept: _Kept, sfile: str, epoch: int | None) -> StreamIndex | None:
         idx = kept.indexes.get(sfile)
+        if idx is not None and epoch is not None and idx.epoch == epoch:
+            return idx
+        streams = self.files.fd("streams")
         if idx is not None:
-            if st is not None and _same_file(st, idx.identity):
+            st = self._lstat(sfile, streams)
+            if st is not None and _same(st, idx.identity):
                 idx.refresh(st.st_size)
+                idx.epoch = epoch
                 kept.indexes.move_to_end(sfile)
                 return idx
             del kept.indexes[sfile]
             self.io.close(idx.fd)
-        if st is None:
-            return None
-        idx = self.open_index(sfile)
-        if idx is None:
-            return None
-        idx.keep = True
-        kept.indexes[sfile] = idx
-        while len(kept.indexes) > _KEPT_INDEXES:
-            _, old = kept.indexes.popitem(last=False)
-            self.io.close(old.fd)
+        write = epoch is not None
+        headers = None if write else self.headers
+        store_id = self.files.store_id
+        idx = StreamIndex.open(self.io, streams, sfile, store_id, write=write, headers=headers)
+        if idx is not None:
+            idx.keep = True
+            idx.epoch = epoch
+            kept.indexes[sfile] = idx
+            while len(kept.indexes) > kept.limit:
+                _, old = kept.indexes.popitem(last=False)
+                self.io.close(old.fd)
         return idx
 
-    def kept_ids(self) -> IdTable:
-        """The id table through this thread's kept descriptor: its header is read
-        again at every use and must be the bytes verified when it was opened (so
-        damage to it is seen as by a fresh open), and its size must still hold its
-        slots. Raises :class:`IndexDamaged` as :meth:`IdTable.open` does."""
-        kept = self.mine()
+    def _ids(self, kept: _Kept, epoch: int | None) -> IdTable:
         root = self.files.fd("root")
-        st = self._lstat(fmt.IDS_NAME, root)
         if kept.ids is not None:
             ids, header = kept.ids
-            if (
-                st is not None
-                and _same_file(st, ids.identity)
-                and st.st_size >= fmt.IDS_HEADER_SIZE + ids.capacity * fmt.IDS_SLOT.size
-                and read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0) == header
+            if epoch is not None and ids.epoch == epoch:
+                return ids
+            st = self._lstat(fmt.IDS_NAME, root)
+            if _same(st, ids.identity) and (
+                epoch is not None
+                or (
+                    st is not None
+                    and st.st_size >= fmt.IDS_HEADER_SIZE + ids.capacity * fmt.IDS_SLOT.size
+                    and read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0) == header
+                )
             ):
+                ids.epoch = epoch
                 return ids
             kept.ids = None
             self.io.close(ids.fd)
-        ids = IdTable.open(self.io, root, self.files.store_id)
-        try:
-            header = read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0)
-        except BaseException:
-            ids.close()
-            raise
+        ids = IdTable.open(self.io, root, self.files.store_id, write=epoch is not None)
+        header = b""
+        if epoch is None:
+            header = ids.checked(
+                self.io, ids.fd, lambda: read_exact(self.io, ids.fd, fmt.IDS_HEADER_SIZE, 0)
+            )
         ids.keep = True
+        ids.epoch = epoch
         kept.ids = (ids, header)
         return ids
 
-    def kept_bucket(self, seq: int) -> int | None:
-        """``seq``'s bucket directory through this thread's kept descriptors (not to
-        be closed by the caller); ``None`` if missing."""
-        kept = self.mine()
+    def _bucket(self, kept: _Kept, seq: int, epoch: int | None, *, create: bool) -> int | None:
         number = fmt.bucket_of(seq)
         records = self.files.fd("records")
         name = fmt.bucket_name(number)
-        st = self._lstat(name, records)
         held = kept.buckets.get(number)
         if held is not None:
-            if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == held[1]:
+            if epoch is not None and held[2] == epoch:
+                return held[0]
+            if _same(self._lstat(name, records), held[1], regular=False):
+                kept.buckets[number] = (held[0], held[1], epoch)
+                kept.buckets.move_to_end(number)
                 return held[0]
             del kept.buckets[number]
             self.io.close(held[0])
-        if st is None:
-            return None
-        fd = self.files.open_dir(records, name, create=False)
+        fd = self.files.open_dir(records, name, create=create)
         if fd is None:
             return None
-        try:
-            got = self.io.fstat(fd)
-        except BaseException:
-            self.io.close(fd)
-            raise
-        kept.buckets[number] = (fd, (got.st_dev, got.st_ino))
-        while len(kept.buckets) > _KEPT_BUCKETS:
-            _, (old, _) = kept.buckets.popitem(last=False)
+        st = Handle.checked(self.io, fd, lambda: self.io.fstat(fd))
+        kept.buckets[number] = (fd, (st.st_dev, st.st_ino), epoch)
+        while len(kept.buckets) > _BUCKETS_KEPT:
+            _, (old, _, _) = kept.buckets.popitem(last=False)
             self.io.close(old)
         return fd

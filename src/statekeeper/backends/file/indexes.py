@@ -1,14 +1,11 @@
-"""The derived index files: ``streams/*.idx``, the per-stream slot indexes
-(:class:`StreamIndex`), and ``ids.idx``, the id table (id hash -> sequence,
-:class:`IdTable`); and what both share: the safe open of an index file, the
-handle that closes it unless a cache keeps it, and :class:`IndexDamaged`, which
-sends a read to the records.
+"""The derived index files: the per-stream slot indexes (``streams/*.idx``,
+:class:`StreamIndex`) and the id table (``ids.idx``, :class:`IdTable`), the
+:class:`Handle` both are, their safe open, and :class:`IndexDamaged`, which sends
+a read to the records.
 
-Both are derived from the records, written without an fsync on the save path,
-and rebuilt by the store's recovery when a crash may have lost them. Readers
-never lock: every slot carries a CRC, so a slot being written is seen as torn and
-re-read, and files are only ever replaced by rename, so a reader holding a
-descriptor keeps a consistent old version.
+Readers never lock: every stream slot carries a CRC, so one being written is
+seen as torn and re-read, and a whole file is only ever replaced by rename, so a
+reader holding a descriptor keeps a consistent old version.
 """
 
 from __future__ import annotations
@@ -19,8 +16,8 @@ import errno
 import os
 import stat
 import struct
-from collections.abc import Iterator
-from typing import Self
+from collections.abc import Callable, Iterator
+from typing import Self, TypeVar
 
 from ...errors import ConcurrentModificationError
 from . import layout as fmt
@@ -36,6 +33,7 @@ __all__ = [
     "StreamIndex",
     "open_regular",
     "pwrite_all",
+    "replace_file",
     "unlink_quiet",
     "write_index",
 ]
@@ -43,6 +41,7 @@ __all__ = [
 RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+T = TypeVar("T")
 
 
 class IndexDamaged(Exception):
@@ -51,13 +50,9 @@ class IndexDamaged(Exception):
 
 def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, os.stat_result]:
     """Open ``name`` without following links or blocking; it must be a regular file
-    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`.
-
-    A file with *no* link was replaced (an index is rewritten by rename) between the
-    open and the ``fstat``: that is a concurrent writer, not damage, so the open is
-    retried, and after :data:`_REPLACED_RETRIES` tries it is
-    :class:`ConcurrentModificationError`.
-    """
+    with one link. Raises :class:`FileNotFoundError`, or :class:`IndexDamaged`. A
+    file with *no* link was replaced by a concurrent writer between the open and the
+    ``fstat``: the open is retried, up to :class:`ConcurrentModificationError`."""
     for _ in range(_REPLACED_RETRIES):
         try:
             fd = io.open(name, flags, dir_fd=dir_fd)
@@ -90,12 +85,27 @@ _REPLACED_RETRIES = 8
 
 class Handle:
     """An open index file: ``close`` (or leaving a ``with`` block) releases it,
-    unless the writer's cache holds it (``keep``)."""
+    unless a descriptor cache holds it (``keep``). ``identity`` (device, inode) and
+    ``epoch`` (the writer's validation epoch it was last checked in) are the
+    cache's, see :mod:`.fdcache`."""
 
-    __slots__ = ()
-    io: FileIO
-    fd: int
-    keep: bool
+    __slots__ = ("epoch", "fd", "identity", "io", "keep")
+
+    def __init__(self, io: FileIO, fd: int, st: os.stat_result) -> None:
+        self.io = io
+        self.fd = fd
+        self.identity = (st.st_dev, st.st_ino)
+        self.keep = False
+        self.epoch: int | None = None
+
+    @staticmethod
+    def checked(io: FileIO, fd: int, check: Callable[[], T]) -> T:
+        """``check()`` of a file just opened, closing ``fd`` if it raises."""
+        try:
+            return check()
+        except BaseException:
+            io.close(fd)
+            raise
 
     def close(self) -> None:
         if not self.keep:
@@ -108,6 +118,9 @@ class Handle:
         if not self.keep:  # close(), without the call (a kept handle is on hot paths)
             self.io.close(self.fd)
 
+    def sync(self) -> None:
+        self.io.fdatasync(self.fd)
+
 
 def pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
     done = 0
@@ -119,13 +132,11 @@ def pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
 
 
 def unlink_quiet(io: FileIO, name: str, dir_fd: int) -> None:
-    """Remove a temp file on a cleanup path; a failure here must not hide the
-    original error (a leftover temp file is cleaned up by the journal later)."""
+    """Remove a temp file on a cleanup path, never masking the error being handled."""
     with contextlib.suppress(OSError):
         io.unlink(name, dir_fd=dir_fd)
 
 
-_CHUNK = 16
 _MAX_CHUNK = 64
 _HEADERS_KEPT = 4096
 _TORN_RETRIES = 3
@@ -138,29 +149,12 @@ _SEQ_FIELD = struct.Struct(f"<Q{fmt.SLOT_SIZE - 8}x")
 class StreamIndex(Handle):
     """An open stream index: a 4 KiB header naming the stream, then sorted slots."""
 
-    __slots__ = (
-        "_last",
-        "count",
-        "epoch",
-        "fd",
-        "identity",
-        "io",
-        "keep",
-        "name",
-        "size",
-        "stream",
-    )
+    __slots__ = ("_last", "count", "name", "size", "stream")
 
     def __init__(self, io: FileIO, fd: int, name: str, stream: str, st: os.stat_result) -> None:
-        self.io = io
-        self.fd = fd
+        super().__init__(io, fd, st)
         self.name = name
         self.stream = stream
-        self.identity = (st.st_dev, st.st_ino)
-        #: Held in the writer's cache: ``close`` leaves the descriptor open.
-        self.keep = False
-        #: The writer cache's validation epoch this handle was last checked in.
-        self.epoch = -1
         # (size, sequence of the last slot) as this handle last wrote them.
         self._last: tuple[int, int] | None = None
         self.refresh(st.st_size)
@@ -197,32 +191,12 @@ class StreamIndex(Handle):
         key = (st.st_dev, st.st_ino, name)
         stream = headers.get(key) if headers is not None else None
         if stream is None:
-            try:
-                try:
-                    stream = fmt.parse_index_header(
-                        read_exact(io, fd, fmt.IDX_HEADER_SIZE, 0), store_id
-                    )
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise IndexDamaged(f"streams/{name}: {exc}") from None
-                if fmt.stream_file_name(stream) != name:
-                    raise IndexDamaged(
-                        f"streams/{name} names stream {stream!r}, which lives elsewhere"
-                    )
-            except BaseException:
-                io.close(fd)
-                raise
+            stream = cls.checked(io, fd, lambda: _stream_named(io, fd, name, store_id))
             if headers is not None:
                 if len(headers) >= _HEADERS_KEPT:
                     headers.clear()
                 headers[key] = stream
         return cls(io, fd, name, stream, st)
-
-    @staticmethod
-    def create(
-        io: FileIO, streams_fd: int, name: str, stream: str, store_id: str, *, durable: bool
-    ) -> None:
-        """Create an empty index atomically (temp file, rename), fsynced if ``durable``."""
-        write_index(io, streams_fd, name, stream, [], store_id, durable=durable)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -260,38 +234,22 @@ class StreamIndex(Handle):
         return self.read(i, 1)[0]
 
     def seq_at(self, i: int) -> int:
-        """The sequence of slot ``i`` without checking the slot: safe for searching,
-        because a slot's sequence never changes once the slot is within the file
-        size a reader saw (appends land beyond it, rewrites replace the file)."""
+        """The sequence of slot ``i``, unchecked: safe for searching, as a slot's
+        sequence never changes within the size a reader saw."""
         raw = read_exact(self.io, self.fd, 8, self._offset(i))
         if len(raw) != 8:
             raise IndexDamaged(f"streams/{self.name}: slot {i} is cut short")
         return int.from_bytes(raw, "little")
 
-    def bisect(self, seq: int, *, right: bool) -> int:
-        """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``."""
-        lo, hi = 0, self.count
-        while lo < hi:
-            mid = (lo + hi) // 2
-            s = self.seq_at(mid)
-            if s < seq or (right and s == seq):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
     def locate(self, seq: int, *, right: bool) -> int:
-        """:meth:`bisect`'s answer in fewer reads, for the readers' page scans.
+        """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``.
 
-        Each step reads a block of :data:`_SEARCH_BLOCK` slots (one ``pread``), which
-        either holds the answer or narrows the range past it: first the tail block,
-        then the head block, then the block where the sequence would sit if the
-        sequences between the two known ones were evenly spread (interpolation),
-        with a plain halving whenever a guess did not halve the range. A stream
-        whose sequences are about evenly spread (alone in the store, or interleaved
-        with others) takes 3 or 4 reads at any length instead of ``log2(count)``;
-        an uneven one at most about twice as many steps as :meth:`bisect`, each one
-        block. Sequences are read unchecked, as :meth:`seq_at` reads them."""
+        Each step reads a block of :data:`_SEARCH_BLOCK` slots (one ``pread``): the
+        tail block, the head block, then where the sequence would sit if spread
+        evenly (interpolation), halving whenever a guess did not halve the range;
+        about 3 or 4 reads for an evenly spread stream, at most about twice
+        ``log2(count)`` for an uneven one. Sequences are read unchecked, as
+        :meth:`seq_at` reads them."""
         lo, hi = 0, self.count
         below: tuple[int, int] | None = None  # (position, sequence) known below lo
         above: tuple[int, int] | None = None  # ... and at hi
@@ -339,13 +297,12 @@ class StreamIndex(Handle):
 
     def find(self, seq: int) -> int | None:
         """The position of ``seq``, or ``None``."""
-        i = self.bisect(seq, right=False)
+        i = self.locate(seq, right=False)
         return i if i < self.count and self.slot(i).seq == seq else None
 
     def walk(self, start: int, step: int, *, first: int = 1) -> Iterator[tuple[int, fmt.Slot]]:
         """``(position, slot)`` from ``start`` forward (``step=1``) or backward, read in
-        chunks that start at ``first`` slots and grow, so ``get_latest`` parses one
-        slot and a page a little more than it returns."""
+        chunks that start at ``first`` slots and grow."""
         i = start
         n = max(1, first)
         while 0 <= i < self.count:
@@ -367,18 +324,12 @@ class StreamIndex(Handle):
     # -- writing (under the store lock) ----------------------------------------------
 
     def repair_tail(self) -> None:
-        """Cut a torn trailing slot (a power cut during an append). Call it under the
-        lock, right after opening: ``size`` is from that open's ``fstat``."""
+        """Cut a torn trailing slot (a power cut during an append); under the lock,
+        right after the open whose ``fstat`` gave ``size``."""
         whole = self._offset(self.count)
         if self.size != whole:
             self.io.ftruncate(self.fd, whole)
             self.size = whole
-
-    def append(self, slot: fmt.Slot) -> None:
-        pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(self.count))
-        self.count += 1
-        self.size = self._offset(self.count)
-        self._last = (self.size, slot.seq)
 
     def append_many(self, slots: list[fmt.Slot]) -> None:
         """Append ``slots`` (sorted, above the last) in one write."""
@@ -398,14 +349,24 @@ class StreamIndex(Handle):
         self.count = count
         self.size = self._offset(count)
 
-    def sync(self) -> None:
-        self.io.fdatasync(self.fd)
 
-    def rewrite(
-        self, streams_fd: int, slots: list[fmt.Slot], store_id: str, *, durable: bool
-    ) -> None:
-        """Replace the whole index with ``slots`` (compaction), atomically."""
-        write_index(self.io, streams_fd, self.name, self.stream, slots, store_id, durable=durable)
+def _stream_named(io: FileIO, fd: int, name: str, store_id: str) -> str:
+    """The stream a stream index's header names; it must live in ``name``."""
+    stream = _header(
+        io, fd, f"streams/{name}", fmt.IDX_HEADER_SIZE, fmt.parse_index_header, store_id
+    )
+    if fmt.stream_file_name(stream) != name:
+        raise IndexDamaged(f"streams/{name} names stream {stream!r}, which lives elsewhere")
+    return stream
+
+
+def _header(
+    io: FileIO, fd: int, where: str, size: int, parse: Callable[[bytes, str], T], store_id: str
+) -> T:
+    try:
+        return parse(read_exact(io, fd, size, 0), store_id)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise IndexDamaged(f"{where}: {exc}") from None
 
 
 def write_index(
@@ -418,28 +379,35 @@ def write_index(
     *,
     durable: bool,
 ) -> None:
-    """Write a whole stream index and rename it over ``name``: a reader sees the
-    old file or the new one, never a missing or half-written one."""
+    """Write a whole stream index (compaction, or an empty one) and rename it over
+    ``name``: see :func:`replace_file`."""
+    body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
+    replace_file(io, streams_fd, name, body, durable=durable)
+
+
+def replace_file(io: FileIO, dir_fd: int, name: str, body: bytes, *, durable: bool) -> None:
+    """Write ``body`` to a temp file and rename it over ``name``, both fsynced if
+    ``durable``: a reader sees the old file or the new one, never a missing or
+    half-written one. On failure the temp file is removed."""
     tmp = f".{name}.tmp"
-    unlink_quiet(io, tmp, streams_fd)
-    fd = io.open(tmp, NEW, 0o666, dir_fd=streams_fd)
+    unlink_quiet(io, tmp, dir_fd)
+    fd = io.open(tmp, NEW, 0o666, dir_fd=dir_fd)
     try:
-        body = fmt.index_header(stream, store_id) + b"".join(s.to_bytes() for s in slots)
         pwrite_all(io, fd, body, 0)
         if durable:
             io.fsync(fd)
     except BaseException:
         io.close(fd)
-        unlink_quiet(io, tmp, streams_fd)
+        unlink_quiet(io, tmp, dir_fd)
         raise
     io.close(fd)
     try:
-        io.rename(tmp, name, src_dir_fd=streams_fd, dst_dir_fd=streams_fd)
+        io.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        unlink_quiet(io, tmp, streams_fd)
+        unlink_quiet(io, tmp, dir_fd)
         raise
     if durable:
-        io.fsync(streams_fd)
+        io.fsync(dir_fd)
 
 
 # -- the id table ----------------------------------------------------------------------
@@ -456,17 +424,11 @@ class IdTable(Handle):
     the caller confirms it against the record's own id.
     """
 
-    __slots__ = ("capacity", "epoch", "fd", "identity", "io", "keep")
+    __slots__ = ("capacity",)
 
     def __init__(self, io: FileIO, fd: int, capacity: int, st: os.stat_result) -> None:
-        self.io = io
-        self.fd = fd
+        super().__init__(io, fd, st)
         self.capacity = capacity
-        self.identity = (st.st_dev, st.st_ino)
-        #: Held in the writer's cache: ``close`` leaves the descriptor open.
-        self.keep = False
-        #: The writer cache's validation epoch this handle was last checked in.
-        self.epoch = -1
 
     @classmethod
     def open(cls, io: FileIO, root_fd: int, store_id: str, *, write: bool = False) -> IdTable:
@@ -474,18 +436,7 @@ class IdTable(Handle):
             fd, st = open_regular(io, fmt.IDS_NAME, RW if write else RO, root_fd)
         except FileNotFoundError:
             raise IndexDamaged(f"{fmt.IDS_NAME} is missing") from None
-        try:
-            try:
-                capacity = fmt.parse_ids_header(
-                    read_exact(io, fd, fmt.IDS_HEADER_SIZE, 0), store_id
-                )
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise IndexDamaged(f"{fmt.IDS_NAME}: {exc}") from None
-            if st.st_size < fmt.IDS_HEADER_SIZE + capacity * fmt.IDS_SLOT.size:
-                raise IndexDamaged(f"{fmt.IDS_NAME} is truncated")
-        except BaseException:
-            io.close(fd)
-            raise
+        capacity = cls.checked(io, fd, lambda: _capacity(io, fd, st, store_id))
         return cls(io, fd, capacity, st)
 
     def _probe(self, key: int) -> Iterator[tuple[int, int, int]]:
@@ -493,11 +444,9 @@ class IdTable(Handle):
         mask = self.capacity - 1
         pos = key & mask
         seen = 0
-        size = fmt.IDS_SLOT.size
         while seen < self.capacity:
             n = min(_IDS_CHUNK, self.capacity - pos)
-            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
-            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+            for k, (skey, sseq) in enumerate(self._read(pos, n)):
                 if skey == 0 and sseq == 0:
                     return
                 yield pos + k, skey, sseq
@@ -526,14 +475,15 @@ class IdTable(Handle):
             raise IndexDamaged(f"{fmt.IDS_NAME} is full")
         return live, after, True
 
+    def _read(self, pos: int, n: int) -> Iterator[tuple[int, int]]:
+        """The ``(key, seq)`` of slots ``pos .. pos+n-1``."""
+        offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
+        return fmt.IDS_SLOT.iter_unpack(read_exact(self.io, self.fd, n * fmt.IDS_SLOT.size, offset))
+
     def put(self, pos: int, key: int, seq: int) -> None:
         """Write ``key -> seq`` at ``pos`` (from :meth:`probe`, under the lock)."""
-        pwrite_all(
-            self.io,
-            self.fd,
-            fmt.IDS_SLOT.pack(key, seq),
-            fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size,
-        )
+        offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
+        pwrite_all(self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), offset)
 
     def lookup(self, key: int) -> list[tuple[int, int]]:
         """``(position, seq)`` of the live entries with ``key``."""
@@ -541,15 +491,11 @@ class IdTable(Handle):
 
     def lookup_checked(self, key: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
         """The sequences of ``key``'s live and deleted entries, and the ``(key, seq)``
-        of the other live entries on its probe, for a strict read.
-
-        Slots carry no checksum, so the probe checks what linear probing
-        guarantees: every entry lies in the run of non-empty slots that starts at
-        its home position. An entry passed on the way that breaks this (a damaged
-        key, or garbage in an empty slot) raises :class:`IndexDamaged`, so a
-        damaged slot of ``key`` is not read as "no such id". (A damaged key that
-        keeps its home slot passes; the caller checks the others against their
-        record files before it answers "no such id".)"""
+        of the other live entries on its probe, for a strict read. Slots carry no
+        checksum, so an entry passed that is not in the run of non-empty slots from
+        its home (a damaged key, garbage in an empty slot) raises
+        :class:`IndexDamaged`; the caller checks the others against their records
+        before it answers "no such id"."""
         mask = self.capacity - 1
         home = key & mask
         live: list[int] = []
@@ -565,81 +511,45 @@ class IdTable(Handle):
         return live, dead, others
 
     def _placed(self, start: int, home: int, pos: int) -> bool:
-        """Whether an entry whose home is ``start``, found at ``pos`` on the probe
-        from ``home`` (so ``home..pos`` are all non-empty), may be there: ``start``
-        is in ``home..pos`` or the slots from ``start`` up to ``home`` are non-empty."""
+        """Whether an entry whose home is ``start`` may be at ``pos`` on the probe
+        from ``home``: ``start`` is in ``home..pos``, or ``start..home`` is full."""
         mask = self.capacity - 1
         if (pos - start) & mask <= (pos - home) & mask:
             return True
-        size = fmt.IDS_SLOT.size
         gap = (home - start) & mask  # slots start .. home-1, read backwards in chunks
         i = home
         while gap > 0:
             n = min(gap, _IDS_CHUNK, i if i else self.capacity)
             lo = (i - n) & mask
-            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + lo * size)
-            if any(k == 0 and s == 0 for k, s in fmt.IDS_SLOT.iter_unpack(data)):
+            if any(k == 0 and s == 0 for k, s in self._read(lo, n)):
                 return False
             gap -= n
             i = lo
         return True
 
     def find(self, key: int, seq: int) -> int | None:
-        for p, k, s in self._probe(key):
-            if k == key and s == seq:
-                return p
-        return None
+        """The position of the live entry ``key -> seq``, or ``None``."""
+        return next((p for p, s in self.lookup(key) if s == seq), None)
 
     def insert(self, key: int, seq: int) -> bool:
-        """Store ``key -> seq`` unless it is there: in the first tombstoned slot of the
-        probe sequence, or the empty slot that ends it. Returns whether it took an
-        empty slot (the caller counts those to know when to grow)."""
-        mask = self.capacity - 1
-        free: int | None = None
-        after = key & mask  # the slot after the last one probed: empty, unless full
-        probed = 0
-        for pos, skey, sseq in self._probe(key):
-            if skey == key and sseq == seq:
-                return False
-            if free is None and sseq & fmt.TOMBSTONE:
-                free = pos
-            after = (pos + 1) & mask
-            probed += 1
-        empty = free is None
-        if free is None:
-            if probed >= self.capacity:
-                raise IndexDamaged(f"{fmt.IDS_NAME} is full")
-            free = after
-        pwrite_all(
-            self.io,
-            self.fd,
-            fmt.IDS_SLOT.pack(key, seq),
-            fmt.IDS_HEADER_SIZE + free * fmt.IDS_SLOT.size,
-        )
+        """Store ``key -> seq`` unless it is there, where :meth:`probe` says. Returns
+        whether it took an empty slot (the caller counts those to know when to grow)."""
+        live, free, empty = self.probe(key)
+        if any(s == seq for _, s in live):
+            return False
+        self.put(free, key, seq)
         return empty
 
     def tombstone(self, pos: int, key: int, seq: int) -> None:
-        size = fmt.IDS_SLOT.size
-        pwrite_all(
-            self.io,
-            self.fd,
-            fmt.IDS_SLOT.pack(key, seq | fmt.TOMBSTONE),
-            fmt.IDS_HEADER_SIZE + pos * size,
-        )
+        self.put(pos, key, seq | fmt.TOMBSTONE)
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """Every live ``(position, key, seq)``, in slot order."""
-        size = fmt.IDS_SLOT.size
         step = 4096
         for pos in range(0, self.capacity, step):
-            n = min(step, self.capacity - pos)
-            data = read_exact(self.io, self.fd, n * size, fmt.IDS_HEADER_SIZE + pos * size)
-            for k, (skey, sseq) in enumerate(fmt.IDS_SLOT.iter_unpack(data)):
+            for k, (skey, sseq) in enumerate(self._read(pos, min(step, self.capacity - pos))):
                 if skey and not sseq & fmt.TOMBSTONE:
                     yield pos + k, skey, sseq
-
-    def sync(self) -> None:
-        self.io.fdatasync(self.fd)
 
     @staticmethod
     def build(
@@ -663,23 +573,14 @@ class IdTable(Handle):
             while table[pos * size : pos * size + size] != bytes(size):
                 pos = (pos + 1) & mask
             fmt.IDS_SLOT.pack_into(table, pos * size, key, seq)
-        tmp = f".{fmt.IDS_NAME}.tmp"
-        unlink_quiet(io, tmp, root_fd)
-        fd = io.open(tmp, NEW, 0o666, dir_fd=root_fd)
-        try:
-            pwrite_all(io, fd, fmt.ids_header(capacity, store_id) + bytes(table), 0)
-            if durable:
-                io.fsync(fd)
-        except BaseException:
-            io.close(fd)
-            unlink_quiet(io, tmp, root_fd)
-            raise
-        io.close(fd)
-        try:
-            io.rename(tmp, fmt.IDS_NAME, src_dir_fd=root_fd, dst_dir_fd=root_fd)
-        except BaseException:
-            unlink_quiet(io, tmp, root_fd)
-            raise
-        if durable:
-            io.fsync(root_fd)
+        body = fmt.ids_header(capacity, store_id) + bytes(table)
+        replace_file(io, root_fd, fmt.IDS_NAME, body, durable=durable)
         return len(entries)
+
+
+def _capacity(io: FileIO, fd: int, st: os.stat_result, store_id: str) -> int:
+    """The capacity the id table's header names; the file must hold its slots."""
+    capacity = _header(io, fd, fmt.IDS_NAME, fmt.IDS_HEADER_SIZE, fmt.parse_ids_header, store_id)
+    if st.st_size < fmt.IDS_HEADER_SIZE + capacity * fmt.IDS_SLOT.size:
+        raise IndexDamaged(f"{fmt.IDS_NAME} is truncated")
+    return capacity

@@ -201,7 +201,7 @@ class Rebuild:
                 idx.append_many([slot for slot in group if slot.seq > last])
                 for slot in group:
                     if slot.seq < last and idx.find(slot.seq) is None:
-                        start = idx.bisect(slot.seq, right=True)
+                        start = idx.locate(slot.seq, right=True)
                         tail = idx.read(start, idx.count - start)
                         idx.truncate(start)
                         idx.append_many([slot, *tail])
@@ -230,11 +230,12 @@ class Rebuild:
         """Create an empty stream index, then count it in ``state`` (so fewer index
         files than counted means one went missing; a crash in between leaves one
         more file than counted, which the next open counts)."""
-        StreamIndex.create(
+        write_index(
             self.files.io,
             self.files.fd("streams"),
             sfile,
             stream,
+            [],
             self.files.store_id,
             durable=self.files.durable,
         )
@@ -467,7 +468,7 @@ class Recovery:
             return
         with idx, self.fdcache.open_ids(write=True) as ids:
             dead = []
-            for _, slot in idx.walk(idx.bisect(journal.lo, right=False), 1):
+            for _, slot in idx.walk(idx.locate(journal.lo, right=False), 1):
                 if slot.seq > journal.hi:
                     break
                 if not slot.live:
@@ -601,7 +602,7 @@ class Recovery:
                 with idx:
                     idx.repair_tail()
                     # The batch held the highest sequences: its slots are the tail.
-                    idx.truncate(idx.bisect(lo, right=False))
+                    idx.truncate(idx.locate(lo, right=False))
         with self.fdcache.open_ids(write=True) as ids:
             for seq, cid in files:
                 key = fmt.id_key(cid)
