@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..._runtime.inline import WORKER, Budget
@@ -32,17 +32,15 @@ _log = logging.getLogger("statekeeper.backends.file")
 Found = Iterable[tuple[int, str, StoredRecord | None]]
 
 
+@dataclass(eq=False)
 class Rebuild:
     """The rebuild from the records and the index maintenance every write shares:
     a part, given the store's directory, the descriptor cache and the state file."""
 
-    def __init__(
-        self, files: Files, fdcache: Descriptors, statefile: StateFile, *, sync_interval: int
-    ) -> None:
-        self.files = files
-        self.fdcache = fdcache
-        self.statefile = statefile
-        self.sync_interval = sync_interval
+    files: Files
+    fdcache: Descriptors
+    statefile: StateFile
+    sync_interval: int
 
     def rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
         """Under the write lock, replace every stream index (each atomically, so a
@@ -61,23 +59,15 @@ class Rebuild:
             for e in s.entries
             if e.stream is not None
         )
-        streams_fd = self.files.fd("streams")
+        f, streams_fd = self.files, self.files.fd("streams")
         for sfile, (stream, slots) in by_sfile.items():
-            write_index(
-                self.files.io,
-                streams_fd,
-                sfile,
-                stream,
-                slots,
-                self.files.store_id,
-                durable=self.files.durable,
-            )
-        for sfile in self.files.io.listdir(streams_fd):
+            write_index(f.io, streams_fd, sfile, stream, slots, f.store_id, durable=f.durable)
+        for sfile in f.io.listdir(streams_fd):
             ours = sfile.endswith(".idx") or (sfile.startswith(".") and sfile.endswith(".tmp"))
             if ours and sfile not in by_sfile:
-                self.files.unlink_missing_ok(sfile, streams_fd)
-        if self.files.durable:
-            self.files.io.fsync(streams_fd)
+                f.unlink_missing_ok(sfile, streams_fd)
+        if f.durable:
+            f.io.fsync(streams_fd)
         used = self._write_ids([(fmt.id_key(e.cid), e.seq) for e in s.entries])
         self.fdcache.drop()
         orphans = s.orphans
@@ -180,14 +170,8 @@ class Rebuild:
     def create_index(self, tx: Txn, sfile: str, stream: str) -> None:
         """Create an empty stream index, then count it in ``state`` (a crash in
         between leaves one file more than counted, which the next open counts)."""
-        StreamIndex.create(
-            self.files.io,
-            self.files.fd("streams"),
-            sfile,
-            stream,
-            self.files.store_id,
-            durable=self.files.durable,
-        )
+        f = self.files
+        StreamIndex.create(f.io, f.fd("streams"), sfile, stream, f.store_id, durable=f.durable)
         count = tx.state.streams
         if count is not None:
             tx.commit(extra=tx.state.with_extra(streams=count + 1))
@@ -291,13 +275,8 @@ class Rebuild:
     def _write_ids(self, entries: list[tuple[int, int]]) -> int:
         """Replace the id table by one holding ``entries``; returns its used slots."""
         self.fdcache.forget(ids=True)
-        return IdTable.build(
-            self.files.io,
-            self.files.fd("root"),
-            entries,
-            self.files.store_id,
-            durable=self.files.durable,
-        )
+        f = self.files
+        return IdTable.build(f.io, f.fd("root"), entries, f.store_id, durable=f.durable)
 
     def max_on_disk(self) -> int:
         """The highest sequence of any record or temp file (0 for none)."""
@@ -318,24 +297,17 @@ class Rebuild:
         return None
 
 
+@dataclass(eq=False)
 class Recovery:
     """The lock holder's transaction, the journal, restart recovery and repair: a
     part, given the store's directory, the descriptor cache, the state file, the
     write lock and the :class:`Rebuild`."""
 
-    def __init__(
-        self,
-        files: Files,
-        fdcache: Descriptors,
-        statefile: StateFile,
-        lock: WriteLock,
-        rebuild: Rebuild,
-    ) -> None:
-        self.files = files
-        self.fdcache = fdcache
-        self.statefile = statefile
-        self.lock = lock
-        self.rebuild = rebuild
+    files: Files
+    fdcache: Descriptors
+    statefile: StateFile
+    lock: WriteLock
+    rebuild: Rebuild
 
     def txn(self, state: fmt.State | None = None, budget: Budget = WORKER) -> Txn:
         """A transaction over the current state (``state``: the one the caller just
