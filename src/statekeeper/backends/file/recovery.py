@@ -154,27 +154,22 @@ class Rebuild:
         return sum(ids.insert(fmt.id_key(slot.cid), slot.seq) for _, slot in slots)
 
     def writable_index(self, tx: Txn, sfile: str, stream: str | None) -> StreamIndex | None:
-        """Stream index ``sfile`` open for writing, its torn tail cut; created if
-        missing and ``stream`` is given, else ``None``."""
+        """Stream index ``sfile`` open for writing, its torn tail cut; if missing,
+        ``None``, or (given ``stream``) created, then counted in ``state`` (a crash
+        in between leaves one file more than counted, which the next open counts)."""
         idx = self.fdcache.open_index(sfile, write=True)
         if idx is None:
             if stream is None:
                 return None
-            self.create_index(tx, sfile, stream)
+            f = self.files
+            StreamIndex.create(f.io, f.fd("streams"), sfile, stream, f.store_id, durable=f.durable)
+            if tx.state.streams is not None:
+                tx.commit(extra=tx.state.with_extra(streams=tx.state.streams + 1))
             idx = self.fdcache.open_index(sfile, write=True)
             if idx is None:
                 raise IndexDamaged(f"streams/{sfile} vanished right after it was created")
         idx.repair_tail()
         return idx
-
-    def create_index(self, tx: Txn, sfile: str, stream: str) -> None:
-        """Create an empty stream index, then count it in ``state`` (a crash in
-        between leaves one file more than counted, which the next open counts)."""
-        f = self.files
-        StreamIndex.create(f.io, f.fd("streams"), sfile, stream, f.store_id, durable=f.durable)
-        count = tx.state.streams
-        if count is not None:
-            tx.commit(extra=tx.state.with_extra(streams=count + 1))
 
     def uncount_index(self, tx: Txn) -> None:
         """Count one index fewer, before removing it (a crash in between makes the

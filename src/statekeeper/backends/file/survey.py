@@ -293,34 +293,28 @@ def _resolve_streams(s: Survey) -> None:
         if e.record is not None:
             e.stream = e.record.stream
             by_sfile.setdefault(fmt.stream_file_name(e.record.stream), e.record.stream)
+    named: dict[tuple[int, str], str] = {}
     for old in s.indexes.values():
         if old.stream is not None and fmt.stream_file_name(old.stream) == old.sfile:
             by_sfile.setdefault(old.sfile, old.stream)
-    slot_of: dict[tuple[int, str], str] = {}
-    for old in s.indexes.values():
         for slot in old.slots:
             if slot.live:
-                slot_of.setdefault((slot.seq, slot.cid), old.sfile)
+                named.setdefault((slot.seq, slot.cid), old.sfile)
     journal = s.state.journal if s.state is not None else None
+    saving = None  # (record name, index file) of the save the journal names
+    if journal is not None and journal.op == "insert" and journal.path:
+        saving = (journal.path.rsplit("/", 1)[-1], journal.stream)
     known = set(by_sfile.values())
     for e in s.entries:
         if e.record is not None:
             continue
-        sfile = slot_of.get((e.seq, e.cid))
-        if sfile is None and _journal_names(journal, e):
-            assert journal is not None
-            sfile = journal.stream
+        sfile = named.get((e.seq, e.cid))
+        if sfile is None and saving is not None and saving[0] == fmt.record_name(e.seq, e.cid):
+            sfile = saving[1]
         if sfile is not None and sfile in by_sfile:
             e.stream = by_sfile[sfile]
         elif e.hint is not None and e.hint in known:
             e.stream = e.hint
-
-
-def _journal_names(journal: fmt.Journal | None, e: Entry) -> bool:
-    """Whether ``journal`` is the save of record ``e``."""
-    if journal is None or journal.op != "insert" or not journal.path:
-        return False
-    return journal.path.rsplit("/", 1)[-1] == fmt.record_name(e.seq, e.cid)
 
 
 def orphans_digest(orphans: Iterable[tuple[int, str]]) -> str:
