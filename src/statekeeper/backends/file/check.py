@@ -40,16 +40,8 @@ def check_store(files: Files, s: Survey) -> list[Problem]:
     where = files.where
 
     def problem(kind: str, location: str, reason: str, e: Entry | None = None) -> None:
-        out.append(
-            Problem(
-                kind=kind,
-                location=location,
-                reason=reason,
-                id=e.cid if e else None,
-                sequence=e.seq if e else None,
-                stream=e.stream if e else None,
-            )
-        )
+        named = {} if e is None else {"id": e.cid, "sequence": e.seq, "stream": e.stream}
+        out.append(Problem(kind=kind, location=location, reason=reason, **named))
 
     top = max((e.seq for e in s.entries), default=0)
     _check_state(s, top, problem, where(fmt.STATE_NAME))
@@ -90,52 +82,44 @@ def check_store(files: Files, s: Survey) -> list[Problem]:
 
 
 def _check_state(s: Survey, top: int, problem: _Report, location: str) -> None:
+    def say(reason: str, kind: str = "state") -> None:
+        problem(kind, location, reason)
+
     if s.state_problem is not None:
-        problem("state", location, f"{s.state_problem}; {_REPAIR}")
+        say(f"{s.state_problem}; {_REPAIR}")
     state = s.state
     if state is None:
         return
     if state.hwm < top:
-        problem(
-            "state",
-            location,
-            f"the high-water mark {state.hwm} is below sequence {top}, which exists; {_REPAIR}",
-        )
+        say(f"the high-water mark {state.hwm} is below sequence {top}, which exists; {_REPAIR}")
     files = len(s.indexes)
     if state.streams is not None and files < state.streams:
-        problem(
-            "index",
-            location,
+        say(
             f"the state counts {state.streams} stream index file(s) but there are {files}; "
             f"{_REPAIR}",
+            "index",
         )
     orphans = [e for e in s.orphans if e.seq <= state.hwm]
     if orphans:
         newest = max(orphans, key=lambda e: e.seq)
-        marked = state.orphan
-        if marked is None or marked[0] < newest.seq:
-            problem(
-                "state",
-                location,
+        if state.orphan is None or state.orphan[0] < newest.seq:
+            say(
                 f"damaged record {newest.seq} ({newest.cid!r}) belongs to no known stream "
                 "and the state does not mark it, so get_latest could answer an older "
-                f"checkpoint; {_REPAIR}",
+                f"checkpoint; {_REPAIR}"
             )
     journal = state.journal
     if journal is not None and journal.op != "insert":
-        problem(
-            "state",
-            location,
-            f"a crashed {journal.op} is unfinished; the next write (or a writable open) "
-            "finishes it",
+        say(
+            f"a crashed {journal.op} is unfinished; the next write (or a writable open) finishes it"
         )
 
 
 def _check_indexes(files: Files, s: Survey, hwm: int, problem: _Report) -> None:
     expected: dict[str, dict[int, Entry]] = {}
     for e in s.entries:
-        if e.sfile is not None:
-            expected.setdefault(e.sfile, {})[e.seq] = e
+        if e.stream is not None:
+            expected.setdefault(fmt.stream_file_name(e.stream), {})[e.seq] = e
     pending = s.state.journal if s.state is not None else None
     for sfile, old in s.indexes.items():
         location = files.where(fmt.STREAMS_DIR, sfile)

@@ -43,11 +43,12 @@ class Rebuild:
     sync_interval: int
 
     def rebuild_all(self, tx: Txn, *, drop: bool = False) -> dict[str, Any]:
-        """Under the write lock, replace every stream index (each atomically, so a
-        crash leaves each one old or whole), the id table and the state by ones
-        derived from a :func:`.survey.take_survey`: every record file keeps its
-        sequence, a damaged one becomes a damaged entry of its stream (or an
-        orphan), never a gap. With ``drop``, first remove the damaged records."""
+        """Under the write lock, replace every stream index, the id table and the
+        state by ones derived from a :func:`.survey.take_survey`: every record file
+        keeps its sequence, a damaged one becomes a damaged entry of its stream (or
+        an orphan), never a gap. With ``drop``, first remove the damaged records.
+        Whole files, each renamed into place (not :meth:`index` into emptied
+        ones): a crash leaves each index old or complete."""
         s = take_survey(self.files)
         self.fdcache.drop()  # every index file is about to be replaced
         dropped = [e for e in s.entries if e.record is None] if drop else []
@@ -400,20 +401,16 @@ class Recovery:
         back an older journal), so none is ever removed here."""
         journal = tx.state.journal
         assert journal is not None and journal.op in fmt.BATCH_OPS
-        lo, hi = journal.lo, journal.hi
-        if journal.op == fmt.BATCH_COMMITTED:
-            # A group commit cut short may have left temp files (never renamed).
-            self.rebuild.remove_temps(lo, hi)
-            _log.warning(
-                "file store %s: finishing save_many or save group %d..%d", self.files.root, lo, hi
-            )
-            self.reindex(tx, lo, hi)
-            tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
+        lo, hi, done = journal.lo, journal.hi, journal.op == fmt.BATCH_COMMITTED
+        what = "finishing save_many or save group" if done else "taking back unfinished save_many"
+        _log.warning("file store %s: %s %d..%d", self.files.root, what, lo, hi)
+        if not done:
+            self.roll_back_batch(tx, lo, hi)
             return
-        _log.warning(
-            "file store %s: taking back unfinished save_many %d..%d", self.files.root, lo, hi
-        )
-        self.roll_back_batch(tx, lo, hi)
+        # A group commit cut short may have left temp files (never renamed).
+        self.rebuild.remove_temps(lo, hi)
+        self.reindex(tx, lo, hi)
+        tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
 
     def reindex(self, tx: Txn, lo: int, hi: int, found: Found | None = None) -> None:
         """Index the record files of ``lo..hi`` again (``found``: their
@@ -443,17 +440,12 @@ class Recovery:
 
     def files_of(self, lo: int, hi: int) -> list[tuple[int, str]]:
         """``(seq, id)`` of every record file with ``lo <= seq <= hi``, in order."""
-        found: list[tuple[int, str]] = []
-        for bucket, _, names in self.files.walk(lo, hi):
-            for name in names:
-                parsed = fmt.parse_record_name(name)
-                if (
-                    parsed is not None
-                    and lo <= parsed[0] <= hi
-                    and fmt.bucket_of(parsed[0]) == bucket
-                ):
-                    found.append(parsed)
-        return sorted(found)
+        return sorted(
+            p
+            for bucket, _, names in self.files.walk(lo, hi)
+            for p in map(fmt.parse_record_name, names)
+            if p is not None and lo <= p[0] <= hi and fmt.bucket_of(p[0]) == bucket
+        )
 
     def records(self, lo: int, hi: int) -> Iterator[tuple[int, str, StoredRecord | None]]:
         """The :data:`Found` of every record file with ``lo <= seq <= hi``, in order."""

@@ -67,10 +67,6 @@ class Entry:
     planted: str | None = None
     hint: str | None = None
 
-    @property
-    def sfile(self) -> str | None:
-        return None if self.stream is None else fmt.stream_file_name(self.stream)
-
 
 @dataclass
 class OldIndex:
