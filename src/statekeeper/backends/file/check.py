@@ -1,7 +1,5 @@
-"""``verify`` for the file backend: its derived data checked against the records.
-
-Read-only (it opens nothing for writing, takes no lock and writes no byte). From
-one :func:`.survey.take_survey` it checks:
+"""``verify`` of a file store: its derived data checked against the records of
+one :func:`.survey.take_survey`, read-only (no lock, no byte written):
 
 - ``state``: both copies readable, the high-water mark at or above every sequence
   the store mentions, the stream count against the index files, the orphan
@@ -15,14 +13,14 @@ one :func:`.survey.take_survey` it checks:
 - foreign files: anything in the store that is not its own (planted files,
   links, FIFOs, misplaced records) and stray temp files.
 
-Writers may run meanwhile: whatever is above the high-water mark the survey
-started from (or, while a ``save_many`` is in the journal, from its first
-sequence on) is left out, and a record that vanished since is not a problem.
+Writers may run meanwhile: what is above the high-water mark the survey started
+from (or, while a batch is in the journal, from its first sequence on) is left
+out, and a record that vanished since is no problem.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
 
 from ...models import Problem
 from . import layout as fmt
@@ -32,11 +30,8 @@ from .survey import Entry, Survey
 __all__ = ["check_store"]
 
 _REPAIR = "repair() rebuilds it from the records"
-
-
-class _Report(Protocol):
-    def __call__(self, kind: str, location: str, reason: str, e: Entry | None = None) -> None:
-        """Add one problem."""
+#: ``problem(kind, location, reason, entry=None)``: add one problem.
+_Report = Callable[..., None]
 
 
 def check_store(files: Files, s: Survey) -> list[Problem]:
@@ -45,20 +40,13 @@ def check_store(files: Files, s: Survey) -> list[Problem]:
     where = files.where
 
     def problem(kind: str, location: str, reason: str, e: Entry | None = None) -> None:
-        out.append(
-            Problem(
-                kind=kind,
-                location=location,
-                reason=reason,
-                id=e.cid if e else None,
-                sequence=e.seq if e else None,
-                stream=e.stream if e else None,
-            )
-        )
+        named = {} if e is None else {"id": e.cid, "sequence": e.seq, "stream": e.stream}
+        out.append(Problem(kind=kind, location=location, reason=reason, **named))
 
     top = max((e.seq for e in s.entries), default=0)
     _check_state(s, top, problem, where(fmt.STATE_NAME))
     cap = fmt.visible_cap(s.state)
+    hwm = cap if cap is not None else s.state.hwm if s.state is not None else top
     if cap is not None:
         # Valid records saved after the survey began, and the records of a batch
         # not complete yet, are no one's problem; damage above the mark still is.
@@ -88,59 +76,50 @@ def check_store(files: Files, s: Survey) -> list[Problem]:
                 "newest checkpoint is older raises; repair(drop_damaged=True) removes it",
                 e,
             )
-    _check_indexes(files, s, top, problem)
-    _check_ids(files, s, top, problem)
+    _check_indexes(files, s, hwm, problem)
+    _check_ids(files, s, hwm, problem)
     return out
 
 
 def _check_state(s: Survey, top: int, problem: _Report, location: str) -> None:
+    def say(reason: str, kind: str = "state") -> None:
+        problem(kind, location, reason)
+
     if s.state_problem is not None:
-        problem("state", location, f"{s.state_problem}; {_REPAIR}")
+        say(f"{s.state_problem}; {_REPAIR}")
     state = s.state
     if state is None:
         return
     if state.hwm < top:
-        problem(
-            "state",
-            location,
-            f"the high-water mark {state.hwm} is below sequence {top}, which exists; {_REPAIR}",
-        )
+        say(f"the high-water mark {state.hwm} is below sequence {top}, which exists; {_REPAIR}")
     files = len(s.indexes)
     if state.streams is not None and files < state.streams:
-        problem(
-            "index",
-            location,
+        say(
             f"the state counts {state.streams} stream index file(s) but there are {files}; "
             f"{_REPAIR}",
+            "index",
         )
     orphans = [e for e in s.orphans if e.seq <= state.hwm]
     if orphans:
         newest = max(orphans, key=lambda e: e.seq)
-        marked = state.orphan
-        if marked is None or marked[0] < newest.seq:
-            problem(
-                "state",
-                location,
+        if state.orphan is None or state.orphan[0] < newest.seq:
+            say(
                 f"damaged record {newest.seq} ({newest.cid!r}) belongs to no known stream "
                 "and the state does not mark it, so get_latest could answer an older "
-                f"checkpoint; {_REPAIR}",
+                f"checkpoint; {_REPAIR}"
             )
     journal = state.journal
     if journal is not None and journal.op != "insert":
-        problem(
-            "state",
-            location,
-            f"a crashed {journal.op} is unfinished; the next write (or a writable open) "
-            "finishes it",
+        say(
+            f"a crashed {journal.op} is unfinished; the next write (or a writable open) finishes it"
         )
 
 
-def _check_indexes(files: Files, s: Survey, top: int, problem: _Report) -> None:
-    hwm = _horizon(s, top)
+def _check_indexes(files: Files, s: Survey, hwm: int, problem: _Report) -> None:
     expected: dict[str, dict[int, Entry]] = {}
     for e in s.entries:
-        if e.sfile is not None:
-            expected.setdefault(e.sfile, {})[e.seq] = e
+        if e.stream is not None:
+            expected.setdefault(fmt.stream_file_name(e.stream), {})[e.seq] = e
     pending = s.state.journal if s.state is not None else None
     for sfile, old in s.indexes.items():
         location = files.where(fmt.STREAMS_DIR, sfile)
@@ -190,12 +169,11 @@ def _check_indexes(files: Files, s: Survey, top: int, problem: _Report) -> None:
                 )
 
 
-def _check_ids(files: Files, s: Survey, top: int, problem: _Report) -> None:
+def _check_ids(files: Files, s: Survey, hwm: int, problem: _Report) -> None:
     location = files.where(fmt.IDS_NAME)
     if s.ids is None:
         problem("index", location, f"{s.ids_damaged}; {_REPAIR}")
         return
-    hwm = _horizon(s, top)
     if s.ids_garbage:
         problem("index", location, f"{s.ids_garbage} slot(s) hold garbage; {_REPAIR}")
     have = set(s.ids)
@@ -210,14 +188,6 @@ def _check_ids(files: Files, s: Survey, top: int, problem: _Report) -> None:
                 location,
                 f"it lists sequence {seq}, which has no record with that id; {_REPAIR}",
             )
-
-
-def _horizon(s: Survey, top: int) -> int:
-    """The highest sequence the checks look at (see the module docstring)."""
-    cap = fmt.visible_cap(s.state)
-    if cap is not None:
-        return cap
-    return s.state.hwm if s.state is not None else top
 
 
 def _still_there(files: Files, seq: int, cid: str) -> bool:

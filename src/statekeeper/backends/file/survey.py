@@ -1,37 +1,23 @@
-"""A read-only walk of a whole file store: every record file, and what the old
-stream indexes, the id table, the state and its journal say about them.
+"""A read-only walk of a whole file store (:func:`take_survey`, O(store)): every
+record file, and what the old stream indexes, the id table and the state say of
+them; and the reads answered from it when the indexes cannot be trusted.
 
-Records are the truth (SPEC S3a). A record file under its final name,
-``records/<bucket>/<seq>.<id>.ckpt``, is an acknowledged checkpoint, readable or
-not: its name carries its sequence and id, so a damaged one is never a gap. What a
-damaged record's bytes can no longer say is its stream; the survey recovers it, in
-this order, from:
+A record file under its final name is an acknowledged checkpoint, readable or
+not (its name gives its sequence and id). A damaged one's stream is recovered
+from, in order: a CRC-valid slot of an old stream index naming that sequence and
+id (even under a damaged header); the journal, when it names that record's save;
+the header left in its bytes, when it parses, names this very record and a stream
+the store is known to have. One none of these tells is an *orphan*: the
+``get_latest`` of any stream whose winner is older raises naming it.
 
-1. a CRC-valid slot of an old stream index that names that sequence and id (read
-   slot by slot, even when the index's header is gone; the stream then comes
-   from the file name, or from an intact record of the same index file);
-2. the journal in ``state``, when it names that record's save;
-3. the header inside the damaged bytes, trusted only when it parses, names this
-   very sequence and id, and names a stream the store is known to have.
-
-A damaged record whose stream none of these tells is an *orphan*. The rebuild
-keeps it in the id table and records the newest one in ``state``, so the
-``get_latest`` of any stream whose winner is older raises naming it: the store
-cannot tell that it is not that stream's newest checkpoint.
-
-:func:`take_survey` is what a rebuild, a read without usable indexes and
-``verify`` all start from. It writes nothing and costs O(store).
-
-The ``view_*`` functions answer reads from a survey when the indexes cannot be
-trusted (a ``read_only`` open of a damaged store, which never rebuilds, or a read
-that meets a damaged index): slow, but the answers the indexes would give once
-rebuilt: the newest record, or a
-:class:`~statekeeper.errors.CheckpointDecodeError` naming a damaged one, never
-``None``, ``CheckpointNotFound`` or an older checkpoint.
+The ``view_*`` reads give the answers the rebuilt indexes would: the newest
+record, or a :class:`~statekeeper.errors.CheckpointDecodeError` naming a damaged
+one, never ``None``, ``CheckpointNotFound`` or an older checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -69,23 +55,17 @@ _PREFIX = re.compile(rb"SK1 (\d{1,9}) (\d{1,10}) [0-9a-f]{8}\n")
 
 @dataclass
 class Entry:
-    """One record file: an acknowledged checkpoint, intact (``record``) or damaged
-    (``error``). ``stream`` is the record's, or the one recovered for a damaged
-    record (``None``: an orphan); ``how`` says where it came from."""
+    """One record file, intact (``record``) or damaged (``error``); ``stream`` is
+    the record's, or the one recovered for a damaged record (``None``: an orphan)."""
 
     seq: int
     cid: str
     record: StoredRecord | None
     error: CheckpointDecodeError | None
     stream: str | None = None
-    how: str = ""
     #: Not a regular single-link file (a FIFO, a link): also reported as foreign.
     planted: str | None = None
     hint: str | None = None
-
-    @property
-    def sfile(self) -> str | None:
-        return None if self.stream is None else fmt.stream_file_name(self.stream)
 
 
 @dataclass
@@ -103,13 +83,9 @@ class Survey:
     entries: list[Entry] = field(default_factory=list)
     #: ``(root-relative location, reason)`` of files that are no record of this store.
     foreign: list[tuple[str, str]] = field(default_factory=list)
-    #: ``(bucket, name)`` of temp files no write is using.
+    #: ``(bucket, name)`` of non-empty temp files no write is using (an empty one, a
+    #: writer's spare or one cut before its first byte, is no problem).
     temps: list[tuple[int, str]] = field(default_factory=list)
-    #: ``(bucket, name)`` of empty temp files no write is using: a writer's spare
-    #: (:class:`.files.Spares`) or one cut before its first byte. They hold nothing, so
-    #: ``verify`` does not report them and they count for no sequence; ``repair``
-    #: removes them.
-    empty_temps: list[tuple[int, str]] = field(default_factory=list)
     indexes: dict[str, OldIndex] = field(default_factory=dict)
     #: Live ``(key, seq)`` entries of the id table; ``None`` if it is unusable.
     ids: list[tuple[int, int]] | None = None
@@ -126,7 +102,7 @@ class Survey:
 
 
 def take_survey(files: Files) -> Survey:
-    """Walk the store (see the module docstring). Writes nothing."""
+    """Walk the store; writes nothing."""
     s = Survey()
     for name in sorted(files.io.listdir(files.fd("root"))):
         if name not in fmt.ROOT_NAMES and not (name.startswith(".") and name.endswith(".tmp")):
@@ -168,30 +144,22 @@ def _survey_records(files: Files, s: Survey) -> None:
         s.foreign.append((f"{fmt.RECORDS_DIR}/{name}", reason))
 
     for bucket, bfd, names in files.walk(damaged=damaged):
-        bname = fmt.bucket_name(bucket)
         for name in sorted(names):
-            _survey_file(files, s, bfd, bucket, bname, name, journal)
+            _survey_file(files, s, bfd, bucket, name, journal)
 
 
 def _survey_file(
-    files: Files,
-    s: Survey,
-    bfd: int,
-    bucket: int,
-    bname: str,
-    name: str,
-    journal: fmt.Journal | None,
+    files: Files, s: Survey, bfd: int, bucket: int, name: str, journal: fmt.Journal | None
 ) -> None:
-    where = f"{fmt.RECORDS_DIR}/{bname}/{name}"
+    where = f"{fmt.RECORDS_DIR}/{fmt.bucket_name(bucket)}/{name}"
     parsed = fmt.parse_record_name(name)
     if parsed is None or fmt.bucket_of(parsed[0]) != bucket:
         if parsed is None and fmt.parse_temp_name(name) is not None:
             if not fmt.temp_in_flight(journal, where):
-                try:
-                    empty = files.io.lstat(name, dir_fd=bfd).st_size == 0
-                except FileNotFoundError:
-                    return  # its write just finished (renamed) or removed it
-                (s.empty_temps if empty else s.temps).append((bucket, name))
+                # FileNotFoundError: its write just finished (renamed) or removed it.
+                with contextlib.suppress(FileNotFoundError):
+                    if files.io.lstat(name, dir_fd=bfd).st_size:
+                        s.temps.append((bucket, name))
             return
         s.foreign.append((where, "not a record of this store (a planted or misplaced file)"))
         return
@@ -231,31 +199,35 @@ def _survey_indexes(files: Files, s: Survey) -> None:
     if streams is None:
         return
     for sfile in sorted(io.listdir(streams)):
-        if sfile.startswith("."):
-            if not sfile.endswith(".tmp"):
-                s.foreign.append((f"{fmt.STREAMS_DIR}/{sfile}", "not a stream index"))
+        if sfile.startswith(".") and sfile.endswith(".tmp"):
             continue
-        if not sfile.endswith(".idx"):
+        if sfile.startswith(".") or not sfile.endswith(".idx"):
             s.foreign.append((f"{fmt.STREAMS_DIR}/{sfile}", "not a stream index"))
             continue
         s.indexes[sfile] = _read_index(files, streams, sfile)
 
 
-def _read_index(files: Files, streams: int, sfile: str) -> OldIndex:
-    io = files.io
-    old = OldIndex(sfile, fmt.stream_from_file_name(sfile))
+def _read_whole(files: Files, name: str, dir_fd: int) -> bytes | str | None:
+    """The bytes of the regular file ``name``, why not (a ``str``), or ``None`` if
+    it is missing."""
     try:
-        fd, st = open_regular(io, sfile, RO_FILE, streams)
+        fd, st = open_regular(files.io, name, RO_FILE, dir_fd)
     except FileNotFoundError:
-        old.damaged = "it vanished while being read"
-        return old
+        return None
     except IndexDamaged as exc:
-        old.damaged = str(exc)
-        return old
+        return str(exc)
     try:
-        data = read_exact(io, fd, st.st_size, 0)
+        return read_exact(files.io, fd, st.st_size, 0)
     finally:
-        io.close(fd)
+        files.io.close(fd)
+
+
+def _read_index(files: Files, streams: int, sfile: str) -> OldIndex:
+    old = OldIndex(sfile, fmt.stream_from_file_name(sfile))
+    data = _read_whole(files, sfile, streams)
+    if not isinstance(data, bytes):
+        old.damaged = data or "it vanished while being read"
+        return old
     try:
         old.stream = fmt.parse_index_header(data[: fmt.IDX_HEADER_SIZE], files.store_id)
         if fmt.stream_file_name(old.stream) != sfile:
@@ -282,19 +254,10 @@ def _read_index(files: Files, streams: int, sfile: str) -> OldIndex:
 
 
 def _survey_ids(files: Files, s: Survey) -> None:
-    io = files.io
-    try:
-        fd, st = open_regular(io, fmt.IDS_NAME, RO_FILE, files.fd("root"))
-    except FileNotFoundError:
-        s.ids_damaged = f"{fmt.IDS_NAME} is missing"
+    data = _read_whole(files, fmt.IDS_NAME, files.fd("root"))
+    if not isinstance(data, bytes):
+        s.ids_damaged = data or f"{fmt.IDS_NAME} is missing"
         return
-    except IndexDamaged as exc:
-        s.ids_damaged = str(exc)
-        return
-    try:
-        data = read_exact(io, fd, st.st_size, 0)
-    finally:
-        io.close(fd)
     try:
         capacity = fmt.parse_ids_header(data[: fmt.IDS_HEADER_SIZE], files.store_id)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -324,37 +287,30 @@ def _resolve_streams(s: Survey) -> None:
     by_sfile: dict[str, str] = {}
     for e in s.entries:
         if e.record is not None:
-            e.stream, e.how = e.record.stream, "record"
+            e.stream = e.record.stream
             by_sfile.setdefault(fmt.stream_file_name(e.record.stream), e.record.stream)
+    named: dict[tuple[int, str], str] = {}
     for old in s.indexes.values():
         if old.stream is not None and fmt.stream_file_name(old.stream) == old.sfile:
             by_sfile.setdefault(old.sfile, old.stream)
-    slot_of: dict[tuple[int, str], str] = {}
-    for old in s.indexes.values():
         for slot in old.slots:
             if slot.live:
-                slot_of.setdefault((slot.seq, slot.cid), old.sfile)
+                named.setdefault((slot.seq, slot.cid), old.sfile)
     journal = s.state.journal if s.state is not None else None
+    saving = None  # (record name, index file) of the save the journal names
+    if journal is not None and journal.op == "insert" and journal.path:
+        saving = (journal.path.rsplit("/", 1)[-1], journal.stream)
     known = set(by_sfile.values())
     for e in s.entries:
         if e.record is not None:
             continue
-        sfile = slot_of.get((e.seq, e.cid))
-        how = "index"
-        if sfile is None and _journal_names(journal, e):
-            assert journal is not None
-            sfile, how = journal.stream, "journal"
+        sfile = named.get((e.seq, e.cid))
+        if sfile is None and saving is not None and saving[0] == fmt.record_name(e.seq, e.cid):
+            sfile = saving[1]
         if sfile is not None and sfile in by_sfile:
-            e.stream, e.how = by_sfile[sfile], how
+            e.stream = by_sfile[sfile]
         elif e.hint is not None and e.hint in known:
-            e.stream, e.how = e.hint, "header"
-
-
-def _journal_names(journal: fmt.Journal | None, e: Entry) -> bool:
-    """Whether ``journal`` is the save of record ``e``."""
-    if journal is None or journal.op != "insert" or not journal.path:
-        return False
-    return journal.path.rsplit("/", 1)[-1] == fmt.record_name(e.seq, e.cid)
+            e.stream = e.hint
 
 
 def orphans_digest(orphans: Iterable[tuple[int, str]]) -> str:
