@@ -460,3 +460,42 @@ def test_the_plain_check_agrees_with_the_walk_at_the_depth_limit(max_depth: int)
         for leaf in leaves:
             for value in _nestings(depth, leaf):
                 assert encode_outcome(fast, value) == encode_outcome(walk, value), value
+
+
+@FUZZ
+@given(st.one_of(json_trees, _props.values(allow_nan=True)))
+def test_fuzz_a_plain_value_is_what_json_gives_back_type_for_type(value: Any) -> None:
+    """``Codec.is_plain``: what it accepts, the codec writes as msgspec does, and the
+    stdlib's json writes and parses back equal with the same type at every level."""
+    codec = Codec()
+    if codec.is_plain(value):
+        assert codec.encode(value) == msgspec.json.encode(value)
+        assert identical(json.loads(json.dumps(value)), value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [1.0, float("nan")],
+        {"a": [float("inf")]},
+        {"a": Sub()},
+        [Text("x")],
+        [Whole(1)],
+        [(1,)],
+        {"$sk": 1},
+        {1: "a"},
+        [10**5000],
+    ],
+)
+def test_what_is_not_plain_json_is_not_plain(value: Any) -> None:
+    assert not Codec().is_plain(value)
+
+
+def test_the_plain_check_says_no_when_the_stack_runs_out() -> None:
+    codec = Codec(limits=CodecLimits(max_depth=500))
+    value: Any = []
+    for _ in range(400):
+        value = [value]
+    assert codec.is_plain(value)
+    with recursion_limit(250):
+        assert not codec.is_plain(value)

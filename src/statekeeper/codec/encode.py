@@ -83,6 +83,14 @@ class Encoder:
                 )
         return value
 
+    def is_plain(self, value: Any) -> bool:
+        """Whether ``value`` is plain JSON that :meth:`encode` writes as it is, every
+        ``int`` within ``max_int_digits`` (see :meth:`_is_plain`); builds nothing."""
+        try:
+            return self._is_plain(value, 0, _PLAIN_NOT_INT)
+        except RecursionError:
+            return False
+
     def encode(self, value: Any, root: str) -> bytes:
         """``value`` as bytes, or ``CheckpointEncodeError`` naming the part of ``root``."""
         # Plain JSON of exact types (checked by _is_plain, a walk that builds nothing) is

@@ -59,6 +59,16 @@ class Codec:
         """
         return self._encoder.check_metadata(value)
 
+    def is_plain(self, value: Any) -> bool:
+        """Whether ``value`` is plain JSON of exact types, which this codec writes as
+        it is: ``dict`` with ``str`` keys other than ``"$sk"``, ``list``, ``str``,
+        ``bool``, ``None``, ``int`` within ``max_int_digits`` and finite ``float``,
+        nested at most ``max_depth`` deep. Such a value is written by any JSON
+        encoder without a conversion (an int over Python's own digit limit, if that
+        is the tighter one, still makes it raise) and parsed back equal, type for
+        type. Checks only; raises nothing."""
+        return self._encoder.is_plain(value)
+
     def decode(self, data: bytes | str) -> Any:
         """Decode what ``encode`` produced, or raise ``CheckpointDecodeError``."""
         return self._decoder.decode(data)

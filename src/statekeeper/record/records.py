@@ -264,6 +264,8 @@ class StoredRecord:
         """
         h = self._fields()
         expires = h["expires_at"]
+        created, updated = h["created_at"], h["updated_at"]
+        created_text = created.isoformat()
         head = encode_header(
             {
                 "v": FORMAT_VERSION,
@@ -271,8 +273,9 @@ class StoredRecord:
                 "id": h["id"],
                 "stream": h["stream"],
                 "seq": None if positional else h["sequence"],
-                "created": h["created_at"].isoformat(),
-                "updated": h["updated_at"].isoformat(),
+                "created": created_text,
+                # a save's two stamps are one object: one isoformat
+                "updated": created_text if updated is created else updated.isoformat(),
                 "etag": h["etag"],
                 "parent": h["parent_id"],
                 "tags": h["tags"],

@@ -62,9 +62,10 @@ def _unknown(what: str, id: str, exc: BaseException, why: str) -> OutcomeUnknown
 
 async def resolve_save(
     ids: Sequence[str], etags: Sequence[str], exc: BaseException, lookup: Lookup
-) -> list[CheckpointHeader]:
-    """The headers of a save whose reply was lost, if it was applied; raises otherwise
-    (see the module docstring). ``exc`` is the translated error of the save."""
+) -> list[StoredRecord]:
+    """The records of a save whose reply was lost, as stored, if it was applied;
+    raises otherwise (see the module docstring). ``exc`` is the translated error of
+    the save."""
     what = "saving checkpoint" if len(ids) == 1 else "saving the batch with checkpoint"
     try:
         found = await lookup(list(ids))
@@ -76,7 +77,7 @@ async def resolve_save(
         if (rec := found.get(i)) and rec.header.etag == e
     ]
     if len(ours) == len(ids):
-        return [rec.header for rec in ours]
+        return ours
     if not ours and not any(i in found for i in ids) and _aborted(exc):
         raise BackendError(
             f"{what} {ids[0]!r}: the server ended the connection ({exc}) and nothing was "
@@ -110,12 +111,12 @@ def resolve_delete(id: str, exc: BaseException) -> OutcomeUnknown:
 
 
 async def saving(
-    call: Awaitable[list[CheckpointHeader]],
+    call: Awaitable[list[StoredRecord]],
     records: Sequence[NewRecord],
     get_many: Callable[[list[str], datetime], Awaitable[dict[str, StoredRecord]]],
-) -> list[CheckpointHeader]:
-    """Await the translated ``call`` that saves ``records``; if its reply was lost,
-    look them up with ``get_many`` (:func:`resolve_save`)."""
+) -> list[StoredRecord]:
+    """Await the translated ``call`` that saves ``records`` and gives them back as
+    stored; if its reply was lost, look them up with ``get_many`` (:func:`resolve_save`)."""
     try:
         return await call
     except BackendError as exc:

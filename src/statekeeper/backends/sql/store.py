@@ -25,8 +25,8 @@ from ..._registry import builtin_class
 from ..._url import StoreURL
 from ...config import Capabilities, StoreOptions
 from ...errors import CheckpointNotFound, StoreClosed, StoreFormatError
-from ...models import CheckpointHeader, Problem, RepairReport, Skipped
-from ...record import NewRecord, StoredRecord, Update, read_record
+from ...models import Checkpoint, CheckpointHeader, Problem, RepairReport, Skipped
+from ...record import NewRecord, StoredRecord, Update, checkpoint_of, read_record
 from . import migrations, outcomes, updates, writes
 from .dialects import INLINE_WRITE_BYTES, Dialect, Family, Runtime, Session
 from .entries import scanned_entries
@@ -242,6 +242,18 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
     # -- primitives --------------------------------------------------------------------
 
     async def _insert(self, record: NewRecord) -> CheckpointHeader:
+        return (await self._insert_stored(record)).header
+
+    async def _insert_checkpoint(self, record: NewRecord, state: Any) -> Checkpoint:
+        # save's path: the one model it returns is built from the stored values
+        if type(self)._insert is not SqlCheckpointStore._insert:
+            # a subclass's own _insert still decides every save
+            return await super()._insert_checkpoint(record, state)
+        return checkpoint_of(await self._insert_stored(record), state)
+
+    async def _insert_stored(self, record: NewRecord) -> StoredRecord:
+        """:meth:`_insert`'s write: ``record`` saved, as stored (its header model is
+        built only if asked for)."""
         self._check_meta()
         op = partial(writes.insert_one, st=self._st, record=record, store_id=self._store_id)
         call = self._write(lambda s: [op(s)], len(record.state))
@@ -253,7 +265,7 @@ class SqlCheckpointStore(BaseCheckpointStore[SqlOptions]):
         self._check_meta()
         op = partial(writes.insert_many, st=self._st, records=records, store_id=self._store_id)
         call = self._guard("saving a batch", self._write(op))
-        return await outcomes.saving(call, records, self._get_many)
+        return [stored.header for stored in await outcomes.saving(call, records, self._get_many)]
 
     async def _update(self, update: Update) -> CheckpointHeader:
         self._check_meta()

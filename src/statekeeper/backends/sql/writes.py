@@ -13,15 +13,13 @@ this transaction ends.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from ...errors import BackendError, PreconditionFailed
-from ...models import CheckpointHeader
-from ...record import NewRecord, StoredRecord
+from ...record import NewRecord, StoredRecord, header_values
 from .dialects import Session
 from .integrity import schema_check
 from .schema import SCHEMA_VERSION, Statements, expires_micros, field_rows, tag_rows, to_micros
@@ -30,11 +28,12 @@ __all__ = ["index_rows", "insert_many", "insert_one", "reindex"]
 
 
 def _row(stored: StoredRecord, store_id: str) -> dict[str, Any]:
+    h = header_values(stored)  # no header model is built for the row
     return {
-        "seq": stored.sequence,
-        "id": stored.id,
-        "stream": stored.stream,
-        "expires_at": expires_micros(stored.header.expires_at),
+        "seq": h["sequence"],
+        "id": h["id"],
+        "stream": h["stream"],
+        "expires_at": expires_micros(h["expires_at"]),
         "record": stored.to_bytes(store_id),
     }
 
@@ -46,11 +45,11 @@ def index_rows(
     tags: list[dict[str, Any]] = []
     fields: list[dict[str, Any]] = []
     for record in stored:
-        h = record.header
-        if h.tags:
-            tags += tag_rows(h.sequence, h.stream, dict(h.tags))
-        if h.metadata:
-            fields += field_rows(h.sequence, h.stream, dict(h.metadata))
+        h = header_values(record)
+        if h["tags"]:
+            tags += tag_rows(h["sequence"], h["stream"], h["tags"])
+        if h["metadata"]:
+            fields += field_rows(h["sequence"], h["stream"], h["metadata"])
     return tags, fields
 
 
@@ -62,14 +61,19 @@ def _insert_index_rows(s: Session, st: Statements, stored: Sequence[StoredRecord
         s.run_many(st.insert_field, fields)
 
 
-@contextmanager
-def _schema_checked(s: Session, st: Statements) -> Iterator[None]:
-    """A save that fails in the database: if a table or index it needs is gone (the
-    counter table, SQLite's unique index on ``id`` that ``ON CONFLICT`` names), a
-    :class:`BackendError` that says which and to run ``repair()``; else the error as
-    it was. Costs nothing until a save fails."""
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _schema_checked(
+    op: Callable[[Session, Statements, R, str], T], s: Session, st: Statements, what: R, sid: str
+) -> T:
+    """``op(s, st, what, sid)``, a save. If it fails in the database and a table or
+    index it needs is gone (the counter table, SQLite's unique index on ``id`` that
+    ``ON CONFLICT`` names), a :class:`BackendError` that says which and to run
+    ``repair()``; else the error as it was. Costs nothing until a save fails."""
     try:
-        yield
+        return op(s, st, what, sid)
     except (sa.exc.DBAPIError, sqlite3.Error) as exc:
         why = schema_check.schema_damage(s, st, SCHEMA_VERSION)
         if why is None:
@@ -77,14 +81,14 @@ def _schema_checked(s: Session, st: Statements) -> Iterator[None]:
         raise BackendError(why, orig=exc) from exc
 
 
-def insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
+def insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> StoredRecord:
     """``save``: the next sequence, the row (replacing an expired one with its id), and
-    its index rows. :class:`PreconditionFailed` if the id is live."""
-    with _schema_checked(s, st):
-        return _insert_one(s, st, record, store_id)
+    its index rows; the record as stored. :class:`PreconditionFailed` if the id is
+    live."""
+    return _schema_checked(_insert_one, s, st, record, store_id)
 
 
-def _insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> CheckpointHeader:
+def _insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) -> StoredRecord:
     stored = record.seal(s.dialect.next_sequence(s, st))
     row = _row(stored, store_id)
     if not s.dialect.insert_checkpoint(s, st, row):
@@ -95,23 +99,23 @@ def _insert_one(s: Session, st: Statements, record: NewRecord, store_id: str) ->
         ):
             raise PreconditionFailed(f"checkpoint id {record.id!r} already exists")
     _insert_index_rows(s, st, [stored])
-    return stored.header
+    return stored
 
 
 def insert_many(
     s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
-) -> list[CheckpointHeader]:
+) -> list[StoredRecord]:
     """``save_many``: ``len(records)`` consecutive sequences from one counter bump, in
     the order given, every id checked before anything is inserted, then one
-    multi-row insert per table. Raises :class:`PreconditionFailed` (the caller's
-    transaction then rolls back, so nothing is written) if any id is live."""
-    with _schema_checked(s, st):
-        return _insert_many(s, st, records, store_id)
+    multi-row insert per table; the records as stored. Raises
+    :class:`PreconditionFailed` (the caller's transaction then rolls back, so nothing
+    is written) if any id is live."""
+    return _schema_checked(_insert_many, s, st, records, store_id)
 
 
 def _insert_many(
     s: Session, st: Statements, records: Sequence[NewRecord], store_id: str
-) -> list[CheckpointHeader]:
+) -> list[StoredRecord]:
     last = s.dialect.next_sequence(s, st, len(records))
     first = last - len(records) + 1
     by_id = {record.id: record for record in records}
@@ -132,7 +136,7 @@ def _insert_many(
         # Only a writer that bypasses the counter (an older statekeeper) gets here.
         raise PreconditionFailed(f"an id of this save_many was taken meanwhile: {exc}") from exc
     _insert_index_rows(s, st, stored)
-    return [record.header for record in stored]
+    return stored
 
 
 def reindex(s: Session, st: Statements, new: StoredRecord, *, tags: bool, fields: bool) -> None:

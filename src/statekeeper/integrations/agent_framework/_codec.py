@@ -20,11 +20,12 @@ import importlib.metadata
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from ..._core.validate import ID_PATTERN, MAX_STREAM_LEN
+from ...codec import Codec
 from ...models import CheckpointHeader, NewCheckpoint
 
 #: Where agent-framework-core keeps the checkpoint encoder of FileCheckpointStorage.
@@ -111,6 +112,46 @@ def _fits_stream(name: str) -> bool:
     return True
 
 
+class Record(NamedTuple):
+    """One checkpoint as a store record: the arguments of its ``store.save``."""
+
+    stream: str
+    state: bytes
+    id: str
+    parent_id: str | None
+    metadata: dict[str, Any]
+
+
+#: The framework's JSON, compact, as FileCheckpointStorage's content (one encoder:
+#: json.dumps with these options builds a new one per call).
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+#: Plain JSON of exact types, which the framework's encoder gives back unchanged
+#: (unless a dict has one of its reserved keys, see _framework_json).
+_is_plain = Codec().is_plain
+#: The framework's reserved keys as its JSON writes them: every pickled value is
+#: ``{"__pickled__": ..., "__type__": ...}``, and a dict of the caller's with either
+#: key is pickled whole. A string holding the text gives a false alarm (only a
+#: slower path), never a miss: a quote inside a JSON string is escaped.
+_PICKLED: Final = b'"__pickled__"'
+_TYPED: Final = b'"__type__"'
+
+
+def _framework_json(fields: dict[str, Any]) -> bytes:
+    """``encode_checkpoint_value(fields)`` as compact UTF-8 JSON.
+
+    Fields that are plain JSON (:data:`_is_plain`) are written as they are: the
+    framework's encoder would copy them unchanged (exact ``str``, ``int``,
+    ``float``, ``bool``, ``None``, lists, dicts with distinct ``str`` keys), unless
+    a dict among them has a reserved key, which the bytes show; then, as for any
+    other value, the framework's encoder does the whole.
+    """
+    if _is_plain(fields):
+        data = _dumps(fields).encode("utf-8")
+        if _PICKLED not in data and _TYPED not in data:
+            return data
+    return _dumps(encode_checkpoint_value(fields)).encode("utf-8")
+
+
 class CheckpointCodec:
     """The mapping and encoding of one storage (its ``namespace`` and allowlist)."""
 
@@ -145,7 +186,16 @@ class CheckpointCodec:
         """The store record of ``checkpoint``: the framework's JSON encoding as bytes.
 
         Raises ``WorkflowCheckpointException`` for a checkpoint that could not be
-        loaded back under this storage's allowlist (checked by decoding the bytes).
+        loaded back under this storage's allowlist (see :meth:`record`).
+        """
+        return NewCheckpoint(**self.record(checkpoint)._asdict())
+
+    def record(self, checkpoint: WorkflowCheckpoint) -> Record:
+        """What :meth:`encode` gives, as a plain tuple (what ``save`` passes on).
+
+        Raises ``WorkflowCheckpointException`` for a checkpoint that could not be
+        loaded back under this storage's allowlist: when the bytes hold a pickled
+        value, by decoding them as ``load`` would (nothing is written).
         """
         if not isinstance(checkpoint, WorkflowCheckpoint):
             raise WorkflowCheckpointException(
@@ -153,10 +203,12 @@ class CheckpointCodec:
             )
         cid = checkpoint.checkpoint_id
         try:
-            encoded = encode_checkpoint_value(checkpoint.to_dict())
-            data = json.dumps(encoded, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            data = _framework_json(checkpoint.to_dict())
             # Symmetry: refuse now what load would refuse later (nothing is written).
-            self.decode(data, cid)
+            # Without a pickled value the framework's JSON is decoded without a
+            # refusal (no type to allow), so only bytes with one are decoded here.
+            if _PICKLED in data:
+                self.decode(data, cid)
         except WorkflowCheckpointException as exc:
             raise WorkflowCheckpointException(
                 f"checkpoint {cid!r} cannot be restored under this storage's allowed "
@@ -167,7 +219,7 @@ class CheckpointCodec:
                 f"checkpoint {cid!r} cannot be encoded; refusing to save it: {exc}"
             ) from exc
         previous = checkpoint.previous_checkpoint_id
-        return NewCheckpoint(
+        return Record(
             stream=self.stream_for(checkpoint.workflow_name),
             state=data,
             id=self.store_id_for(cid),

@@ -212,7 +212,7 @@ class StatekeeperCheckpointStorage:
         under another workflow name raises. Refuses (nothing written) what ``load``
         would refuse.
         """
-        item = self.encode(checkpoint)
+        item = self._codec.record(checkpoint)
         store = await self._ready()
         cid = checkpoint.checkpoint_id
         for _ in range(_SAVE_ROUNDS):

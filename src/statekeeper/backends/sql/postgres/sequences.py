@@ -49,8 +49,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from ....errors import BackendError, PreconditionFailed
-from ....models import CheckpointHeader
-from ....record import NewRecord, StoredRecord
+from ....record import NewRecord, StoredRecord, header_values
 from ..schema import expires_micros, field_rows, stream_hash, tag_rows, to_micros
 from .runtime import PgRuntime
 from .statements import BASE_ROW, PgStatements, int4
@@ -75,17 +74,17 @@ def save_args(
     tags: dict[str, list[Any]] = {name: [] for name in _TAG_COLS}
     fields: dict[str, list[Any]] = {name: [] for name in _FIELD_COLS}
     for i, r in enumerate(stored):
-        h = r.header
-        ids.append(h.id)
-        streams.append(h.stream)
-        exps.append(expires_micros(h.expires_at))
+        h = header_values(r)  # no header model is built for the arguments
+        ids.append(h["id"])
+        streams.append(h["stream"])
+        exps.append(expires_micros(h["expires_at"]))
         recs.append(r.to_bytes(store_id, positional=True))
-        if h.tags:
-            for row in tag_rows(i, h.stream, dict(h.tags)):
+        if h["tags"]:
+            for row in tag_rows(i, h["stream"], h["tags"]):
                 for name, col in tags.items():
                     col.append(row[name])
-        if h.metadata:
-            for row in field_rows(i, h.stream, dict(h.metadata)):
+        if h["metadata"]:
+            for row in field_rows(i, h["stream"], h["metadata"]):
                 for name, col in fields.items():
                     col.append(row[name])
     return {
@@ -107,8 +106,9 @@ async def save(
     records: Sequence[NewRecord],
     store_id: str,
     base: int,
-) -> list[CheckpointHeader]:
-    """Insert ``records`` at consecutive sequences in one statement (one round trip).
+) -> list[StoredRecord]:
+    """Insert ``records`` at consecutive sequences in one statement (one round trip);
+    the records as stored.
 
     An id that is taken (by a live or an expired checkpoint) aborts the statement,
     so nothing is written; the slow path then deletes expired holders under the
@@ -120,7 +120,7 @@ async def save(
         rows = await rt.fetch(pst.save, args, write=True)
     except asyncpg.UniqueViolationError:
         rows = await rt.in_transaction(lambda con: _save_replacing(con, pst, records, args))
-    return _headers(records, rows, pst)
+    return _stored(records, rows, pst)
 
 
 async def _save_replacing(
@@ -150,9 +150,9 @@ async def _save_replacing(
         raise PreconditionFailed(f"an id of this save was taken meanwhile: {exc}") from exc
 
 
-def _headers(
+def _stored(
     records: Sequence[NewRecord], rows: Sequence[asyncpg.Record], pst: PgStatements
-) -> list[CheckpointHeader]:
+) -> list[StoredRecord]:
     if len(rows) != len(records):
         # The guard refused: (transaction id + base) is not above every stored sequence.
         raise BackendError(
@@ -160,7 +160,7 @@ def _headers(
             f"meta row {BASE_ROW!r} is too low for this cluster's transaction ids), so nothing "
             "was saved; reopen the store or run store.repair(), which raises it"
         )
-    return [r.seal(int(row[0])).header for r, row in zip(records, rows, strict=True)]
+    return [r.seal(int(row[0])) for r, row in zip(records, rows, strict=True)]
 
 
 async def read_state(rt: PgRuntime, pst: PgStatements) -> tuple[str | None, int, int]:

@@ -140,7 +140,7 @@ class PostgresCheckpointStore(ServerSqlStore):
         await self._guard("reading the sequence base", self._load_base())
         return report
 
-    async def _insert(self, record: NewRecord) -> CheckpointHeader:
+    async def _insert_stored(self, record: NewRecord) -> StoredRecord:
         self._check_meta()
         call = sequences.save(self._pg(), self._pst, [record], self._store_id, self._base)
         return (await outcomes.saving(self._guard("saving", call), [record], self._get_many))[0]
@@ -150,7 +150,8 @@ class PostgresCheckpointStore(ServerSqlStore):
         sequences are consecutive), every row; an id conflict rolls it all back."""
         self._check_meta()
         call = sequences.save(self._pg(), self._pst, records, self._store_id, self._base)
-        return await outcomes.saving(self._guard("saving a batch", call), records, self._get_many)
+        saved = await outcomes.saving(self._guard("saving a batch", call), records, self._get_many)
+        return [stored.header for stored in saved]
 
     async def _latest(self, stream: str, now: datetime) -> StoredRecord | None:
         call = self._pg().fetchrow_in_order(self._pst.latest, stream, to_micros(now))

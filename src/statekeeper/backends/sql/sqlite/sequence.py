@@ -28,7 +28,6 @@ the stored sequences: ``info().high_water_mark`` is the larger of the two
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -45,21 +44,22 @@ from .high_water import create_trigger, trigger_name
 __all__ = ["check_counter", "high_water", "next_sequence", "rebuild_counter"]
 
 
-@cache
-def _state_query(tables: Tables) -> sa.TextClause:
+def _state_query(st: Statements) -> sa.TextClause:
     """One row: the highest stored sequence (0 if none), the counter row's value
     (``NULL`` without a row), and whether the trigger exists (1 or 0)."""
     q = sqlite_dialect.dialect().identifier_preparer
+    tables = st.t
     cp, counter = q.format_table(tables.checkpoints), q.format_table(tables.counter)
     return sa.text(
         f"SELECT (SELECT coalesce(max(seq), 0) FROM {cp}), "
         f"(SELECT hwm FROM {counter} WHERE name = '{COUNTER_NAME}'), "
         "(SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name = :trigger)"
-    )
+    ).bindparams(trigger=trigger_name(tables))
 
 
-def _state(s: Session, tables: Tables) -> tuple[int, Any, bool]:
-    row = s.first(_state_query(tables), {"trigger": trigger_name(tables)})
+def _state(s: Session, st: Statements) -> tuple[int, Any, bool]:
+    # built once per Statements (the trigger's name bound in it), run without params
+    row = s.first(s.dialect.statement(st, "sequence_state", _state_query))
     assert row is not None
     return int(row[0]), row[1], bool(row[2])
 
@@ -73,7 +73,7 @@ def next_sequence(s: Session, st: Statements, count: int = 1) -> int:
     :class:`BackendError` saying to repair (nothing is saved): without them a delete
     of the newest checkpoint could let its sequence be handed out again.
     """
-    top, hwm, trigger = _state(s, st.t)
+    top, hwm, trigger = _state(s, st)
     value = derived.counter_value((hwm,))
     if value is None:
         raise BackendError(dialects.counter_damage(s, st))
@@ -96,7 +96,7 @@ def high_water(s: Session, st: Statements) -> int | None:
     and the highest stored sequence; ``None`` for a missing or non-integer row."""
     if not s.dialect.table_exists(s, st.t.counter):
         return None
-    top, hwm, _ = _state(s, st.t)
+    top, hwm, _ = _state(s, st)
     value = derived.counter_value((hwm,))
     return None if value is None else max(top, value)
 
@@ -121,7 +121,7 @@ def check_counter(s: Session, st: Statements, where: str) -> list[Problem]:
                 "(never lowering it)",
             )
         )
-    if not _state(s, st.t)[2]:
+    if not _state(s, st)[2]:
         problems.append(
             Problem(
                 kind="state",

@@ -24,6 +24,8 @@ class SqliteSession:
     def __init__(self, conn: sqlite3.Connection, compiler: Compiler) -> None:
         self.conn = conn
         self._compile = compiler
+        #: run_many's row picker of each statement text, made once
+        self._pickers: dict[str, itemgetter[Any]] = {}
 
     def _bind(
         self, stmt: Executable, params: Mapping[str, Any] | None
@@ -61,7 +63,9 @@ class SqliteSession:
             self.conn.executemany(sql, [(p[name],) for p in params])
             return
         # one C-level lookup per row (a save_many inserts up to 1000 rows per table)
-        pick = itemgetter(*(n for n, _ in binds))
+        pick = self._pickers.get(sql)
+        if pick is None:
+            pick = self._pickers[sql] = itemgetter(*(n for n, _ in binds))
         self.conn.executemany(sql, [pick(p) for p in params])
 
     def lastrowid(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> int:
