@@ -67,11 +67,20 @@ class FileIO(Protocol):
     def open(self, name: str, flags: int, mode: int = 0o666, *, dir_fd: int) -> int:
         """``openat(dir_fd, name, flags, mode)``."""
 
-    def close(self, fd: int) -> None: ...
-    def ftruncate(self, fd: int, length: int) -> None: ...
-    def fstat(self, fd: int) -> os.stat_result: ...
-    def unlink(self, name: str, *, dir_fd: int) -> None: ...
-    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None: ...
+    def close(self, fd: int) -> None:
+        """``close(fd)``."""
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        """``ftruncate(fd, length)``."""
+
+    def fstat(self, fd: int) -> os.stat_result:
+        """``fstat(fd)``."""
+
+    def unlink(self, name: str, *, dir_fd: int) -> None:
+        """``unlinkat(dir_fd, name)``."""
+
+    def mkdir(self, name: str, mode: int = 0o777, *, dir_fd: int) -> None:
+        """``mkdirat(dir_fd, name, mode)``."""
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         """``pread``: up to ``size`` bytes at ``offset`` (short only at end of file)."""
