@@ -505,7 +505,9 @@ async def test_graphs_run_on_while_a_sweep_removes_idle_threads(
         assert report.threads_deleted == len(idle)
         for thread in idle:
             assert await thread_streams(saver.store, thread) == []
-        await no_orphan_writes(saver.store)
+        # No orphan check here: a put_writes of a busy thread may race the trim of
+        # its checkpoint and leave an orphan, which the next sweep removes (the
+        # contract in _retention's docstring); the check after that sweep holds it.
         await saver.asweep()  # the busy threads, done now, keep their newest 4
         for thread in busy:
             history = [s async for s in graph.aget_state_history(config(thread))]
