@@ -76,7 +76,7 @@ class Batches:
             ids = self.fdcache.open_ids(write=True)
             try:
                 self._check_new_ids(tx, ids, records)
-                ids = self.writes.grown(tx, ids, n)
+                ids = self.rebuild.grown(tx, ids, n)
                 lo = tx.state.hwm + 1
                 hi = lo + n - 1
                 sealed = [record.seal(lo + i) for i, record in enumerate(records)]
@@ -126,7 +126,7 @@ class Batches:
             ids = self.fdcache.open_ids(write=True)
             try:
                 admitted = self._admit_group(tx, ids, records, out)
-                ids = self.writes.grown(tx, ids, len(admitted))
+                ids = self.rebuild.grown(tx, ids, len(admitted))
                 lo = tx.state.hwm + 1
                 sealed: list[StoredRecord] = []
                 blobs: list[bytes] = []

@@ -366,7 +366,7 @@ class Writes:
         key = fmt.id_key(record.id)
         ids = self.fdcache.open_ids(write=True)
         try:
-            ids = self.grown(tx, ids, 1, budget)
+            ids = self.rebuild.grown(tx, ids, 1, budget)
             live, free, fresh = ids.probe(key)
             if live:
                 self.check_new_id(tx, ids, record, live)
@@ -410,15 +410,6 @@ class Writes:
         finally:
             ids.close()
         return stored.header
-
-    def grown(self, tx: Txn, ids: IdTable, more: int, budget: Budget = WORKER) -> IdTable:
-        """``ids``, or, if ``more`` entries would fill it past half, the id table
-        rebuilt larger (``ids`` closed; inline, that blocks)."""
-        if tx.state.ids_used + more <= ids.capacity // 2:
-            return ids
-        budget.block()
-        ids.close()
-        return self.rebuild.rebuild_ids(tx)
 
     def check_size(self, data: bytes) -> None:
         if len(data) > self.files.max_record_bytes:
@@ -610,12 +601,7 @@ class Writes:
                         idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
                 if self.files.durable:
                     idx.sync()
-        for victims in groups.values():
-            for _, slot in victims:
-                key = fmt.id_key(slot.cid)
-                at = ids.find(key, slot.seq)
-                if at is not None:
-                    ids.tombstone(at, key, slot.seq)
+        ids.drop(slot for victims in groups.values() for _, slot in victims)
         if self.files.durable:
             ids.sync()
         self.rebuild.unlink_records([slot for victims in groups.values() for _, slot in victims])

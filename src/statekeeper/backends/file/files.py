@@ -30,8 +30,8 @@ from typing import Any, Protocol
 from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
 from ...record import StoredRecord, read_record
 from . import layout as fmt
-from .indexes import NEW, IndexDamaged, pwrite_all
-from .io import FileIO, read_exact, write_all
+from .indexes import NEW, IndexDamaged
+from .io import FileIO, read_exact, unlink_quiet, write_all
 
 RO_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 RW_FILE = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -292,13 +292,8 @@ class Files:
             finally:
                 self.io.close(fd)
         except BaseException:
-            self.unlink_quiet(name, dir_fd)
+            unlink_quiet(self.io, name, dir_fd)
             raise
-
-    def unlink_quiet(self, name: str, dir_fd: int) -> None:
-        """Remove ``name`` on a cleanup path, never masking the error being handled."""
-        with contextlib.suppress(OSError):
-            self.io.unlink(name, dir_fd=dir_fd)
 
     def unlink_missing_ok(self, name: str, dir_fd: int) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -314,7 +309,7 @@ class Files:
         try:
             self.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
         except BaseException:
-            self.unlink_quiet(tmp, bucket)
+            unlink_quiet(self.io, tmp, bucket)
             raise
         if not self.durable:
             return
@@ -322,7 +317,7 @@ class Files:
             self.io.fsync(bucket)
         except BaseException:
             if previous is None:
-                self.unlink_quiet(name, bucket)
+                unlink_quiet(self.io, name, bucket)
             else:
                 quietly(lambda: self.put_back(bucket, tmp, name, previous))
             raise
@@ -338,7 +333,7 @@ class Files:
             if self.durable:
                 self.io.fsync(bucket)
         finally:
-            self.unlink_quiet(back, bucket)
+            unlink_quiet(self.io, back, bucket)
 
     def walk(
         self,
@@ -428,7 +423,7 @@ class StateFile:
     def write(self, state: fmt.State) -> None:
         offset, data = state.copy_bytes()
         before, self._cache = self._cache, None
-        pwrite_all(self.files.io, self.files.fd("state"), data, offset)
+        write_all(self.files.io, self.files.fd("state"), data, offset)
         self.my_gen = state.gen
         if before is not None:
             raw = before[0]

@@ -11,17 +11,16 @@ reader holding a descriptor keeps a consistent old version.
 from __future__ import annotations
 
 import bisect as _bisect
-import contextlib
 import errno
 import os
 import stat
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Self, TypeVar
 
 from ...errors import ConcurrentModificationError
 from . import layout as fmt
-from .io import FileIO, read_exact
+from .io import FileIO, read_exact, unlink_quiet, write_all
 
 __all__ = [
     "NEW",
@@ -32,9 +31,7 @@ __all__ = [
     "IndexDamaged",
     "StreamIndex",
     "open_regular",
-    "pwrite_all",
     "replace_file",
-    "unlink_quiet",
     "write_index",
 ]
 
@@ -120,21 +117,6 @@ class Handle:
 
     def sync(self) -> None:
         self.io.fdatasync(self.fd)
-
-
-def pwrite_all(io: FileIO, fd: int, data: bytes, offset: int) -> None:
-    done = 0
-    while done < len(data):
-        n = io.pwrite(fd, data[done:] if done else data, offset + done)
-        if n <= 0:
-            raise OSError(errno.EIO, "write made no progress")
-        done += n
-
-
-def unlink_quiet(io: FileIO, name: str, dir_fd: int) -> None:
-    """Remove a temp file on a cleanup path, never masking the error being handled."""
-    with contextlib.suppress(OSError):
-        io.unlink(name, dir_fd=dir_fd)
 
 
 _MAX_CHUNK = 64
@@ -336,13 +318,13 @@ class StreamIndex(Handle):
         if not slots:
             return
         data = b"".join(slot.to_bytes() for slot in slots)
-        pwrite_all(self.io, self.fd, data, self._offset(self.count))
+        write_all(self.io, self.fd, data, self._offset(self.count))
         self.count += len(slots)
         self.size = self._offset(self.count)
         self._last = (self.size, slots[-1].seq)
 
     def write(self, i: int, slot: fmt.Slot) -> None:
-        pwrite_all(self.io, self.fd, slot.to_bytes(), self._offset(i))
+        write_all(self.io, self.fd, slot.to_bytes(), self._offset(i))
 
     def truncate(self, count: int) -> None:
         self.io.ftruncate(self.fd, self._offset(count))
@@ -393,7 +375,7 @@ def replace_file(io: FileIO, dir_fd: int, name: str, body: bytes, *, durable: bo
     unlink_quiet(io, tmp, dir_fd)
     fd = io.open(tmp, NEW, 0o666, dir_fd=dir_fd)
     try:
-        pwrite_all(io, fd, body, 0)
+        write_all(io, fd, body, 0)
         if durable:
             io.fsync(fd)
     except BaseException:
@@ -483,7 +465,7 @@ class IdTable(Handle):
     def put(self, pos: int, key: int, seq: int) -> None:
         """Write ``key -> seq`` at ``pos`` (from :meth:`probe`, under the lock)."""
         offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
-        pwrite_all(self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), offset)
+        write_all(self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), offset)
 
     def lookup(self, key: int) -> list[tuple[int, int]]:
         """``(position, seq)`` of the live entries with ``key``."""
@@ -542,6 +524,14 @@ class IdTable(Handle):
 
     def tombstone(self, pos: int, key: int, seq: int) -> None:
         self.put(pos, key, seq | fmt.TOMBSTONE)
+
+    def drop(self, slots: Iterable[fmt.Slot]) -> None:
+        """Tombstone the entries of ``slots`` that the table holds."""
+        for slot in slots:
+            key = fmt.id_key(slot.cid)
+            at = self.find(key, slot.seq)
+            if at is not None:
+                self.tombstone(at, key, slot.seq)
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
         """Every live ``(position, key, seq)``, in slot order."""

@@ -15,6 +15,7 @@ models durability must model it (a subclass of :class:`OsFileIO` inherits the re
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -25,7 +26,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["FileIO", "OsFileIO", "read_exact", "syncfs_usable", "write_all"]
+__all__ = ["FileIO", "OsFileIO", "read_exact", "syncfs_usable", "unlink_quiet", "write_all"]
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -194,14 +195,22 @@ class OsFileIO:
             return None
 
 
-def write_all(io: FileIO, fd: int, data: bytes) -> None:
-    """Write all of ``data`` at the current position, retrying short writes."""
+def write_all(io: FileIO, fd: int, data: bytes, offset: int | None = None) -> None:
+    """Write all of ``data``, retrying short writes: at the current position, or with
+    ``pwrite`` at ``offset``."""
     done = 0
     while done < len(data):
-        n = io.write(fd, data[done:] if done else data)
+        chunk = data[done:] if done else data
+        n = io.write(fd, chunk) if offset is None else io.pwrite(fd, chunk, offset + done)
         if n <= 0:
             raise OSError(errno.EIO, "write made no progress")
         done += n
+
+
+def unlink_quiet(io: FileIO, name: str, dir_fd: int) -> None:
+    """Remove ``name`` on a cleanup path, never masking the error being handled."""
+    with contextlib.suppress(OSError):
+        io.unlink(name, dir_fd=dir_fd)
 
 
 def read_exact(

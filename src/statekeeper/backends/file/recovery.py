@@ -261,6 +261,15 @@ class Rebuild:
             if removed and self.files.durable:
                 self.files.io.fsync(bfd)
 
+    def grown(self, tx: Txn, ids: IdTable, more: int, budget: Budget = WORKER) -> IdTable:
+        """``ids``, or, if ``more`` entries would fill it past half, the id table
+        rebuilt larger (``ids`` closed; inline, that blocks)."""
+        if tx.state.ids_used + more <= ids.capacity // 2:
+            return ids
+        budget.block()
+        ids.close()
+        return self.rebuild_ids(tx)
+
     def rebuild_ids(self, tx: Txn) -> IdTable:
         """Build the id table afresh, larger, and return it open for writing."""
         with self.fdcache.open_ids() as old:
@@ -390,7 +399,7 @@ class Recovery:
                     break
                 if not slot.live:
                     dead.append(slot)
-            _tombstone(ids, dead)
+            ids.drop(dead)
             self.rebuild.unlink_records(dead)
             self.rebuild.trim_dead(idx)
 
@@ -430,9 +439,7 @@ class Recovery:
             return
         ids = self.fdcache.open_ids(write=True)
         try:
-            if tx.state.ids_used + len(slots) > ids.capacity // 2:
-                ids.close()
-                ids = self.rebuild.rebuild_ids(tx)
+            ids = self.rebuild.grown(tx, ids, len(slots))
             took = self.rebuild.index(tx, ids, slots)
         finally:
             ids.close()
@@ -479,7 +486,7 @@ class Recovery:
                     # The batch held the highest sequences: its slots are the tail.
                     idx.truncate(idx.locate(lo, right=False))
         with self.fdcache.open_ids(write=True) as ids:
-            _tombstone(ids, files)
+            ids.drop(files)
         tx.commit(journal=None, hwm=max(tx.state.hwm, hi))
 
     def restart(self, tx: Txn, boot: str | None) -> None:
@@ -562,15 +569,6 @@ def _by_sfile(
         if stream is not None:
             out.setdefault(fmt.stream_file_name(stream), (stream, []))[1].append(slot)
     return out
-
-
-def _tombstone(ids: IdTable, slots: Iterable[fmt.Slot]) -> None:
-    """Mark the id entries of ``slots`` deleted."""
-    for slot in slots:
-        key = fmt.id_key(slot.cid)
-        at = ids.find(key, slot.seq)
-        if at is not None:
-            ids.tombstone(at, key, slot.seq)
 
 
 def _seq_of(name: str) -> int | None:
