@@ -108,7 +108,8 @@ class FileIO(Protocol):
         """``unlinkat(AT_REMOVEDIR)``: removes an empty directory (``OSError`` if not)."""
 
     def listdir(self, dir_fd: int) -> list[str]:
-        """The names in an open directory (without ``.`` and ``..``), in any order."""
+        """The names in an open directory (without ``.`` and ``..``), in any order;
+        safe while other threads list the same descriptor."""
 
     def flock(self, fd: int, operation: int) -> None:
         """``flock(fd, operation)`` (``fcntl.LOCK_EX | fcntl.LOCK_NB`` ...); raises
@@ -182,7 +183,13 @@ class OsFileIO:
         os.rmdir(name, dir_fd=dir_fd)
 
     def listdir(self, dir_fd: int) -> list[str]:
-        return os.listdir(dir_fd)
+        # os.listdir(fd) reads through a dup, which shares fd's read position with
+        # every thread listing fd at once (names twice, or none): read a private one.
+        own = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            return os.listdir(own)
+        finally:
+            os.close(own)
 
     def flock(self, fd: int, operation: int) -> None:
         fcntl.flock(fd, operation)
