@@ -16,7 +16,7 @@ from pydantic import ValidationError
 import statekeeper as sk
 import statekeeper.sync
 from statekeeper.backends.memory import MemoryCheckpointStore, MemoryStorage
-from statekeeper.errors import InvalidOptions, InvalidQuery, ReadOnlyStore
+from statekeeper.errors import BackendError, InvalidOptions, InvalidQuery, ReadOnlyStore
 
 
 def test_retention_takes_seconds_or_timedeltas_and_every_field_is_optional() -> None:
@@ -211,3 +211,24 @@ async def test_a_sweep_removes_in_the_batches_the_backend_asks_for() -> None:
         report = await store.sweep(policy=sk.Retention(keep_last=1))
     assert report.checkpoints_removed == 10
     assert store.calls and max(store.calls) <= 3 and sum(store.calls) == 10
+
+
+class _RepeatedScan(MemoryCheckpointStore):
+    """A backend whose scan of every stream returns each entry twice (what the file
+    store's shared directory listing did under concurrent sweeps)."""
+
+    async def _scan(self, query: Any) -> Any:
+        entries = await super()._scan(query)
+        return entries + entries if query.stream is None else entries
+
+
+@pytest.mark.asyncio
+async def test_a_sweep_stops_before_removing_anything_when_a_scan_goes_back() -> None:
+    """The sweep ranks each stream's checkpoints in scan order; a scan that repeats
+    an entry (or goes back) would rank a stream's newest ones as old and remove
+    them, so the sweep raises instead and removes nothing."""
+    async with _RepeatedScan() as store:
+        await store.save_many([sk.NewCheckpoint(stream=f"s{i % 2}", state=i) for i in range(6)])
+        with pytest.raises(BackendError, match="scan went back"):
+            await store.sweep(policy=sk.Retention(keep_last=2))
+        assert [len((await store.list(s)).items) for s in ("s0", "s1")] == [3, 3]

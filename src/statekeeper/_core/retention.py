@@ -26,7 +26,9 @@ Removals go through :meth:`~StorePrimitives._delete_many` in batches of at most
 SQL backend removes a batch in one statement); up to 50,000 are gathered first and
 sorted by stream, so that a batch touches few streams. ``_delete_many`` counts only what
 it removed itself, so sweeps running at once in several processes never count a
-checkpoint twice. A record that cannot be read is never removed by a sweep
+checkpoint twice. Ranks follow the scan's order, so a scan that repeats an entry
+or goes back (a backend's bug) stops the sweep with :class:`BackendError` before it
+removes by a wrong rank. A record that cannot be read is never removed by a sweep
 (``verify`` reports it; ``repair(drop_damaged=True)`` removes it).
 
 After removing, a sweep purges expired records (S8: they already behave as
@@ -46,7 +48,7 @@ from datetime import datetime
 from functools import partial
 
 from ..config import StoreOptions
-from ..errors import InvalidQuery
+from ..errors import BackendError, InvalidQuery
 from ..models import Retention, Skipped, SweepReport
 from .primitives import StorePrimitives
 from .query import ScanQuery
@@ -135,9 +137,18 @@ async def sweep(
         entries = await store._scan(ScanQuery(None, "desc", bound, BATCH, {}, at, False))
         if not entries:
             break
+        below = bound
         for entry in entries:
-            if not isinstance(entry, Skipped):  # damaged: left to verify and repair
-                plan.consider(entry.stream, entry.id, entry.updated_at)
+            if isinstance(entry, Skipped):  # damaged: left to verify and repair
+                continue
+            if below is not None and entry.sequence >= below:
+                # ranks follow scan order: a repeat would rank a newest one as old
+                raise BackendError(
+                    f"a sweep's scan went back (sequence {entry.sequence} after "
+                    f"{below}); it stopped rather than remove by wrong ranks"
+                )
+            below = entry.sequence
+            plan.consider(entry.stream, entry.id, entry.updated_at)
         bound = entries[-1].sequence
         if len(plan.victims) >= GATHER:
             await plan.flush(remove)
