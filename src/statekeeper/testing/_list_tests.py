@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -49,6 +50,21 @@ class ListTests(KitBase):
             assert ids(page) == in_order(saved, order)
             pages = await self.walk(store, None, limit=3, order=order)
             assert [cid for p in pages for cid in ids(p)] == in_order(saved, order)
+
+    @asyncio_test
+    async def test_listings_at_once_each_see_every_checkpoint_once(
+        self, store: BaseCheckpointStore
+    ) -> None:
+        """Listings of every stream that run at once (on a backend's threads or
+        connections side by side) each return every checkpoint once, in order: none
+        may see another's progress through a shared cursor or descriptor."""
+        saved = [await store.save(f"s{i % 3}", {"i": i}) for i in range(24)]
+        orders = ORDERS * 4
+        pages = await asyncio.gather(
+            *(store.list(None, order=order, limit=100, include_state=False) for order in orders)
+        )
+        for page, order in zip(pages, orders, strict=True):
+            assert ids(page) == in_order(saved, order)
 
     @asyncio_test
     @pytest.mark.parametrize("order", ORDERS)
