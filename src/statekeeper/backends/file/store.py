@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Self, TypeVar
@@ -207,7 +206,12 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         # the threads end at close(), or when the store is collected unclosed
         self._door = door = ThreadDoor("statekeeper-file")
         self._saves = saves = SaveWriter("statekeeper-file-writer", FileSaves(parts))
-        self._release: weakref.finalize[[], object] = when_collected(self, _Release(door, saves))
+
+        def release() -> None:  # holds the threads, never the store
+            door.close()
+            saves.close()
+
+        when_collected(self, release)
         self._inline_reads = opts.inline_reads
 
     @classmethod
@@ -462,16 +466,3 @@ class SaveWriter:
         worker, self._worker = self._worker, None
         if worker is not None and self._pid == os.getpid():
             worker.stop()
-
-
-class _Release:
-    """The finalizer's release of the threads (it never holds the store)."""
-
-    __slots__ = ("door", "saves")
-
-    def __init__(self, door: ThreadDoor, saves: SaveWriter) -> None:
-        self.door, self.saves = door, saves
-
-    def __call__(self) -> None:
-        self.door.close()
-        self.saves.close()
