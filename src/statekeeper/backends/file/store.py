@@ -17,7 +17,7 @@ from pydantic import Field
 
 from ..._core.integrity import repair_records
 from ..._core.primitives import StoreIdentity
-from ..._core.query import INLINE_PAGE_ROWS, PageScan, ScanQuery, probe_bound, probe_query
+from ..._core.query import INLINE_PAGE_ROWS, Entry, PageScan, ScanQuery, probe_bound, probe_query
 from ..._core.store import BaseCheckpointStore
 from ..._runtime.finalizer import when_collected
 from ..._runtime.group import GroupCommit, Settled
@@ -34,7 +34,7 @@ from .check import check_store
 from .engine import FileEngine
 from .indexes import IndexDamaged
 from .io import FileIO, OsFileIO
-from .pages import Entry, PageEntries, Pages, ProbeOf
+from .pages import PageEntries, Pages, ProbeOf
 from .reader import Listing, Reader
 from .survey import take_survey
 
