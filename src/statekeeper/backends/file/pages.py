@@ -89,8 +89,7 @@ class Pages:
             with idx:
                 return _paired(scan, query, probe_of)
         finally:
-            if dirs:
-                self.files.close_dirs(dirs)
+            self.files.close_dirs(dirs)
 
     def _scan_slots(
         self,
