@@ -320,14 +320,12 @@ def stream_file_name(stream: str) -> str:
     ]
     escaped = "".join(parts)
     if len(escaped) > _MAX_ESCAPED:
-        cut, length = 0, 0
+        head = ""
         for part in parts:
-            if length + len(part) > _KEEP_ESCAPED:
+            if len(head) + len(part) > _KEEP_ESCAPED:
                 break
-            length += len(part)
-            cut += 1
-        digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
-        escaped = "".join(parts[:cut]) + "~" + digest
+            head += part
+        escaped = head + "~" + hashlib.blake2b(raw, digest_size=16).hexdigest()
     return escaped + ".idx"
 
 
