@@ -197,15 +197,14 @@ class State:
         try:
             doc = json.loads(best[1][21:])
             journal = doc.pop("journal")
-            known = {"hwm", "synced", "boot", "ids_used"}
             return cls(
                 gen=best[0],
-                hwm=int(doc["hwm"]),
-                synced=int(doc["synced"]),
-                boot=doc["boot"],
-                ids_used=int(doc["ids_used"]),
+                hwm=int(doc.pop("hwm")),
+                synced=int(doc.pop("synced")),
+                boot=doc.pop("boot"),
+                ids_used=int(doc.pop("ids_used")),
                 journal=None if journal is None else Journal.from_json(journal),
-                extra={k: v for k, v in doc.items() if k not in known},
+                extra=doc,  # what is left
                 torn=invalid > 0,
             )
         except (ValueError, KeyError, TypeError):
