@@ -442,9 +442,15 @@ class StateFile:
             self._dirty_noted = self._dirty_noted | {sfile}
 
     def dirty_names(self) -> set[str]:
+        """The index file names in ``dirty``, one a line; a power cut can tear the last
+        append, so NULs separate too and anything not an index file name is left out."""
         io, fd = self.files.io, self.files.fd("dirty")
-        size = io.fstat(fd).st_size
-        return index_names(read_exact(io, fd, size, 0).decode("ascii", "replace"))
+        text = read_exact(io, fd, io.fstat(fd).st_size, 0).decode("ascii", "replace")
+        return {
+            name
+            for name in text.replace("\x00", "\n").split()
+            if name.endswith(".idx") and "/" not in name and not name.startswith(".")
+        }
 
     def clear_dirty(self) -> None:
         self.files.io.ftruncate(self.files.fd("dirty"), 0)
@@ -525,16 +531,6 @@ class WriteLock:
             f"timed out after {self.timeout:g}s waiting for the write lock of the file "
             f"store at {self.root}; another process is writing (raise lock_timeout to wait longer)"
         )
-
-
-def index_names(text: str) -> set[str]:
-    """The index file names in ``dirty``, one a line; a power cut can tear the last
-    append, so NULs separate too and anything not an index file name is left out."""
-    return {
-        name
-        for name in text.replace("\x00", "\n").split()
-        if name.endswith(".idx") and "/" not in name and not name.startswith(".")
-    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,15 +197,14 @@ class State:
         try:
             doc = json.loads(best[1][21:])
             journal = doc.pop("journal")
-            known = {"hwm", "synced", "boot", "ids_used"}
             return cls(
                 gen=best[0],
-                hwm=int(doc["hwm"]),
-                synced=int(doc["synced"]),
-                boot=doc["boot"],
-                ids_used=int(doc["ids_used"]),
+                hwm=int(doc.pop("hwm")),
+                synced=int(doc.pop("synced")),
+                boot=doc.pop("boot"),
+                ids_used=int(doc.pop("ids_used")),
                 journal=None if journal is None else Journal.from_json(journal),
-                extra={k: v for k, v in doc.items() if k not in known},
+                extra=doc,  # what is left
                 torn=invalid > 0,
             )
         except (ValueError, KeyError, TypeError):
@@ -320,14 +319,12 @@ def stream_file_name(stream: str) -> str:
     ]
     escaped = "".join(parts)
     if len(escaped) > _MAX_ESCAPED:
-        cut, length = 0, 0
+        head = ""
         for part in parts:
-            if length + len(part) > _KEEP_ESCAPED:
+            if len(head) + len(part) > _KEEP_ESCAPED:
                 break
-            length += len(part)
-            cut += 1
-        digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
-        escaped = "".join(parts[:cut]) + "~" + digest
+            head += part
+        escaped = head + "~" + hashlib.blake2b(raw, digest_size=16).hexdigest()
     return escaped + ".idx"
 
 

@@ -16,7 +16,7 @@ import bisect
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 
-from ..._core.query import ScanQuery
+from ..._core.query import Entry, ScanQuery
 from ..._core.validate import skipped_from
 from ..._runtime.inline import WORKER, Budget
 from ...errors import CheckpointDecodeError
@@ -34,7 +34,6 @@ OrphanKey = tuple[tuple[int, str], str | None]
 #: The most slots a page scan reads at first in one ``pread`` (up to 64 KiB).
 _PAGE_SLOTS = 256
 
-Entry = StoredRecord | Skipped
 #: The probe a page scan runs after the page (:func:`statekeeper._core.query.probe_query`).
 ProbeOf = Callable[[list[Entry]], ScanQuery]
 #: A page and, when asked, its probe's entries.
@@ -90,8 +89,7 @@ class Pages:
             with idx:
                 return _paired(scan, query, probe_of)
         finally:
-            if dirs:
-                self.files.close_dirs(dirs)
+            self.files.close_dirs(dirs)
 
     def _scan_slots(
         self,
@@ -183,11 +181,11 @@ class Pages:
         self._orphans_kept = (key, found)
         return found
 
-    def scan_all(self, q: ScanQuery, cap: int | None) -> list[StoredRecord | Skipped]:
+    def scan_all(self, q: ScanQuery, cap: int | None) -> list[Entry]:
         """Every stream in sequence order, from the bucket directories."""
         asc = q.order == "asc"
         lo, hi = (q.bound or 0, None) if asc else (0, q.bound)
-        out: list[StoredRecord | Skipped] = []
+        out: list[Entry] = []
 
         def damaged(name: str, number: int | None, reason: str) -> None:
             if number is None or len(out) >= q.limit:
@@ -215,7 +213,7 @@ class Pages:
         bfd: int,
         names: list[str],
         q: ScanQuery,
-        out: list[StoredRecord | Skipped],
+        out: list[Entry],
         cap: int | None,
     ) -> None:
         bname = fmt.bucket_name(bucket)

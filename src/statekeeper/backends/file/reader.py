@@ -301,8 +301,7 @@ class Reader:
             except _Retry:
                 continue
             finally:
-                if dirs:
-                    self.files.close_dirs(dirs)
+                self.files.close_dirs(dirs)
         raise self._disturbed(f"get_latest({stream!r})")
 
     def _disturbed(self, call: str) -> ConcurrentModificationError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Self, TypeVar
@@ -18,7 +17,7 @@ from pydantic import Field
 
 from ..._core.integrity import repair_records
 from ..._core.primitives import StoreIdentity
-from ..._core.query import INLINE_PAGE_ROWS, PageScan, ScanQuery, probe_bound, probe_query
+from ..._core.query import INLINE_PAGE_ROWS, Entry, PageScan, ScanQuery, probe_bound, probe_query
 from ..._core.store import BaseCheckpointStore
 from ..._runtime.finalizer import when_collected
 from ..._runtime.group import GroupCommit, Settled
@@ -35,7 +34,7 @@ from .check import check_store
 from .engine import FileEngine
 from .indexes import IndexDamaged
 from .io import FileIO, OsFileIO
-from .pages import Entry, PageEntries, Pages, ProbeOf
+from .pages import PageEntries, Pages, ProbeOf
 from .reader import Listing, Reader
 from .survey import take_survey
 
@@ -207,7 +206,12 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         # the threads end at close(), or when the store is collected unclosed
         self._door = door = ThreadDoor("statekeeper-file")
         self._saves = saves = SaveWriter("statekeeper-file-writer", FileSaves(parts))
-        self._release: weakref.finalize[[], object] = when_collected(self, _Release(door, saves))
+
+        def release() -> None:  # holds the threads, never the store
+            door.close()
+            saves.close()
+
+        when_collected(self, release)
         self._inline_reads = opts.inline_reads
 
     @classmethod
@@ -462,16 +466,3 @@ class SaveWriter:
         worker, self._worker = self._worker, None
         if worker is not None and self._pid == os.getpid():
             worker.stop()
-
-
-class _Release:
-    """The finalizer's release of the threads (it never holds the store)."""
-
-    __slots__ = ("door", "saves")
-
-    def __init__(self, door: ThreadDoor, saves: SaveWriter) -> None:
-        self.door, self.saves = door, saves
-
-    def __call__(self) -> None:
-        self.door.close()
-        self.saves.close()
