@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import threading
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -116,6 +117,26 @@ async def test_a_torn_copy_of_the_state_file_is_survived(tmp_path: Path) -> None
     async with FileCheckpointStore(tmp_path) as store:
         assert (await store.save("s", 9)).sequence > last.sequence
         assert [cp.state for cp in (await store.list("s", order="asc")).items] == [0, 1, 2, 9]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("doc", [b'"a string"', b"42", b"[1, 2]", b"null"])
+async def test_a_checksummed_state_copy_that_is_no_object_is_unreadable_not_a_crash(
+    tmp_path: Path, doc: bytes
+) -> None:
+    # The newest copy passes its CRC but its JSON is no object: it was read as a
+    # state anyway and open failed with a bare AttributeError ('str' has no 'pop').
+    async with FileCheckpointStore(tmp_path) as store:
+        last = await store.save("s", {"a": 1})
+    body = (b"%020d " % 99 + doc).ljust(fmt.STATE_COPY - 9, b" ")
+    data = bytearray((tmp_path / "state").read_bytes())
+    data[fmt.STATE_COPY : 2 * fmt.STATE_COPY] = body + b"%08x\n" % zlib.crc32(body)
+    (tmp_path / "state").write_bytes(bytes(data))
+    assert fmt.State.from_bytes((tmp_path / "state").read_bytes()) is None
+    async with FileCheckpointStore(tmp_path) as store:  # rebuilt from the records
+        got = await store.get_latest("s")
+        assert got is not None and (got.id, got.state) == (last.id, {"a": 1})
+        assert (await store.save("s", 2)).sequence > last.sequence
 
 
 def test_stream_file_names_are_safe_distinct_and_reversible() -> None:

@@ -196,6 +196,8 @@ class State:
             invalid += 1
         try:
             doc = json.loads(best[1][21:])
+            if not isinstance(doc, dict):
+                return None  # checksummed, yet no state: as unreadable as a bad CRC
             journal = doc.pop("journal")
             return cls(
                 gen=best[0],
