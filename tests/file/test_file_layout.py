@@ -120,12 +120,22 @@ async def test_a_torn_copy_of_the_state_file_is_survived(tmp_path: Path) -> None
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("doc", [b'"a string"', b"42", b"[1, 2]", b"null"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'"a string"',
+        b"42",
+        b"[1, 2]",
+        b"null",
+        b'{"hwm": 1, "synced": 0, "boot": 7, "ids_used": 1, "journal": null}',
+    ],
+)
 async def test_a_checksummed_state_copy_that_is_no_object_is_unreadable_not_a_crash(
     tmp_path: Path, doc: bytes
 ) -> None:
-    # The newest copy passes its CRC but its JSON is no object: it was read as a
-    # state anyway and open failed with a bare AttributeError ('str' has no 'pop').
+    # The newest copy passes its CRC but its JSON is no object, or its boot id no
+    # string: it was read as a state anyway, and open failed with a bare
+    # AttributeError ('str' object has no attribute 'pop', 'int' ... 'isascii').
     async with FileCheckpointStore(tmp_path) as store:
         last = await store.save("s", {"a": 1})
     body = (b"%020d " % 99 + doc).ljust(fmt.STATE_COPY - 9, b" ")

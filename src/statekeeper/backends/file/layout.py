@@ -196,7 +196,7 @@ class State:
             invalid += 1
         try:
             doc = json.loads(best[1][21:])
-            if not isinstance(doc, dict):
+            if not isinstance(doc, dict) or not isinstance(doc.get("boot"), str | None):
                 return None  # checksummed, yet no state: as unreadable as a bad CRC
             journal = doc.pop("journal")
             return cls(
