@@ -151,7 +151,7 @@ class StreamIndex(Handle):
         and nobody appended since."""
         if self._last is not None and self._last[0] == self.size:
             return self._last[1]
-        return self.seq_at(self.count - 1) if self.count else 0
+        return self._seqs(self.count - 1, 1)[0] if self.count else 0
 
     @classmethod
     def open(
@@ -215,14 +215,6 @@ class StreamIndex(Handle):
     def slot(self, i: int) -> fmt.Slot:
         return self.read(i, 1)[0]
 
-    def seq_at(self, i: int) -> int:
-        """The sequence of slot ``i``, unchecked: safe for searching, as a slot's
-        sequence never changes within the size a reader saw."""
-        raw = read_exact(self.io, self.fd, 8, self._offset(i))
-        if len(raw) != 8:
-            raise IndexDamaged(f"streams/{self.name}: slot {i} is cut short")
-        return int.from_bytes(raw, "little")
-
     def locate(self, seq: int, *, right: bool) -> int:
         """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``.
 
@@ -230,8 +222,7 @@ class StreamIndex(Handle):
         tail block, the head block, then where the sequence would sit if spread
         evenly (interpolation), halving whenever a guess did not halve the range;
         about 3 or 4 reads for an evenly spread stream, at most about twice
-        ``log2(count)`` for an uneven one. Sequences are read unchecked, as
-        :meth:`seq_at` reads them."""
+        ``log2(count)`` for an uneven one. Sequences are read unchecked (:meth:`_seqs`)."""
         lo, hi = 0, self.count
         below: tuple[int, int] | None = None  # (position, sequence) known below lo
         above: tuple[int, int] | None = None  # ... and at hi
@@ -269,7 +260,9 @@ class StreamIndex(Handle):
         return lo
 
     def _seqs(self, start: int, n: int) -> list[int]:
-        """The sequences of slots ``start .. start+n-1`` (within the index), unchecked."""
+        """The sequences of slots ``start .. start+n-1`` (within the index), unchecked:
+        safe for searching, as a slot's sequence never changes within the size a
+        reader saw."""
         raw = read_exact(self.io, self.fd, n * fmt.SLOT_SIZE, self._offset(start))
         if len(raw) != n * fmt.SLOT_SIZE:
             raise IndexDamaged(
