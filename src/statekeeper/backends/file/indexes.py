@@ -24,8 +24,6 @@ from .io import FileIO, read_exact, unlink_quiet, write_all
 
 __all__ = [
     "NEW",
-    "RO",
-    "RW",
     "Handle",
     "IdTable",
     "IndexDamaged",
@@ -39,6 +37,7 @@ RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 T = TypeVar("T")
+_REPLACED_RETRIES = 8
 
 
 class IndexDamaged(Exception):
@@ -75,9 +74,6 @@ def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, o
     raise ConcurrentModificationError(
         f"{name} was replaced by a concurrent writer {_REPLACED_RETRIES} times in a row; retry"
     )
-
-
-_REPLACED_RETRIES = 8
 
 
 class Handle:
@@ -271,7 +267,6 @@ class StreamIndex(Handle):
         return [seq for (seq,) in _SEQ_FIELD.iter_unpack(raw)]
 
     def find(self, seq: int) -> int | None:
-        """The position of ``seq``, or ``None``."""
         i = self.locate(seq, right=False)
         return i if i < self.count and self.slot(i).seq == seq else None
 
@@ -451,7 +446,6 @@ class IdTable(Handle):
         return live, after, True
 
     def _read(self, pos: int, n: int) -> Iterator[tuple[int, int]]:
-        """The ``(key, seq)`` of slots ``pos .. pos+n-1``."""
         offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
         return fmt.IDS_SLOT.iter_unpack(read_exact(self.io, self.fd, n * fmt.IDS_SLOT.size, offset))
 
@@ -461,7 +455,6 @@ class IdTable(Handle):
         write_all(self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), offset)
 
     def lookup(self, key: int) -> list[tuple[int, int]]:
-        """``(position, seq)`` of the live entries with ``key``."""
         return [(p, s) for p, k, s in self._probe(key) if k == key and not s & fmt.TOMBSTONE]
 
     def lookup_checked(self, key: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
@@ -503,7 +496,6 @@ class IdTable(Handle):
         return True
 
     def find(self, key: int, seq: int) -> int | None:
-        """The position of the live entry ``key -> seq``, or ``None``."""
         return next((p for p, s in self.lookup(key) if s == seq), None)
 
     def insert(self, key: int, seq: int) -> bool:
@@ -519,7 +511,6 @@ class IdTable(Handle):
         self.put(pos, key, seq | fmt.TOMBSTONE)
 
     def drop(self, slots: Iterable[fmt.Slot]) -> None:
-        """Tombstone the entries of ``slots`` that the table holds."""
         for slot in slots:
             key = fmt.id_key(slot.cid)
             at = self.find(key, slot.seq)
@@ -527,7 +518,6 @@ class IdTable(Handle):
                 self.tombstone(at, key, slot.seq)
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
-        """Every live ``(position, key, seq)``, in slot order."""
         step = 4096
         for pos in range(0, self.capacity, step):
             for k, (skey, sseq) in enumerate(self._read(pos, min(step, self.capacity - pos))):
