@@ -360,7 +360,6 @@ class Writes:
             return self._insert(tx, record, budget)
 
     def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
-        """The body of :meth:`insert`, under the lock."""
         if tx.state.hwm + 1 - tx.state.synced >= self.rebuild.sync_interval:
             budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
@@ -400,7 +399,7 @@ class Writes:
                     self.rebuild.index(tx, ids, [(record.stream, slot)], at=(free, fresh))
                 except BaseException:
                     # The caller will hear that the save failed, so take it back.
-                    quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
+                    quietly(lambda: self._undo_insert(tx, ids, sfile, slot, bucket))
                     raise
             finally:
                 self.files.close_bucket(bucket)
@@ -442,9 +441,7 @@ class Writes:
         else:
             self.delete_found(tx, ids, record.id, found)
 
-    def _undo_insert(
-        self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
-    ) -> None:
+    def _undo_insert(self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, bucket: int) -> None:
         """Take back a published record whose indexing failed (the caller is told the
         save failed); its sequence stays used."""
         self.files.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
@@ -455,9 +452,7 @@ class Writes:
             with idx:
                 if idx.count and idx.slot(idx.count - 1).seq == slot.seq:
                     idx.truncate(idx.count - 1)
-        pos = ids.find(key, slot.seq)
-        if pos is not None:
-            ids.tombstone(pos, key, slot.seq)
+        ids.drop([slot])
         tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
 
     def update(
@@ -497,7 +492,7 @@ class Writes:
     ) -> None:
         """Replace record ``seq`` with ``data``, keeping its index hint an upper bound
         of its expiry at every instant (raise the hint first, lower it after)."""
-        sfile = fmt.stream_file_name(current.stream) if current is not None else None
+        sfile = fmt.stream_file_name(current.stream) if current is not None else ""
         path = self.files.record_path(seq, cid)
         tmp = fmt.temp_name(seq)
         old = fmt.to_micros(current.header.expires_at) if current is not None else 0
@@ -505,28 +500,26 @@ class Writes:
         bucket = self.files.bucket(seq)
         if bucket is None:
             raise CheckpointNotFound(cid)
-        hinted = sfile is not None and old != new
+        hinted = bool(sfile) and old != new
         name = fmt.record_name(seq, cid)
         try:
             tx.commit(
-                journal=fmt.Journal(
-                    "update", sfile or "", seq=seq, path=path, tmp=_sibling(path, tmp)
-                )
+                journal=fmt.Journal("update", sfile, seq=seq, path=path, tmp=_sibling(path, tmp))
             )
             published = False
             try:
-                if hinted and sfile is not None:
+                if hinted:
                     self.rebuild.set_hint(sfile, seq, _upper(old, new), sync=self.files.durable)
                 self.files.publish(bucket, tmp, name, data, previous)
                 published = True
-                if hinted and sfile is not None:
+                if hinted:
                     self.rebuild.set_hint(sfile, seq, new, sync=False)
                 tx.commit(journal=None)
             except BaseException:
                 # The caller will hear that the update failed: put the old one back.
                 if published and previous is not None:
                     quietly(lambda: self.files.put_back(bucket, tmp, name, previous))
-                if hinted and sfile is not None:
+                if hinted:
                     quietly(lambda: self.rebuild.set_hint(sfile, seq, old, sync=False))
                 quietly(lambda: tx.commit(journal=None))
                 raise
@@ -587,7 +580,8 @@ class Writes:
         groups = {sfile: victims for sfile, victims in groups.items() if victims}
         if not groups:
             return
-        seqs = [slot.seq for victims in groups.values() for _, slot in victims]
+        slots = [slot for victims in groups.values() for _, slot in victims]
+        seqs = [slot.seq for slot in slots]
         names = fmt.STREAM_SEP.join(sorted(sfile for sfile in groups if sfile))
         tx.commit(journal=fmt.Journal("delete", names, lo=min(seqs), hi=max(seqs)))
         tx.sync()
@@ -601,10 +595,10 @@ class Writes:
                         idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
                 if self.files.durable:
                     idx.sync()
-        ids.drop(slot for victims in groups.values() for _, slot in victims)
+        ids.drop(slots)
         if self.files.durable:
             ids.sync()
-        self.rebuild.unlink_records([slot for victims in groups.values() for _, slot in victims])
+        self.rebuild.unlink_records(slots)
         # Trim only once the files are gone: recovery finishes a delete from its
         # dead slots, so a slot must outlive its record file.
         for sfile in groups:
