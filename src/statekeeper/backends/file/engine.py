@@ -226,9 +226,7 @@ class FileEngine:
                 self.recovery.resolve_batch(tx)
             if boot is None or tx.state.boot != boot:
                 self.recovery.restart(tx, boot)
-            journal = tx.state.journal
-            if journal is not None and not self.rebuild.insert_done(tx, journal):
-                self.recovery.recover_journal(tx)
+            self.recovery.finish(tx)
         except IndexDamaged as exc:
             reasons.append(str(exc))
         damage, files = self._damage(tx.state)
@@ -295,29 +293,19 @@ class FileEngine:
         return None
 
     def _indexed_above(self, lo: int, hi: int) -> bool:
-        """Whether every record file with ``lo < seq <= hi`` is in its stream index
-        and the id table (at most ``sync_interval`` records are read)."""
-        for _, _, names in self.files.walk(lo + 1, hi):
-            for seq, cid in [p for n in names if (p := fmt.parse_record_name(n))]:
-                if lo < seq <= hi and not self._is_indexed(seq, cid):
-                    return False
-        return True
-
-    def _is_indexed(self, seq: int, cid: str) -> bool:
+        """Whether every record file with ``lo < seq <= hi`` is readable and in its
+        stream index and the id table (at most ``sync_interval`` records are read)."""
         with self.fdcache.open_ids() as ids:
-            if ids.find(fmt.id_key(cid), seq) is None:
-                return False
-        try:
-            got = self.files.load_record(seq, cid)
-        except CheckpointDecodeError:
-            return False
-        if got is None:
-            return True  # deleted since the listing
-        idx = self.fdcache.open_index(fmt.stream_file_name(got[0].stream))
-        if idx is None:
-            return False
-        with idx:
-            return idx.find(seq) is not None
+            for seq, cid, record in self.recovery.records(lo + 1, hi):
+                if record is None or ids.find(fmt.id_key(cid), seq) is None:
+                    return False
+                idx = self.fdcache.open_index(fmt.stream_file_name(record.stream))
+                if idx is None:
+                    return False
+                with idx:
+                    if idx.find(seq) is None:
+                        return False
+        return True
 
 
 @dataclass
