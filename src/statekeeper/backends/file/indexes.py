@@ -427,23 +427,20 @@ class IdTable(Handle):
         """One walk of ``key``'s probe sequence: the ``(position, seq)`` of its live
         entries, where a new entry for it would go (the first tombstone, else the
         empty slot that ends the walk), and whether that slot is empty."""
-        mask = self.capacity - 1
         live: list[tuple[int, int]] = []
         free: int | None = None
-        after = key & mask
         probed = 0
         for pos, skey, sseq in self._probe(key):
             if skey == key and not sseq & fmt.TOMBSTONE:
                 live.append((pos, sseq))
             elif free is None and sseq & fmt.TOMBSTONE:
                 free = pos
-            after = (pos + 1) & mask
             probed += 1
         if free is not None:
             return live, free, False
         if probed >= self.capacity:
             raise IndexDamaged(f"{fmt.IDS_NAME} is full")
-        return live, after, True
+        return live, (key + probed) & (self.capacity - 1), True
 
     def _read(self, pos: int, n: int) -> Iterator[tuple[int, int]]:
         offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
