@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -48,26 +49,18 @@ _MAX_JOURNAL_NAMES = 1200
 _COMPACT_MIN_DEAD = 64
 
 
+@dataclass(eq=False)
 class Batches:
     """The writes of many records (see the module docstring)."""
 
-    def __init__(
-        self,
-        files: Files,
-        fdcache: Descriptors,
-        rebuild: Rebuild,
-        recovery: Recovery,
-        writes: Writes,
-        *,
-        batch_sync: BatchSync,
-    ) -> None:
-        self.files = files
-        self.fdcache = fdcache
-        self.rebuild = rebuild
-        self.recovery = recovery
-        self.writes = writes
-        #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
-        self.batch_sync = batch_sync
+    files: Files
+    fdcache: Descriptors
+    rebuild: Rebuild
+    recovery: Recovery
+    writes: Writes
+    _: KW_ONLY
+    #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
+    batch_sync: BatchSync
 
     def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """Insert ``records`` atomically at consecutive sequences (module docstring)."""

@@ -318,23 +318,16 @@ class Found:
     error: CheckpointDecodeError | None = None
 
 
+@dataclass(eq=False)
 class Writes:
     """The one-record writes (save, update, delete), each under the write lock
     (:meth:`.recovery.Recovery.writing`)."""
 
-    def __init__(
-        self,
-        files: Files,
-        fdcache: Descriptors,
-        statefile: StateFile,
-        rebuild: Rebuild,
-        recovery: Recovery,
-    ) -> None:
-        self.files = files
-        self.fdcache = fdcache
-        self.statefile = statefile
-        self.rebuild = rebuild
-        self.recovery = recovery
+    files: Files
+    fdcache: Descriptors
+    statefile: StateFile
+    rebuild: Rebuild
+    recovery: Recovery
 
     def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
         """Save ``record`` at the next sequence. Inline (``durability="fast"``, on
