@@ -21,7 +21,8 @@ at any point, and no reader sees part of it:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -48,26 +49,18 @@ _MAX_JOURNAL_NAMES = 1200
 _COMPACT_MIN_DEAD = 64
 
 
+@dataclass(eq=False)
 class Batches:
     """The writes of many records (see the module docstring)."""
 
-    def __init__(
-        self,
-        files: Files,
-        fdcache: Descriptors,
-        rebuild: Rebuild,
-        recovery: Recovery,
-        writes: Writes,
-        *,
-        batch_sync: BatchSync,
-    ) -> None:
-        self.files = files
-        self.fdcache = fdcache
-        self.rebuild = rebuild
-        self.recovery = recovery
-        self.writes = writes
-        #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
-        self.batch_sync = batch_sync
+    files: Files
+    fdcache: Descriptors
+    rebuild: Rebuild
+    recovery: Recovery
+    writes: Writes
+    _: KW_ONLY
+    #: How a group of files is made durable (``FileStoreOptions.batch_sync``).
+    batch_sync: BatchSync
 
     def insert_many(self, records: list[NewRecord]) -> list[CheckpointHeader]:
         """Insert ``records`` atomically at consecutive sequences (module docstring)."""
@@ -211,7 +204,10 @@ class Batches:
         sequence order once all are durable; else (``save_many``, whose journal
         names its files) under their own names."""
         durable = self.files.durable
-        by_syncfs = self._by_syncfs()
+        by_syncfs = durable and (
+            self.batch_sync == "syncfs"
+            or (self.batch_sync == "auto" and syncfs_usable(self.files.io))
+        )
         buckets: dict[int, int] = {}
         moves: list[tuple[int, str, str]] = []
         try:
@@ -233,8 +229,11 @@ class Batches:
                 if renamed:
                     moves.append((bucket, written, name))
             if by_syncfs:
-                # One writeback of the file system: the records' bytes and names.
-                self._syncfs(buckets.values())
+                # One writeback of each file system the buckets are on: the records'
+                # bytes and names.
+                devices = {self.files.io.fstat(fd).st_dev: fd for fd in buckets.values()}
+                for fd in devices.values():
+                    self.files.io.syncfs(fd)  # type: ignore[attr-defined]
             for bucket, tmp, name in moves:
                 self.files.io.rename(tmp, name, src_dir_fd=bucket, dst_dir_fd=bucket)
             if durable and (renamed or not by_syncfs):
@@ -244,18 +243,6 @@ class Batches:
             for bucket in buckets.values():
                 with contextlib.suppress(OSError):
                     self.files.io.close(bucket)
-
-    def _by_syncfs(self) -> bool:
-        """Whether a group of files is made durable by ``syncfs`` (see ``batch_sync``)."""
-        if not self.files.durable or self.batch_sync == "fsync":
-            return False
-        return self.batch_sync == "syncfs" or syncfs_usable(self.files.io)
-
-    def _syncfs(self, fds: Iterable[int]) -> None:
-        """One ``syncfs`` per file system the descriptors are on."""
-        devices = {self.files.io.fstat(fd).st_dev: fd for fd in fds}
-        for fd in devices.values():
-            self.files.io.syncfs(fd)  # type: ignore[attr-defined]
 
     def _check_new_ids(self, tx: Txn, ids: IdTable, records: list[NewRecord]) -> None:
         """Raise :class:`PreconditionFailed` if any id is live (nothing written yet);
@@ -362,23 +349,15 @@ class Batches:
             if live and (dead < _COMPACT_MIN_DEAD or dead <= len(live)):
                 return
             self.fdcache.forget(sfile)
-            if not live:
-                self.rebuild.uncount_index(tx)
-                self.files.unlink_missing_ok(sfile, self.files.fd("streams"))
-                if self.files.durable:
-                    self.files.io.fsync(self.files.fd("streams"))
-            else:
-                streams = self.files.fd("streams")
-                durable = self.files.durable
-                write_index(
-                    self.files.io,
-                    streams,
-                    sfile,
-                    idx.stream,
-                    live,
-                    self.files.store_id,
-                    durable=durable,
-                )
+            f = self.files
+            streams = f.fd("streams")
+            if live:
+                write_index(f.io, streams, sfile, idx.stream, live, f.store_id, durable=f.durable)
+                return
+            self.rebuild.uncount_index(tx)
+            f.unlink_missing_ok(sfile, streams)
+            if f.durable:
+                f.io.fsync(streams)
 
     def remove_empty_buckets(self) -> int:
         """Remove the empty bucket directories below the high-water mark's (no save

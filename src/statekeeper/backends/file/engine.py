@@ -226,9 +226,7 @@ class FileEngine:
                 self.recovery.resolve_batch(tx)
             if boot is None or tx.state.boot != boot:
                 self.recovery.restart(tx, boot)
-            journal = tx.state.journal
-            if journal is not None and not self.rebuild.insert_done(tx, journal):
-                self.recovery.recover_journal(tx)
+            self.recovery.finish(tx)
         except IndexDamaged as exc:
             reasons.append(str(exc))
         damage, files = self._damage(tx.state)
@@ -295,29 +293,19 @@ class FileEngine:
         return None
 
     def _indexed_above(self, lo: int, hi: int) -> bool:
-        """Whether every record file with ``lo < seq <= hi`` is in its stream index
-        and the id table (at most ``sync_interval`` records are read)."""
-        for _, _, names in self.files.walk(lo + 1, hi):
-            for seq, cid in [p for n in names if (p := fmt.parse_record_name(n))]:
-                if lo < seq <= hi and not self._is_indexed(seq, cid):
-                    return False
-        return True
-
-    def _is_indexed(self, seq: int, cid: str) -> bool:
+        """Whether every record file with ``lo < seq <= hi`` is readable and in its
+        stream index and the id table (at most ``sync_interval`` records are read)."""
         with self.fdcache.open_ids() as ids:
-            if ids.find(fmt.id_key(cid), seq) is None:
-                return False
-        try:
-            got = self.files.load_record(seq, cid)
-        except CheckpointDecodeError:
-            return False
-        if got is None:
-            return True  # deleted since the listing
-        idx = self.fdcache.open_index(fmt.stream_file_name(got[0].stream))
-        if idx is None:
-            return False
-        with idx:
-            return idx.find(seq) is not None
+            for seq, cid, record in self.recovery.records(lo + 1, hi):
+                if record is None or ids.find(fmt.id_key(cid), seq) is None:
+                    return False
+                idx = self.fdcache.open_index(fmt.stream_file_name(record.stream))
+                if idx is None:
+                    return False
+                with idx:
+                    if idx.find(seq) is None:
+                        return False
+        return True
 
 
 @dataclass
@@ -330,23 +318,16 @@ class Found:
     error: CheckpointDecodeError | None = None
 
 
+@dataclass(eq=False)
 class Writes:
     """The one-record writes (save, update, delete), each under the write lock
     (:meth:`.recovery.Recovery.writing`)."""
 
-    def __init__(
-        self,
-        files: Files,
-        fdcache: Descriptors,
-        statefile: StateFile,
-        rebuild: Rebuild,
-        recovery: Recovery,
-    ) -> None:
-        self.files = files
-        self.fdcache = fdcache
-        self.statefile = statefile
-        self.rebuild = rebuild
-        self.recovery = recovery
+    files: Files
+    fdcache: Descriptors
+    statefile: StateFile
+    rebuild: Rebuild
+    recovery: Recovery
 
     def insert(self, record: NewRecord, budget: Budget = WORKER) -> CheckpointHeader:
         """Save ``record`` at the next sequence. Inline (``durability="fast"``, on
@@ -360,7 +341,6 @@ class Writes:
             return self._insert(tx, record, budget)
 
     def _insert(self, tx: Txn, record: NewRecord, budget: Budget) -> CheckpointHeader:
-        """The body of :meth:`insert`, under the lock."""
         if tx.state.hwm + 1 - tx.state.synced >= self.rebuild.sync_interval:
             budget.block()  # the sync mark is due: it fsyncs
         key = fmt.id_key(record.id)
@@ -400,7 +380,7 @@ class Writes:
                     self.rebuild.index(tx, ids, [(record.stream, slot)], at=(free, fresh))
                 except BaseException:
                     # The caller will hear that the save failed, so take it back.
-                    quietly(lambda: self._undo_insert(tx, ids, sfile, slot, key, bucket))
+                    quietly(lambda: self._undo_insert(tx, ids, sfile, slot, bucket))
                     raise
             finally:
                 self.files.close_bucket(bucket)
@@ -442,9 +422,7 @@ class Writes:
         else:
             self.delete_found(tx, ids, record.id, found)
 
-    def _undo_insert(
-        self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, key: int, bucket: int
-    ) -> None:
+    def _undo_insert(self, tx: Txn, ids: IdTable, sfile: str, slot: fmt.Slot, bucket: int) -> None:
         """Take back a published record whose indexing failed (the caller is told the
         save failed); its sequence stays used."""
         self.files.unlink_missing_ok(fmt.record_name(slot.seq, slot.cid), bucket)
@@ -455,9 +433,7 @@ class Writes:
             with idx:
                 if idx.count and idx.slot(idx.count - 1).seq == slot.seq:
                     idx.truncate(idx.count - 1)
-        pos = ids.find(key, slot.seq)
-        if pos is not None:
-            ids.tombstone(pos, key, slot.seq)
+        ids.drop([slot])
         tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
 
     def update(
@@ -497,7 +473,7 @@ class Writes:
     ) -> None:
         """Replace record ``seq`` with ``data``, keeping its index hint an upper bound
         of its expiry at every instant (raise the hint first, lower it after)."""
-        sfile = fmt.stream_file_name(current.stream) if current is not None else None
+        sfile = fmt.stream_file_name(current.stream) if current is not None else ""
         path = self.files.record_path(seq, cid)
         tmp = fmt.temp_name(seq)
         old = fmt.to_micros(current.header.expires_at) if current is not None else 0
@@ -505,28 +481,26 @@ class Writes:
         bucket = self.files.bucket(seq)
         if bucket is None:
             raise CheckpointNotFound(cid)
-        hinted = sfile is not None and old != new
+        hinted = bool(sfile) and old != new
         name = fmt.record_name(seq, cid)
         try:
             tx.commit(
-                journal=fmt.Journal(
-                    "update", sfile or "", seq=seq, path=path, tmp=_sibling(path, tmp)
-                )
+                journal=fmt.Journal("update", sfile, seq=seq, path=path, tmp=_sibling(path, tmp))
             )
             published = False
             try:
-                if hinted and sfile is not None:
+                if hinted:
                     self.rebuild.set_hint(sfile, seq, _upper(old, new), sync=self.files.durable)
                 self.files.publish(bucket, tmp, name, data, previous)
                 published = True
-                if hinted and sfile is not None:
+                if hinted:
                     self.rebuild.set_hint(sfile, seq, new, sync=False)
                 tx.commit(journal=None)
             except BaseException:
                 # The caller will hear that the update failed: put the old one back.
                 if published and previous is not None:
                     quietly(lambda: self.files.put_back(bucket, tmp, name, previous))
-                if hinted and sfile is not None:
+                if hinted:
                     quietly(lambda: self.rebuild.set_hint(sfile, seq, old, sync=False))
                 quietly(lambda: tx.commit(journal=None))
                 raise
@@ -587,7 +561,8 @@ class Writes:
         groups = {sfile: victims for sfile, victims in groups.items() if victims}
         if not groups:
             return
-        seqs = [slot.seq for victims in groups.values() for _, slot in victims]
+        slots = [slot for victims in groups.values() for _, slot in victims]
+        seqs = [slot.seq for slot in slots]
         names = fmt.STREAM_SEP.join(sorted(sfile for sfile in groups if sfile))
         tx.commit(journal=fmt.Journal("delete", names, lo=min(seqs), hi=max(seqs)))
         tx.sync()
@@ -601,10 +576,10 @@ class Writes:
                         idx.write(pos, replace(slot, flags=fmt.SLOT_DEAD))
                 if self.files.durable:
                     idx.sync()
-        ids.drop(slot for victims in groups.values() for _, slot in victims)
+        ids.drop(slots)
         if self.files.durable:
             ids.sync()
-        self.rebuild.unlink_records([slot for victims in groups.values() for _, slot in victims])
+        self.rebuild.unlink_records(slots)
         # Trim only once the files are gone: recovery finishes a delete from its
         # dead slots, so a slot must outlive its record file.
         for sfile in groups:

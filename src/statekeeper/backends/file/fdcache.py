@@ -167,7 +167,6 @@ class Descriptors:
     # -- the inline readers' ------------------------------------------------------------
 
     def mine(self) -> _Kept:
-        """This thread's kept descriptors."""
         me = threading.get_ident()
         kept = self._kept.get(me)
         if kept is None:

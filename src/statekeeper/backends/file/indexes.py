@@ -24,8 +24,6 @@ from .io import FileIO, read_exact, unlink_quiet, write_all
 
 __all__ = [
     "NEW",
-    "RO",
-    "RW",
     "Handle",
     "IdTable",
     "IndexDamaged",
@@ -39,6 +37,7 @@ RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 T = TypeVar("T")
+_REPLACED_RETRIES = 8
 
 
 class IndexDamaged(Exception):
@@ -75,9 +74,6 @@ def open_regular(io: FileIO, name: str, flags: int, dir_fd: int) -> tuple[int, o
     raise ConcurrentModificationError(
         f"{name} was replaced by a concurrent writer {_REPLACED_RETRIES} times in a row; retry"
     )
-
-
-_REPLACED_RETRIES = 8
 
 
 class Handle:
@@ -151,7 +147,7 @@ class StreamIndex(Handle):
         and nobody appended since."""
         if self._last is not None and self._last[0] == self.size:
             return self._last[1]
-        return self.seq_at(self.count - 1) if self.count else 0
+        return self._seqs(self.count - 1, 1)[0] if self.count else 0
 
     @classmethod
     def open(
@@ -215,14 +211,6 @@ class StreamIndex(Handle):
     def slot(self, i: int) -> fmt.Slot:
         return self.read(i, 1)[0]
 
-    def seq_at(self, i: int) -> int:
-        """The sequence of slot ``i``, unchecked: safe for searching, as a slot's
-        sequence never changes within the size a reader saw."""
-        raw = read_exact(self.io, self.fd, 8, self._offset(i))
-        if len(raw) != 8:
-            raise IndexDamaged(f"streams/{self.name}: slot {i} is cut short")
-        return int.from_bytes(raw, "little")
-
     def locate(self, seq: int, *, right: bool) -> int:
         """The first position whose sequence is ``> seq`` (``right``) or ``>= seq``.
 
@@ -230,8 +218,7 @@ class StreamIndex(Handle):
         tail block, the head block, then where the sequence would sit if spread
         evenly (interpolation), halving whenever a guess did not halve the range;
         about 3 or 4 reads for an evenly spread stream, at most about twice
-        ``log2(count)`` for an uneven one. Sequences are read unchecked, as
-        :meth:`seq_at` reads them."""
+        ``log2(count)`` for an uneven one. Sequences are read unchecked (:meth:`_seqs`)."""
         lo, hi = 0, self.count
         below: tuple[int, int] | None = None  # (position, sequence) known below lo
         above: tuple[int, int] | None = None  # ... and at hi
@@ -269,7 +256,9 @@ class StreamIndex(Handle):
         return lo
 
     def _seqs(self, start: int, n: int) -> list[int]:
-        """The sequences of slots ``start .. start+n-1`` (within the index), unchecked."""
+        """The sequences of slots ``start .. start+n-1`` (within the index), unchecked:
+        safe for searching, as a slot's sequence never changes within the size a
+        reader saw."""
         raw = read_exact(self.io, self.fd, n * fmt.SLOT_SIZE, self._offset(start))
         if len(raw) != n * fmt.SLOT_SIZE:
             raise IndexDamaged(
@@ -278,7 +267,6 @@ class StreamIndex(Handle):
         return [seq for (seq,) in _SEQ_FIELD.iter_unpack(raw)]
 
     def find(self, seq: int) -> int | None:
-        """The position of ``seq``, or ``None``."""
         i = self.locate(seq, right=False)
         return i if i < self.count and self.slot(i).seq == seq else None
 
@@ -439,26 +427,22 @@ class IdTable(Handle):
         """One walk of ``key``'s probe sequence: the ``(position, seq)`` of its live
         entries, where a new entry for it would go (the first tombstone, else the
         empty slot that ends the walk), and whether that slot is empty."""
-        mask = self.capacity - 1
         live: list[tuple[int, int]] = []
         free: int | None = None
-        after = key & mask
         probed = 0
         for pos, skey, sseq in self._probe(key):
             if skey == key and not sseq & fmt.TOMBSTONE:
                 live.append((pos, sseq))
             elif free is None and sseq & fmt.TOMBSTONE:
                 free = pos
-            after = (pos + 1) & mask
             probed += 1
         if free is not None:
             return live, free, False
         if probed >= self.capacity:
             raise IndexDamaged(f"{fmt.IDS_NAME} is full")
-        return live, after, True
+        return live, (key + probed) & (self.capacity - 1), True
 
     def _read(self, pos: int, n: int) -> Iterator[tuple[int, int]]:
-        """The ``(key, seq)`` of slots ``pos .. pos+n-1``."""
         offset = fmt.IDS_HEADER_SIZE + pos * fmt.IDS_SLOT.size
         return fmt.IDS_SLOT.iter_unpack(read_exact(self.io, self.fd, n * fmt.IDS_SLOT.size, offset))
 
@@ -468,7 +452,6 @@ class IdTable(Handle):
         write_all(self.io, self.fd, fmt.IDS_SLOT.pack(key, seq), offset)
 
     def lookup(self, key: int) -> list[tuple[int, int]]:
-        """``(position, seq)`` of the live entries with ``key``."""
         return [(p, s) for p, k, s in self._probe(key) if k == key and not s & fmt.TOMBSTONE]
 
     def lookup_checked(self, key: int) -> tuple[list[int], list[int], list[tuple[int, int]]]:
@@ -510,7 +493,6 @@ class IdTable(Handle):
         return True
 
     def find(self, key: int, seq: int) -> int | None:
-        """The position of the live entry ``key -> seq``, or ``None``."""
         return next((p for p, s in self.lookup(key) if s == seq), None)
 
     def insert(self, key: int, seq: int) -> bool:
@@ -526,7 +508,6 @@ class IdTable(Handle):
         self.put(pos, key, seq | fmt.TOMBSTONE)
 
     def drop(self, slots: Iterable[fmt.Slot]) -> None:
-        """Tombstone the entries of ``slots`` that the table holds."""
         for slot in slots:
             key = fmt.id_key(slot.cid)
             at = self.find(key, slot.seq)
@@ -534,7 +515,6 @@ class IdTable(Handle):
                 self.tombstone(at, key, slot.seq)
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
-        """Every live ``(position, key, seq)``, in slot order."""
         step = 4096
         for pos in range(0, self.capacity, step):
             for k, (skey, sseq) in enumerate(self._read(pos, min(step, self.capacity - pos))):
