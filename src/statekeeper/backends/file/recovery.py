@@ -280,7 +280,9 @@ class Rebuild:
     def max_on_disk(self) -> int:
         """The highest sequence of any record or temp file (0 for none)."""
         for _, _, names in self.files.walk(descending=True):
-            top = max((s for s in map(_seq_of, names) if s is not None), default=0)
+            records = (p[0] for p in map(fmt.parse_record_name, names) if p is not None)
+            temps = (s for s in map(fmt.parse_temp_name, names) if s is not None)
+            top = max([*records, *temps], default=0)
             if top:
                 return top
         return 0
@@ -554,10 +556,3 @@ def _by_sfile(
         if stream is not None:
             out.setdefault(fmt.stream_file_name(stream), (stream, []))[1].append(slot)
     return out
-
-
-def _seq_of(name: str) -> int | None:
-    parsed = fmt.parse_record_name(name)
-    if parsed is not None:
-        return parsed[0]
-    return fmt.parse_temp_name(name)
