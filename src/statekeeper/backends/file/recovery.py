@@ -57,7 +57,6 @@ class Rebuild:
         by_sfile = _by_sfile(
             (e.stream, fmt.Slot(e.seq, e.cid) if e.record is None else slot_of(e.record))
             for e in s.entries
-            if e.stream is not None
         )
         f, streams_fd = self.files, self.files.fd("streams")
         for sfile, (stream, slots) in by_sfile.items():
