@@ -49,14 +49,11 @@ def check_store(files: Files, s: Survey) -> list[Problem]:
     hwm = cap if cap is not None else s.state.hwm if s.state is not None else top
     if cap is not None:
         # Valid records saved after the survey began, and the records of a batch
-        # not complete yet, are no one's problem; damage above the mark still is.
+        # not complete yet (the cap is just below it), are no one's problem; damage
+        # above the mark still is, unless a batch is in the journal.
         pending = s.state.journal if s.state is not None else None
-        lo = pending.lo if pending is not None and pending.op in fmt.BATCH_OPS else None
-        s.entries = [
-            e
-            for e in s.entries
-            if e.seq <= cap or (e.record is None and (lo is None or e.seq < lo))
-        ]
+        batch = pending is not None and pending.op in fmt.BATCH_OPS
+        s.entries = [e for e in s.entries if e.seq <= cap or (e.record is None and not batch)]
     for location, reason in s.foreign:
         problem("foreign", where(location), reason)
     for bucket, name in s.temps:

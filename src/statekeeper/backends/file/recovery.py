@@ -20,7 +20,7 @@ from ...errors import CheckpointDecodeError
 from ...record import StoredRecord
 from . import layout as fmt
 from .fdcache import Descriptors
-from .files import Files, RecordProblem, StateFile, Txn, WriteLock
+from .files import Files, StateFile, Txn, WriteLock
 from .indexes import IdTable, IndexDamaged, StreamIndex, write_index
 from .survey import orphans_digest, take_survey
 
@@ -34,8 +34,7 @@ Found = Iterable[tuple[int, str, StoredRecord | None]]
 
 @dataclass(eq=False)
 class Rebuild:
-    """The rebuild from the records and the index maintenance every write shares:
-    a part, given the store's directory, the descriptor cache and the state file."""
+    """The rebuild from the records and the index maintenance every write shares."""
 
     files: Files
     fdcache: Descriptors
@@ -58,7 +57,6 @@ class Rebuild:
         by_sfile = _by_sfile(
             (e.stream, fmt.Slot(e.seq, e.cid) if e.record is None else slot_of(e.record))
             for e in s.entries
-            if e.stream is not None
         )
         f, streams_fd = self.files, self.files.fd("streams")
         for sfile, (stream, slots) in by_sfile.items():
@@ -267,13 +265,8 @@ class Rebuild:
         if tx.state.ids_used + more <= ids.capacity // 2:
             return ids
         budget.block()
+        entries = [(key, seq) for _, key, seq in ids.entries()]
         ids.close()
-        return self.rebuild_ids(tx)
-
-    def rebuild_ids(self, tx: Txn) -> IdTable:
-        """Build the id table afresh, larger, and return it open for writing."""
-        with self.fdcache.open_ids() as old:
-            entries = [(key, seq) for _, key, seq in old.entries()]
         tx.commit(ids_used=self._write_ids(entries))
         return self.fdcache.open_ids(write=True)
 
@@ -286,7 +279,9 @@ class Rebuild:
     def max_on_disk(self) -> int:
         """The highest sequence of any record or temp file (0 for none)."""
         for _, _, names in self.files.walk(descending=True):
-            top = max((s for s in map(_seq_of, names) if s is not None), default=0)
+            records = (p[0] for p in map(fmt.parse_record_name, names) if p is not None)
+            temps = (s for s in map(fmt.parse_temp_name, names) if s is not None)
+            top = max([*records, *temps], default=0)
             if top:
                 return top
         return 0
@@ -304,9 +299,7 @@ class Rebuild:
 
 @dataclass(eq=False)
 class Recovery:
-    """The lock holder's transaction, the journal, restart recovery and repair: a
-    part, given the store's directory, the descriptor cache, the state file, the
-    write lock and the :class:`Rebuild`."""
+    """The lock holder's transaction, the journal, restart recovery and repair."""
 
     files: Files
     fdcache: Descriptors
@@ -445,18 +438,15 @@ class Recovery:
             ids.close()
         tx.commit(ids_used=tx.state.ids_used + took)
 
-    def files_of(self, lo: int, hi: int) -> list[tuple[int, str]]:
-        """``(seq, id)`` of every record file with ``lo <= seq <= hi``, in order."""
-        return sorted(
+    def records(self, lo: int, hi: int) -> Iterator[tuple[int, str, StoredRecord | None]]:
+        """The :data:`Found` of every record file with ``lo <= seq <= hi``, in order."""
+        found = sorted(
             p
             for bucket, _, names in self.files.walk(lo, hi)
             for p in map(fmt.parse_record_name, names)
             if p is not None and lo <= p[0] <= hi and fmt.bucket_of(p[0]) == bucket
         )
-
-    def records(self, lo: int, hi: int) -> Iterator[tuple[int, str, StoredRecord | None]]:
-        """The :data:`Found` of every record file with ``lo <= seq <= hi``, in order."""
-        for seq, cid in self.files_of(lo, hi):
+        for seq, cid in found:
             try:
                 got = self.files.load_record(seq, cid)
             except CheckpointDecodeError:
@@ -470,13 +460,9 @@ class Recovery:
         so none comes back), then its index slots and id entries, then the
         journal. Its sequences stay used."""
         self.rebuild.remove_temps(lo, hi)
-        files = [fmt.Slot(seq, cid) for seq, cid in self.files_of(lo, hi)]
-        sfiles = set(sfiles or ())
-        for slot in files:
-            with contextlib.suppress(CheckpointDecodeError, RecordProblem, IndexDamaged):
-                got = self.files.load_record(slot.seq, slot.cid)
-                if got is not None:
-                    sfiles.add(fmt.stream_file_name(got[0].stream))
+        found = list(self.records(lo, hi))
+        files = [fmt.Slot(seq, cid) for seq, cid, _ in found]
+        sfiles = set(sfiles or ()) | {fmt.stream_file_name(r.stream) for _, _, r in found if r}
         self.rebuild.unlink_records(files)
         for sfile in sorted(sfiles):
             idx = self.fdcache.open_index(sfile, write=True)
@@ -569,10 +555,3 @@ def _by_sfile(
         if stream is not None:
             out.setdefault(fmt.stream_file_name(stream), (stream, []))[1].append(slot)
     return out
-
-
-def _seq_of(name: str) -> int | None:
-    parsed = fmt.parse_record_name(name)
-    if parsed is not None:
-        return parsed[0]
-    return fmt.parse_temp_name(name)

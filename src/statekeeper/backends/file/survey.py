@@ -263,9 +263,8 @@ def _survey_ids(files: Files, s: Survey) -> None:
     except (ValueError, UnicodeDecodeError) as exc:
         s.ids_damaged = f"{fmt.IDS_NAME}: {exc}"
         return
-    size = fmt.IDS_SLOT.size
     table = data[fmt.IDS_HEADER_SIZE :]
-    if len(table) != capacity * size:
+    if len(table) != capacity * fmt.IDS_SLOT.size:
         s.ids_damaged = f"{fmt.IDS_NAME} is {len(data)} bytes, not the size its header says"
         return
     live: list[tuple[int, int]] = []
