@@ -149,6 +149,47 @@ async def test_a_checksummed_state_copy_that_is_no_object_is_unreadable_not_a_cr
         assert (await store.save("s", 2)).sequence > last.sequence
 
 
+@pytest.mark.asyncio
+async def test_the_id_table_grows_under_every_kind_of_save(tmp_path: Path) -> None:
+    # It is rebuilt twice as large once an insert would fill it past half: crossed
+    # here by single saves, by saves committed as a group, and inside one save_many.
+    ids_file = tmp_path / fmt.IDS_NAME
+
+    def capacity() -> int:
+        return (ids_file.stat().st_size - fmt.IDS_HEADER_SIZE) // fmt.IDS_SLOT.size
+
+    async def save_many(count: int) -> list[sk.Checkpoint]:
+        out: list[sk.Checkpoint] = []
+        while len(out) < count:  # save_many takes at most 1,000
+            part = min(1000, count - len(out))
+            out += await store.save_many(
+                [sk.NewCheckpoint(stream=f"s{n % 7}", state=n) for n in range(part)]
+            )
+        return out
+
+    async with FileCheckpointStore(tmp_path, durability="fast") as store:
+        start = capacity()
+        saved = await save_many(start // 2 - 20)
+        assert capacity() == start
+        saved += [await store.save("one", n) for n in range(40)]
+        assert capacity() == 2 * start
+        saved += await save_many(start - 60 - len(saved))
+        saved += await asyncio.gather(*(store.save(f"g{n % 3}", n) for n in range(120)))
+        assert capacity() == 4 * start
+        saved += await save_many(2 * start - len(saved) - 500)
+        saved += await store.save_many(
+            [sk.NewCheckpoint(stream="last", state=n) for n in range(1000)]
+        )
+        assert capacity() == 8 * start
+        assert (await store.verify()).ok
+    async with FileCheckpointStore(tmp_path) as store:
+        seqs: list[int | None] = []
+        for at in range(0, len(saved), 1000):
+            part = [cp.id for cp in saved[at : at + 1000]]
+            seqs += [cp.sequence for cp in (await store.load_many(part)).values()]
+        assert sorted(seqs) == list(range(1, len(saved) + 1))  # type: ignore[type-var]
+
+
 def test_stream_file_names_are_safe_distinct_and_reversible() -> None:
     names = [
         "..", ".", "/", "a/b", "/abs", "A", "a", "%41", "~", "-", "_", "a.b", ".hidden",
