@@ -28,11 +28,11 @@ from ...errors import (
     StoreNotFound,
 )
 from ...models import CheckpointHeader
-from ...record import NewRecord, RecordEdits, StoredRecord
+from ...record import NewRecord, StoredRecord, Update
 from . import layout as fmt
 from .fdcache import Descriptors
-from .files import RO_FILE, RW_FILE, Files, RecordProblem, StateFile, Txn, WriteLock, quietly
-from .indexes import IdTable, IndexDamaged, replace_file
+from .files import Files, RecordProblem, StateFile, Txn, WriteLock, quietly
+from .indexes import RO, RW, IdTable, IndexDamaged, replace_file
 from .io import FileIO
 from .recovery import Rebuild, Recovery
 
@@ -112,7 +112,7 @@ class FileEngine:
                     self._adopt_dirs(create=True)
                     self._open_state(writable=True)
                     dirty = self.files.io.open(
-                        fmt.DIRTY_NAME, RW_FILE | os.O_CREAT | os.O_APPEND, 0o666, dir_fd=root
+                        fmt.DIRTY_NAME, RW | os.O_CREAT | os.O_APPEND, 0o666, dir_fd=root
                     )
                     self.files.adopt("dirty", dirty)
                     self._startup_recovery()
@@ -173,7 +173,7 @@ class FileEngine:
             if not self.create:
                 raise self._not_found()
         self.files.adopt(
-            "lock", self.files.io.open(fmt.LOCK_NAME, RW_FILE | os.O_CREAT, 0o666, dir_fd=root)
+            "lock", self.files.io.open(fmt.LOCK_NAME, RW | os.O_CREAT, 0o666, dir_fd=root)
         )
         with self.lock.held():
             meta = self._read_meta(root)
@@ -195,7 +195,7 @@ class FileEngine:
         transaction then rebuilds it from the records); a symbolic link (never
         followed) is a damaged store."""
         root = self.files.fd("root")
-        flags = RW_FILE if writable else RO_FILE
+        flags = RW if writable else RO
         try:
             fd = self.files.io.open(fmt.STATE_NAME, flags, dir_fd=root)
         except FileNotFoundError:
@@ -436,26 +436,18 @@ class Writes:
         ids.drop([slot])
         tx.commit(journal=None, hwm=max(tx.state.hwm, slot.seq))
 
-    def update(
-        self,
-        cid: str,
-        state: bytes,
-        if_match: str | None,
-        now: datetime,
-        etag: str,
-        edits: RecordEdits | None = None,
-        codec: str | None = None,
-    ) -> CheckpointHeader:
+    def update(self, update: Update) -> CheckpointHeader:
+        cid = update.id
         with self.recovery.writing() as tx:
             with self.fdcache.open_ids() as ids:
                 found = self.find_record(ids, cid)
             if found is not None and found.error is not None:
                 raise found.error
-            if found is None or found.record is None or found.record.is_expired(now):
+            if found is None or found.record is None or found.record.is_expired(update.now):
                 raise CheckpointNotFound(cid)
             current = found.record
-            _check_etag(cid, current, if_match)
-            new = current.updated(state, now=now, etag=etag, edits=edits, codec=codec)
+            _check_etag(cid, current, update.if_match)
+            new = update.applied_to(current)
             data = new.to_bytes(self.files.store_id)
             self.check_size(data)
             self._replace(tx, found.seq, cid, current, new.header.expires_at, data, found.raw)

@@ -30,12 +30,9 @@ from typing import Any, Protocol
 from ...errors import CheckpointDecodeError, StoreClosed, StoreTimeout
 from ...record import StoredRecord, read_record
 from . import layout as fmt
-from .indexes import NEW, IndexDamaged
+from .indexes import NEW, RO, IndexDamaged
 from .io import FileIO, read_exact, unlink_quiet, write_all
 
-RO_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
-RW_FILE = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
-NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 _KINDS = {
@@ -181,6 +178,17 @@ class Files:
     def close_bucket(self, fd: int) -> None:
         self.cache.close_bucket(fd)
 
+    def stray_temp(self, bfd: int, name: str, location: str, journal: fmt.Journal | None) -> bool:
+        """Whether temp file ``name`` is one nobody is writing: not ``journal``'s, still
+        there (not just renamed or removed by its write), not empty (an empty one holds
+        nothing: a spare, or a write cut before its first byte)."""
+        if fmt.temp_in_flight(journal, location):
+            return False
+        try:
+            return self.io.lstat(name, dir_fd=bfd).st_size > 0
+        except FileNotFoundError:
+            return False
+
     def record_path(self, seq: int, cid: str) -> str:
         return (
             f"{fmt.RECORDS_DIR}/{fmt.bucket_name(fmt.bucket_of(seq))}/{fmt.record_name(seq, cid)}"
@@ -192,7 +200,7 @@ class Files:
         file with one link, at most ``max_record_bytes`` (and ``limit``), or
         :class:`RecordProblem` is raised."""
         try:
-            fd = self.io.open(name, RO_FILE, dir_fd=dir_fd)
+            fd = self.io.open(name, RO, dir_fd=dir_fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -283,7 +291,7 @@ class Files:
         nothing is left behind. A name :meth:`Spares.take` gave is the spare's."""
         fd = self.spares.claim(name)
         if fd is None:
-            fd = self.io.open(name, NEW_FILE, 0o666, dir_fd=dir_fd)
+            fd = self.io.open(name, NEW, 0o666, dir_fd=dir_fd)
         try:
             try:
                 write_all(self.io, fd, data)

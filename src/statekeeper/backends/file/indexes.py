@@ -24,6 +24,8 @@ from .io import FileIO, read_exact, unlink_quiet, write_all
 
 __all__ = [
     "NEW",
+    "RO",
+    "RW",
     "Handle",
     "IdTable",
     "IndexDamaged",
@@ -33,7 +35,8 @@ __all__ = [
     "write_index",
 ]
 
-RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+#: How the store opens its files: never through a link, never blocking on a FIFO.
+RO = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
 RW = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK
 NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 T = TypeVar("T")

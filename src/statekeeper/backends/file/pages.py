@@ -239,7 +239,9 @@ class Pages:
                 ):
                     out.append(entry)
             elif kind == 1:
-                if self._stray_temp(bfd, name, location):
+                state = self.listing.statefile.read()
+                journal = state.journal if state is not None else None
+                if self.files.stray_temp(bfd, name, location, journal):
                     reason = "a stray temporary file left by an interrupted write"
                     out.append(self.listing.skipped(seq, None, location, reason))
             else:
@@ -266,17 +268,6 @@ class Pages:
 
     def _skipped_record(self, seq: int, cid: str, reason: str) -> Skipped:
         return self.listing.skipped(seq, cid, self.files.record_path(seq, cid), reason)
-
-    def _stray_temp(self, bfd: int, name: str, location: str) -> bool:
-        """A temp file nobody is writing: not the journal's, still there, not empty (an
-        empty one holds nothing: a spare, or a write cut before its first byte)."""
-        state = self.listing.statefile.read()
-        if state is not None and fmt.temp_in_flight(state.journal, location):
-            return False
-        try:
-            return self.files.io.lstat(name, dir_fd=bfd).st_size > 0
-        except FileNotFoundError:
-            return False
 
 
 def _paired(

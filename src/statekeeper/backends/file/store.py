@@ -323,17 +323,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         return await self._run("list_streams", self._parts.listing.list_streams, now, prefix)
 
     async def _update(self, update: Update) -> CheckpointHeader:
-        return await self._run(
-            "update",
-            self._parts.engine.writes.update,
-            update.id,
-            update.state,
-            update.if_match,
-            update.now,
-            update.etag,
-            update.edits,
-            update.codec,
-        )
+        return await self._run("update", self._parts.engine.writes.update, update)
 
     async def _get(self, id: str, now: datetime) -> StoredRecord | None:
         return await self._read("load", self._parts.reader.get, id, now)

@@ -17,7 +17,6 @@ one, never ``None``, ``CheckpointNotFound`` or an older checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
@@ -32,8 +31,8 @@ from ...errors import CheckpointDecodeError
 from ...models import Skipped
 from ...record import StoredRecord
 from . import layout as fmt
-from .files import RO_FILE, Files, RecordProblem
-from .indexes import IndexDamaged, open_regular
+from .files import Files, RecordProblem
+from .indexes import RO, IndexDamaged, open_regular
 from .io import read_exact
 
 __all__ = [
@@ -155,11 +154,8 @@ def _survey_file(
     parsed = fmt.parse_record_name(name)
     if parsed is None or fmt.bucket_of(parsed[0]) != bucket:
         if parsed is None and fmt.parse_temp_name(name) is not None:
-            if not fmt.temp_in_flight(journal, where):
-                # FileNotFoundError: its write just finished (renamed) or removed it.
-                with contextlib.suppress(FileNotFoundError):
-                    if files.io.lstat(name, dir_fd=bfd).st_size:
-                        s.temps.append((bucket, name))
+            if files.stray_temp(bfd, name, where, journal):
+                s.temps.append((bucket, name))
             return
         s.foreign.append((where, "not a record of this store (a planted or misplaced file)"))
         return
@@ -211,7 +207,7 @@ def _read_whole(files: Files, name: str, dir_fd: int) -> bytes | str | None:
     """The bytes of the regular file ``name``, why not (a ``str``), or ``None`` if
     it is missing."""
     try:
-        fd, st = open_regular(files.io, name, RO_FILE, dir_fd)
+        fd, st = open_regular(files.io, name, RO, dir_fd)
     except FileNotFoundError:
         return None
     except IndexDamaged as exc:
