@@ -25,7 +25,7 @@ import pytest
 from sql_helpers import Target
 from statekeeper import Checkpoint
 from statekeeper.backends.sql import SqlCheckpointStore
-from statekeeper.backends.sql.schema import stream_hash
+from statekeeper.backends.sql.values import stream_hash
 from statekeeper.errors import (
     BackendError,
     CheckpointDecodeError,

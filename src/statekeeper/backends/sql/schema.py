@@ -43,21 +43,7 @@ from typing import Any, Literal, Protocol
 import sqlalchemy as sa
 from sqlalchemy.sql import Executable
 
-# The values the tables hold, re-exported: the backend's modules import them from here.
-from .values import (
-    FIELD_KEY_MAX,
-    FIELD_VALUE_MAX,
-    VKEY_INLINE,
-    expires_micros,
-    field_rows,
-    field_value,
-    filter_params,
-    prefix_bounds,
-    stream_hash,
-    tag_rows,
-    to_micros,
-    value_key,
-)
+from .values import FIELD_KEY_MAX, FIELD_VALUE_MAX, VKEY_INLINE
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -65,15 +51,6 @@ __all__ = [
     "Statements",
     "Tables",
     "build_tables",
-    "expires_micros",
-    "field_rows",
-    "field_value",
-    "filter_params",
-    "prefix_bounds",
-    "stream_hash",
-    "tag_rows",
-    "to_micros",
-    "value_key",
 ]
 
 #: The schema version this code writes. A store with a higher version is refused.

@@ -33,13 +33,8 @@ from .entries import scanned_entries
 from .integrity import derived
 from .integrity.upkeep import Upkeep
 from .options import SqlOptions, family_of
-from .schema import (
-    Statements,
-    build_tables,
-    filter_params,
-    prefix_bounds,
-    to_micros,
-)
+from .schema import Statements, build_tables
+from .values import filter_params, prefix_bounds, to_micros
 
 __all__ = ["SqlCheckpointStore", "SqlOptions"]
 

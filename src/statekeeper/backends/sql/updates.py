@@ -16,7 +16,8 @@ from ...models import CheckpointHeader
 from ...record import RecordEdits, StoredRecord
 from . import writes
 from .dialects import Session
-from .schema import Statements, expires_micros, to_micros
+from .schema import Statements
+from .values import expires_micros, to_micros
 
 __all__ = ["delete", "delete_stream", "locked_live", "prune", "purge", "update"]
 

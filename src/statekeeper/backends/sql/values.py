@@ -2,7 +2,7 @@
 microseconds, the stream hash and the value keys of the tag and fields index
 rows, the bound parameters of a filtered scan, and the bounds of a stream prefix.
 
-:mod:`.schema` describes the columns these fill (and re-exports these names).
+:mod:`.schema` describes the columns these fill.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from ...errors import BackendError, PreconditionFailed
 from ...record import NewRecord, StoredRecord, header_values
 from .dialects import Session
 from .integrity import schema_check
-from .schema import SCHEMA_VERSION, Statements, expires_micros, field_rows, tag_rows, to_micros
+from .schema import SCHEMA_VERSION, Statements
+from .values import expires_micros, field_rows, tag_rows, to_micros
 
 __all__ = ["index_rows", "insert_many", "insert_one", "reindex"]
 

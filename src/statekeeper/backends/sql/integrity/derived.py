@@ -35,7 +35,8 @@ from ....record import StoredRecord
 from .. import writes
 from ..dialects import Session
 from ..migrations import read_meta, tables_version
-from ..schema import Statements, expires_micros, field_rows, tag_rows
+from ..schema import Statements
+from ..values import expires_micros, field_rows, tag_rows
 from .store_ids import STORE_ID as _STORE_ID
 from .store_ids import store_id_on_record
 

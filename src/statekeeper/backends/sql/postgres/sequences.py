@@ -50,7 +50,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from ....errors import BackendError, PreconditionFailed
 from ....record import NewRecord, StoredRecord, header_values
-from ..schema import expires_micros, field_rows, stream_hash, tag_rows, to_micros
+from ..values import expires_micros, field_rows, stream_hash, tag_rows, to_micros
 from .runtime import PgRuntime
 from .statements import BASE_ROW, PgStatements, int4
 

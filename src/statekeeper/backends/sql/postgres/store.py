@@ -15,9 +15,9 @@ from ....record import NewRecord, StoredRecord
 from .. import outcomes
 from ..dialects import Runtime, Session
 from ..entries import scanned_entries
-from ..schema import filter_params, to_micros
 from ..server import server_url
 from ..server_store import ServerSqlStore
+from ..values import filter_params, to_micros
 from . import listing, seq_base, sequences, statements
 from .dialect import POSTGRES, PostgresDialect, local_settings
 from .options import PostgresOptions
