@@ -65,8 +65,9 @@ class Codec:
         ``bool``, ``None``, ``int`` within ``max_int_digits`` and finite ``float``,
         nested at most ``max_depth`` deep. Such a value is written by any JSON
         encoder without a conversion (an int over Python's own digit limit, if that
-        is the tighter one, still makes it raise) and parsed back equal, type for
-        type. Checks only; raises nothing."""
+        is the tighter one, or a string with a lone surrogate, which is no UTF-8,
+        still makes it raise) and parsed back equal, type for type. Checks only;
+        raises nothing."""
         return self._encoder.is_plain(value)
 
     def decode(self, data: bytes | str) -> Any:
