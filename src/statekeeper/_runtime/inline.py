@@ -15,6 +15,11 @@ One :class:`Budget` serves every backend that runs calls inline:
 - the file store's reads and fast saves call :meth:`Budget.block` wherever they
   would block, which raises :class:`WouldBlock` inline and does nothing under the
   worker's budget, :data:`WORKER`.
+
+An ``await`` of a call that ran inline never gives the loop a turn, so a task that
+only reads would keep every other task waiting (a save whose worker has finished
+included) until it stops. :class:`Turns` makes every store that runs calls inline
+yield once every :data:`TURN_EVERY` of them.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Final, TypeVar
 
-__all__ = ["HOP", "WORKER", "Budget", "Hop", "WouldBlock", "try_inline"]
+__all__ = ["HOP", "TURN_EVERY", "WORKER", "Budget", "Hop", "Turns", "WouldBlock", "try_inline"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -77,6 +82,30 @@ class Budget:
         runs the call again on a worker); on a worker, go on."""
         if self.inline:
             raise WouldBlock
+
+
+#: Inline calls of one store between two turns it gives the event loop.
+TURN_EVERY = 16
+
+
+class Turns:
+    """The count of one store's inline calls: :meth:`due` is true for every
+    :data:`TURN_EVERY`-th, which then yields first (``await asyncio.sleep(0)``), so
+    that a task whose calls all run inline still lets the loop run the others. Only
+    the event loop's thread counts; a miscount under several loops only moves a turn.
+    """
+
+    __slots__ = ("_left",)
+
+    def __init__(self) -> None:
+        self._left = TURN_EVERY
+
+    def due(self) -> bool:
+        self._left -= 1
+        if self._left > 0:
+            return False
+        self._left = TURN_EVERY
+        return True
 
 
 #: A worker's budget: unlimited, and :meth:`Budget.block` does nothing.

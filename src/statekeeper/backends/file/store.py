@@ -6,6 +6,7 @@ so it can be collected unclosed (its finalizer closes it).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import os
@@ -21,7 +22,7 @@ from ..._core.query import INLINE_PAGE_ROWS, Entry, PageScan, ScanQuery, probe_b
 from ..._core.store import BaseCheckpointStore
 from ..._runtime.finalizer import when_collected
 from ..._runtime.group import GroupCommit, Settled
-from ..._runtime.inline import WORKER, Budget, WouldBlock
+from ..._runtime.inline import WORKER, Budget, Turns, WouldBlock
 from ..._runtime.threads import ThreadDoor
 from ..._runtime.worker import Job, Worker
 from ..._url import StoreURL
@@ -213,6 +214,7 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
 
         when_collected(self, release)
         self._inline_reads = opts.inline_reads
+        self._turns = Turns()  # the loop's turns between inline calls
 
     @classmethod
     def from_url(cls, url: StoreURL, **options: Any) -> Self:
@@ -304,6 +306,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         ``durability="fast"`` a lone save runs on this thread when it needs no wait
         and no sync."""
         insert, saves = self._parts.engine.writes.insert, self._saves
+        if not self._durable and self._turns.due():
+            await asyncio.sleep(0)  # before the writer is found idle, not after
         if not saves.pending and not self._durable:
             with contextlib.suppress(WouldBlock):
                 return self._parts.call("save", insert, record, Budget(inline=True))
@@ -335,6 +339,8 @@ class FileCheckpointStore(BaseCheckpointStore[FileStoreOptions]):
         """``read(*args, budget)``: with ``inline_reads`` (and ``inline``) first on this
         thread, and where it would block the same function again in the worker."""
         if inline and self._inline_reads:
+            if self._turns.due():
+                await asyncio.sleep(0)
             try:
                 return self._parts.call(what, read, *args, Budget(inline=True))
             except WouldBlock:

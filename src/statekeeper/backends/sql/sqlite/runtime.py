@@ -33,7 +33,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
-from ...._runtime.inline import HOP, Budget, try_inline
+from ...._runtime.inline import HOP, Budget, Turns, try_inline
 from ...._runtime.worker import pick
 from .compiler import Compiler
 from .connect import BUSY_CODES, Connector, OpenMode, error_code, prepare_file, with_busy_timeout
@@ -159,6 +159,8 @@ class SqliteRuntime:
         # the point-read connection (see point_read)
         self._inline = _LoopConnection(inline_reads, self._connect_point_reader)
         self._write_budget = Budget(_INLINE_OPS, _INLINE_STEP)
+        #: The loop's turns between inline calls (see :class:`Turns`).
+        self._turns = Turns()
         # the inline writer's (see point_write): a COMMIT syncs nothing below FULL, so
         # it may run on the event loop's thread
         self._inline_writer = _LoopConnection(
@@ -252,6 +254,8 @@ class SqliteRuntime:
             # running while the loop keeps appending would let the WAL grow forever.
             self._inline_commits = 0
             await self._writer_worker().call(_passive_checkpoint)
+        if session is not None and self._turns.due():
+            await asyncio.sleep(0)  # before the writer is found idle, not after
         if session is not None and (self._writer is None or self._writer.pending == 0):
             got = try_inline(partial(self._run_inline_write, fn=fn), session, _would_block)
             if got is not HOP:
@@ -322,6 +326,8 @@ class SqliteRuntime:
         """
         session = self._inline_session()
         if session is not None:
+            if self._turns.due():
+                await asyncio.sleep(0)
             got = try_inline(fn, session, _would_block, self._budget)
             if got is not HOP:
                 return got
