@@ -13,13 +13,16 @@ page items and out-of-commit-order sequences (``statekeeper.testing.history``).
 from __future__ import annotations
 
 import asyncio
+import random
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from reliability_support import FIGURES, Backend
 
+from statekeeper.errors import StatekeeperError
 from statekeeper.testing.history import (
     History,
     HistoryRecorder,
@@ -29,6 +32,8 @@ from statekeeper.testing.history import (
     check_history,
 )
 from statekeeper.testing.workloads import COUNTER_ID, COUNTER_STREAM, fork_workload
+from statekeeper.testing.workloads import _reader_step as reader_step
+from statekeeper.testing.workloads import _writer_step as writer_step
 
 pytestmark = pytest.mark.reliability
 
@@ -78,20 +83,21 @@ def run_history(
         _actors(backend, hist, writers, readers, r, duration=duration, seed=seed, setup=setup)
         if until is None or until(History.read(*sorted(hist.glob("*.jsonl")))):
             break
-    history = History.read(*sorted(hist.glob("*.jsonl")))
+    return asyncio.run(_checked(backend, History.read(*sorted(hist.glob("*.jsonl")))))
 
-    async def check() -> HistoryReport:
-        async with backend.opened() as store:
-            report = await check_history(store, history)
-            counter = await store.load(COUNTER_ID)
-        increments = sum(1 for e in history.of("update") if e.ok and e.args["id"] == COUNTER_ID)
-        assert counter.state["n"] == increments, (
-            f"the counter is {counter.state['n']} after {increments} acknowledged "
-            "compare-and-set increments: updates were lost"
-        )
-        return report
 
-    return asyncio.run(check())
+async def _checked(backend: Backend, history: History) -> HistoryReport:
+    """``history`` checked against the store (a fresh open), and the counter against
+    the acknowledged compare-and-set increments."""
+    async with backend.opened() as store:
+        report = await check_history(store, history)
+        counter = await store.load(COUNTER_ID)
+    increments = sum(1 for e in history.of("update") if e.ok and e.args["id"] == COUNTER_ID)
+    assert counter.state["n"] == increments, (
+        f"the counter is {counter.state['n']} after {increments} acknowledged "
+        "compare-and-set increments: updates were lost"
+    )
+    return report
 
 
 def _actors(
@@ -212,3 +218,63 @@ def test_history_checker_catches_unordered_sequences_on_postgres(
         "two histories over unordered sequences showed no commit-order violation"
     )
     FIGURES["mutants caught"] += 1
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+def test_tasks_sharing_one_store_keep_a_consistent_history(
+    kind: str, backend_factory: Callable[..., Backend], tmp_path: Path
+) -> None:
+    """The same actors as tasks of one process on one open store, so that its
+    threads (the file store's workers and inline reads, SQLite's reader and writer
+    threads) or its pooled connections serve them at once; readers also walk every
+    stream. The process histories above give each process a store of its own."""
+    backend = backend_factory(kind)
+    hist = tmp_path / "history"
+    hist.mkdir()
+    asyncio.run(_task_actors(backend, hist, writers=4, readers=4, duration=3.0))
+    history = History.read(*sorted(hist.glob("*.jsonl")))
+    report = asyncio.run(_checked(backend, history))
+    assert report.saves > 4 and report.updates > 0 and report.pages > 0, report
+    assert any(e.ok and e.args["stream"] is None for e in history.of("page")), "no global walk"
+    FIGURES["histories: events checked (tasks on one store)"] += report.events
+
+
+async def _task_actors(
+    backend: Backend, hist: Path, *, writers: int, readers: int, duration: float
+) -> None:
+    streams = [f"h{i}" for i in range(3)]
+    async with backend.opened() as raw:
+        recorder = HistoryRecorder(hist / "setup.jsonl", "setup")
+        await RecordingStore(raw, recorder).save(COUNTER_STREAM, {"n": 0}, id=COUNTER_ID)
+        recorder.close()
+        deadline = time.monotonic() + duration
+
+        async def actor(role: str, index: int) -> None:
+            proc = f"{role}{index}"
+            rng = random.Random(index + (500 if role == "reader" else 0))
+            recorder = HistoryRecorder(hist / f"{proc}.jsonl", proc)
+            store = RecordingStore(raw, recorder)
+            mine: list[tuple[str, str]] = []
+            n = 0
+            try:
+                while time.monotonic() < deadline:
+                    n += 1
+                    try:
+                        if role == "writer":
+                            await writer_step(store, proc, n, rng, streams, mine)
+                        elif rng.random() < 0.3:
+                            order = rng.choice(["asc", "desc"])
+                            await store.walk(
+                                None, order=order, limit=rng.randint(5, 50), max_pages=6
+                            )  # type: ignore[arg-type]
+                        else:
+                            await reader_step(store, rng, streams)
+                    except StatekeeperError:
+                        pass  # recorded in the history: the checker judges it
+            finally:
+                recorder.close()
+
+        await asyncio.gather(
+            *(actor("writer", i) for i in range(writers)),
+            *(actor("reader", i) for i in range(readers)),
+        )
