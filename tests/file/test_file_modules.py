@@ -112,7 +112,7 @@ def test_the_package_has_few_modules_and_floors() -> None:
 
 
 @pytest.mark.xfail(
-    strict=True, reason="issue 32: the cut to at most 5,000 lines is not done yet (5,812)"
+    strict=True, reason="issue 32: the cut to at most 5,000 lines is not done yet (5,818)"
 )
 def test_the_package_is_at_most_5000_lines() -> None:
     lines = sum(len(p.read_text().splitlines()) for p in SOURCE.glob("*.py"))
